@@ -1,0 +1,3 @@
+from hpcdl.cli import main
+
+main()

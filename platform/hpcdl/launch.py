@@ -1,0 +1,59 @@
+"""hpcdl's own launcher for one node: `hpcdl launch --nproc N -- PROGRAM...`.
+
+Starts N copies of PROGRAM with RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT set
+(the torchrun convention), forwards SIGTERM/SIGUSR1/SIGINT to them, and when one rank
+exits non-zero it stops the others: a dead rank ends the job within `grace` seconds
+instead of leaving the survivors hanging in a collective.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(nproc: int, argv: list[str], grace: float = 10.0) -> int:
+    base = dict(os.environ)
+    base.setdefault("MASTER_ADDR", "127.0.0.1")
+    base.setdefault("MASTER_PORT", str(free_port()))
+    procs = []
+    for rank in range(nproc):
+        env = {**base, "RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": str(nproc)}
+        procs.append(subprocess.Popen(argv, env=env))
+
+    def forward(signum, _frame):
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+        signal.signal(sig, forward)
+
+    failed_at = None
+    status = 0
+    while any(p.poll() is None for p in procs):
+        for rank, p in enumerate(procs):
+            rc = p.poll()
+            if rc not in (None, 0) and failed_at is None:
+                print(f"hpcdl launch: rank {rank} exited with status {rc}; stopping the other ranks", file=sys.stderr)
+                failed_at, status = time.monotonic(), rc
+                forward(signal.SIGTERM, None)
+        if failed_at is not None and time.monotonic() - failed_at > grace:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        time.sleep(0.1)
+    if status == 0:
+        status = next((p.returncode for p in procs if p.returncode), 0)
+    return 128 - status if status < 0 else status

@@ -1,0 +1,104 @@
+"""Build a NetSpec as a torch.nn.Module (the PyTorch backend of the one net definition)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hpcdl.nets.spec import Layer, NetSpec, _pair
+
+
+def _module(layer: Layer) -> nn.Module:
+    t, p = layer.type, layer.params
+    if t == "Convolution":
+        return nn.Conv2d(
+            layer.in_channels, p["num_output"], _pair(p["kernel_size"]),
+            stride=_pair(p.get("stride", 1)), padding=_pair(p.get("pad", 0)),
+            groups=p.get("group", 1), bias=p.get("bias_term", True),
+        )
+    if t == "Pooling":
+        if p.get("global_pooling"):
+            return nn.AdaptiveMaxPool2d(1) if p.get("pool", "MAX") == "MAX" else nn.AdaptiveAvgPool2d(1)
+        k, s, pad = _pair(p["kernel_size"]), _pair(p.get("stride", 1)), _pair(p.get("pad", 0))
+        if p.get("pool", "MAX") == "MAX":
+            return nn.MaxPool2d(k, s, pad, ceil_mode=True)
+        return nn.AvgPool2d(k, s, pad, ceil_mode=True, count_include_pad=True)
+    if t == "ReLU":
+        return nn.ReLU()
+    if t == "LRN":
+        return nn.LocalResponseNorm(p.get("local_size", 5), alpha=p.get("alpha", 1e-4), beta=p.get("beta", 0.75), k=p.get("k", 1.0))
+    if t == "InnerProduct":
+        return nn.Sequential(nn.Flatten(), nn.Linear(layer.in_channels, p["num_output"], bias=p.get("bias_term", True)))
+    if t == "Dropout":
+        return nn.Dropout(p.get("dropout_ratio", 0.5))
+    if t == "BatchNorm":
+        return nn.BatchNorm2d(layer.in_channels, eps=p.get("eps", 1e-5), momentum=1 - p.get("moving_average_fraction", 0.9), affine=p.get("affine", False))
+    if t == "Scale":
+        return _Scale(layer.in_channels, p.get("bias_term", True))
+    if t == "Softmax":
+        return nn.Softmax(dim=1)
+    if t == "Flatten":
+        return nn.Flatten()
+    if t in ("Concat", "Eltwise"):
+        return nn.Identity()  # combined in forward
+    raise ValueError(f"layer type {t} has no PyTorch builder")
+
+
+class _Scale(nn.Module):
+    """Caffe's Scale layer: per-channel gamma (and beta)."""
+
+    def __init__(self, channels: int, bias: bool):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels)) if bias else None
+
+    def forward(self, x):
+        shape = (1, -1) + (1,) * (x.dim() - 2)
+        y = x * self.weight.view(shape)
+        return y + self.bias.view(shape) if self.bias is not None else y
+
+
+class CaffeNet(nn.Module):
+    """Runs the layers of a NetSpec in order, routing blobs by name (bottom/top)."""
+
+    def __init__(self, spec: NetSpec):
+        super().__init__()
+        self.spec = spec
+        self.layers = nn.ModuleDict({layer.name: _module(layer) for layer in spec.layers})
+        self._init_weights()
+
+    def _init_weights(self):
+        for layer in self.spec.layers:
+            filler = layer.p("weight_filler")
+            mod = self.layers[layer.name]
+            lin = mod[1] if isinstance(mod, nn.Sequential) else mod
+            if not isinstance(lin, (nn.Conv2d, nn.Linear)):
+                continue
+            kind = (filler or {}).get("type", "msra")
+            if kind == "gaussian":
+                nn.init.normal_(lin.weight, 0.0, filler.get("std", 0.01))
+            elif kind == "xavier":
+                nn.init.xavier_uniform_(lin.weight)
+            else:
+                nn.init.kaiming_normal_(lin.weight, mode="fan_out", nonlinearity="relu")
+            if lin.bias is not None:
+                nn.init.constant_(lin.bias, float(layer.p("bias_filler", {}).get("value", 0.0)))
+
+    def forward(self, x):
+        blobs = {"data": x}
+        for layer in self.spec.layers:
+            ins = [blobs[b] for b in layer.bottom]
+            if layer.type == "Concat":
+                out = torch.cat(ins, dim=1)
+            elif layer.type == "Eltwise":
+                out = ins[0]
+                for other in ins[1:]:
+                    out = out + other if layer.p("operation", "SUM") == "SUM" else out * other
+            else:
+                out = self.layers[layer.name](ins[0])
+            blobs[layer.top] = out
+        return blobs[self.spec.output]
+
+
+def build_torch(spec: NetSpec) -> CaffeNet:
+    return CaffeNet(spec)

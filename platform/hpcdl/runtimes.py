@@ -1,0 +1,89 @@
+"""Container runtimes: one small class each, one verb: the argv that runs a program in the image."""
+
+from __future__ import annotations
+
+from hpcdl.plan.model import Plan
+from hpcdl.registry import Registry
+from hpcdl.sites.schema import Site
+
+
+class Runtime:
+    name = "base"
+
+    def command(self, plan: Plan, site: Site, image: str | None) -> list[str]:
+        raise NotImplementedError
+
+    def binds(self, site: Site) -> list[str]:
+        return [p for p in (site.filesystems.scratch, site.filesystems.node_local) if p]
+
+
+runtimes: Registry[Runtime] = Registry("container runtime")
+
+
+def runtime_for(name: str) -> Runtime:
+    return runtimes.get(name)
+
+
+def _gpu_vendor(plan: Plan, site: Site) -> str | None:
+    node = site.node_kinds[plan.node_kind]
+    if not any(r.gpus for r in plan.ranks):
+        return None
+    return node.gpus[0].vendor
+
+
+@runtimes.register("none")
+class NoRuntime(Runtime):
+    def command(self, plan, site, image):
+        return []
+
+
+@runtimes.register("apptainer")
+class ApptainerRuntime(Runtime):
+    program = "apptainer"
+
+    def command(self, plan, site, image):
+        argv = [self.program, "exec"]
+        vendor = _gpu_vendor(plan, site)
+        if vendor == "nvidia":
+            argv.append("--nv")
+        elif vendor == "amd":
+            argv.append("--rocm")
+        for path in self.binds(site):
+            argv += ["--bind", path]
+        return argv + [image or "hpcdl.sif"]
+
+
+@runtimes.register("singularity")
+class SingularityRuntime(ApptainerRuntime):
+    program = "singularity"
+
+
+@runtimes.register("shifter")
+class ShifterRuntime(Runtime):
+    """NERSC Shifter: the image is named at submit time; GPU support is the gpu module."""
+
+    def command(self, plan, site, image):
+        argv = ["shifter", f"--image={image or 'hpcdl:latest'}"]
+        if _gpu_vendor(plan, site):
+            argv.append("--module=gpu")
+        return argv
+
+
+@runtimes.register("podman-hpc")
+class PodmanHpcRuntime(Runtime):
+    def command(self, plan, site, image):
+        argv = ["podman-hpc", "run", "--rm", "--mpi"]
+        if _gpu_vendor(plan, site):
+            argv.append("--gpu")
+        for path in self.binds(site):
+            argv += ["--volume", f"{path}:{path}"]
+        return argv + [image or "hpcdl:latest"]
+
+
+@runtimes.register("charliecloud")
+class CharliecloudRuntime(Runtime):
+    def command(self, plan, site, image):
+        argv = ["ch-run"]
+        for path in self.binds(site):
+            argv += ["-b", f"{path}:{path}"]
+        return argv + [image or "hpcdl.sqfs", "--"]

@@ -1,0 +1,1 @@
+"""The bundled distributed trainer: `hpcdl train RECIPE` or `python -m hpcdl.train RECIPE`."""

@@ -1,0 +1,5 @@
+import sys
+
+from hpcdl.train.main import main
+
+sys.exit(main())

@@ -1,0 +1,38 @@
+"""Apply this rank's slice of the plan before any framework starts its thread pools."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from hpcdl.train.ranks import RankInfo
+
+
+def load_plan(path: str | None) -> dict | None:
+    if not path:
+        return None
+    return json.loads(Path(path).read_text())
+
+
+def apply_plan(plan: dict | None, me: RankInfo) -> dict:
+    """Set this rank's environment and CPU affinity from the plan; return what was applied."""
+    if plan is None:
+        return {}
+    placement = next((r for r in plan["ranks"] if r["rank"] == me.rank), None)
+    if placement is None:
+        placement = next(r for r in plan["ranks"] if r["local_rank"] == me.local_rank % plan["ranks_per_node"])
+    for name, value in {**plan["env"], **placement["env"]}.items():
+        os.environ.setdefault(name, value)
+    os.environ["OMP_NUM_THREADS"] = str(placement["omp_num_threads"])
+    cpus = set(placement["cpus"])
+    applied = {"cpus": sorted(cpus), "omp_num_threads": placement["omp_num_threads"]}
+    if hasattr(os, "sched_setaffinity"):
+        available = os.sched_getaffinity(0)
+        if cpus and cpus <= set(range(os.cpu_count() or 0)):
+            if available != cpus:
+                os.sched_setaffinity(0, cpus)
+            applied["bound"] = True
+        else:
+            applied["bound"] = False  # the plan is for another machine: leave the launcher's mask
+    return applied

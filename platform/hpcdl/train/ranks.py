@@ -1,0 +1,39 @@
+"""Who am I? Rank, world size and local rank from whichever launcher started this process."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    launcher: str
+
+
+# (launcher, rank var, size var, local-rank var), in the order they are trusted: explicit
+# torchrun/hpcdl variables first, then MPI libraries (which are set per process), then the
+# resource manager (srun sets SLURM_* also around an mpirun it did not start itself).
+_SOURCES = (
+    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+    ("jsrun", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK"),
+    ("mvapich2", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK"),
+    ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    ("aprun", "ALPS_APP_PE", "HPCDL_WORLD_SIZE", "HPCDL_LOCAL_RANK"),
+    ("pmix", "PMIX_RANK", "HPCDL_WORLD_SIZE", "HPCDL_LOCAL_RANK"),
+)
+
+
+def rank_info(environ: dict[str, str] | None = None) -> RankInfo:
+    env = os.environ if environ is None else environ
+    for launcher, rank_var, size_var, local_var in _SOURCES:
+        if rank_var in env and size_var in env:
+            rank, size = int(env[rank_var]), int(env[size_var])
+            local = int(env.get(local_var, env.get("HPCDL_LOCAL_RANK", rank)))
+            return RankInfo(rank, size, local, launcher)
+    return RankInfo(0, 1, 0, "none")

@@ -1,0 +1,51 @@
+"""Shared test helpers. Real tools, never mocks: a missing tool fails in CI, never skips quietly."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = ROOT / "recipes"
+
+
+def require_tool(name: str) -> str:
+    """Path of a tool the test needs. Missing: a failure in CI (CI=true), a skip elsewhere."""
+    path = shutil.which(name)
+    if path:
+        return path
+    message = f"{name} is not installed (make test installs it: tools/ensure-apt.sh)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def hpcdl(*args: str, check: bool = False, env: dict | None = None, cwd=None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the real command line in a fresh process."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpcdl", *map(str, args)], capture_output=True, text=True,
+        env={**os.environ, **(env or {})}, cwd=cwd, timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"hpcdl {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def shellcheck(path: Path) -> None:
+    exe = require_tool("shellcheck")
+    proc = subprocess.run([exe, "-s", "bash", "-S", "style", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, f"shellcheck {path}:\n{proc.stdout}{proc.stderr}"
+    proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, f"bash -n {path}:\n{proc.stderr}"
+
+
+@pytest.fixture
+def isolated_jobs(tmp_path, monkeypatch):
+    """Local executor state and user site folder inside the test's own tmp folder."""
+    monkeypatch.setenv("HPCDL_LOCAL_JOBS", str(tmp_path / "local-jobs"))
+    return tmp_path

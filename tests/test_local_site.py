@@ -1,0 +1,57 @@
+"""The `local` site is this node, detected; its plan puts one rank on each core."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import yaml
+
+from conftest import hpcdl
+from hpcdl.plan import JobRequest, make_plan
+from hpcdl.sites import load_site
+from hpcdl.sites.detect import detect_local_site
+
+
+def test_detected_node_matches_lscpu_and_meminfo():
+    node = detect_local_site().node_kinds["node"]
+    assert node.sockets * node.cores_per_socket * node.threads_per_core == os.cpu_count()
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    sockets = int(next(line.split(":")[1] for line in lscpu.splitlines() if line.startswith("Socket(s)")))
+    assert node.sockets == sockets
+    assert node.memory_gb > 0.5
+    assert node.gpus == () or all(g.model for g in node.gpus)
+
+
+def test_sites_detect_prints_a_profile_that_loads_back(tmp_path):
+    text = hpcdl("sites", "detect", check=True).stdout
+    data = yaml.safe_load(text)
+    assert data["name"] == "local" and data["scheduler"] == "local"
+    path = tmp_path / "sites" / "mybox.yaml"
+    path.parent.mkdir()
+    path.write_text(text.replace("name: local", "name: mybox"))
+    listed = hpcdl("sites", env={"HPCDL_SITE_PATH": str(path.parent)}, check=True).stdout
+    assert "mybox" in listed
+
+
+def test_local_plan_gives_each_core_its_own_rank_with_one_thread():
+    site = load_site("local")
+    node = site.node_kinds["node"]
+    plan = make_plan(site, JobRequest())
+    if node.cores == 2:  # this machine: the issue's own example
+        assert plan.ranks_per_node == 2
+        assert [r.cores for r in plan.ranks] == [(0,), (1,)]
+        assert all(r.omp_num_threads == 1 for r in plan.ranks)
+    cores = [c for r in plan.ranks for c in r.cores]
+    assert len(cores) == len(set(cores)), "no core shared by two ranks"
+    assert plan.env["OMP_NUM_THREADS"] == str(plan.threads_per_rank)
+
+
+def test_plan_json_has_the_documented_fields():
+    import json
+
+    data = json.loads(hpcdl("plan", "--site", "local", "--json", check=True).stdout)
+    for key in ("env", "launcher_argv", "ranks"):
+        assert key in data
+    for rank in data["ranks"]:
+        assert set(rank) >= {"rank", "node", "local_rank", "socket", "cores", "gpus", "nic", "omp_num_threads"}
