@@ -57,11 +57,17 @@ def test_hpcdl_launch_stops_all_ranks_when_one_dies(tmp_path):
     assert "rank 1 exited with status 3" in proc.stderr
 
 
-def test_hpcdl_launch_gives_each_rank_its_number():
-    program = "import os; print(os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['LOCAL_RANK'])"
+def test_hpcdl_launch_gives_each_rank_its_number(tmp_path):
+    # each rank writes its own file: two processes printing to one pipe may interleave
+    program = (
+        "import os, pathlib\n"
+        "e = os.environ\n"
+        f"pathlib.Path({str(tmp_path)!r}, 'rank' + e['RANK']).write_text(' '.join((e['RANK'], e['WORLD_SIZE'], e['LOCAL_RANK'])))\n"
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "hpcdl", "launch", "-n", "2", "--", sys.executable, "-c", program],
         capture_output=True, text=True, timeout=60,
     )
-    assert proc.returncode == 0
-    assert sorted(proc.stdout.split("\n")[:2]) == ["0 2 0", "1 2 1"]
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "rank0").read_text() == "0 2 0"
+    assert (tmp_path / "rank1").read_text() == "1 2 1"
