@@ -45,7 +45,7 @@ def test_summit_pytorch_runs_in_the_volta_image_with_nv_and_one_rank_of_cpu_tuni
     assert fm.image == f"{DEFAULT_PREFIX}/images/volta-cuda.sif"
     python = next(w for w in fm.wrappers if w.command == "python")
     assert python.argv[:3] == ("apptainer", "exec", "--nv")
-    assert python.binds == (("--bind", "/gpfs/alpine"), ("--bind", "/mnt/bb/$USER"))
+    assert python.binds == (("--bind", "/gpfs/alpine", "/gpfs/alpine"), ("--bind", "/mnt/bb/$USER", "/mnt/bb/$USER"))
     # the planner's one rank on a Summit node: 21 of socket 0's 22 cores (one left to the OS)
     assert fm.module.env["OMP_NUM_THREADS"] == "21"
     assert "KMP_AFFINITY" not in fm.module.env, "POWER9 has no Intel OpenMP runtime settings"
@@ -215,3 +215,25 @@ def test_cli_bad_input_is_one_line_exit_2_and_no_files(tmp_path, args, words):
     for word in words:
         assert word in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_gpu_site_without_a_fitting_image_gets_only_the_hpcdl_module(tmp_path, monkeypatch):
+    # A100 (sm_80): hopper-cuda is built for sm_90, so no image fits until the profile names one
+    text = (FIXTURE_SITES / "summit.yaml").read_text().replace("Tesla V100-SXM2-16GB", "NVIDIA A100-SXM4-40GB")
+    (tmp_path / "summit.yaml").write_text(text.replace("  image: volta-cuda\n", ""))
+    monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
+    modules = site_modules(load_site("summit"))
+    assert modules.frameworks == ()
+    assert "set defaults.image" in modules.hpcdl.help
+    assert [f.relpath for f in render_site(load_site("summit"))] == ["hpcdl/0.1.0.lua"]
+
+
+@pytest.mark.parametrize("runtime, flag, value", [("podman-hpc", "--volume", "/scratch:/scratch"), ("charliecloud", "-b", "/scratch:/scratch")])
+def test_volume_style_binds_test_the_folder_and_pass_the_runtimes_own_form(tmp_path, monkeypatch, runtime, flag, value):
+    text = (FIXTURE_SITES / "summit.yaml").read_text().replace("runtime: apptainer", f"runtime: {runtime}")
+    (tmp_path / "summit.yaml").write_text(text.replace("scratch: /gpfs/alpine", "scratch: /scratch"))
+    monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
+    python = next(f for f in render_site(load_site("summit")) if f.relpath == "wrappers/pytorch-2.13.0/python")
+    assert f'if [ -d "/scratch" ]; then binds+=({flag} "{value}"); fi' in python.text
+    write_tree([python], tmp_path / "tree")
+    shellcheck(tmp_path / "tree" / python.relpath)

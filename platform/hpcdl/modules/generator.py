@@ -84,13 +84,16 @@ def site_modules(site: Site, prefix: str = DEFAULT_PREFIX, images: ImageFramewor
     images = images or frameworks_for_site(site)
     frameworks = tuple(
         _framework_module(site, prefix, images, framework, version)
-        for framework, version in images.frameworks.items()
+        for framework, version in (images.frameworks.items() if images else ())
     )
-    return SiteModules(site=site.name, runtime=site.runtime, prefix=prefix, hpcdl=_hpcdl_module(site, prefix), frameworks=frameworks)
+    hpcdl = _hpcdl_module(site, prefix, has_frameworks=bool(frameworks))
+    return SiteModules(site=site.name, runtime=site.runtime, prefix=prefix, hpcdl=hpcdl, frameworks=frameworks)
 
 
-def _hpcdl_module(site: Site, prefix: str) -> ModuleSpec:
+def _hpcdl_module(site: Site, prefix: str, has_frameworks: bool = True) -> ModuleSpec:
     init = f"\nIn batch jobs, make `module` exist first: source {site.modules.init}" if site.modules.init else ""
+    if not has_frameworks:
+        init += f"\nNo framework image is built for {site.name} yet: set defaults.image in its profile."
     help_text = (
         f"hpcdl {__version__}: deep learning on {site.name} (site profiles, rank placement, job scripts,\n"
         f"container images, a distributed trainer and validation jobs).\n"
@@ -168,7 +171,7 @@ def _import_name(framework: str) -> str:
     return {"pytorch": "torch", "mxnet": "mxnet", "tensorflow": "tensorflow"}.get(framework, framework)
 
 
-def container_argv(site: Site) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+def container_argv(site: Site) -> tuple[tuple[str, ...], tuple[tuple[str, str, str], ...]]:
     """The runtime registry's argv for one rank on one node, split into the fixed part (with
     IMAGE_SLOT for the image) and the binds.
 
@@ -183,7 +186,7 @@ def container_argv(site: Site) -> tuple[tuple[str, ...], tuple[tuple[str, str], 
     for path in runtime.binds(site):
         for i in range(1, len(argv)):
             if argv[i] in (path, f"{path}:{path}"):
-                binds.append((argv[i - 1], argv[i]))
+                binds.append((argv[i - 1], argv[i], path))
                 del argv[i - 1 : i + 1]
                 first = i - 1 if first is None else min(first, i - 1)
                 break

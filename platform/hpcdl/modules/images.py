@@ -35,27 +35,33 @@ IMAGES: dict[str, ImageFrameworks] = {
 NATIVE = ImageFrameworks("native", {"pytorch": "2.13.0", "tensorflow": "2.21.0"})
 
 
-def image_name_for_site(site: Site) -> str:
-    """defaults.image (a name, or a path whose stem is the name); else chosen from the hardware."""
+def image_name_for_site(site: Site) -> str | None:
+    """defaults.image (a name, or a path whose stem is the name); else chosen from the hardware;
+    None when no image is built for it (e.g. AMD GPUs, or A100s: hopper-cuda is built for sm_90)."""
     if site.defaults.image:
         return PurePosixPath(site.defaults.image).name.split(".")[0]
     _, node = site.node_kind()
-    # Without a named image: KNL/Xeon CPUs get the oneDNN image; GPU nodes the CUDA image
-    # built for their architecture (CUDA 13 dropped Volta, so V100 nodes need volta-cuda).
+    # KNL/Xeon CPUs: the oneDNN image. GPUs: the CUDA image built for their architecture
+    # (CUDA 13 dropped Volta, sm_70, so V100 nodes need volta-cuda on CUDA 12).
     if not node.gpus:
         return "knl-mkldnn"
     model = node.gpus[0].model.upper()
-    if node.gpus[0].vendor == "nvidia" and ("V100" in model or "VOLTA" in model):
+    if node.gpus[0].vendor != "nvidia":
+        return None
+    if "V100" in model or "VOLTA" in model:
         return "volta-cuda"
-    if node.gpus[0].vendor == "nvidia":
+    if any(h in model for h in ("H100", "H200", "GH200", "HOPPER")):
         return "hopper-cuda"
-    raise HpcdlError(f"defaults.image: site {site.name!r} has {node.gpus[0].vendor} GPUs; name the image to wrap")
+    return None
 
 
-def frameworks_for_site(site: Site) -> ImageFrameworks:
+def frameworks_for_site(site: Site) -> ImageFrameworks | None:
+    """What the site's framework modules wrap; None: no image fits, so only `hpcdl` is rendered."""
     if site.runtime == "none":
         return NATIVE
     name = image_name_for_site(site)
+    if name is None:
+        return None
     if name not in IMAGES:
         raise HpcdlError(f"defaults.image: {name!r} (site {site.name!r}) is not one of {', '.join(sorted(IMAGES))}")
     return IMAGES[name]

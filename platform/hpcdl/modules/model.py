@@ -37,12 +37,13 @@ class Wrapper:
     """One wrapper script: `command` run inside the image (or from the native prefix).
 
     argv: the whole command line, with IMAGE_SLOT where the image goes and BINDS_SLOT where the
-    binds were; binds: (flag, path) pairs, each added only when the path exists on the node.
+    binds were; binds: (flag, value, path), e.g. ("--volume", "/tmp:/tmp", "/tmp"), each added
+    only when its path exists on the node.
     """
 
     command: str
     argv: tuple[str, ...]
-    binds: tuple[tuple[str, str], ...] = ()
+    binds: tuple[tuple[str, str, str], ...] = ()
     native: bool = False
 
 
