@@ -182,6 +182,20 @@ def test_make_modulefiles_renders_the_shipped_sites_with_the_placeholder_prefix(
     assert "modulefiles render --shipped --prefix /opt/hpcdl" in makefile
 
 
+def test_shipped_renders_every_shipped_profile_and_leaves_out_the_detected_local(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import hpcdl.sites.registry
+    from hpcdl.cli import app
+
+    monkeypatch.delenv("HPCDL_SITE_PATH")
+    monkeypatch.setattr(hpcdl.sites.registry, "USER_DIR", tmp_path / "no-user-sites")
+    monkeypatch.setattr(hpcdl.sites.registry, "SHIPPED", FIXTURE_SITES)  # as if these shipped
+    result = CliRunner().invoke(app, ["modulefiles", "render", "--shipped", "--prefix", "/opt/hpcdl", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["stampede2-knl", "summit"]
+
+
 # --- the command line -------------------------------------------------------------------------
 
 def test_cli_renders_a_site_tree_with_the_given_prefix(tmp_path):

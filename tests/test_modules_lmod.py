@@ -195,3 +195,11 @@ def test_loading_tensorflow_swaps_out_pytorch_so_one_python_is_on_path(tmp_path)
     assert proc.stdout.strip() == str(node.tree / node.framework("tensorflow").wrappers_dir / "python")
     assert 'replacing "pytorch/2.13.0" with "tensorflow/2.21.0"' in proc.stderr
     assert (tmp_path / "list.txt").read_text().split() == ["tensorflow/2.21.0"]
+
+
+def test_two_hpcdl_versions_are_never_loaded_together(tmp_path):
+    node = LoginNode("summit", tmp_path)
+    newer = node.tree / "hpcdl" / "0.2.0.lua"
+    newer.write_text((node.tree / "hpcdl" / "0.1.0.lua").read_text())
+    run_bash(node.module_use() + "module load hpcdl/0.1.0\nmodule load hpcdl/0.2.0\nmodule -t list 2> list.txt\n", node.env, tmp_path)
+    assert (tmp_path / "list.txt").read_text().split() == ["hpcdl/0.2.0"]

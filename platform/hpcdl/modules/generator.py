@@ -7,6 +7,7 @@ runtime registry, so a module and a job script on the same site never disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from hpcdl import __version__
 from hpcdl.modules.images import ImageFrameworks, frameworks_for_site
@@ -57,9 +58,7 @@ def shipped_site_names() -> list[str]:
     return [name for name, origin in list_sites().items() if _is_under(origin, shipped)]
 
 
-def _is_under(origin: str, folder) -> bool:
-    from pathlib import Path
-
+def _is_under(origin: str, folder: Path) -> bool:
     try:
         return Path(origin).resolve().is_relative_to(folder)
     except (OSError, ValueError):

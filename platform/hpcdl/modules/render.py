@@ -66,13 +66,13 @@ def _escape_in_double_quotes(text: str) -> str:
 
 def wrapper_line(w: Wrapper) -> str:
     words = []
-    for word in w.argv:
+    for i, word in enumerate(w.argv):
         if word == BINDS_SLOT:
             # empty-array-safe expansion: bash before 4.4 calls "${a[@]}" of an empty array unbound
             words.append('${binds[@]+"${binds[@]}"}')
         elif IMAGE_SLOT in word:
             words.append(sh_expanding(word.replace(IMAGE_SLOT, "${image}")))
-        elif w.native and word is w.argv[0]:
+        elif w.native and i == 0:  # the prefix may hold $HOME and the like
             words.append(sh_expanding(word))
         else:
             words.append(quote(word))
