@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, hpcdl, require_tool, shellcheck
 from hpcdl.errors import HpcdlError
 from hpcdl.modules import DEFAULT_PREFIX, ImageFrameworks, render_site, site_modules, write_tree
-from hpcdl.modules.generator import shipped_site_names
+from hpcdl.modules.shipped import shipped_site_names
 from hpcdl.modules.render import lua_long_string, sh_expanding
 from hpcdl.sites import load_site
 

@@ -11,7 +11,7 @@ import typer
 from hpcdl.cli import app
 from hpcdl.errors import HpcdlError
 from hpcdl.modules import DEFAULT_PREFIX, render_site, write_tree
-from hpcdl.modules.generator import shipped_site_names
+from hpcdl.modules.shipped import shipped_site_names
 from hpcdl.sites import load_site
 
 modulefiles_app = typer.Typer(help="Lmod modulefiles: `module load hpcdl` and framework modules for a site.")

@@ -7,7 +7,6 @@ runtime registry, so a module and a job script on the same site never disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from hpcdl import __version__
 from hpcdl.modules.images import ImageFrameworks, frameworks_for_site
@@ -46,23 +45,6 @@ class SiteModules:
     prefix: str
     hpcdl: ModuleSpec
     frameworks: tuple[FrameworkModule, ...]
-
-
-def shipped_site_names() -> list[str]:
-    """The sites whose profiles ship with hpcdl: the checked-in modulefiles/ holds exactly these.
-    `local` is left out unless a profile ships for it: detected, it describes whatever machine
-    renders it, so its modules are rendered where they are installed."""
-    from hpcdl.sites.registry import SHIPPED, list_sites
-
-    shipped = SHIPPED.resolve()
-    return [name for name, origin in list_sites().items() if _is_under(origin, shipped)]
-
-
-def _is_under(origin: str, folder: Path) -> bool:
-    try:
-        return Path(origin).resolve().is_relative_to(folder)
-    except (OSError, ValueError):
-        return False
 
 
 def image_dir(site: Site, prefix: str) -> str:
