@@ -251,3 +251,13 @@ def test_volume_style_binds_test_the_folder_and_pass_the_runtimes_own_form(tmp_p
     assert f'if [ -d "/scratch" ]; then binds+=({flag} "{value}"); fi' in python.text
     write_tree([python], tmp_path / "tree")
     shellcheck(tmp_path / "tree" / python.relpath)
+
+
+def test_amd_gpu_sites_get_rocm_from_the_runtime_registry(tmp_path, monkeypatch):
+    text = (FIXTURE_SITES / "summit.yaml").read_text().replace("{model: Tesla V100-SXM2-16GB,", "{model: AMD MI250X GCD, vendor: amd,")
+    (tmp_path / "summit.yaml").write_text(text)
+    monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
+    modules = site_modules(load_site("summit"), images=ImageFrameworks("rocm-test", {"pytorch": "2.13.0"}))
+    python = framework(modules, "pytorch").wrappers[0]
+    assert python.argv[:3] == ("apptainer", "exec", "--rocm")
+    assert framework(modules, "pytorch").image == f"{DEFAULT_PREFIX}/images/rocm-test.sif"
