@@ -44,5 +44,14 @@ test: setup
 bench: setup
 	$(PY) -m hpcdl.bench --out docs/performance.md
 
+# One folder per shipped site profile; rendered aside first so a broken profile changes nothing.
+# /opt/hpcdl is a placeholder prefix, so the checked-in files do not depend on this machine.
+modulefiles: $(STAMPS)/venv
+	rm -rf $(STAMPS)/modulefiles.new && mkdir -p $(STAMPS)/modulefiles.new
+	$(VENV)/bin/hpcdl modulefiles render --shipped --prefix /opt/hpcdl --out $(STAMPS)/modulefiles.new
+	find modulefiles -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+	cp -R $(STAMPS)/modulefiles.new/. modulefiles/
+	rm -rf $(STAMPS)/modulefiles.new
+
 clean:
 	rm -rf $(STAMPS) runs build *.egg-info

@@ -17,7 +17,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-from hpcdl.cli import jobs, sites, training  # noqa: E402,F401  (registers the verbs)
+from hpcdl.cli import jobs, modules, sites, training  # noqa: E402,F401  (registers the verbs)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,41 @@
+"""hpcdl modulefiles render: Lmod modulefiles and wrapper scripts for a site."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from hpcdl.cli import app
+from hpcdl.errors import HpcdlError
+from hpcdl.modules import DEFAULT_PREFIX, render_site, write_tree
+from hpcdl.modules.shipped import shipped_site_names
+from hpcdl.sites import load_site
+
+modulefiles_app = typer.Typer(help="Lmod modulefiles: `module load hpcdl` and framework modules for a site.")
+app.add_typer(modulefiles_app, name="modulefiles")
+
+
+@modulefiles_app.command("render")
+def modulefiles_render(
+    site: Optional[str] = typer.Option(None, "--site", "-s", help="site profile name (see `hpcdl sites`)"),
+    shipped: bool = typer.Option(False, "--shipped", help="every site profile shipped with hpcdl (what `make modulefiles` checks in)"),
+    out: Path = typer.Option(Path("modulefiles"), "--out", "-o", help="writes OUT/<site>/, the folder for `module use`"),
+    prefix: Optional[str] = typer.Option(
+        None, "--prefix", help=f"where hpcdl (and, for runtime none, the frameworks) is installed [env HPCDL_PREFIX, else {DEFAULT_PREFIX}]"
+    ),
+) -> None:
+    """Write hpcdl/<version>.lua, <framework>/<version>.lua and wrappers/ for a site."""
+    if shipped == (site is not None):
+        raise HpcdlError("give either --site NAME or --shipped")
+    prefix = prefix or os.environ.get("HPCDL_PREFIX") or DEFAULT_PREFIX
+    if not prefix.startswith("/"):
+        raise HpcdlError(f"--prefix: {prefix!r} must be an absolute path (modulefiles are read from any directory)")
+    names = shipped_site_names() if shipped else [site]
+    # render everything first, so a broken profile leaves no half-written tree behind
+    rendered = {name: render_site(load_site(name), prefix) for name in names}
+    for name, files in rendered.items():
+        write_tree(files, out / name)
+        typer.echo(f"wrote {len(files)} files to {out / name}/  (module use {(out / name).resolve()})")

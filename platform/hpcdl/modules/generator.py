@@ -1,0 +1,177 @@
+"""site (+ install prefix + image table) -> the modules and wrapper scripts for that site, as data.
+
+Pure: no I/O. The single-rank CPU tuning comes from the planner, the container argv from the
+runtime registry, so a module and a job script on the same site never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpcdl import __version__
+from hpcdl.modules.images import ImageFrameworks, frameworks_for_site
+from hpcdl.modules.model import BINDS_SLOT, IMAGE_SLOT, ModulePath, ModuleSpec, Wrapper
+from hpcdl.plan import JobRequest, make_plan
+from hpcdl.runtimes import runtime_for
+from hpcdl.sites.schema import Site
+
+DEFAULT_PREFIX = "/opt/hpcdl"
+
+# The settings a framework module exports for one process on a login or compute node: what the
+# planner gives one rank alone on a node (Intel OpenMP on KNL/Xeon: KMP_AFFINITY, KMP_BLOCKTIME).
+CPU_TUNING = ("OMP_NUM_THREADS", "KMP_AFFINITY", "KMP_BLOCKTIME")
+
+FRAMEWORK_TITLES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}
+# torchrun is PyTorch's own launcher; the others start with python (and hpcdl's trainer).
+FRAMEWORK_COMMANDS = {"pytorch": ("python", "hpcdl", "torchrun"), "tensorflow": ("python", "hpcdl"), "mxnet": ("python", "hpcdl")}
+
+# How each runtime names an image: a file in the image folder, or a registry tag.
+IMAGE_FILE_SUFFIX = {"apptainer": ".sif", "singularity": ".sif", "charliecloud": ".sqfs"}
+
+
+@dataclass(frozen=True)
+class FrameworkModule:
+    module: ModuleSpec
+    wrappers_dir: str  # relative to the module tree
+    wrappers: tuple[Wrapper, ...]
+    image: str | None  # the image reference; None for a native install
+    image_name: str  # e.g. volta-cuda; "native" for a native install
+
+
+@dataclass(frozen=True)
+class SiteModules:
+    site: str
+    runtime: str
+    prefix: str
+    hpcdl: ModuleSpec
+    frameworks: tuple[FrameworkModule, ...]
+
+
+def image_dir(site: Site, prefix: str) -> str:
+    return site.defaults.image_dir or f"{prefix.rstrip('/')}/images"
+
+
+def image_reference(site: Site, prefix: str, image_name: str) -> str:
+    if site.defaults.image and "/" in site.defaults.image:
+        return site.defaults.image  # a full path in the profile wins
+    suffix = IMAGE_FILE_SUFFIX.get(site.runtime)
+    if suffix is None:  # shifter, podman-hpc: the image is a registry tag the centre pulled
+        return f"hpcdl/{image_name}:latest"
+    return f"{image_dir(site, prefix)}/{image_name}{suffix}"
+
+
+def site_modules(site: Site, prefix: str = DEFAULT_PREFIX, images: ImageFrameworks | None = None) -> SiteModules:
+    prefix = prefix.rstrip("/") or "/"
+    images = images or frameworks_for_site(site)
+    frameworks = tuple(
+        _framework_module(site, prefix, images, framework, version)
+        for framework, version in (images.frameworks.items() if images else ())
+    )
+    hpcdl = _hpcdl_module(site, prefix, has_frameworks=bool(frameworks))
+    return SiteModules(site=site.name, runtime=site.runtime, prefix=prefix, hpcdl=hpcdl, frameworks=frameworks)
+
+
+def _hpcdl_module(site: Site, prefix: str, has_frameworks: bool = True) -> ModuleSpec:
+    init = f"\nIn batch jobs, make `module` exist first: source {site.modules.init}" if site.modules.init else ""
+    if not has_frameworks:
+        init += f"\nNo framework image is built for {site.name} yet: set defaults.image in its profile."
+    help_text = (
+        f"hpcdl {__version__}: deep learning on {site.name} (site profiles, rank placement, job scripts,\n"
+        f"container images, a distributed trainer and validation jobs).\n"
+        f"\n"
+        f"First try:  hpcdl plan --site {site.name}      (the node map of a one-node job)\n"
+        f"Then:       hpcdl sites show {site.name}; module avail pytorch tensorflow mxnet{init}"
+    )
+    return ModuleSpec(
+        name="hpcdl",
+        version=__version__,
+        description=f"hpcdl {__version__}: deep learning platform for {site.name}",
+        help=help_text,
+        family="hpcdl",
+        paths=(
+            ModulePath("PATH", f"{prefix}/bin"),
+            # a centre's own or corrected profiles, found before the ones shipped in the package
+            ModulePath("HPCDL_SITE_PATH", f"{prefix}/sites"),
+        ),
+        env={"HPCDL_SITE": site.name, "HPCDL_IMAGE_DIR": image_dir(site, prefix)},
+    )
+
+
+def single_rank_tuning(site: Site, framework: str) -> dict[str, str]:
+    plan = make_plan(site, JobRequest(nodes=1, ranks_per_node=1, framework=framework))
+    return {k: plan.env[k] for k in CPU_TUNING if k in plan.env}
+
+
+def _framework_module(site: Site, prefix: str, images: ImageFrameworks, framework: str, version: str) -> FrameworkModule:
+    title = FRAMEWORK_TITLES.get(framework, framework)
+    commands = FRAMEWORK_COMMANDS.get(framework, ("python", "hpcdl"))
+    wrappers_dir = f"wrappers/{framework}-{version}"
+    env = {"HPCDL_FRAMEWORK": framework, **single_rank_tuning(site, framework)}
+    if site.runtime == "none":
+        image = None
+        where = f"installed natively in {prefix}"
+        wrappers = tuple(Wrapper(command=c, argv=(f"{prefix}/bin/{c}",), native=True) for c in commands)
+    else:
+        image = image_reference(site, prefix, images.name)
+        where = f"in the {images.name} image, run with {site.runtime}"
+        env["HPCDL_IMAGE"] = image
+        argv, binds = container_argv(site)
+        wrappers = tuple(Wrapper(command=c, argv=(*argv, c), binds=binds) for c in commands)
+    depends = (site.modules.runtime,) if site.modules.runtime and site.runtime != "none" else ()
+    help_text = (
+        f"{title} {version} on {site.name}, {where}.\n"
+        f"\n"
+        f"Puts wrapper scripts first on PATH: {', '.join(commands)}. Each is a script, not a shell\n"
+        f"function, so srun, jsrun, ibrun and mpirun can start it on every node.\n"
+        + (
+            f"Each runs its command inside the image with {site.runtime}, binding the scratch and\n"
+            f"node-local folders that exist on the node. HPCDL_IMAGE names the image; set it to use another.\n"
+            if image
+            else ""
+        )
+        + f"\nOMP_NUM_THREADS and friends are the planner's settings for one process per node;\n"
+        f"job scripts from `hpcdl render` set them per rank.\n"
+        f"\n"
+        f"First try:  python -c 'import {_import_name(framework)}'"
+    )
+    module = ModuleSpec(
+        name=framework,
+        version=version,
+        description=f"{title} {version} for {site.name} ({where})",
+        help=help_text,
+        # all framework modules put their own `python` on PATH, so only one is loaded at a time
+        family="hpcdl_framework",
+        depends_on=depends,
+        paths=(ModulePath("PATH", wrappers_dir, in_tree=True),),
+        env=env,
+    )
+    return FrameworkModule(module=module, wrappers_dir=wrappers_dir, wrappers=wrappers, image=image, image_name=images.name)
+
+
+def _import_name(framework: str) -> str:
+    return {"pytorch": "torch", "mxnet": "mxnet", "tensorflow": "tensorflow"}.get(framework, framework)
+
+
+def container_argv(site: Site) -> tuple[tuple[str, ...], tuple[tuple[str, str, str], ...]]:
+    """The runtime registry's argv for one rank on one node, split into the fixed part (with
+    IMAGE_SLOT for the image) and the binds.
+
+    The binds come out because a wrapper adds each only where its folder exists: /mnt/bb/$USER
+    on Summit exists only inside jobs that asked for the NVMe, and apptainer refuses to start
+    with a missing bind source, which would break `python` on a login node.
+    """
+    plan = make_plan(site, JobRequest(nodes=1, ranks_per_node=1))
+    runtime = runtime_for(site.runtime)
+    argv = list(runtime.command(plan, site, IMAGE_SLOT))
+    binds, first = [], None
+    for path in runtime.binds(site):
+        for i in range(1, len(argv)):
+            if argv[i] in (path, f"{path}:{path}"):
+                binds.append((argv[i - 1], argv[i], path))
+                del argv[i - 1 : i + 1]
+                first = i - 1 if first is None else min(first, i - 1)
+                break
+    if first is not None:
+        argv.insert(first, BINDS_SLOT)
+    return tuple(argv), tuple(binds)
+

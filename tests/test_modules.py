@@ -1,0 +1,263 @@
+"""Modulefiles and wrappers as generated: what they set, the wrappers' command lines (golden
+files, shellcheck), luac lint, the CLI, and the checked-in modulefiles/ equal to the generator."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, hpcdl, require_tool, shellcheck
+from hpcdl.errors import HpcdlError
+from hpcdl.modules import DEFAULT_PREFIX, ImageFrameworks, render_site, site_modules, write_tree
+from hpcdl.modules.shipped import shipped_site_names
+from hpcdl.modules.render import lua_long_string, sh_expanding
+from hpcdl.sites import load_site
+
+FIXTURE_SITES = ROOT / "tests" / "fixtures" / "sites"
+GOLDEN = ROOT / "tests" / "golden" / "modules"
+CONTAINER_SITES = ("summit", "stampede2-knl")
+
+
+@pytest.fixture(autouse=True)
+def fixture_sites(monkeypatch):
+    monkeypatch.setenv("HPCDL_SITE_PATH", str(FIXTURE_SITES))
+
+
+def framework(modules, name):
+    return next(fm for fm in modules.frameworks if fm.module.name == name)
+
+
+def test_hpcdl_module_names_the_site_and_puts_the_prefix_on_path():
+    m = site_modules(load_site("summit"), "/sw/hpcdl").hpcdl
+    assert m.relpath == "hpcdl/0.1.0.lua"
+    assert m.env == {"HPCDL_SITE": "summit", "HPCDL_IMAGE_DIR": "/sw/hpcdl/images"}
+    assert [(p.variable, p.path) for p in m.paths] == [("PATH", "/sw/hpcdl/bin"), ("HPCDL_SITE_PATH", "/sw/hpcdl/sites")]
+    assert m.family == "hpcdl", "two hpcdl versions are never loaded together"
+    assert "hpcdl plan --site summit" in m.help
+
+
+def test_summit_pytorch_runs_in_the_volta_image_with_nv_and_one_rank_of_cpu_tuning():
+    fm = framework(site_modules(load_site("summit")), "pytorch")
+    assert fm.image == f"{DEFAULT_PREFIX}/images/volta-cuda.sif"
+    python = next(w for w in fm.wrappers if w.command == "python")
+    assert python.argv[:3] == ("apptainer", "exec", "--nv")
+    assert python.binds == (("--bind", "/gpfs/alpine", "/gpfs/alpine"), ("--bind", "/mnt/bb/$USER", "/mnt/bb/$USER"))
+    # the planner's one rank on a Summit node: 21 of socket 0's 22 cores (one left to the OS)
+    assert fm.module.env["OMP_NUM_THREADS"] == "21"
+    assert "KMP_AFFINITY" not in fm.module.env, "POWER9 has no Intel OpenMP runtime settings"
+    assert {w.command for w in fm.wrappers} == {"python", "hpcdl", "torchrun"}
+
+
+def test_stampede2_knl_modules_load_tacc_singularity_and_set_the_knl_openmp_defaults():
+    modules = site_modules(load_site("stampede2-knl"))
+    assert [fm.module.name for fm in modules.frameworks] == ["pytorch", "tensorflow", "mxnet"]
+    for fm in modules.frameworks:
+        assert fm.module.depends_on == ("tacc-singularity",)
+        # 64 of 68 cores as OpenMP threads, compact affinity, short block time (TACC KNL study)
+        assert fm.module.env["OMP_NUM_THREADS"] == "64"
+        assert fm.module.env["KMP_AFFINITY"] == "granularity=fine,compact,1,0"
+        assert fm.module.env["KMP_BLOCKTIME"] == "1"
+        assert fm.image == "/work/apps/hpcdl/images/knl-mkldnn.sif"
+        assert all("--nv" not in w.argv and "--rocm" not in w.argv for w in fm.wrappers), "no GPUs on KNL"
+    assert {w.command for w in framework(modules, "tensorflow").wrappers} == {"python", "hpcdl"}
+
+
+def test_a_native_site_wraps_the_programs_of_its_prefix():
+    modules = site_modules(load_site("local"), "/opt/x")
+    fm = framework(modules, "pytorch")
+    assert fm.image is None and "HPCDL_IMAGE" not in fm.module.env
+    assert [w.argv for w in fm.wrappers] == [("/opt/x/bin/python",), ("/opt/x/bin/hpcdl",), ("/opt/x/bin/torchrun",)]
+    assert fm.module.depends_on == ()
+
+
+def test_the_image_table_is_an_input_of_the_generator():
+    custom = ImageFrameworks("volta-cuda", {"pytorch": "2.99.0"})
+    modules = site_modules(load_site("summit"), images=custom)
+    assert [fm.module.relpath for fm in modules.frameworks] == ["pytorch/2.99.0.lua"]
+
+
+def test_an_unknown_image_names_the_field(tmp_path, monkeypatch):
+    text = (FIXTURE_SITES / "summit.yaml").read_text().replace("image: volta-cuda", "image: no-such-image")
+    (tmp_path / "summit.yaml").write_text(text)
+    monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
+    with pytest.raises(HpcdlError, match="defaults.image"):
+        site_modules(load_site("summit"))
+
+
+@pytest.mark.parametrize("site", CONTAINER_SITES)
+def test_container_wrappers_match_their_golden_file_and_pass_shellcheck(site, tmp_path):
+    files = render_site(load_site(site))
+    write_tree(files, tmp_path)
+    wrappers = [f for f in files if f.relpath.startswith("wrappers/")]
+    assert wrappers and all(f.executable for f in wrappers)
+    for f in wrappers:
+        path = tmp_path / f.relpath
+        assert path.stat().st_mode & stat.S_IXUSR
+        shellcheck(path)
+    text = "".join(f"==> {f.relpath} <==\n{f.text}" for f in wrappers)
+    golden = GOLDEN / f"{site}.wrappers.txt"
+    if os.environ.get("HPCDL_UPDATE_GOLDEN"):
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text)
+    assert text == golden.read_text(), f"{golden} differs; rerun with HPCDL_UPDATE_GOLDEN=1 and review the diff"
+
+
+def test_native_wrappers_pass_shellcheck(tmp_path):
+    files = render_site(load_site("local"), "/opt/hpcdl")
+    write_tree(files, tmp_path)
+    for f in files:
+        if f.executable:
+            shellcheck(tmp_path / f.relpath)
+
+
+def test_every_generated_modulefile_passes_the_lua_syntax_check(tmp_path):
+    luac = require_tool("luac5.3")
+    for site in (*CONTAINER_SITES, "local"):
+        write_tree(render_site(load_site(site)), tmp_path / site)
+    checked = sorted(tmp_path.rglob("*.lua")) + sorted((ROOT / "modulefiles").rglob("*.lua"))
+    assert len(checked) >= 3 + 4 + 3  # summit, stampede2-knl (with mxnet), local
+    for path in checked:
+        proc = subprocess.run([luac, "-p", str(path)], capture_output=True, text=True)
+        assert proc.returncode == 0, f"luac5.3 -p {path}: {proc.stderr}"
+
+
+def test_values_that_reach_lua_and_the_shell_cannot_break_out():
+    assert lua_long_string("a ]] b ]=] c") == "[==[\na ]] b ]=] c\n]==]"
+    assert sh_expanding("/mnt/bb/$USER") == '"/mnt/bb/$USER"'
+    assert sh_expanding("/x/`rm -rf ~`/$(id)/a\"b") == '"/x/\\`rm -rf ~\\`/\\$(id)/a\\"b"'
+    proc = subprocess.run(["bash", "-c", f"USER=ann; printf %s {sh_expanding('/bb/$USER/$(id)')}"], capture_output=True, text=True)
+    assert proc.stdout == "/bb/ann/$(id)"
+
+
+# --- the checked-in modulefiles/ ---------------------------------------------------------------
+
+def tree_differences(rendered: Path, checked_in: Path) -> list[str]:
+    """What differs between two module trees: missing, extra or changed files and exec bits."""
+    def files(root):
+        return {p.relative_to(root).as_posix(): p for p in root.rglob("*") if p.is_file()} if root.is_dir() else {}
+
+    want, have = files(rendered), files(checked_in)
+    problems = [f"missing {name}" for name in sorted(set(want) - set(have))]
+    problems += [f"extra {name}" for name in sorted(set(have) - set(want))]
+    for name in sorted(set(want) & set(have)):
+        if want[name].read_bytes() != have[name].read_bytes():
+            problems.append(f"changed {name}")
+        elif os.access(want[name], os.X_OK) != os.access(have[name], os.X_OK):
+            problems.append(f"exec bit {name}")
+    return problems
+
+
+def test_checked_in_modulefiles_equal_what_the_generator_produces_now(tmp_path, monkeypatch):
+    monkeypatch.delenv("HPCDL_SITE_PATH")
+    shipped = shipped_site_names()
+    checked_in = ROOT / "modulefiles"
+    assert sorted(p.name for p in checked_in.iterdir() if p.is_dir()) == sorted(shipped), (
+        "modulefiles/ holds one folder per shipped site: run `make modulefiles`"
+    )
+    for site in shipped:
+        write_tree(render_site(load_site(site), DEFAULT_PREFIX), tmp_path / site)
+        problems = tree_differences(tmp_path / site, checked_in / site)
+        assert not problems, f"modulefiles/{site} drifted from the generator ({problems}); run `make modulefiles`"
+
+
+def test_the_drift_check_catches_a_hand_edit_a_stale_file_and_a_lost_exec_bit(tmp_path):
+    write_tree(render_site(load_site("summit")), tmp_path / "want")
+    write_tree(render_site(load_site("summit")), tmp_path / "have")
+    assert tree_differences(tmp_path / "want", tmp_path / "have") == []
+    lua = tmp_path / "have" / "pytorch" / "2.13.0.lua"
+    lua.write_text(lua.read_text().replace('"21"', '"16"'))
+    (tmp_path / "have" / "pytorch" / "1.0.lua").write_text("-- stale\n")
+    (tmp_path / "have" / "wrappers" / "pytorch-2.13.0" / "python").chmod(0o644)
+    assert tree_differences(tmp_path / "want", tmp_path / "have") == [
+        "extra pytorch/1.0.lua", "changed pytorch/2.13.0.lua", "exec bit wrappers/pytorch-2.13.0/python",
+    ]
+
+
+def test_make_modulefiles_renders_the_shipped_sites_with_the_placeholder_prefix():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "modulefiles render --shipped --prefix /opt/hpcdl" in makefile
+
+
+def test_shipped_renders_every_shipped_profile_and_leaves_out_the_detected_local(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import hpcdl.sites.registry
+    from hpcdl.cli import app
+
+    monkeypatch.delenv("HPCDL_SITE_PATH")
+    monkeypatch.setattr(hpcdl.sites.registry, "USER_DIR", tmp_path / "no-user-sites")
+    monkeypatch.setattr(hpcdl.sites.registry, "SHIPPED", FIXTURE_SITES)  # as if these shipped
+    result = CliRunner().invoke(app, ["modulefiles", "render", "--shipped", "--prefix", "/opt/hpcdl", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["stampede2-knl", "summit"]
+
+
+# --- the command line -------------------------------------------------------------------------
+
+def test_cli_renders_a_site_tree_with_the_given_prefix(tmp_path):
+    env = {"HPCDL_SITE_PATH": str(FIXTURE_SITES)}
+    out = hpcdl("modulefiles", "render", "--site", "summit", "--out", tmp_path, "--prefix", "/sw/hpcdl", env=env, check=True).stdout
+    assert "module use" in out
+    tree = tmp_path / "summit"
+    assert (tree / "hpcdl" / "0.1.0.lua").read_text().count('"/sw/hpcdl/bin"') == 1
+    assert os.access(tree / "wrappers" / "pytorch-2.13.0" / "torchrun", os.X_OK)
+
+
+def test_cli_takes_the_prefix_from_hpcdl_prefix(tmp_path):
+    env = {"HPCDL_SITE_PATH": str(FIXTURE_SITES), "HPCDL_PREFIX": "/env/prefix"}
+    hpcdl("modulefiles", "render", "--site", "summit", "--out", tmp_path, env=env, check=True)
+    assert '"/env/prefix/bin"' in (tmp_path / "summit" / "hpcdl" / "0.1.0.lua").read_text()
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--site", "no-such-site"], ["unknown site", "no-such-site"]),
+        (["--site", "summit", "--prefix", "relative/dir"], ["--prefix", "absolute"]),
+        ([], ["--site", "--shipped"]),
+    ],
+)
+def test_cli_bad_input_is_one_line_exit_2_and_no_files(tmp_path, args, words):
+    proc = hpcdl("modulefiles", "render", *args, "--out", tmp_path / "out", env={"HPCDL_SITE_PATH": str(FIXTURE_SITES)})
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    for word in words:
+        assert word in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_gpu_site_without_a_fitting_image_gets_only_the_hpcdl_module(tmp_path, monkeypatch):
+    # A100 (sm_80): hopper-cuda is built for sm_90, so no image fits until the profile names one
+    text = (FIXTURE_SITES / "summit.yaml").read_text().replace("Tesla V100-SXM2-16GB", "NVIDIA A100-SXM4-40GB")
+    (tmp_path / "summit.yaml").write_text(text.replace("  image: volta-cuda\n", ""))
+    monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
+    modules = site_modules(load_site("summit"))
+    assert modules.frameworks == ()
+    assert "set defaults.image" in modules.hpcdl.help
+    assert [f.relpath for f in render_site(load_site("summit"))] == ["hpcdl/0.1.0.lua"]
+
+
+@pytest.mark.parametrize("runtime, flag, value", [("podman-hpc", "--volume", "/scratch:/scratch"), ("charliecloud", "-b", "/scratch:/scratch")])
+def test_volume_style_binds_test_the_folder_and_pass_the_runtimes_own_form(tmp_path, monkeypatch, runtime, flag, value):
+    text = (FIXTURE_SITES / "summit.yaml").read_text().replace("runtime: apptainer", f"runtime: {runtime}")
+    (tmp_path / "summit.yaml").write_text(text.replace("scratch: /gpfs/alpine", "scratch: /scratch"))
+    monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
+    python = next(f for f in render_site(load_site("summit")) if f.relpath == "wrappers/pytorch-2.13.0/python")
+    assert f'if [ -d "/scratch" ]; then binds+=({flag} "{value}"); fi' in python.text
+    write_tree([python], tmp_path / "tree")
+    shellcheck(tmp_path / "tree" / python.relpath)
+
+
+def test_amd_gpu_sites_get_rocm_from_the_runtime_registry(tmp_path, monkeypatch):
+    text = (FIXTURE_SITES / "summit.yaml").read_text().replace("{model: Tesla V100-SXM2-16GB,", "{model: AMD MI250X GCD, vendor: amd,")
+    (tmp_path / "summit.yaml").write_text(text)
+    monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
+    modules = site_modules(load_site("summit"), images=ImageFrameworks("rocm-test", {"pytorch": "2.13.0"}))
+    python = framework(modules, "pytorch").wrappers[0]
+    assert python.argv[:3] == ("apptainer", "exec", "--rocm")
+    assert framework(modules, "pytorch").image == f"{DEFAULT_PREFIX}/images/rocm-test.sif"
