@@ -243,9 +243,13 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
     describes them all. Reserved cores are left to the OS and MPI progress (Summit: one per
     socket, so 42 of 44; Stampede2 KNL: 64 of 68; Frontier: the first core of each L3 region).
     """
+    # group by NUMA domain only where every rank of the socket has one; a domain pool and the
+    # whole socket's pool would overlap
+    whole_socket = {s.socket for s in slots if s.domain is None}
     groups: dict[tuple[int, int | None], list[int]] = {}
     for i, slot in enumerate(slots):
-        groups.setdefault((slot.socket, slot.domain), []).append(i)
+        domain = None if slot.socket in whole_socket else slot.domain
+        groups.setdefault((slot.socket, domain), []).append(i)
 
     def usable(key: tuple[int, int | None]) -> tuple[int, ...]:
         socket, domain = key
