@@ -137,3 +137,17 @@ def test_the_cli_refuses_a_broken_profile_with_one_line_and_status_2(tmp_path):
 def test_an_unknown_site_names_the_known_ones():
     with pytest.raises(HpcdlError, match="unknown site 'summitt'.*summit.*HPCDL_SITE_PATH"):
         load_site("summitt")
+
+
+def test_the_site_guide_documents_every_schema_field():
+    from conftest import ROOT
+    from hpcdl.sites.schema import Defaults, Filesystems, Gpu, Modules, Nic, NodeKind, Site
+
+    guide = (ROOT / "docs" / "sites.md").read_text()
+    prefixed = {Filesystems: "filesystems.", Modules: "modules.", Defaults: "defaults."}
+    for model in (Site, NodeKind, Gpu, Nic, Filesystems, Modules, Defaults):
+        for field in model.model_fields:
+            assert f"`{prefixed.get(model, '')}{field}`" in guide or f"`{field}`" in guide, (
+                f"docs/sites.md does not document {model.__name__}.{field}")
+    for name in SHIPPED_SITES:
+        assert f"`{name}`" in guide, f"docs/sites.md does not list the shipped site {name}"
