@@ -67,3 +67,9 @@ def test_jsrun_falls_back_to_one_resource_set_per_node_when_sockets_differ():
     site, plan = _plan("summit", mode="per-nic", ranks_per_node=3)
     argv = launcher_for("jsrun").command(plan, site)
     assert argv[0] == "jsrun" and "-r1" in argv and "-a3" in argv
+
+
+def test_aprun_uses_two_hardware_threads_per_core_when_the_plan_runs_twice_as_many_threads():
+    site, plan = _plan("cori-knl", nodes=2, ranks_per_node=4, threads_per_rank=32)
+    argv = launcher_for("aprun").command(plan, site)
+    assert argv == ["aprun", "-n", "8", "-N", "4", "-d", "32", "-j", "2", "-cc", "depth"]

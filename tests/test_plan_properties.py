@@ -5,7 +5,7 @@ On any node the planner accepts:
   - in one-rank-per-GPU mode no GPU is given twice;
   - a rank's cores lie on its socket, and its GPUs and NIC too whenever the node has one there;
   - a rank runs no more threads than its cores can (one per core unless more were asked for);
-  - ranks = nodes x ranks per node, numbered node by node.
+  - ranks = nodes x ranks per node, numbered node by node, spread evenly over the sockets.
 What it refuses, it refuses with an HpcdlError of one line.
 """
 
@@ -114,6 +114,15 @@ def test_every_plan_keeps_the_placement_rules(site, request):
         if plan.mode == "per-gpu":
             gpus = [g for r in on_node for g in r.gpus]
             assert len(gpus) == len(set(gpus)) == plan.ranks_per_node
+
+    # ranks spread evenly over the sockets: one socket has more than one rank over another only
+    # when the other has no device left to build a rank around
+    per_socket = [sum(1 for r in plan.local_ranks() if r.socket == s) for s in range(node.sockets)]
+    devices = {"per-gpu": node.gpus, "per-nic": node.nics}.get(plan.mode)
+    for a in range(node.sockets):
+        for b in range(node.sockets):
+            if per_socket[a] > per_socket[b] + 1:
+                assert devices is not None and per_socket[b] == sum(1 for d in devices if d.socket == b)
 
     for r in plan.local_ranks():
         assert r.cores, "every rank has at least one core"

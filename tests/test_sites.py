@@ -151,3 +151,14 @@ def test_the_site_guide_documents_every_schema_field():
                 f"docs/sites.md does not document {model.__name__}.{field}")
     for name in SHIPPED_SITES:
         assert f"`{name}`" in guide, f"docs/sites.md does not list the shipped site {name}"
+
+
+def test_users_add_a_site_by_dropping_it_in_their_config_folder(tmp_path, monkeypatch):
+    import hpcdl.sites.registry as registry
+
+    monkeypatch.setattr(registry, "USER_DIR", tmp_path)
+    monkeypatch.delenv("HPCDL_SITE_PATH", raising=False)
+    data = yaml.safe_load((SHIPPED / "stampede2-knl.yaml").read_text())
+    data["name"] = "mylab"
+    _write(tmp_path, "mylab", data)
+    assert load_site("mylab").node_kinds["knl"].cores_per_socket == 68

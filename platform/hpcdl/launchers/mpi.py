@@ -145,17 +145,23 @@ class JsrunLauncher(Launcher):
 
 @launchers.register("aprun")
 class AprunLauncher(Launcher):
-    """Cray ALPS aprun: -n ranks, -N per node, -d cores per rank, -j hardware threads per core."""
+    """Cray ALPS aprun: -n ranks, -N per node, -j hardware threads per core, -d CPUs per rank.
+
+    One hardware thread per core unless the plan runs more threads than cores (ALCF Theta's
+    CosmoFlow line: `aprun -n 4N -N 4 -d 32 -j 2 -cc depth`); `-d` then counts those CPUs.
+    """
 
     binds_cores = True
 
     def command(self, plan: Plan, site: Site) -> list[str]:
+        cores = cores_per_rank(plan)
+        smt = min(_threads_per_core(plan, site), -(-plan.threads_per_rank // cores))
         return [
             "aprun",
             "-n", str(plan.world_size),
             "-N", str(plan.ranks_per_node),
-            "-d", str(cores_per_rank(plan)),
-            "-j", "1",
+            "-d", str(cores * smt),
+            "-j", str(smt),
             "-cc", "depth",
         ]
 
