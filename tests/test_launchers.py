@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 from hpcdl.launchers import launcher_for, launchers
 from hpcdl.plan import JobRequest, make_plan

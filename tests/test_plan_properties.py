@@ -86,7 +86,7 @@ def plan_or_refusal(site, request):
         return None
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(site=sites(), request=requests)
 def test_every_plan_keeps_the_placement_rules(site, request):
     plan = plan_or_refusal(site, request)
@@ -141,7 +141,7 @@ def test_every_plan_keeps_the_placement_rules(site, request):
         assert r.cpus == tuple(cpu for c in r.cores for cpu in node.cpus_of_core(c))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(site=sites(), nodes_=st.integers(1, 3))
 def test_a_gpu_node_runs_one_rank_per_gpu_by_default_spread_evenly_over_sockets(site, nodes_):
     node = site.node_kinds["n"]
@@ -152,7 +152,7 @@ def test_a_gpu_node_runs_one_rank_per_gpu_by_default_spread_evenly_over_sockets(
     assert sorted(g for r in plan.local_ranks() for g in r.gpus) == list(range(len(node.gpus)))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(site=sites(), extra=st.integers(1, 4))
 def test_more_ranks_than_gpus_in_per_gpu_mode_is_always_refused(site, extra):
     node = site.node_kinds["n"]

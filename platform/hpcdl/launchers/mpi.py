@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hpcdl.launchers.base import Launcher, cores_per_rank, gpus_per_rank, launchers
+from hpcdl.launchers.base import Launcher, cores_per_rank, launchers
 from hpcdl.plan.model import Plan
 from hpcdl.sites.schema import Site
 
