@@ -30,7 +30,8 @@ KindOpt = typer.Option(None, "--node-kind", help="node kind (default: the site's
 DistOpt = typer.Option("auto", "--dist", help="auto, gloo, nccl, mpi or horovod")
 
 
-def build_plan(site_name, nodes, framework, ranks_per_node, threads, mode, node_kind, dist) -> tuple:
+def build_plan(site_name, nodes, framework, ranks_per_node, threads, mode, node_kind, dist,
+               use_gpus=None, precision="fp32") -> tuple:
     from pydantic import ValidationError
 
     from hpcdl.errors import HpcdlError, validation_message
@@ -39,7 +40,7 @@ def build_plan(site_name, nodes, framework, ranks_per_node, threads, mode, node_
     try:
         request = JobRequest(
             nodes=nodes, framework=framework, ranks_per_node=ranks_per_node, threads_per_rank=threads,
-            mode=mode, node_kind=node_kind, distributed=dist,
+            mode=mode, node_kind=node_kind, distributed=dist, use_gpus=use_gpus, precision=precision,
         )
     except ValidationError as exc:
         raise HpcdlError(validation_message(exc, "request")) from None
@@ -65,25 +66,44 @@ def plan(
     site: str = SiteOpt, nodes: int = NodesOpt, framework: str = FrameworkOpt,
     ranks_per_node: Optional[int] = RpnOpt, threads_per_rank: Optional[int] = ThreadsOpt,
     mode: str = ModeOpt, node_kind: Optional[str] = KindOpt, dist: str = DistOpt,
+    gpus: Optional[bool] = typer.Option(None, "--gpus/--no-gpus", help="use the GPUs (default: when the node has them)"),
+    precision: str = typer.Option("fp32", "--precision", help="fp32, bf16 or fp16"),
     as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
     picture: Optional[Path] = typer.Option(None, "--picture", help="draw one node's layout to this PNG"),
 ) -> None:
-    """Show where every rank runs: node map and environment."""
-    _, p = build_plan(site, nodes, framework, ranks_per_node, threads_per_rank, mode, node_kind, dist)
-    if as_json:
-        typer.echo(json.dumps(p.to_dict(), indent=2))
-    else:
-        print_node_map(p)
-        console = Console(width=160)
-        for name, value in sorted(p.env.items()):
-            console.print(f"  {name}={value}", highlight=False)
-        console.print("launch: " + " ".join(p.launcher_argv), highlight=False)
-        for note in p.notes:
-            console.print(f"  - {note}", highlight=False)
+    """Show where every rank runs: node map, environment and launch line (before anything is submitted)."""
+    s, p = build_plan(site, nodes, framework, ranks_per_node, threads_per_rank, mode, node_kind, dist,
+                      use_gpus=gpus, precision=precision)
     if picture:
+        # drawn first, so a bad path fails before anything is printed; written atomically
         from hpcdl.plan.picture import draw_node
 
-        draw_node(load_site(site), p, picture)
+        draw_node(s, p, picture)
+    if as_json:
+        typer.echo(json.dumps(p.to_dict(), indent=2))
+        return
+    console = Console(width=160)
+    print_node_map(p, console)
+    console.print("environment (every rank):", highlight=False)
+    for name, value in sorted(p.env.items()):
+        console.print(f"  {name}={value}", highlight=False)
+    per_rank = _per_rank_env_lines(p)
+    if per_rank:
+        console.print("environment (per local rank, applied by each rank from plan.json):", highlight=False)
+        for line in per_rank:
+            console.print(f"  {line}", highlight=False)
+    console.print("launch: " + " ".join(p.launcher_argv), highlight=False)
+    for note in p.notes:
+        console.print(f"  - {note}", highlight=False)
+    if picture:
+        console.print(f"picture: {picture}", highlight=False)
+
+
+def _per_rank_env_lines(p: Plan) -> list[str]:
+    return [
+        f"rank {r.local_rank}: " + " ".join(f"{k}={v}" for k, v in sorted(r.env.items()))
+        for r in p.local_ranks() if r.env
+    ]
 
 
 def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_kind, dist, image, time, account,

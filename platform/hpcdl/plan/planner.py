@@ -1,65 +1,74 @@
 """make_plan(site, request) -> Plan. Pure: no I/O, no clock, no environment.
 
-Every rule carries a comment saying where it comes from; the figures are collected in
-shared/research/ and cited in docs/sites.md.
+How a node is shared out, in order:
+  1. how many ranks a node runs and what each rank is built around (a GPU, a NIC, a socket);
+  2. the socket (and NUMA domain, when the profile knows it) of each rank;
+  3. the cores of each rank: the usable cores of its socket or domain, split evenly and
+     contiguously among the ranks there, the same count for every rank;
+  4. its GPUs and NIC, the nearest ones;
+  5. the OpenMP threads and the environment that carry this out.
+Every rule carries a comment saying where it comes from; docs/sites.md collects the sources.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 from hpcdl.errors import HpcdlError
 from hpcdl.plan.env import communication_env, rank_env, threading_env
 from hpcdl.plan.model import Plan, RankPlacement
 from hpcdl.plan.request import JobRequest
-from hpcdl.sites.schema import NodeKind, Site
+from hpcdl.sites.schema import Gpu, Nic, NodeKind, Site
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """One local rank while the node is being shared out."""
+
+    socket: int
+    domain: int | None = None  # NUMA domain its cores come from, when its device has one
+    gpus: tuple[int, ...] = ()
+    nic: int | None = None  # index into node.nics
 
 
 def make_plan(site: Site, request: JobRequest) -> Plan:
     kind_name, node = site.node_kind(request.node_kind)
-    use_gpus = bool(node.gpus) if request.use_gpus is None else request.use_gpus
-    if use_gpus and not node.gpus:
-        raise HpcdlError(
-            f"GPUs requested but node kind {kind_name!r} of site {site.name!r} has none; "
-            "drop --gpus or pick a GPU node kind"
-        )
+    use_gpus = _use_gpus(site, kind_name, node, request)
     if site.defaults.max_nodes and request.nodes > site.defaults.max_nodes:
-        raise HpcdlError(f"nodes: {request.nodes} is more than site {site.name!r} allows ({site.defaults.max_nodes})")
-    mode = _resolve_mode(request.mode, use_gpus)
+        raise HpcdlError(
+            f"nodes: {request.nodes} is more than site {site.name!r} allows in one job "
+            f"({site.defaults.max_nodes}); ask for at most {site.defaults.max_nodes}"
+        )
+    mode = _resolve_mode(site, kind_name, node, request.mode, use_gpus)
     notes: list[str] = []
-    ranks_per_node = _ranks_per_node(site, node, request, mode, notes)
-    sockets_of_ranks = _sockets_of_local_ranks(node, mode, ranks_per_node, use_gpus)
-    cores_of_ranks = _cores_of_local_ranks(node, sockets_of_ranks, notes)
-    gpus_of_ranks = _gpus_of_local_ranks(node, mode, sockets_of_ranks, use_gpus)
-    nics_of_ranks = _nics_of_local_ranks(node, sockets_of_ranks)
-    threads = _threads_per_rank(node, request, min(len(c) for c in cores_of_ranks), notes)
+    slots = _slots(site, kind_name, node, request, mode, use_gpus, notes)
+    cores = _cores_of_slots(site, node, slots, notes)
+    slots = [_with_nearest_nic(node, slots, i) for i in range(len(slots))]
+    threads = _threads_per_rank(node, request, len(cores[0]), notes)
     distributed = _resolve_distributed(request, use_gpus)
+    ranks_per_node = len(slots)
 
-    local = []
-    for lr in range(ranks_per_node):
-        local.append(
-            dict(
-                local_rank=lr,
-                socket=sockets_of_ranks[lr],
-                cores=cores_of_ranks[lr],
-                cpus=tuple(cpu for core in cores_of_ranks[lr] for cpu in node.cpus_of_core(core)),
-                gpus=gpus_of_ranks[lr],
-                nic=nics_of_ranks[lr],
-                omp_num_threads=threads,
-            )
+    local = [
+        dict(
+            local_rank=lr,
+            socket=slot.socket,
+            cores=cores[lr],
+            cpus=tuple(cpu for core in cores[lr] for cpu in node.cpus_of_core(core)),
+            gpus=slot.gpus,
+            nic=_port(node.nics[slot.nic]) if slot.nic is not None else None,
+            omp_num_threads=threads,
         )
+        for lr, slot in enumerate(slots)
+    ]
     ranks = tuple(
-        RankPlacement(
-            rank=n * ranks_per_node + p["local_rank"],
-            node=n,
-            env=rank_env(site, node, p["gpus"], p["nic"]),
-            **p,
-        )
+        RankPlacement(rank=n * ranks_per_node + p["local_rank"], node=n, env=rank_env(site, node, p["gpus"], p["nic"]), **p)
         for n in range(request.nodes)
         for p in local
     )
     env = {
-        **threading_env(node, request.framework, threads),
-        **communication_env(site, node, request, distributed, use_gpus, ranks_per_node),
-        **site.env,
+        **threading_env(node, request.framework, threads, len(cores[0])),
+        **communication_env(site, node, request, distributed, use_gpus, ranks_per_node, threads, mode),
+        **site.env,  # the site's own settings win: the centre knows its machine best
     }
     plan = Plan(
         site=site.name,
@@ -79,123 +88,193 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     )
     from hpcdl.launchers import launcher_for
 
-    return _with_launcher_argv(plan, tuple(launcher_for(site.launcher).command(plan, site)))
+    return replace(plan, launcher_argv=tuple(launcher_for(site.launcher).command(plan, site)))
 
 
-def _with_launcher_argv(plan: Plan, argv: tuple[str, ...]) -> Plan:
-    from dataclasses import replace
-
-    return replace(plan, launcher_argv=argv)
+def _port(nic: Nic) -> str:
+    return f"{nic.device}:{nic.port}"
 
 
-def _resolve_mode(mode: str, use_gpus: bool) -> str:
+def _use_gpus(site: Site, kind_name: str, node: NodeKind, request: JobRequest) -> bool:
+    wants = request.use_gpus if request.use_gpus is not None else (True if request.mode == "per-gpu" else None)
+    if wants and not node.gpus:
+        others = [k for k, n in site.node_kinds.items() if n.gpus]
+        hint = f"use --node-kind {others[0]}" if others else "pick a site with GPUs"
+        raise HpcdlError(
+            f"GPUs requested but node kind {kind_name!r} of site {site.name!r} has none; "
+            f"{hint}, or run on CPUs with --mode per-socket"
+        )
+    return bool(node.gpus) if wants is None else wants
+
+
+def _resolve_mode(site: Site, kind_name: str, node: NodeKind, mode: str, use_gpus: bool) -> str:
     if mode == "auto":
-        # GPU nodes: one rank per GPU (OLCF Summit guide, NERSC Perlmutter, Horovod docs).
-        # CPU nodes: ranks per socket from the profile (TACC KNL, Intel TF-on-CPU guidance).
+        # GPU nodes: one rank per GPU (OLCF Summit guide `jsrun -n6N -g1`, NERSC Perlmutter
+        # `--gpus-per-task 1`, Horovod's one-process-per-GPU rule).
+        # CPU nodes: ranks per socket from the profile (TACC KNL study, Intel TF-on-CPU guidance).
         return "per-gpu" if use_gpus else "per-socket"
     if mode == "per-gpu" and not use_gpus:
-        raise HpcdlError("mode: per-gpu needs a node kind with GPUs")
+        raise HpcdlError("mode: per-gpu gives each rank a GPU, but this request runs without GPUs; use per-socket")
+    if mode == "per-nic" and not node.nics:
+        raise HpcdlError(
+            f"mode: per-nic needs the NICs of node kind {kind_name!r} of site {site.name!r}, and its profile lists "
+            "none; add them under nics, or use per-gpu or per-socket"
+        )
     return mode
 
 
-def _ranks_per_node(site: Site, node: NodeKind, request: JobRequest, mode: str, notes: list[str]) -> int:
-    usable = node.sockets * node.usable_cores_per_socket
-    if request.ranks_per_node is not None:
-        rpn = request.ranks_per_node
-    elif mode == "per-gpu":
-        rpn = len(node.gpus)
-        notes.append(f"one rank per GPU: {rpn} ranks per node")
-    elif mode == "per-nic":
-        if not node.nics:
-            raise HpcdlError(f"mode: per-nic needs NICs in the profile of site {site.name!r}")
-        # Summit Gordon Bell run (Kurth et al. 2018): one rank per IB port, each reducing a
-        # share of the gradients, NCCL inside the node and MPI across nodes.
-        rpn = len(node.nics)
-        notes.append(f"one rank per NIC port: {rpn} ranks per node (hybrid NCCL inside, MPI across nodes)")
-    elif mode == "per-node":
+def _slots(
+    site: Site, kind_name: str, node: NodeKind, request: JobRequest, mode: str, use_gpus: bool, notes: list[str]
+) -> list[_Slot]:
+    asked = request.ranks_per_node
+    if mode == "per-gpu":
+        # One rank per GPU, ranks spread evenly over the sockets, each on its GPU's socket
+        # (Summit: 6 ranks, 3 per socket; Kurth et al. 2018, OLCF `jsrun -n6N -a1 -g1 -r6`).
+        rpn = asked or len(node.gpus)
+        if rpn > len(node.gpus):
+            raise HpcdlError(
+                f"ranks_per_node: {rpn} ranks do not fit one rank per GPU on a {site.name} {kind_name} node with "
+                f"{len(node.gpus)} GPUs; ask for at most {len(node.gpus)} ranks per node, or --mode per-socket"
+            )
+        notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, spread evenly over the sockets")
+        return [_Slot(socket=node.gpus[g].socket, domain=node.gpus[g].domain, gpus=(g,))
+                for g in _spread(node.gpus, node.sockets, rpn)]
+    if mode == "per-nic":
+        # The hybrid mode of the Summit Gordon Bell run (Kurth et al. 2018, arXiv:1810.01993):
+        # one rank per IB port (Summit: 4 ranks, 2 per socket), each reducing its share of the
+        # gradients; NCCL inside the node, MPI across nodes.
+        rpn = asked or len(node.nics)
+        if rpn > len(node.nics):
+            raise HpcdlError(
+                f"ranks_per_node: {rpn} ranks do not fit one rank per NIC on a {site.name} {kind_name} node with "
+                f"{len(node.nics)} NIC ports; ask for at most {len(node.nics)}, or --mode per-gpu"
+            )
+        notes.append(f"one rank per NIC port: {rpn} ranks per node (hybrid: NCCL inside the node, MPI across nodes)")
+        slots = [_Slot(socket=node.nics[n].socket, domain=node.nics[n].domain, nic=n)
+                 for n in _spread(node.nics, node.sockets, rpn)]
+        return _share_gpus(node, slots, notes) if use_gpus else slots
+    if mode == "per-node":
+        if asked not in (None, 1):
+            raise HpcdlError(f"ranks_per_node: per-node mode runs 1 rank per node, not {asked}; use per-socket")
         rpn = 1
+        if node.sockets > 1:
+            notes.append("one rank per node, bound to socket 0; per-socket mode uses every socket")
     elif mode == "per-core":
-        rpn = usable
+        rpn = asked or node.sockets * node.usable_cores_per_socket
     else:  # per-socket
-        rpn = node.sockets * (node.default_ranks_per_socket or 1)
-        notes.append(f"{node.default_ranks_per_socket or 1} rank(s) per socket from the site profile")
-    if mode == "per-gpu" and rpn > len(node.gpus):
-        raise HpcdlError(
-            f"ranks_per_node: {rpn} ranks do not fit one rank per GPU on a node with {len(node.gpus)} GPUs; "
-            f"ask for at most {len(node.gpus)} ranks per node, or --mode per-socket"
-        )
+        # Ranks per socket from the request or the profile: Stampede2 KNL measured best with one
+        # rank of 64 threads per node; Intel's CPU guidance runs one rank per socket.
+        default = node.default_ranks_per_socket or 1
+        rpn = asked or node.sockets * default
+        if not asked:
+            notes.append(f"{default} rank(s) per socket from the site profile")
+    usable = node.sockets * node.usable_cores_per_socket
     if rpn > usable:
         raise HpcdlError(
-            f"ranks_per_node: {rpn} ranks need a core each but a {site.name} node has {usable} usable cores"
+            f"ranks_per_node: {rpn} ranks need a core each but a {site.name} {kind_name} node has {usable} usable "
+            f"cores; ask for at most {usable}"
         )
-    return rpn
+    # ranks spread evenly over the sockets, socket-major (ranks 0..k-1 on socket 0, ...)
+    per_socket = [rpn // node.sockets + (1 if s < rpn % node.sockets else 0) for s in range(node.sockets)]
+    slots = [_Slot(socket=s) for s in range(node.sockets) for _ in range(per_socket[s])]
+    return _share_gpus(node, slots, notes) if use_gpus else slots
 
 
-def _sockets_of_local_ranks(node: NodeKind, mode: str, rpn: int, use_gpus: bool) -> tuple[int, ...]:
-    if use_gpus and mode == "per-gpu" and rpn <= len(node.gpus):
-        # each rank on the socket of its GPU
-        gpus = _gpus_by_socket(node)
-        return tuple(node.gpus[g].socket for g in gpus[:rpn])
-    if mode == "per-nic" and rpn <= len(node.nics):
-        order = sorted(range(len(node.nics)), key=lambda i: (node.nics[i].socket, i))
-        return tuple(node.nics[i].socket for i in order[:rpn])
-    # spread evenly, socket-major: ranks 0..k-1 on socket 0, and so on
-    return tuple(lr * node.sockets // rpn for lr in range(rpn))
+def _spread(devices: tuple[Gpu, ...] | tuple[Nic, ...], sockets: int, count: int) -> list[int]:
+    """Pick `count` devices, as evenly over the sockets as they allow, listed socket by socket."""
+    by_socket = [[i for i, d in enumerate(devices) if d.socket == s] for s in range(sockets)]
+    chosen: list[int] = []
+    while len(chosen) < count:
+        for on_socket in by_socket:
+            taken = [i for i in on_socket if i in chosen]
+            if len(taken) < len(on_socket) and len(chosen) < count:
+                chosen.append(on_socket[len(taken)])
+    return sorted(chosen, key=lambda i: (devices[i].socket, i))
 
 
-def _gpus_by_socket(node: NodeKind) -> list[int]:
-    return sorted(range(len(node.gpus)), key=lambda i: (node.gpus[i].socket, i))
-
-
-def _cores_of_local_ranks(node: NodeKind, sockets: tuple[int, ...], notes: list[str]) -> tuple[tuple[int, ...], ...]:
-    """Split each socket's usable cores evenly and contiguously among the ranks on it."""
-    cores: list[tuple[int, ...]] = [()] * len(sockets)
-    for s in range(node.sockets):
-        on_socket = [lr for lr, sock in enumerate(sockets) if sock == s]
-        if not on_socket:
-            continue
-        per_rank = node.usable_cores_per_socket // len(on_socket)
-        if per_rank < 1:
-            raise HpcdlError(
-                f"ranks_per_node: {len(on_socket)} ranks on socket {s} but it has "
-                f"{node.usable_cores_per_socket} usable cores"
-            )
-        first = s * node.cores_per_socket
-        for i, lr in enumerate(on_socket):
-            cores[lr] = tuple(range(first + i * per_rank, first + (i + 1) * per_rank))
-    if node.reserved_cores_per_socket:
-        notes.append(f"{node.reserved_cores_per_socket} core(s) per socket left to the OS and MPI progress")
-    return tuple(cores)
-
-
-def _gpus_of_local_ranks(node: NodeKind, mode: str, sockets: tuple[int, ...], use_gpus: bool) -> tuple[tuple[int, ...], ...]:
-    if not use_gpus:
-        return tuple(() for _ in sockets)
-    if mode == "per-gpu":
-        order = _gpus_by_socket(node)
-        return tuple((order[lr],) for lr in range(len(sockets)))
-    # fewer ranks than GPUs: each rank drives the GPUs of its socket, shared out evenly
+def _share_gpus(node: NodeKind, slots: list[_Slot], notes: list[str]) -> list[_Slot]:
+    """Fewer ranks than GPUs: each rank drives the GPUs nearest it, shared out as evenly as they go."""
     result = []
-    for lr, s in enumerate(sockets):
-        peers = [p for p, ps in enumerate(sockets) if ps == s]
-        mine = [g for g in _gpus_by_socket(node) if node.gpus[g].socket == s]
-        share = len(mine) // len(peers) if peers else 0
-        i = peers.index(lr)
-        result.append(tuple(mine[i * share : (i + 1) * share]) if share else tuple(mine[:1]))
-    return tuple(result)
+    for i, slot in enumerate(slots):
+        near = _nearest(node.gpus, slot)
+        peers = [j for j, other in enumerate(slots) if _nearest(node.gpus, other) == near]
+        k, n = peers.index(i), len(peers)
+        if len(near) >= n:
+            # contiguous shares, the first ranks taking one more when they do not divide
+            base, extra = divmod(len(near), n)
+            start = k * base + min(k, extra)
+            mine = tuple(near[start : start + base + (1 if k < extra else 0)])
+        else:
+            mine = (near[k % len(near)],) if near else ()
+        result.append(replace(slot, gpus=mine))
+    if len({len(s.gpus) for s in result}) > 1:
+        notes.append("the GPUs of a socket do not divide evenly among its ranks: some ranks drive one more")
+    return result
 
 
-def _nics_of_local_ranks(node: NodeKind, sockets: tuple[int, ...]) -> tuple[str | None, ...]:
-    """The NIC port nearest each rank: one on its socket, shared round-robin among its peers."""
-    if not node.nics:
-        return tuple(None for _ in sockets)
-    result = []
-    for lr, s in enumerate(sockets):
-        near = [n for n in node.nics if n.socket == s] or list(node.nics)
-        peers = [p for p, ps in enumerate(sockets) if ps == s]
-        nic = near[peers.index(lr) % len(near)]
-        result.append(f"{nic.device}:{nic.port}")
-    return tuple(result)
+def _nearest(devices: tuple[Gpu, ...] | tuple[Nic, ...], slot: _Slot) -> list[int]:
+    """Devices in the slot's NUMA domain, else on its socket, else anywhere on the node."""
+    if slot.domain is not None:
+        same_domain = [i for i, d in enumerate(devices) if d.domain == slot.domain]
+        if same_domain:
+            return same_domain
+    return [i for i, d in enumerate(devices) if d.socket == slot.socket] or list(range(len(devices)))
+
+
+def _with_nearest_nic(node: NodeKind, slots: list[_Slot], i: int) -> _Slot:
+    """Each rank's NIC: the nearest port, shared round-robin among the ranks it is nearest to.
+
+    Summit, 3 ranks per socket on 2 ports per socket: mlx5_0, mlx5_1, mlx5_0 (the Gordon Bell run
+    script gives socket-0 ranks mlx5_0, mlx5_1, mlx5_0 through PAMI_IBV_DEVICE_NAME).
+    """
+    slot = slots[i]
+    if slot.nic is not None or not node.nics:
+        return slot
+    key = replace(slot, gpus=(), nic=None)
+    near = _nearest(node.nics, key)
+    peers = [j for j, other in enumerate(slots) if _nearest(node.nics, replace(other, gpus=(), nic=None)) == near]
+    return replace(slot, nic=near[peers.index(i) % len(near)])
+
+
+def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[str]) -> list[tuple[int, ...]]:
+    """Split the usable cores of each socket (or NUMA domain) evenly and contiguously among its ranks.
+
+    Every rank gets the same number of cores, so one launcher line (`-c7`, `--cpus-per-task`)
+    describes them all. Reserved cores are left to the OS and MPI progress (Summit: one per
+    socket, so 42 of 44; Stampede2 KNL: 64 of 68; Frontier: the first core of each L3 region).
+    """
+    # group by NUMA domain only where every rank of the socket has one; a domain pool and the
+    # whole socket's pool would overlap
+    whole_socket = {s.socket for s in slots if s.domain is None}
+    groups: dict[tuple[int, int | None], list[int]] = {}
+    for i, slot in enumerate(slots):
+        domain = None if slot.socket in whole_socket else slot.domain
+        groups.setdefault((slot.socket, domain), []).append(i)
+
+    def usable(key: tuple[int, int | None]) -> tuple[int, ...]:
+        socket, domain = key
+        return node.usable_cores_of_socket(socket) if domain is None else node.usable_cores_of_domain(domain)
+
+    per_rank = min(len(usable(key)) // len(members) for key, members in groups.items())
+    if per_rank < 1:
+        key, members = min(groups.items(), key=lambda kv: len(usable(kv[0])) / len(kv[1]))
+        where = f"socket {key[0]}" + (f" (NUMA domain {key[1]})" if key[1] is not None else "")
+        raise HpcdlError(
+            f"ranks_per_node: {len(members)} ranks on {where} of a {site.name} node but it has "
+            f"{len(usable(key))} usable cores; ask for fewer ranks per node"
+        )
+    cores: list[tuple[int, ...]] = [()] * len(slots)
+    for key, members in groups.items():
+        pool = usable(key)
+        for k, i in enumerate(members):
+            cores[i] = pool[k * per_rank : (k + 1) * per_rank]
+    reserved = node.reserved_cores_per_socket * node.sockets + len(node.reserved_cores)
+    if reserved:
+        notes.append(f"{reserved} core(s) per node left to the OS and MPI progress (site profile)")
+    idle = node.sockets * node.usable_cores_per_socket - per_rank * len(slots)
+    if idle > 0:
+        notes.append(f"{per_rank} cores per rank; {idle} usable core(s) per node stay idle so every rank gets the same")
+    return cores
 
 
 def _threads_per_rank(node: NodeKind, request: JobRequest, cores_per_rank: int, notes: list[str]) -> int:
@@ -206,13 +285,20 @@ def _threads_per_rank(node: NodeKind, request: JobRequest, cores_per_rank: int, 
         threads = min(node.default_threads_per_rank, cores_per_rank)
         notes.append(f"{threads} OpenMP threads per rank from the site profile")
     else:
-        # one thread per physical core: extra hardware threads were slower for MKL-DNN on
-        # KNL (TACC Stampede2 study) and Intel's CPU guidance sets intra-op = physical cores.
+        # One thread per physical core: on Stampede2 KNL, MKL-DNN was fastest with 64 threads on
+        # 64 cores and more hardware threads per core were slower; Intel's CPU guidance sets
+        # OMP_NUM_THREADS = intra-op threads = physical cores.
         threads = cores_per_rank
     if threads > hw_threads:
         raise HpcdlError(
-            f"threads_per_rank: {threads} threads but each rank has {cores_per_rank} cores "
-            f"x {node.threads_per_core} hardware threads = {hw_threads}"
+            f"threads_per_rank: {threads} threads but each rank has {cores_per_rank} cores x {node.threads_per_core} "
+            f"hardware threads = {hw_threads}; ask for at most {cores_per_rank} (one per core, the fastest on "
+            "Stampede2 KNL) or fewer ranks per node"
+        )
+    if threads > cores_per_rank:
+        notes.append(
+            f"{threads} threads on {cores_per_rank} cores share cores through SMT; one thread per core was faster "
+            "for MKL-DNN on KNL"
         )
     return threads
 

@@ -57,15 +57,29 @@ def _memory_gb() -> float:
     return 1.0
 
 
-def _numa_socket(sysfs_device: Path, sockets: int) -> int:
+def _domains_per_socket(sockets: int, cores_per_socket: int) -> int:
+    """NUMA nodes per socket (EPYC in NPS4: 4), when Linux shows more nodes than sockets."""
+    nodes = [d for d in Path("/sys/devices/system/node").glob("node[0-9]*")] if Path("/sys/devices/system/node").is_dir() else []
+    n = len(nodes)
+    if n > sockets and n % sockets == 0 and cores_per_socket % (n // sockets) == 0:
+        return n // sockets
+    return 1
+
+
+def _placement(sysfs_device: Path, sockets: int, domains_per_socket: int) -> dict:
+    """socket (and NUMA domain, when a socket has several) of a PCI device, from its numa_node."""
     try:
         node = int((sysfs_device / "numa_node").read_text().strip())
     except (OSError, ValueError):
-        return 0
-    return node if 0 <= node < sockets else 0
+        return {"socket": 0}
+    if not 0 <= node < sockets * domains_per_socket:
+        return {"socket": 0}
+    if domains_per_socket == 1:
+        return {"socket": node}
+    return {"socket": node // domains_per_socket, "domain": node}
 
 
-def _gpus(sockets: int) -> tuple[Gpu, ...]:
+def _gpus(sockets: int, domains_per_socket: int = 1) -> tuple[Gpu, ...]:
     out = _run(["nvidia-smi", "--query-gpu=name,memory.total,pci.bus_id", "--format=csv,noheader,nounits"])
     gpus = []
     for line in (out or "").splitlines():
@@ -76,29 +90,37 @@ def _gpus(sockets: int) -> tuple[Gpu, ...]:
         if bus.startswith("0000") and len(bus.split(":")[0]) == 8:
             bus = bus[4:]
         dev = Path("/sys/bus/pci/devices") / f"0000:{bus[-7:]}" if len(bus) >= 7 else Path("/nonexistent")
-        gpus.append(Gpu(model=parts[0], memory_gb=round(float(parts[1]) / 1024, 1), socket=_numa_socket(dev, sockets)))
+        gpus.append(Gpu(model=parts[0], memory_gb=round(float(parts[1]) / 1024, 1),
+                        **_placement(dev, sockets, domains_per_socket)))
     return tuple(gpus)
 
 
-def _nics(sockets: int) -> tuple[Nic, ...]:
+def _nics(sockets: int, domains_per_socket: int = 1) -> tuple[Nic, ...]:
     nics = []
     ib = Path("/sys/class/infiniband")
     if ib.is_dir():
         for dev in sorted(ib.iterdir()):
             kind = "omnipath" if dev.name.startswith("hfi") else "infiniband"
             for port in sorted((dev / "ports").iterdir()) if (dev / "ports").is_dir() else []:
-                nics.append(Nic(kind=kind, device=dev.name, port=int(port.name), socket=_numa_socket(dev / "device", sockets)))
+                nics.append(Nic(kind=kind, device=dev.name, port=int(port.name),
+                                **_placement(dev / "device", sockets, domains_per_socket)))
+    cxi = Path("/sys/class/cxi")  # HPE Slingshot 11 NICs
+    if cxi.is_dir():
+        for dev in sorted(cxi.iterdir()):
+            nics.append(Nic(kind="slingshot", device=dev.name, **_placement(dev / "device", sockets, domains_per_socket)))
     if not nics:
         net = Path("/sys/class/net")
         for dev in sorted(net.iterdir()) if net.is_dir() else []:
             # physical Ethernet ports have a device link; lo, bridges and ifb do not
             if (dev / "device").exists():
-                nics.append(Nic(kind="ethernet", device=dev.name, netdev=dev.name, socket=_numa_socket(dev / "device", sockets)))
+                nics.append(Nic(kind="ethernet", device=dev.name, netdev=dev.name,
+                                **_placement(dev / "device", sockets, domains_per_socket)))
     return tuple(nics)
 
 
 def detect_local_node() -> NodeKind:
     sockets, cores_per_socket, threads, model = _lscpu_topology()
+    domains = _domains_per_socket(sockets, cores_per_socket)
     return NodeKind(
         description="this node, as detected by hpcdl",
         count=1,
@@ -109,8 +131,9 @@ def detect_local_node() -> NodeKind:
         threads_per_core=threads,
         cpu_numbering=_cpu_numbering(threads),
         memory_gb=_memory_gb(),
-        gpus=_gpus(sockets),
-        nics=_nics(sockets),
+        domains_per_socket=domains,
+        gpus=_gpus(sockets, domains),
+        nics=_nics(sockets, domains),
         # A workstation-sized node runs one rank per core (at most two per socket) so the
         # distributed path is exercised; on 2 Zen 3 cores, 2 ranks x 1 thread trained as fast
         # as 1 rank x 2 threads (11.1 vs 11.4 img/s, shared/research/frameworks.md).
@@ -133,7 +156,7 @@ def detect_local_site() -> Site:
     return Site(
         name="local",
         description="this node, detected by hpcdl (run `hpcdl sites detect` to save it as a profile)",
-        sources=("detected with lscpu, /proc/meminfo, nvidia-smi and /sys/class/{infiniband,net}",),
+        sources=("detected with lscpu, /proc/meminfo, nvidia-smi and /sys/class/{infiniband,cxi,net}",),
         scheduler="local",
         launcher=launcher,
         runtime="none",

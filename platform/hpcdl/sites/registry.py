@@ -58,7 +58,8 @@ def load_site_file(path: Path) -> Site:
     try:
         site = Site.model_validate(data)
     except ValidationError as exc:
-        raise HpcdlError(validation_message(exc, str(path))) from None
+        # pydantic prefixes our own checks with "Value error, "; the field path already says it
+        raise HpcdlError(validation_message(exc, str(path)).replace("Value error, ", "")) from None
     if site.name != path.stem:
         raise HpcdlError(f"{path}: name: {site.name!r} does not match the file name {path.stem!r}")
     return site

@@ -20,6 +20,13 @@ MpiFlavour = Literal["openmpi", "mpich", "cray-mpich", "spectrum-mpi", "mvapich2
 NicKind = Literal["infiniband", "omnipath", "slingshot", "aries", "ethernet"]
 GpuVendor = Literal["nvidia", "amd"]
 
+# launchers that only start ranks inside their own scheduler's allocation
+LAUNCHER_NEEDS: dict[str, tuple[str, ...]] = {
+    "srun": ("slurm",),
+    "ibrun": ("slurm",),  # TACC's wrapper reads the Slurm allocation
+    "jsrun": ("lsf",),  # IBM Job Step Manager, inside an LSF CSM allocation
+}
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -30,6 +37,10 @@ class Gpu(_Strict):
 
     model: str
     socket: int = Field(ge=0)
+    domain: int | None = Field(
+        default=None, ge=0,
+        description="NUMA domain (numbered across the node) the GPU is nearest, when a socket has several",
+    )
     vendor: GpuVendor = "nvidia"
     memory_gb: float | None = Field(default=None, gt=0)
 
@@ -41,6 +52,9 @@ class Nic(_Strict):
     device: str = Field(description="verbs/HFI/CXI device name, e.g. mlx5_0, hfi1_0, cxi0, eth0")
     port: int = Field(default=1, ge=1)
     socket: int = Field(ge=0)
+    domain: int | None = Field(
+        default=None, ge=0, description="NUMA domain (numbered across the node) the NIC is nearest"
+    )
     netdev: str | None = Field(default=None, description="IP interface on this NIC, e.g. ib0, hsn0")
     gbit_s: float | None = Field(default=None, gt=0)
 
@@ -66,8 +80,15 @@ class NodeKind(_Strict):
     hbm_gb: float = Field(default=0, ge=0, description="on-package memory: KNL MCDRAM, V100/A100 HBM counts under gpus")
     gpus: tuple[Gpu, ...] = ()
     nics: tuple[Nic, ...] = ()
+    domains_per_socket: int = Field(
+        default=1, ge=1,
+        description="NUMA domains per socket (AMD EPYC in NPS4 mode: 4); each holds an equal, contiguous share of cores",
+    )
     reserved_cores_per_socket: int = Field(
-        default=0, ge=0, description="cores per socket left to the OS, MPI progress and I/O"
+        default=0, ge=0, description="the last cores of each socket, left to the OS, MPI progress and I/O"
+    )
+    reserved_cores: tuple[int, ...] = Field(
+        default=(), description="further cores (numbered across the node) jobs cannot use, e.g. Frontier's low-noise cores"
     )
     default_ranks_per_socket: int | None = Field(default=None, ge=1)
     default_threads_per_rank: int | None = Field(default=None, ge=1)
@@ -78,7 +99,33 @@ class NodeKind(_Strict):
 
     @property
     def usable_cores_per_socket(self) -> int:
-        return self.cores_per_socket - self.reserved_cores_per_socket
+        """Usable cores of the socket with the fewest (sockets are alike on every shipped node)."""
+        return min(len(self.usable_cores_of_socket(s)) for s in range(self.sockets))
+
+    @property
+    def cores_per_domain(self) -> int:
+        return self.cores_per_socket // self.domains_per_socket
+
+    def cores_of_socket(self, socket: int) -> tuple[int, ...]:
+        first = socket * self.cores_per_socket
+        return tuple(range(first, first + self.cores_per_socket))
+
+    def usable_cores_of_socket(self, socket: int) -> tuple[int, ...]:
+        """The socket's cores without the reserved ones, in order."""
+        cores = self.cores_of_socket(socket)
+        kept = cores[: len(cores) - self.reserved_cores_per_socket]
+        return tuple(c for c in kept if c not in self.reserved_cores)
+
+    def usable_cores_of_domain(self, domain: int) -> tuple[int, ...]:
+        first = domain * self.cores_per_domain
+        span = range(first, first + self.cores_per_domain)
+        return tuple(c for c in self.usable_cores_of_socket(first // self.cores_per_socket) if c in span)
+
+    def domain_of_core(self, core: int) -> int:
+        return core // self.cores_per_domain
+
+    def socket_of_core(self, core: int) -> int:
+        return core // self.cores_per_socket
 
     def cpus_of_core(self, core: int) -> tuple[int, ...]:
         """Linux logical CPU ids of all hardware threads of physical core `core`."""
@@ -88,14 +135,33 @@ class NodeKind(_Strict):
 
     @model_validator(mode="after")
     def _devices_on_real_sockets(self) -> "NodeKind":
+        if self.cores_per_socket % self.domains_per_socket:
+            raise ValueError(
+                f"domains_per_socket: {self.domains_per_socket} does not divide cores_per_socket {self.cores_per_socket}"
+            )
         for what, devices in (("gpus", self.gpus), ("nics", self.nics)):
             for i, dev in enumerate(devices):
                 if dev.socket >= self.sockets:
                     raise ValueError(
-                        f"{what}[{i}] is on socket {dev.socket} but the node has {self.sockets} socket(s)"
+                        f"{what}[{i}].socket: {dev.socket} but the node has {self.sockets} socket(s), numbered from 0"
                     )
+                if dev.domain is not None and dev.domain // self.domains_per_socket != dev.socket:
+                    raise ValueError(
+                        f"{what}[{i}].domain: {dev.domain} is not on socket {dev.socket} "
+                        f"({self.domains_per_socket} domain(s) per socket, numbered across the node)"
+                    )
+        ports = [f"{n.device}:{n.port}" for n in self.nics]
+        for port in ports:
+            if ports.count(port) > 1:
+                raise ValueError(f"nics: {port} is listed twice")
+        for core in self.reserved_cores:
+            if not 0 <= core < self.cores:
+                raise ValueError(f"reserved_cores: core {core} is not on the node (cores 0..{self.cores - 1})")
         if self.reserved_cores_per_socket >= self.cores_per_socket:
-            raise ValueError("reserved_cores_per_socket must leave at least one core per socket")
+            raise ValueError("reserved_cores_per_socket: must leave at least one core per socket")
+        for s in range(self.sockets):
+            if not self.usable_cores_of_socket(s):
+                raise ValueError(f"reserved_cores: socket {s} is left without a usable core")
         return self
 
 
@@ -112,13 +178,22 @@ class Modules(_Strict):
     init: str | None = Field(default=None, description="script to source so `module` exists in batch jobs")
     load: tuple[str, ...] = Field(default=(), description="modules every hpcdl job loads")
     runtime: str | None = Field(default=None, description="module that provides the container runtime")
+    frameworks: dict[str, str] = Field(
+        default_factory=dict, description="the centre's own framework module, by framework (pytorch: open-ce/1.10.0...)"
+    )
 
 
 class Defaults(_Strict):
-    partition: str | None = None
+    """What a job asks the scheduler for unless the user says otherwise."""
+
+    partition: str | None = Field(default=None, description="Slurm partition, or the LSF/PBS queue")
     account: str | None = None
+    qos: str | None = Field(default=None, description="Slurm quality of service, e.g. NERSC's regular")
     time: str = "00:30:00"
-    constraint: str | None = None
+    constraint: str | None = Field(default=None, description="Slurm --constraint, e.g. knl,quad,cache on Cori")
+    alloc_flags: tuple[str, ...] = Field(
+        default=(), description="LSF -alloc_flags, e.g. smt4 and nvme on Summit"
+    )
     exclusive: bool = True
     max_nodes: int | None = Field(default=None, ge=1)
     max_time: str | None = None
@@ -152,7 +227,12 @@ class Site(_Strict):
     def _default_kind_exists(self) -> "Site":
         if self.default_node_kind is not None and self.default_node_kind not in self.node_kinds:
             raise ValueError(
-                f"default_node_kind {self.default_node_kind!r} is not one of {sorted(self.node_kinds)}"
+                f"default_node_kind: {self.default_node_kind!r} is not one of {sorted(self.node_kinds)}"
+            )
+        needs = LAUNCHER_NEEDS.get(self.launcher)
+        if needs and self.scheduler not in needs:
+            raise ValueError(
+                f"launcher: {self.launcher} runs under {' or '.join(needs)}, not under scheduler {self.scheduler}"
             )
         return self
 

@@ -1,0 +1,156 @@
+"""`hpcdl plan --picture FILE.png`: one node of a plan, drawn.
+
+Each socket is a box of cores coloured by the rank bound to them (grey: left to the system,
+white: idle), with the socket's GPUs and NIC ports below it, each labelled with the rank(s)
+that use it. The picture reads the plan and the site profile only; it decides nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from hpcdl.plan.model import Plan
+from hpcdl.sites.schema import NodeKind, Site
+
+RESERVED = "#b0b0b0"
+IDLE = "#ffffff"
+
+
+def rank_colours(count: int) -> list[tuple[float, float, float, float]]:
+    """Distinct colours, greys left out so no rank looks like a reserved core."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab20"]
+    order = [i for i in range(0, 20, 2) if i != 14] + [i for i in range(1, 20, 2) if i != 15]
+    return [cmap(order[i % len(order)]) for i in range(count)]
+
+
+def draw_node(site: Site, plan: Plan, path: Path) -> Path:
+    """Draw node 0 of `plan` to a PNG at `path`, written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch, Patch, Rectangle
+
+    node = site.node_kinds[plan.node_kind]
+    local = plan.local_ranks()
+    colours = rank_colours(len(local))
+    owner = {c: r.local_rank for r in local for c in r.cores}
+    usable = {c for s in range(node.sockets) for c in node.usable_cores_of_socket(s)}
+
+    cols = _columns(node)
+    rows = math.ceil(node.cores_per_socket / cols)
+    device_rows = 2 if node.gpus else 1
+    numa_labels = 1.2 if node.domains_per_socket > 1 and cols == node.cores_per_domain else 0.0
+    sock_w, sock_h = cols + 1.0 + numa_labels, rows + 1.3 + 1.5 * device_rows
+    fig_w = max(7.0, node.sockets * sock_w * 0.62 + 1.0)
+    fig, ax = plt.subplots(figsize=(fig_w, sock_h * 0.62 + 1.6))
+
+    for s in range(node.sockets):
+        x0 = s * (sock_w + 0.6)
+        ax.add_patch(FancyBboxPatch((x0, 0), sock_w, sock_h, boxstyle="round,pad=0.05,rounding_size=0.3",
+                                    fc="#f4f4f8", ec="#333333", lw=1.5))
+        ax.text(x0 + 0.3, sock_h - 0.45, f"socket {s}", fontsize=11, weight="bold", va="center")
+        for i, core in enumerate(node.cores_of_socket(s)):
+            cx, cy = x0 + 0.5 + i % cols, sock_h - 1.6 - i // cols
+            if core in owner:
+                fc = colours[owner[core]]
+            else:
+                fc = IDLE if core in usable else RESERVED
+            ax.add_patch(Rectangle((cx, cy), 0.92, 0.92, fc=fc, ec="#555555", lw=0.6,
+                                   hatch="///" if fc == RESERVED else None))
+            ax.text(cx + 0.46, cy + 0.46, str(core), ha="center", va="center", fontsize=6.5,
+                    color="white" if core in owner else "#333333")
+        if node.domains_per_socket > 1 and cols == node.cores_per_domain:
+            for d in range(node.domains_per_socket):
+                ax.text(x0 + 0.5 + cols + 0.1, sock_h - 1.6 - d + 0.46, f"NUMA {s * node.domains_per_socket + d}",
+                        fontsize=7, va="center", color="#333333")
+        y = 0.35
+        if node.gpus:
+            gpus = [g for g, gpu in enumerate(node.gpus) if gpu.socket == s]
+            _device_row(ax, x0 + 0.5, y, cols, [
+                (f"GPU {g}", [r.local_rank for r in local if g in r.gpus]) for g in gpus], colours)
+            y += 1.5
+        nics = [n for n in node.nics if n.socket == s]
+        _device_row(ax, x0 + 0.5, y, cols, [
+            (f"{n.device}:{n.port}", [r.local_rank for r in local if r.nic == f"{n.device}:{n.port}"]) for n in nics],
+            colours)
+
+    handles = [Patch(fc=colours[r.local_rank], ec="#555555",
+                     label=f"rank {r.local_rank}: {len(r.cores)} cores, {r.omp_num_threads} threads") for r in local]
+    handles.append(Patch(fc=RESERVED, ec="#555555", hatch="///", label="left to the system"))
+    if any(c not in owner for c in usable):
+        handles.append(Patch(fc=IDLE, ec="#555555", label="idle"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.01), ncol=min(4, len(handles)),
+              fontsize=8, frameon=False)
+    ax.set_title(
+        f"{site.name} ({plan.node_kind}): {plan.ranks_per_node} rank(s) per node, {plan.mode}, "
+        f"{plan.threads_per_rank} thread(s) each\n{_short(plan.launcher_argv)}\n"
+        f"{node.threads_per_core} hardware thread(s) per core, {node.cpu_numbering} numbering",
+        fontsize=10,
+    )
+    ax.set_xlim(-0.3, node.sockets * (sock_w + 0.6) - 0.3)
+    ax.set_ylim(-0.3, sock_h + 0.3)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    fig.tight_layout()
+    return _save_atomically(fig, Path(path))
+
+
+def _columns(node: NodeKind) -> int:
+    # a socket's cores in a near-square block, wider than tall; with NUMA domains, one per row
+    if node.domains_per_socket > 1 and node.cores_per_domain <= 24:
+        return node.cores_per_domain
+    cols = max(4, math.ceil(math.sqrt(node.cores_per_socket * 2.5)))
+    return min(cols, node.cores_per_socket)
+
+
+def _short(argv: tuple[str, ...], width: int = 100) -> str:
+    line = " ".join(argv)
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _device_row(ax, x: float, y: float, width: int, devices: list[tuple[str, list[int]]], colours) -> None:
+    from matplotlib.patches import Rectangle
+
+    if not devices:
+        return
+    w = min(3.2, width / len(devices))
+    for i, (label, users) in enumerate(devices):
+        left, box_w = x + i * w, w - 0.15
+        if not users:
+            ax.add_patch(Rectangle((left, y), box_w, 1.2, fc="#ffffff", ec="#333333", lw=1.0))
+        # a device shared by several ranks is striped with each rank's colour
+        for k, user in enumerate(users):
+            ax.add_patch(Rectangle((left + k * box_w / len(users), y), box_w / len(users), 1.2,
+                                   fc=colours[user], ec="none"))
+        ax.add_patch(Rectangle((left, y), box_w, 1.2, fc="none", ec="#333333", lw=1.0))
+        who = "unused" if not users else ("rank " if len(users) == 1 else "ranks ") + ", ".join(map(str, users))
+        ax.text(left + box_w / 2, y + 0.6, f"{label}\n{who}", ha="center", va="center", fontsize=7.5,
+                color="#111111", bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.85))
+
+
+def _save_atomically(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        # no timestamp in the PNG, so the checked-in pictures equal what this draws now
+        fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight", pad_inches=0.15, metadata={"Software": None})
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a picture is for everyone
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    finally:
+        plt.close(fig)
+    return path

@@ -1,0 +1,74 @@
+"""Each launcher turns the same plan into the launch line its centre documents."""
+
+from __future__ import annotations
+
+
+from hpcdl.launchers import launcher_for, launchers
+from hpcdl.plan import JobRequest, make_plan
+from hpcdl.sites import load_site
+
+
+def _plan(site: str, **request):
+    s = load_site(site)
+    return s, make_plan(s, JobRequest(**request))
+
+
+def test_every_launcher_a_profile_can_name_is_registered():
+    assert set(launchers.names()) == {"srun", "jsrun", "ibrun", "mpirun", "mpiexec", "aprun", "local"}
+
+
+def test_aprun_on_knl_is_n_N_d_with_one_hardware_thread_per_core():
+    site, plan = _plan("cori-knl", nodes=4, ranks_per_node=4)
+    argv = launcher_for("aprun").command(plan, site)
+    # ALCF Theta's CosmoFlow line has the same shape: aprun -n 4N -N 4 -d 32 -j 2 -cc depth
+    assert argv == ["aprun", "-n", "16", "-N", "4", "-d", "16", "-j", "1", "-cc", "depth"]
+
+
+def test_mpirun_maps_ranks_per_node_with_cores_per_rank_and_exports_the_plan_env():
+    site, plan = _plan("volta-x86", nodes=2)
+    argv = launcher_for("mpirun").command(plan, site)
+    assert argv[:7] == ["mpirun", "-np", "8", "--map-by", "ppr:4:node:PE=10", "--bind-to", "core"]
+    assert ["-x", "NCCL_SOCKET_IFNAME"] == argv[argv.index("NCCL_SOCKET_IFNAME") - 1 : argv.index("NCCL_SOCKET_IFNAME") + 1]
+
+
+def test_mpiexec_hydra_gives_ranks_per_node_and_a_core_domain_per_rank():
+    site, plan = _plan("stampede2-skx", nodes=3)
+    argv = launcher_for("mpiexec").command(plan, site)
+    assert argv[:7] == ["mpiexec", "-n", "6", "-ppn", "2", "-bind-to", "core:24"]
+
+
+def test_srun_uses_cpus_per_task_when_ranks_sit_on_consecutive_cores():
+    site, plan = _plan("volta-x86")
+    argv = launcher_for("srun").command(plan, site)
+    assert "--cpus-per-task=20" in argv and "--cpu-bind=cores" in argv  # 10 cores x 2 hardware threads
+
+
+def test_srun_passes_the_plans_own_masks_when_reserved_cores_sit_between_ranks():
+    site, plan = _plan("frontier")
+    argv = launcher_for("srun").command(plan, site)
+    masks = next(a for a in argv if a.startswith("--cpu-bind=mask_cpu:")).split(":", 1)[1].split(",")
+    # rank 0: cores 49-55 and their second hardware threads 113-119
+    assert int(masks[0], 16) == sum(1 << c for c in [*range(49, 56), *range(113, 120)])
+
+
+def test_srun_binds_multi_gpu_ranks_by_mask():
+    site, plan = _plan("perlmutter", mode="per-socket")
+    argv = launcher_for("srun").command(plan, site)
+    assert "--gpu-bind=mask_gpu:0xf" in argv
+
+
+def test_local_launcher_starts_the_ranks_of_one_node():
+    site, plan = _plan("stampede2-knl", ranks_per_node=2)
+    assert launcher_for("local").command(plan, site) == ["hpcdl", "launch", "--nproc", "2", "--"]
+
+
+def test_jsrun_falls_back_to_one_resource_set_per_node_when_sockets_differ():
+    site, plan = _plan("summit", mode="per-nic", ranks_per_node=3)
+    argv = launcher_for("jsrun").command(plan, site)
+    assert argv[0] == "jsrun" and "-r1" in argv and "-a3" in argv
+
+
+def test_aprun_uses_two_hardware_threads_per_core_when_the_plan_runs_twice_as_many_threads():
+    site, plan = _plan("cori-knl", nodes=2, ranks_per_node=4, threads_per_rank=32)
+    argv = launcher_for("aprun").command(plan, site)
+    assert argv == ["aprun", "-n", "8", "-N", "4", "-d", "32", "-j", "2", "-cc", "depth"]

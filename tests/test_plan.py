@@ -1,0 +1,200 @@
+"""The planner, read as the centres' published launch lines and as its refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcdl.errors import HpcdlError
+from hpcdl.plan import JobRequest, Plan, make_plan
+from hpcdl.sites import load_site
+
+
+def plan_for(site: str, **request) -> Plan:
+    return make_plan(load_site(site), JobRequest(**request))
+
+
+def nic_socket(site: str, kind: str, port: str) -> int:
+    node = load_site(site).node_kinds[kind]
+    return next(n.socket for n in node.nics if f"{n.device}:{n.port}" == port)
+
+
+# --- OLCF Summit ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("nodes", [1, 2, 64])
+def test_summit_is_jsrun_n6N_a1_c7_g1_r6_bpacked7(nodes):
+    plan = plan_for("summit", nodes=nodes)
+    assert list(plan.launcher_argv) == ["jsrun", f"-n{6 * nodes}", "-a1", "-c7", "-g1", "-r6", "-bpacked:7"]
+    assert len(plan.ranks) == 6 * nodes
+
+
+def test_summit_puts_one_rank_per_gpu_and_the_nearest_ib_port():
+    plan = plan_for("summit", nodes=2)
+    local = plan.local_ranks()
+    assert [r.socket for r in local] == [0, 0, 0, 1, 1, 1]
+    assert [r.gpus for r in local] == [(0,), (1,), (2,), (3,), (4,), (5,)]
+    # 7 packed cores each; core 21 and core 43 (the last of each socket) stay with the system
+    assert [r.cores for r in local] == [tuple(range(s, s + 7)) for s in (0, 7, 14, 22, 29, 36)]
+    # SMT4 core-major: rank 0 owns hardware threads 0-27, rank 3 88-115 (Gordon Bell run script)
+    assert local[0].cpus == tuple(range(0, 28)) and local[3].cpus == tuple(range(88, 116))
+    for r in local:
+        assert nic_socket("summit", "ac922", r.nic) == r.socket
+        assert r.env["NCCL_IB_HCA"] == f"={r.nic}" and r.env["UCX_NET_DEVICES"] == r.nic
+        assert r.env["CUDA_VISIBLE_DEVICES"] == str(r.gpus[0])
+    # the two ports of a socket are shared out: mlx5_0, mlx5_1, mlx5_0 | mlx5_2, mlx5_3, mlx5_2
+    assert [r.nic for r in local] == ["mlx5_0:1", "mlx5_1:1", "mlx5_0:1", "mlx5_2:1", "mlx5_3:1", "mlx5_2:1"]
+    assert all(r.omp_num_threads == 7 for r in plan.ranks)
+
+
+def test_summit_hybrid_per_nic_mode_runs_4_ranks_2_per_socket_each_on_its_own_port():
+    plan = plan_for("summit", nodes=2, mode="per-nic")
+    local = plan.local_ranks()
+    assert plan.ranks_per_node == 4
+    assert [r.socket for r in local] == [0, 0, 1, 1]
+    assert [r.nic for r in local] == ["mlx5_0:1", "mlx5_1:1", "mlx5_2:1", "mlx5_3:1"]
+    # every GPU is driven, by a rank on its own socket, and by one rank only
+    assert sorted(g for r in local for g in r.gpus) == [0, 1, 2, 3, 4, 5]
+    node = load_site("summit").node_kinds["ac922"]
+    assert all(node.gpus[g].socket == r.socket for r in local for g in r.gpus)
+    assert list(plan.launcher_argv) == ["jsrun", "-n4", "-a2", "-c20", "-g3", "-r2", "-bpacked:10"]
+
+
+def test_summit_with_horovod_uses_hierarchical_allreduce_and_spectrum_mpi_device_per_rank():
+    plan = plan_for("summit", nodes=4, distributed="horovod")
+    assert plan.env["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
+    assert plan.env["PAMI_ENABLE_STRIPING"] == "0"
+    assert [r.env["PAMI_IBV_DEVICE_NAME"] for r in plan.local_ranks()][:3] == ["mlx5_0:1", "mlx5_1:1", "mlx5_0:1"]
+
+
+# --- TACC Stampede2 and NERSC Cori (KNL) ---------------------------------------------------
+
+def test_stampede2_knl_gives_64_openmp_threads_to_one_rank_per_node():
+    plan = plan_for("stampede2-knl", nodes=4)
+    assert plan.ranks_per_node == 1 and len(plan.ranks) == 4
+    rank = plan.ranks[0]
+    assert rank.omp_num_threads == 64 and rank.cores == tuple(range(64))
+    assert plan.env["OMP_NUM_THREADS"] == "64"
+    assert plan.env["KMP_AFFINITY"] == "granularity=fine,compact,1,0" and plan.env["KMP_BLOCKTIME"] == "1"
+    assert plan.env["OMP_PLACES"] == "cores" and plan.env["OMP_PROC_BIND"] == "close"
+    # Omni-Path: PSM2, and the HFI named for each rank
+    assert plan.env["FI_PROVIDER"] == "psm2" and plan.env["PSM2_SHAREDCONTEXTS"] == "1"
+    assert rank.env["HFI_UNIT"] == "0"
+    assert plan.launcher_argv == ("ibrun",)
+
+
+def test_stampede2_knl_two_ranks_per_node_share_the_64_cores():
+    plan = plan_for("stampede2-knl", ranks_per_node=2, framework="tensorflow")
+    assert [r.cores for r in plan.ranks] == [tuple(range(32)), tuple(range(32, 64))]
+    assert plan.env["TF_NUM_INTRAOP_THREADS"] == "32" and plan.env["TF_NUM_INTEROP_THREADS"] == "1"
+    assert plan.env["I_MPI_PIN_DOMAIN"] == "omp"
+
+
+def test_stampede2_skx_runs_one_rank_per_socket_with_24_threads():
+    plan = plan_for("stampede2-skx", nodes=2)
+    assert [(r.socket, r.omp_num_threads) for r in plan.local_ranks()] == [(0, 24), (1, 24)]
+
+
+def test_cori_knl_is_srun_with_64_cores_bound_and_cray_mpich_thread_multiple_for_horovod():
+    plan = plan_for("cori-knl", nodes=8, distributed="horovod")
+    assert list(plan.launcher_argv) == [
+        "srun", "--nodes=8", "--ntasks=8", "--ntasks-per-node=1", "--cpus-per-task=256", "--cpu-bind=cores"]
+    assert plan.env["MPICH_MAX_THREAD_SAFETY"] == "multiple"
+    assert plan.env["HDF5_USE_FILE_LOCKING"] == "FALSE"
+
+
+# --- modern GPU nodes ----------------------------------------------------------------------
+
+def test_perlmutter_binds_each_gpu_rank_to_the_numa_domain_nearest_its_a100():
+    plan = plan_for("perlmutter", nodes=2)
+    local = plan.local_ranks()
+    # GPU 0 is nearest NUMA domain 3 (cores 48-63), GPU 3 nearest domain 0 (cores 0-15)
+    assert [(r.gpus, r.cores[0], r.cores[-1]) for r in local] == [
+        ((0,), 48, 63), ((1,), 32, 47), ((2,), 16, 31), ((3,), 0, 15)]
+    assert "--gpu-bind=map_gpu:0,1,2,3" in plan.launcher_argv
+    assert plan.env["FI_PROVIDER"] == "cxi" and plan.env["MPICH_GPU_SUPPORT_ENABLED"] == "1"
+    assert plan.env["NCCL_SOCKET_IFNAME"] == "hsn0,hsn1,hsn2,hsn3"
+
+
+def test_frontier_style_node_matches_the_published_map_cpu_49_57_17_25_1_9_33_41():
+    plan = plan_for("frontier")
+    local = plan.local_ranks()
+    assert [r.cores[0] for r in local] == [49, 57, 17, 25, 1, 9, 33, 41]
+    assert all(len(r.cores) == 7 for r in local)  # 7 cores per GCD, the L3's first core left out
+    assert [r.env["ROCR_VISIBLE_DEVICES"] for r in local] == [str(i) for i in range(8)]
+    assert "--gpu-bind=map_gpu:0,1,2,3,4,5,6,7" in plan.launcher_argv
+    node = load_site("frontier").node_kinds["mi250x"]
+    for r in local:  # each GCD's NIC is the one on its own MI250X
+        nic = next(n for n in node.nics if f"{n.device}:{n.port}" == r.nic)
+        assert nic.domain == node.gpus[r.gpus[0]].domain
+
+
+def test_generic_volta_cluster_gives_each_socket_its_own_hca():
+    plan = plan_for("volta-x86")
+    assert [(r.socket, r.gpus, r.nic) for r in plan.local_ranks()] == [
+        (0, (0,), "mlx5_0:1"), (0, (1,), "mlx5_0:1"), (1, (2,), "mlx5_1:1"), (1, (3,), "mlx5_1:1")]
+
+
+# --- refusals: why, and what would work ----------------------------------------------------
+
+def test_more_ranks_than_gpus_in_per_gpu_mode_is_refused():
+    with pytest.raises(HpcdlError, match=r"ranks_per_node: 7 ranks do not fit one rank per GPU .* 6 GPUs; "
+                                         r"ask for at most 6 ranks per node, or --mode per-socket"):
+        plan_for("summit", ranks_per_node=7)
+
+
+def test_more_threads_than_the_cores_can_run_is_refused():
+    with pytest.raises(HpcdlError, match=r"threads_per_rank: 300 threads but each rank has 64 cores x 4 "
+                                         r"hardware threads = 256; ask for at most 64"):
+        plan_for("stampede2-knl", threads_per_rank=300)
+
+
+def test_more_ranks_than_cores_is_refused():
+    with pytest.raises(HpcdlError, match="ranks_per_node: 65 ranks need a core each .* 64 usable cores"):
+        plan_for("stampede2-knl", ranks_per_node=65)
+
+
+def test_a_gpu_request_on_a_cpu_only_site_is_refused():
+    with pytest.raises(HpcdlError, match=r"GPUs requested but node kind 'knl' of site 'stampede2-knl' has none; "
+                                         r"pick a site with GPUs, or run on CPUs with --mode per-socket"):
+        plan_for("stampede2-knl", use_gpus=True)
+    with pytest.raises(HpcdlError, match="has none"):
+        plan_for("cori-knl", mode="per-gpu")
+
+
+def test_a_gpu_request_on_perlmutter_cpu_nodes_points_at_its_gpu_nodes():
+    with pytest.raises(HpcdlError, match="use --node-kind gpu"):
+        plan_for("perlmutter", node_kind="cpu", use_gpus=True)
+
+
+def test_an_unknown_node_kind_names_the_ones_there_are():
+    with pytest.raises(HpcdlError, match=r"node kind 'knl' is not in site 'summit'; it has: ac922"):
+        plan_for("summit", node_kind="knl")
+
+
+def test_an_unknown_site_is_refused():
+    with pytest.raises(HpcdlError, match="unknown site 'titan'; known sites:"):
+        plan_for("titan")
+
+
+def test_more_nodes_than_the_site_allows_is_refused():
+    with pytest.raises(HpcdlError, match="nodes: 300 is more than site 'stampede2-knl' allows"):
+        plan_for("stampede2-knl", nodes=300)
+
+
+def test_more_ranks_than_nic_ports_in_per_nic_mode_is_refused():
+    with pytest.raises(HpcdlError, match="ranks_per_node: 5 ranks do not fit one rank per NIC"):
+        plan_for("summit", mode="per-nic", ranks_per_node=5)
+
+
+# --- the plan as data ----------------------------------------------------------------------
+
+def test_plan_round_trips_through_its_json_shape():
+    plan = plan_for("summit", nodes=2)
+    data = plan.to_dict()
+    assert data["world_size"] == 12
+    assert set(data["ranks"][0]) >= {"rank", "node", "local_rank", "socket", "cores", "gpus", "nic",
+                                     "omp_num_threads", "env"}
+    assert Plan.from_dict(data) == plan
+
+
+def test_the_same_request_gives_the_same_plan():
+    assert plan_for("frontier", nodes=3) == plan_for("frontier", nodes=3)

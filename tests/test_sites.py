@@ -1,0 +1,164 @@
+"""Site profiles: every shipped one loads, says where its facts come from, and a broken one is
+refused with one line naming the file, the field and the problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import hpcdl
+from hpcdl.errors import HpcdlError
+from hpcdl.sites import list_sites, load_site
+from hpcdl.sites.registry import SHIPPED, load_site_file
+
+SHIPPED_SITES = sorted(p.stem for p in SHIPPED.glob("*.yaml"))
+SEED_SITES = ["stampede2-knl", "stampede2-skx", "cori-knl", "summit", "lassen", "perlmutter", "frontier", "volta-x86"]
+
+
+def test_the_seed_and_modern_machines_are_shipped():
+    assert set(SEED_SITES) <= set(SHIPPED_SITES)
+    assert "local" in list_sites()
+
+
+@pytest.mark.parametrize("name", SHIPPED_SITES)
+def test_every_shipped_profile_loads_and_cites_its_sources(name):
+    site = load_site(name)
+    assert site.name == name
+    assert site.sources, f"{name} must say where its facts come from"
+    text = (SHIPPED / f"{name}.yaml").read_text()
+    assert text.startswith("#"), f"{name}.yaml opens with a comment citing its sources"
+    for kind in site.node_kinds.values():
+        assert kind.usable_cores_per_socket >= 1
+
+
+def test_summit_node_is_two_power9_with_three_v100_and_two_ib_ports_per_socket():
+    node = load_site("summit").node_kinds["ac922"]
+    assert (node.sockets, node.cores_per_socket, node.threads_per_core) == (2, 22, 4)
+    assert node.sockets * node.usable_cores_per_socket == 42  # jsrun -c42
+    assert [g.socket for g in node.gpus] == [0, 0, 0, 1, 1, 1]
+    assert [(n.device, n.socket) for n in node.nics] == [
+        ("mlx5_0", 0), ("mlx5_1", 0), ("mlx5_2", 1), ("mlx5_3", 1)]
+    # SMT4, core-major: core 22 (first of socket 1) is hardware threads 88-91
+    assert node.cpus_of_core(22) == (88, 89, 90, 91)
+    assert load_site("summit").defaults.alloc_flags == ("smt4", "nvme")
+    assert load_site("summit").filesystems.node_local == "/mnt/bb/$USER"
+
+
+def test_stampede2_knl_is_68_cores_with_4_left_to_the_system():
+    node = load_site("stampede2-knl").node_kinds["knl"]
+    assert (node.cores_per_socket, node.threads_per_core, node.usable_cores_per_socket) == (68, 4, 64)
+    assert node.memory_gb == 96 and node.hbm_gb == 16
+    assert {n.kind for n in node.nics} == {"omnipath"}
+
+
+def test_frontier_style_node_has_8_gcds_4_slingshot_nics_and_56_usable_cores():
+    node = load_site("frontier").node_kinds["mi250x"]
+    assert len(node.gpus) == 8 and {g.vendor for g in node.gpus} == {"amd"}
+    assert [n.kind for n in node.nics] == ["slingshot"] * 4
+    assert node.usable_cores_per_socket == 56
+
+
+def _write(tmp_path: Path, name: str, data: dict) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _summit_data() -> dict:
+    return yaml.safe_load((SHIPPED / "summit.yaml").read_text())
+
+
+def test_an_unknown_field_is_refused_naming_file_and_field(tmp_path):
+    data = _summit_data()
+    data["name"] = "broken"
+    data["node_kinds"]["ac922"]["cores_per_sockets"] = 22
+    path = _write(tmp_path, "broken", data)
+    with pytest.raises(HpcdlError) as err:
+        load_site_file(path)
+    message = str(err.value)
+    assert str(path) in message
+    assert "node_kinds.ac922.cores_per_sockets: unknown field" in message
+    assert "\n" not in message
+
+
+def test_a_wrong_value_is_refused_naming_file_field_and_problem(tmp_path):
+    data = _summit_data()
+    data["name"] = "broken"
+    data["node_kinds"]["ac922"]["nics"][0]["kind"] = "infiniband-edr"
+    path = _write(tmp_path, "broken", data)
+    with pytest.raises(HpcdlError, match=r"broken\.yaml: node_kinds\.ac922\.nics\.0\.kind: Input should be"):
+        load_site_file(path)
+
+
+def test_a_gpu_on_a_socket_the_node_does_not_have_is_refused(tmp_path):
+    data = _summit_data()
+    data["name"] = "broken"
+    data["node_kinds"]["ac922"]["gpus"][5]["socket"] = 2
+    with pytest.raises(HpcdlError, match=r"broken\.yaml: node_kinds\.ac922: gpus\[5\]\.socket: 2 but the node has 2"):
+        load_site_file(_write(tmp_path, "broken", data))
+
+
+def test_jsrun_under_slurm_is_refused(tmp_path):
+    data = _summit_data()
+    data["name"] = "broken"
+    data["scheduler"] = "slurm"
+    with pytest.raises(HpcdlError, match="launcher: jsrun runs under lsf, not under scheduler slurm"):
+        load_site_file(_write(tmp_path, "broken", data))
+
+
+def test_a_profile_whose_name_differs_from_its_file_is_refused(tmp_path):
+    data = _summit_data()
+    with pytest.raises(HpcdlError, match="does not match the file name"):
+        load_site_file(_write(tmp_path, "mysummit", data))
+
+
+def test_users_add_a_site_with_hpcdl_site_path(tmp_path, monkeypatch):
+    data = _summit_data()
+    data["name"] = "mysummit"
+    _write(tmp_path, "mysummit", data)
+    monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
+    assert load_site("mysummit").node_kinds["ac922"].cores_per_socket == 22
+    assert list_sites()["mysummit"] == str(tmp_path / "mysummit.yaml")
+
+
+def test_the_cli_refuses_a_broken_profile_with_one_line_and_status_2(tmp_path):
+    data = _summit_data()
+    data["name"] = "broken"
+    data["node_kinds"]["ac922"]["sockets"] = 0
+    _write(tmp_path, "broken", data)
+    proc = hpcdl("plan", "--site", "broken", env={"HPCDL_SITE_PATH": str(tmp_path)})
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1
+    assert "broken.yaml: node_kinds.ac922.sockets: Input should be greater than or equal to 1" in proc.stderr
+
+
+def test_an_unknown_site_names_the_known_ones():
+    with pytest.raises(HpcdlError, match="unknown site 'summitt'.*summit.*HPCDL_SITE_PATH"):
+        load_site("summitt")
+
+
+def test_the_site_guide_documents_every_schema_field():
+    from conftest import ROOT
+    from hpcdl.sites.schema import Defaults, Filesystems, Gpu, Modules, Nic, NodeKind, Site
+
+    guide = (ROOT / "docs" / "sites.md").read_text()
+    prefixed = {Filesystems: "filesystems.", Modules: "modules.", Defaults: "defaults."}
+    for model in (Site, NodeKind, Gpu, Nic, Filesystems, Modules, Defaults):
+        for field in model.model_fields:
+            assert f"`{prefixed.get(model, '')}{field}`" in guide or f"`{field}`" in guide, (
+                f"docs/sites.md does not document {model.__name__}.{field}")
+    for name in SHIPPED_SITES:
+        assert f"`{name}`" in guide, f"docs/sites.md does not list the shipped site {name}"
+
+
+def test_users_add_a_site_by_dropping_it_in_their_config_folder(tmp_path, monkeypatch):
+    import hpcdl.sites.registry as registry
+
+    monkeypatch.setattr(registry, "USER_DIR", tmp_path)
+    monkeypatch.delenv("HPCDL_SITE_PATH", raising=False)
+    data = yaml.safe_load((SHIPPED / "stampede2-knl.yaml").read_text())
+    data["name"] = "mylab"
+    _write(tmp_path, "mylab", data)
+    assert load_site("mylab").node_kinds["knl"].cores_per_socket == 68
