@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hpcdl.plan.model import Plan
 from hpcdl.registry import Registry
+from hpcdl.render.shell import Expanding
 from hpcdl.sites.schema import Site
 
 
@@ -14,7 +15,11 @@ class Runtime:
         raise NotImplementedError
 
     def binds(self, site: Site) -> list[str]:
-        return [p for p in (site.filesystems.scratch, site.filesystems.node_local) if p]
+        """Host folders the job reads and writes inside the image: scratch and node-local storage.
+
+        Their $VARIABLES (Summit's /mnt/bb/$USER) expand in the job, not at render time.
+        """
+        return [Expanding(p) for p in (site.filesystems.scratch, site.filesystems.node_local) if p]
 
 
 runtimes: Registry[Runtime] = Registry("container runtime")
@@ -76,7 +81,7 @@ class PodmanHpcRuntime(Runtime):
         if _gpu_vendor(plan, site):
             argv.append("--gpu")
         for path in self.binds(site):
-            argv += ["--volume", f"{path}:{path}"]
+            argv += ["--volume", Expanding(f"{path}:{path}")]
         return argv + [image or "hpcdl:latest"]
 
 
@@ -85,5 +90,5 @@ class CharliecloudRuntime(Runtime):
     def command(self, plan, site, image):
         argv = ["ch-run"]
         for path in self.binds(site):
-            argv += ["-b", f"{path}:{path}"]
+            argv += ["-b", Expanding(f"{path}:{path}")]
         return argv + [image or "hpcdl.sqfs", "--"]

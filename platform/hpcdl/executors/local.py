@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from hpcdl.errors import HpcdlError
-from hpcdl.executors.base import Executor, JobState, executors
+from hpcdl.executors.base import Executor, JobState, checked_job_id, executors
 
 STATE_DIR = Path(os.environ.get("HPCDL_LOCAL_JOBS", "~/.cache/hpcdl/local-jobs")).expanduser()
 
@@ -26,6 +26,9 @@ def job_environment(job_dir: Path, **extra: str) -> dict[str, str]:
 @executors.register("local")
 class LocalExecutor(Executor):
     """Jobs are bash processes; their state lives in STATE_DIR/<id>/ (pid, rc, output, job_dir)."""
+
+    def submit_command(self, script: Path, job_dir: Path) -> list[str]:
+        return ["bash", str(script)]
 
     def submit(self, script: Path, job_dir: Path) -> str:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
@@ -61,7 +64,7 @@ class LocalExecutor(Executor):
             return proc.wait()
 
     def _state(self, job_id: str) -> Path:
-        state = STATE_DIR / job_id
+        state = STATE_DIR / checked_job_id(job_id)
         if not state.is_dir():
             raise HpcdlError(f"job id: no local job {job_id!r} (looked in {STATE_DIR})")
         return state
