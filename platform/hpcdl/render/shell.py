@@ -62,13 +62,17 @@ def path_with_variables(path: str) -> str:
 def slurm_directive_value(value: str) -> str:
     """A value as sbatch reads it back from an #SBATCH line, byte for byte.
 
-    sbatch splits directive lines on blanks, drops quotes, ends the line at an unquoted '#',
-    and takes the character after a backslash literally; so every character that could
-    split, quote, end or escape is preceded by a backslash. Checked against the real sbatch
-    in tests/test_slurm_cluster.py.
+    sbatch (src/sbatch/opt.c, get_argument) splits directive lines on blanks, groups with
+    quotes, ends the line at an unquoted '#', and takes the character after a backslash
+    literally, except a blank, which ends the word even after a backslash. So a value is
+    written in double quotes, with backslashes before its own double quotes and backslashes.
+    Plain values stay bare, as a person would write them. Checked against the real sbatch in
+    tests/test_slurm_cluster.py.
     """
-    one_line("value", value)
-    return "".join("\\" + c if c.isspace() or c in "\"'\\#" else c for c in str(value))
+    value = str(one_line("value", value))
+    if value and all(c.isalnum() or c in "._-:,/%=+@[]" for c in value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 _PLAIN_WORD = re.compile(r"^[A-Za-z0-9._:+=,@/%-]+$")
