@@ -17,7 +17,7 @@ from hpcdl.executors import executor_for
 from hpcdl.plan import JobRequest, Plan, make_plan
 from hpcdl.render import JobOptions, render_job_script
 from hpcdl.render.jobscript import DEFAULT_WARNING_SECONDS, _ranges, slug
-from hpcdl.render.shell import join
+from hpcdl.render.shell import join, quote
 from hpcdl.sites import load_site
 from hpcdl.train.recipe import load_recipe
 
@@ -193,7 +193,10 @@ def submit(
     write_atomically(script, text, mode=0o755)
     if dry_run:
         typer.echo(f"job script: {script}")
-        typer.echo("would run: " + join(executor.submit_command(script, folder)))
+        command = join(executor.submit_command(script, folder))
+        if executor.script_on_stdin:
+            command += f" < {quote(str(script))}"
+        typer.echo(f"would run: {command}")
         return
     job_id = executor.submit(script, folder)
     record_submission(job_id, scheduler, folder)

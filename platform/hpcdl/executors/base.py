@@ -32,6 +32,8 @@ class Executor:
     name = "base"
     #: the programs this executor runs, the first being the one that submits
     programs: tuple[str, ...] = ()
+    #: the submit command reads the script on standard input (bsub) instead of as an argument
+    script_on_stdin = False
 
     def submit_command(self, script: Path, job_dir: Path) -> list[str]:
         """The argv `submit` runs (what `hpcdl submit --dry-run` shows)."""

@@ -18,10 +18,11 @@ _STATES = {"PEND": "PENDING", "PSUSP": "PENDING", "WAIT": "PENDING", "RUN": "RUN
 @executors.register("lsf")
 class LsfExecutor(Executor):
     programs = ("bsub", "bjobs", "bkill")
+    # bsub reads the #BSUB lines only from a script given on standard input
+    script_on_stdin = True
 
     def submit_command(self, script: Path, job_dir: Path) -> list[str]:
-        # bsub reads the #BSUB lines only from a script given on standard input
-        return ["bsub", "-cwd", str(job_dir), "<", str(script)]
+        return ["bsub", "-cwd", str(job_dir)]
 
     def submit(self, script: Path, job_dir: Path) -> str:
         self.require("bsub")
