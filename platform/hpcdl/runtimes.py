@@ -74,21 +74,35 @@ class ShifterRuntime(Runtime):
         return argv
 
 
+#: what the job script sets for the ranks besides the plan's environment
+JOB_ENV = ("HPCDL_JOB_DIR", "HPCDL_JOB_ID", "HPCDL_JOB_NAME", "MASTER_ADDR", "MASTER_PORT")
+
+
 @runtimes.register("podman-hpc")
 class PodmanHpcRuntime(Runtime):
+    """NERSC podman-hpc. Unlike Apptainer, a container starts with a clean environment and
+    none of the host's folders, so the job folder, the working directory and every setting
+    the ranks need are passed by name (--mpi already passes SLURM_* and PMI_*)."""
+
     def command(self, plan, site, image):
         argv = ["podman-hpc", "run", "--rm", "--mpi"]
         if _gpu_vendor(plan, site):
             argv.append("--gpu")
-        for path in self.binds(site):
+        for path in [*self.binds(site), Expanding("$HPCDL_JOB_DIR")]:
             argv += ["--volume", Expanding(f"{path}:{path}")]
+        argv += ["--workdir", Expanding("$HPCDL_JOB_DIR")]
+        for name in sorted({*plan.env, *JOB_ENV}):
+            argv += ["--env", name]
         return argv + [image or "hpcdl:latest"]
 
 
 @runtimes.register("charliecloud")
 class CharliecloudRuntime(Runtime):
+    """Charliecloud ch-run keeps the host environment; the job folder is bound and entered."""
+
     def command(self, plan, site, image):
         argv = ["ch-run"]
-        for path in self.binds(site):
+        for path in [*self.binds(site), Expanding("$HPCDL_JOB_DIR")]:
             argv += ["-b", Expanding(f"{path}:{path}")]
+        argv += ["--cd", Expanding("$HPCDL_JOB_DIR")]
         return argv + [image or "hpcdl.sqfs", "--"]
