@@ -185,3 +185,18 @@ def test_a_site_profile_with_a_site_wide_time_uses_it(tmp_path):
     }))
     proc = hpcdl("render", "--site", "tiny", RECIPES / "cifar10-quick.yaml", env={"HPCDL_SITE_PATH": str(sites)})
     assert "#SBATCH --time=1-00:00:00" in proc.stdout.splitlines()
+
+
+def test_lsf_rounds_a_limit_up_to_whole_minutes(fixture_sites):
+    assert "-W 1:00" in directives(render("test-lsf-power9", time="59:30"), "#BSUB")
+
+
+def test_alloc_flags_are_only_for_csm_lsf(fixture_sites):
+    assert not any("alloc_flags" in x for x in directives(render("test-pbs-xeon", scheduler="lsf"), "#BSUB"))
+
+
+def test_lsf_constraints_keep_their_select_syntax(fixture_sites):
+    d = directives(render("test-pbs-xeon", scheduler="lsf", constraint="skx&(ib|opa)"), "#BSUB")
+    assert '-R "select[skx&(ib|opa)]"' in d
+    with pytest.raises(HpcdlError, match="constraint"):
+        render("test-pbs-xeon", scheduler="lsf", constraint='a"b')

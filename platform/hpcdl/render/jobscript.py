@@ -164,16 +164,20 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
     if scheduler == "slurm":
         job["time"] = slurm_time(seconds)
     elif scheduler == "lsf":
-        job["time"] = f"{seconds // 3600}:{(seconds % 3600 + 59) // 60:02d}"  # -W [hours:]minutes
+        minutes = -(-seconds // 60)  # -W [hours:]minutes, rounded up
+        job["time"] = f"{minutes // 60}:{minutes % 60:02d}"
         job["warning_minutes"] = max(1, options.warning_seconds // 60)
         job["name_directive"] = directive_name(options.name)
-        job["alloc_flags"] = lsf_alloc_flags(site, plan)
         # Summit's CSM LSF allocates whole nodes (-nnodes) and jsrun places ranks inside them;
-        # classic LSF counts slots (-n) and spreads them with span[ptile=].
+        # classic LSF counts slots (-n) and spreads them with span[ptile=]. -alloc_flags is CSM's.
         job["csm"] = plan.launcher == "jsrun"
-        for field in ("account", "partition", "constraint"):
+        job["alloc_flags"] = lsf_alloc_flags(site, plan) if job["csm"] else ""
+        for field in ("account", "partition"):
             if job[field]:
                 plain_word(field, "LSF", job[field])
+        if job["constraint"] and any(c in job["constraint"] for c in '"\\'):
+            # the constraint sits inside -R "select[...]": anything but a quote or backslash is fine
+            raise HpcdlError(f"constraint: {job['constraint']!r} cannot go inside an LSF select[] string")
         if options.output_dir:
             plain_word("output_dir", "LSF", options.output_dir)
     elif scheduler == "pbs":
