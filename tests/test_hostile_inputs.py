@@ -152,3 +152,37 @@ def test_site_paths_expand_variables_and_nothing_else():
 def test_slurm_directive_values_keep_plain_words_bare_and_quote_the_rest():
     assert slurm_directive_value("quad,cache") == "quad,cache"
     assert slurm_directive_value('a "b" \\ c') == '"a \\"b\\" \\\\ c"'
+
+
+def test_hostile_image_and_trainer_arguments_reach_the_container_runtime_as_literal_words(tmp_path):
+    """The launch line's words, as the runtime receives them: recorded by a stand-in `apptainer`
+    first on PATH (a recorder written by this test, so the launch line itself is what is tested)."""
+    canary = tmp_path / "CANARY"
+    evil = payloads()
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "hostile-apptainer.yaml").write_text(yaml.safe_dump({
+        "name": "hostile-apptainer", "scheduler": "local", "launcher": "local", "runtime": "apptainer",
+        "node_kinds": {"node": {"sockets": 1, "cores_per_socket": 2, "memory_gb": 4, "default_ranks_per_socket": 1}},
+        "filesystems": {"scratch": str(tmp_path / "scratch ; touch CANARY")}, "modules": {"system": "none"},
+    }))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    recorder = bin_dir / "apptainer"
+    recorder.write_text('#!/bin/bash\nprintf "%s\\0" "$@" > "$APPTAINER_ARGV"\n')
+    recorder.chmod(0o755)
+    image = f"img {evil[0]} {evil[4]}.sif"
+    extra = [evil[1], evil[3], evil[9], "two\nlines"]
+    script = tmp_path / "job.sh"
+    proc = hpcdl("render", "--site", "hostile-apptainer", RECIPES / "cifar10-quick.yaml", "--image", image,
+                 "-o", script, "--", *extra, env={"HPCDL_SITE_PATH": str(sites)})
+    assert proc.returncode == 0, proc.stderr
+    shellcheck(script)
+    env = job_environment(tmp_path / "job", HPCDL_CANARY=str(canary), APPTAINER_ARGV=str(tmp_path / "argv"))
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    run = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert not canary.exists() and not list(tmp_path.rglob("CANARY"))
+    argv = (tmp_path / "argv").read_text().split("\0")[:-1]
+    assert argv[:4] == ["exec", "--bind", str(tmp_path / "scratch ; touch CANARY"), image]
+    assert argv[4:] == ["hpcdl", "train", "recipe.json", "--plan", "plan.json", "--results", "results.jsonl", *extra]

@@ -158,3 +158,20 @@ def test_a_job_spanning_two_pretend_nodes_trains_one_rank_on_each(two_nodes, tmp
     assert "NodeList=n[1-2]" in fields
     final = results(job_dir)[-1]
     assert final["event"] == "final" and final["ranks"] == 2 and final["nodes"] == 2
+
+
+def test_hostile_account_output_folder_and_trainer_arguments_run_nothing_under_slurm(one_node, tmp_path):
+    # no accounting here, so Slurm takes any account and shows it back
+    account = "acct ; touch canary-account $(touch canary-account) `touch canary-account`"
+    out_dir = tmp_path / "out $(touch canary-out) ; `touch canary-out` 'q' \"q\""
+    out_dir.mkdir()
+    recipe = tiny_recipe(tmp_path, name="hostile")
+    job_id, job_dir = submit(one_node, tmp_path, recipe, "--account", account, "--output-dir", out_dir,
+                             "--", "--max-iter", "$(touch canary-arg)", "; touch canary-arg")
+    state = wait_until(job_id, lambda s: s.finished)
+    assert state.state == "FAILED"  # the trainer refused the odd arguments
+    assert not list(tmp_path.rglob("canary-*"))
+    fields = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, env=one_node.env).stdout
+    assert f"Account={account}" in fields
+    outputs = list(out_dir.glob("hostile-*.out"))
+    assert len(outputs) == 1 and "Invalid value for '--max-iter'" in outputs[0].read_text()
