@@ -97,6 +97,8 @@ class SlurmCluster:
         _run(["install", "-d", "-o", "munge", "-g", "munge", "-m", "0755", "/run/munge"])
         _run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"])
         self.started_munge = True
+        (self.root / "started-munge").parent.mkdir(parents=True, exist_ok=True)
+        (self.root / "started-munge").touch()  # so that `down` from another process stops it too
         for _ in range(50):
             if munge_works():
                 return
@@ -190,6 +192,7 @@ class SlurmCluster:
                     break
                 time.sleep(0.1)
             self.started_munge = False
+            (self.root / "started-munge").unlink(missing_ok=True)
 
     def _wait_for_pidfiles(self, timeout: float = 15) -> None:
         """The daemons remove their pid files on exit; those still alive after the wait are killed."""
@@ -249,3 +252,28 @@ class SlurmClusters:
         if self.current is not None:
             self.current.down()
             self.current = None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """By hand, to look at a failing job: python tests/slurm_cluster.py up|down FOLDER [NODES]."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2 or args[0] not in ("up", "down"):
+        print("usage: python tests/slurm_cluster.py up|down FOLDER [NODES]", file=sys.stderr)
+        return 2
+    root, nodes = Path(args[1]).resolve(), int(args[2]) if len(args) > 2 else 1
+    cluster = SlurmCluster(root, nodes)
+    if args[0] == "up":
+        cluster.up()
+        atexit.unregister(cluster.down)  # it stays up until `down`
+        print(f"export SLURM_CONF={cluster.conf}")
+    else:
+        cluster.running = cluster.conf.exists()
+        cluster.started_munge = (root / "started-munge").exists()
+        cluster.down()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
