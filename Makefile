@@ -10,7 +10,7 @@ STAMPS := .stamps
 APT_PACKAGES := slurm-wlm munge openmpi-bin libopenmpi-dev lmod shellcheck hwloc
 PIP_EXTRAS := torch,test,mpi,containers
 
-.PHONY: run test setup apt venv bench containers images modulefiles clean help
+.PHONY: run test setup apt venv bench containers images modulefiles golden clean help
 
 help:
 	@echo "make run         plan, render and run the embedded default job on this machine"
@@ -19,6 +19,7 @@ help:
 	@echo "make containers  regenerate containers/*.def and *.Dockerfile"
 	@echo "make images      build the images with apptainer/singularity where installed"
 	@echo "make modulefiles regenerate the checked-in modulefiles"
+	@echo "make golden      regenerate the golden job scripts and the examples in docs/jobs.md"
 
 setup: apt $(STAMPS)/venv
 
@@ -55,3 +56,8 @@ modulefiles: $(STAMPS)/venv
 
 clean:
 	rm -rf $(STAMPS) runs build *.egg-info
+
+# After a deliberate change to the job-script templates or the site profiles: rewrite the
+# golden scripts (tests/golden/) and the examples in docs/jobs.md, then review the diff.
+golden: setup
+	HPCDL_UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/test_render_golden.py tests/test_docs_jobs.py

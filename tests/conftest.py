@@ -49,3 +49,36 @@ def isolated_jobs(tmp_path, monkeypatch):
     """Local executor state and user site folder inside the test's own tmp folder."""
     monkeypatch.setenv("HPCDL_LOCAL_JOBS", str(tmp_path / "local-jobs"))
     return tmp_path
+
+
+FIXTURE_SITES = ROOT / "tests" / "fixtures" / "sites"
+
+
+@pytest.fixture
+def fixture_sites(monkeypatch):
+    """The test site profiles (tests/fixtures/sites) on HPCDL_SITE_PATH, shipped ones still found."""
+    monkeypatch.setenv("HPCDL_SITE_PATH", str(FIXTURE_SITES))
+    return FIXTURE_SITES
+
+
+@pytest.fixture(scope="session")
+def slurm_clusters(tmp_path_factory):
+    """The real Slurm the tests start here (tests/slurm_cluster.py); torn down at the end, whatever happened.
+
+    Ask it for a shape: `slurm_clusters.ensure(1)` (one node) or `.ensure(2)` (pretend nodes n1, n2).
+    """
+    for tool in ("slurmctld", "slurmd", "sbatch", "munged"):
+        if not (shutil.which(tool) or Path("/usr/sbin", tool).exists()):
+            require_tool(tool)
+    if os.geteuid() != 0:
+        message = "starting slurmctld/slurmd/munged needs root"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from slurm_cluster import SlurmClusters
+
+    clusters = SlurmClusters(tmp_path_factory.mktemp("slurm"))
+    try:
+        yield clusters
+    finally:
+        clusters.down()

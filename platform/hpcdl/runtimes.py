@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hpcdl.plan.model import Plan
 from hpcdl.registry import Registry
+from hpcdl.render.shell import Expanding
 from hpcdl.sites.schema import Site
 
 
@@ -14,7 +15,11 @@ class Runtime:
         raise NotImplementedError
 
     def binds(self, site: Site) -> list[str]:
-        return [p for p in (site.filesystems.scratch, site.filesystems.node_local) if p]
+        """Host folders the job reads and writes inside the image: scratch and node-local storage.
+
+        Their $VARIABLES (Summit's /mnt/bb/$USER) expand in the job, not at render time.
+        """
+        return [Expanding(p) for p in (site.filesystems.scratch, site.filesystems.node_local) if p]
 
 
 runtimes: Registry[Runtime] = Registry("container runtime")
@@ -69,21 +74,35 @@ class ShifterRuntime(Runtime):
         return argv
 
 
+#: what the job script sets for the ranks besides the plan's environment
+JOB_ENV = ("HPCDL_JOB_DIR", "HPCDL_JOB_ID", "HPCDL_JOB_NAME", "MASTER_ADDR", "MASTER_PORT")
+
+
 @runtimes.register("podman-hpc")
 class PodmanHpcRuntime(Runtime):
+    """NERSC podman-hpc. Unlike Apptainer, a container starts with a clean environment and
+    none of the host's folders, so the job folder, the working directory and every setting
+    the ranks need are passed by name (--mpi already passes SLURM_* and PMI_*)."""
+
     def command(self, plan, site, image):
         argv = ["podman-hpc", "run", "--rm", "--mpi"]
         if _gpu_vendor(plan, site):
             argv.append("--gpu")
-        for path in self.binds(site):
-            argv += ["--volume", f"{path}:{path}"]
+        for path in [*self.binds(site), Expanding("$HPCDL_JOB_DIR")]:
+            argv += ["--volume", Expanding(f"{path}:{path}")]
+        argv += ["--workdir", Expanding("$HPCDL_JOB_DIR")]
+        for name in sorted({*plan.env, *JOB_ENV}):
+            argv += ["--env", name]
         return argv + [image or "hpcdl:latest"]
 
 
 @runtimes.register("charliecloud")
 class CharliecloudRuntime(Runtime):
+    """Charliecloud ch-run keeps the host environment; the job folder is bound and entered."""
+
     def command(self, plan, site, image):
         argv = ["ch-run"]
-        for path in self.binds(site):
-            argv += ["-b", f"{path}:{path}"]
+        for path in [*self.binds(site), Expanding("$HPCDL_JOB_DIR")]:
+            argv += ["-b", Expanding(f"{path}:{path}")]
+        argv += ["--cd", Expanding("$HPCDL_JOB_DIR")]
         return argv + [image or "hpcdl.sqfs", "--"]

@@ -1,4 +1,4 @@
-"""hpcdl plan / render / run / submit / status / cancel."""
+"""hpcdl plan / render / run / submit / status / cancel / stage."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from hpcdl.cli.output import write_atomically
 from hpcdl.executors import executor_for
 from hpcdl.plan import JobRequest, Plan, make_plan
 from hpcdl.render import JobOptions, render_job_script
-from hpcdl.render.jobscript import _ranges, slug
+from hpcdl.render.jobscript import DEFAULT_WARNING_SECONDS, _ranges, slug
+from hpcdl.render.shell import join, quote
 from hpcdl.sites import load_site
 from hpcdl.train.recipe import load_recipe
 
@@ -106,36 +107,196 @@ def _per_rank_env_lines(p: Plan) -> list[str]:
     ]
 
 
+ImageOpt = typer.Option(None, "--image", help="container image (default: the site's)")
+TimeOpt = typer.Option(None, "--time", help="wall-clock limit: HH:MM:SS, MM:SS, minutes or D-HH:MM:SS")
+AccountOpt = typer.Option(None, "--account", "-A", help="account/project to charge")
+PartitionOpt = typer.Option(None, "--partition", "-p", help="partition (Slurm) or queue (LSF, PBS)")
+NameOpt = typer.Option(None, "--name", "-J", help="job name (default: the recipe's name)")
+SchedulerOpt = typer.Option(None, "--scheduler", help="slurm, lsf, pbs or local (default: the site's)")
+ConstraintOpt = typer.Option(None, "--constraint", "-C", help="node features, e.g. quad,cache on KNL")
+ExclusiveOpt = typer.Option(None, "--exclusive/--shared", help="whole nodes or shared (default: the site's)")
+RequeueOpt = typer.Option(False, "--requeue", help="warn before the time limit, checkpoint and requeue")
+WarningOpt = typer.Option(DEFAULT_WARNING_SECONDS, "--warning", min=1,
+                          help="with --requeue: seconds before the limit the trainer is told to checkpoint")
+OutputDirOpt = typer.Option(None, "--output-dir", help="folder for the scheduler's output file")
+EXTRA = {"allow_extra_args": True}  # trainer arguments after `--`, e.g. -- --max-iter 5
+
+
 def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_kind, dist, image, time, account,
-            partition, name, scheduler=None) -> tuple:
+            partition, name, scheduler=None, constraint=None, exclusive=None, requeue=False,
+            warning=DEFAULT_WARNING_SECONDS, output_dir=None, extra_args=()) -> tuple:
     r = load_recipe(recipe)
     s, p = build_plan(site, nodes, framework, ranks_per_node, threads, mode, node_kind, dist)
-    options = JobOptions(name=name or r.name, time=time, account=account, partition=partition, image=image)
+    options = JobOptions(
+        name=name or r.name, time=time, account=account, partition=partition, image=image,
+        constraint=constraint, exclusive=exclusive, requeue=requeue, warning_seconds=warning,
+        output_dir=output_dir, extra_args=tuple(extra_args),
+    )
     text = render_job_script(s, p, r.model_dump(mode="json"), options, scheduler=scheduler)
     return s, p, r, text
 
 
-@app.command()
+@app.command(context_settings=EXTRA)
 def render(
+    ctx: typer.Context,
     recipe: Path = typer.Argument(..., help="training recipe (YAML)"),
     site: str = SiteOpt, nodes: int = NodesOpt, framework: str = FrameworkOpt,
     ranks_per_node: Optional[int] = RpnOpt, threads_per_rank: Optional[int] = ThreadsOpt,
     mode: str = ModeOpt, node_kind: Optional[str] = KindOpt, dist: str = DistOpt,
-    image: Optional[str] = typer.Option(None, "--image", help="container image"),
-    time: Optional[str] = typer.Option(None, "--time", help="wall-clock limit, HH:MM:SS"),
-    account: Optional[str] = typer.Option(None, "--account", help="account/project to charge"),
-    partition: Optional[str] = typer.Option(None, "--partition", help="partition or queue"),
-    name: Optional[str] = typer.Option(None, "--name", help="job name"),
+    image: Optional[str] = ImageOpt, time: Optional[str] = TimeOpt, account: Optional[str] = AccountOpt,
+    partition: Optional[str] = PartitionOpt, name: Optional[str] = NameOpt,
+    scheduler: Optional[str] = SchedulerOpt, constraint: Optional[str] = ConstraintOpt,
+    exclusive: Optional[bool] = ExclusiveOpt, requeue: bool = RequeueOpt, warning: int = WarningOpt,
+    output_dir: Optional[str] = OutputDirOpt,
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="write the script here"),
 ) -> None:
-    """Render the job script for a recipe on a site (printed, or written with -o)."""
+    """Render the job script for a recipe on a site (printed, or written with -o).
+
+    Arguments after `--` go to the trainer: hpcdl render -s summit -N 4 r.yaml -- --max-iter 50
+    """
     *_, text = _render(site, nodes, recipe, framework, ranks_per_node, threads_per_rank, mode, node_kind, dist,
-                       image, time, account, partition, name)
+                       image, time, account, partition, name, scheduler, constraint, exclusive, requeue, warning,
+                       output_dir, ctx.args)
     if output:
         write_atomically(output, text, mode=0o755)
         typer.echo(f"wrote {output}", err=True)
     else:
         typer.echo(text, nl=False)
+
+
+def _scheduler_of_script(text: str) -> str:
+    """Which scheduler a rendered (or hand-written) script is for, from its directives."""
+    for prefix, scheduler in (("#SBATCH", "slurm"), ("#BSUB", "lsf"), ("#PBS", "pbs")):
+        if any(line.startswith(prefix) for line in text.splitlines()):
+            return scheduler
+    return "local"
+
+
+@app.command(context_settings=EXTRA)
+def submit(
+    ctx: typer.Context,
+    source: Path = typer.Argument(..., help="training recipe (YAML), or a job script rendered before"),
+    site: Optional[str] = typer.Option(None, "--site", "-s", help="site profile (needed with a recipe)"),
+    nodes: int = NodesOpt, framework: str = FrameworkOpt,
+    ranks_per_node: Optional[int] = RpnOpt, threads_per_rank: Optional[int] = ThreadsOpt,
+    mode: str = ModeOpt, node_kind: Optional[str] = KindOpt, dist: str = DistOpt,
+    image: Optional[str] = ImageOpt, time: Optional[str] = TimeOpt, account: Optional[str] = AccountOpt,
+    partition: Optional[str] = PartitionOpt, name: Optional[str] = NameOpt,
+    scheduler: Optional[str] = SchedulerOpt, constraint: Optional[str] = ConstraintOpt,
+    exclusive: Optional[bool] = ExclusiveOpt, requeue: bool = RequeueOpt, warning: int = WarningOpt,
+    output_dir: Optional[str] = OutputDirOpt,
+    job_dir: Optional[Path] = typer.Option(None, "--out", help="job folder (default runs/<time>-<name>)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="write the script and show the submit command only"),
+) -> None:
+    """Submit a job: render it from a recipe (same options as render), or send a rendered script."""
+    from hpcdl.errors import HpcdlError
+
+    if not source.is_file():
+        raise HpcdlError(f"{source}: no such file")
+    head = source.read_text(errors="replace")
+    if head.startswith("#!"):
+        text, job_name = head, name or source.stem
+        scheduler = scheduler or _scheduler_of_script(text)
+        if ctx.args:
+            raise HpcdlError("trainer arguments after -- only apply when submitting a recipe; render the script again")
+    else:
+        if site is None:
+            raise HpcdlError("site: give --site to submit a recipe (or pass a rendered job script)")
+        s, _, r, text = _render(site, nodes, source, framework, ranks_per_node, threads_per_rank, mode, node_kind,
+                                dist, image, time, account, partition, name, scheduler, constraint, exclusive,
+                                requeue, warning, output_dir, ctx.args)
+        scheduler, job_name = scheduler or s.scheduler, name or r.name
+    executor = executor_for(scheduler)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    folder = (job_dir or Path("runs") / f"{stamp}-{slug(job_name)}").resolve()
+    script = folder / "job.sh"
+    write_atomically(script, text, mode=0o755)
+    if dry_run:
+        typer.echo(f"job script: {script}")
+        command = join(executor.submit_command(script, folder))
+        if executor.script_on_stdin:
+            command += f" < {quote(str(script))}"
+        typer.echo(f"would run: {command}")
+        return
+    job_id = executor.submit(script, folder)
+    record_submission(job_id, scheduler, folder)
+    typer.echo(f"submitted {scheduler} job {job_id}; job folder {folder}")
+    typer.echo(job_id)
+
+
+def _submissions() -> Path:
+    from hpcdl.executors.local import STATE_DIR
+
+    return STATE_DIR.parent / "submitted.jsonl"
+
+
+def record_submission(job_id: str, scheduler: str, folder: Path) -> None:
+    path = _submissions()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps({"job_id": job_id, "scheduler": scheduler, "job_dir": str(folder),
+                            "submitted": _dt.datetime.now().isoformat(timespec="seconds")}) + "\n")
+
+
+def _executor_of(job_id: str, scheduler: Optional[str]):
+    from hpcdl.errors import HpcdlError
+
+    if scheduler:
+        return executor_for(scheduler)
+    path = _submissions()
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    for record in reversed(records):
+        if record["job_id"] == job_id:
+            return executor_for(record["scheduler"])
+    raise HpcdlError(f"job id: {job_id!r} was not submitted by hpcdl here; say which scheduler with --scheduler")
+
+
+@app.command()
+def status(
+    job_id: str = typer.Argument(..., help="job id printed by hpcdl submit"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="slurm, lsf, pbs or local"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable"),
+) -> None:
+    """Show a job's state (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT) and its output file."""
+    executor = _executor_of(job_id, scheduler)
+    state = executor.status(job_id)
+    try:
+        output = str(executor.output(job_id))
+    except Exception:  # the output path is a courtesy; the state is the answer
+        output = None
+    if as_json:
+        typer.echo(json.dumps({"job_id": state.job_id, "scheduler": executor.name, "state": state.state,
+                               "exit_code": state.exit_code, "reason": state.reason, "output": output}))
+        return
+    code = "" if state.exit_code is None else f" (exit {state.exit_code})"
+    typer.echo(f"{executor.name} job {state.job_id}: {state.state}{code}" + (f"; output {output}" if output else ""))
+
+
+@app.command()
+def cancel(
+    job_id: str = typer.Argument(..., help="job id printed by hpcdl submit"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="slurm, lsf, pbs or local"),
+) -> None:
+    """Cancel a pending or running job."""
+    executor = _executor_of(job_id, scheduler)
+    executor.cancel(job_id)
+    typer.echo(f"cancelled {executor.name} job {job_id}")
+
+
+@app.command()
+def stage(
+    source: Path = typer.Argument(..., help="data set: a file or a folder"),
+    dest: Path = typer.Argument(..., help="node-local folder to copy it into"),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="point this recipe.json's data.path at the copy"),
+    no_copy: bool = typer.Option(False, "--no-copy", help="only rewrite --recipe (the copy is made per node)"),
+) -> None:
+    """Copy a data set to node-local storage and check the copy (job scripts run this once per node)."""
+    from hpcdl.executors.staging import point_recipe_at, stage as stage_data
+
+    if not no_copy:
+        stage_data(source, dest)
+    if recipe is not None:
+        point_recipe_at(recipe, source, dest)
 
 
 @app.command()

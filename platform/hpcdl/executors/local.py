@@ -6,10 +6,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from hpcdl.errors import HpcdlError
-from hpcdl.executors.base import Executor, JobState, executors
+from hpcdl.executors.base import Executor, JobState, checked_job_id, executors
 
 STATE_DIR = Path(os.environ.get("HPCDL_LOCAL_JOBS", "~/.cache/hpcdl/local-jobs")).expanduser()
 
@@ -23,9 +24,27 @@ def job_environment(job_dir: Path, **extra: str) -> dict[str, str]:
     return {**os.environ, "PATH": path, "HPCDL_JOB_DIR": str(job_dir), **extra}
 
 
+def _session_members(session: int) -> list[int]:
+    """Live processes (zombies excluded) whose session id is `session`, from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[3]) == session:
+            members.append(int(entry.name))
+    return members
+
+
 @executors.register("local")
 class LocalExecutor(Executor):
     """Jobs are bash processes; their state lives in STATE_DIR/<id>/ (pid, rc, output, job_dir)."""
+
+    def submit_command(self, script: Path, job_dir: Path) -> list[str]:
+        return ["bash", str(script)]
 
     def submit(self, script: Path, job_dir: Path) -> str:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
@@ -41,6 +60,9 @@ class LocalExecutor(Executor):
             ["bash", "-c", runner, "hpcdl-local", str(script), str(out), str(state / "rc")],
             env=job_environment(job_dir, HPCDL_JOB_ID=job_id),
             cwd=job_dir, start_new_session=True,
+            # the job must not hold the submitter's terminal or pipes: `hpcdl submit | tail`
+            # (or a test capturing its output) would otherwise wait for the job to end
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         (state / "pid").write_text(str(proc.pid))
         return job_id
@@ -61,7 +83,7 @@ class LocalExecutor(Executor):
             return proc.wait()
 
     def _state(self, job_id: str) -> Path:
-        state = STATE_DIR / job_id
+        state = STATE_DIR / checked_job_id(job_id)
         if not state.is_dir():
             raise HpcdlError(f"job id: no local job {job_id!r} (looked in {STATE_DIR})")
         return state
@@ -81,14 +103,28 @@ class LocalExecutor(Executor):
             return JobState(job_id, "FAILED", None)
         return JobState(job_id, "RUNNING")
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, grace: float = 10.0) -> None:
+        """SIGTERM to every process of the job (its session), as scancel does; SIGKILL after `grace` s.
+
+        The whole session, not one process group: mpirun puts each rank in a group of its own,
+        so a group signal would leave the ranks running.
+        """
         state = self._state(job_id)
-        pid = int((state / "pid").read_text())
+        session = int((state / "pid").read_text())
         (state / "cancelled").touch()
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            pids = _session_members(session)
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + grace
+            while pids and time.monotonic() < deadline:
+                pids = _session_members(session)
+                time.sleep(0.1)
+            if not pids:
+                return
 
     def output(self, job_id: str) -> Path:
         return self._state(job_id) / "output"

@@ -1,24 +1,53 @@
-"""Job scripts: a jinja2 template per scheduler, filled from the plan and the recipe."""
+"""Job scripts: a jinja2 template per scheduler, filled from the plan, the request and the recipe.
+
+Everything a template prints is decided here or in the plan; the templates only lay it out.
+Values reach the script three ways, each safe on its own terms:
+  - shell words go through `quote`/`join` (shlex), so nothing in them runs;
+  - batch directives (#SBATCH, #BSUB, #PBS) are comments to bash but parsed by the scheduler,
+    so they get the scheduler's own escaping (Slurm) or must be plain words (LSF, PBS);
+  - values no directive can carry (a newline in a job name) are refused with the field named.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 import jinja2
 
 from hpcdl import __version__
 from hpcdl.errors import HpcdlError
 from hpcdl.plan.model import Plan
-from hpcdl.render.shell import env_name, join, one_line, quote
+from hpcdl.render.shell import (
+    env_name, join, one_line, path_with_variables, plain_word, quote, slurm_directive_value,
+)
 from hpcdl.runtimes import runtime_for
 from hpcdl.sites.schema import Site
 
 SCHEDULERS = ("local", "slurm", "lsf", "pbs")
 
+#: how long before the time limit a --requeue job is warned (SIGUSR1): enough for a
+#: checkpoint of a ResNet-50-sized model to reach a parallel filesystem.
+DEFAULT_WARNING_SECONDS = 300
+
 
 @dataclass(frozen=True)
 class JobOptions:
+    """What a user asks of the batch system (the plan says where ranks run).
+
+    name: job name, shown by squeue/bjobs/qstat; any text without a newline.
+    time: wall-clock limit, [D-]HH:MM:SS, MM:SS or minutes (default: the site's).
+    account, partition: charged account/project and partition/queue (default: the site's).
+    constraint: node features, e.g. KNL ``quad,cache`` (default: the site's).
+    exclusive: whole nodes for the job (default: the site's).
+    image: container image (default: the site's).
+    output_dir: where the scheduler writes the job's output file (default: the submit folder).
+    extra_args: appended to the trainer's command line, e.g. ("--max-iter", "5").
+    requeue: warn the job `warning_seconds` before its limit, checkpoint and requeue it.
+    """
+
     name: str = "hpcdl"
     time: str | None = None
     account: str | None = None
@@ -27,6 +56,9 @@ class JobOptions:
     output_dir: str | None = None
     extra_args: tuple[str, ...] = ()
     requeue: bool = False
+    constraint: str | None = None
+    exclusive: bool | None = None
+    warning_seconds: int = DEFAULT_WARNING_SECONDS
 
 
 _env = jinja2.Environment(
@@ -35,42 +67,259 @@ _env = jinja2.Environment(
     keep_trailing_newline=True,
     trim_blocks=True,
     lstrip_blocks=True,
+    autoescape=False,
 )
 _env.filters["q"] = quote
 _env.filters["join"] = join
+_env.filters["sbatch"] = slurm_directive_value
 
 
 def render_job_script(site: Site, plan: Plan, recipe: dict, options: JobOptions, scheduler: str | None = None) -> str:
     scheduler = scheduler or site.scheduler
     if scheduler not in SCHEDULERS:
         raise HpcdlError(f"scheduler: unknown {scheduler!r}; known: {', '.join(SCHEDULERS)}")
-    one_line("name", options.name)
-    one_line("account", options.account)
-    one_line("partition", options.partition)
-    one_line("time", options.time)
-    for name in plan.env:
-        env_name(name)
-    runtime_argv = runtime_for(site.runtime).command(plan, site, options.image or site.defaults.image)
-    program = ["hpcdl", "train", "recipe.json", "--plan", "plan.json", "--results", "results.jsonl", *options.extra_args]
+    for field in ("name", "account", "partition", "time", "constraint", "image", "output_dir"):
+        one_line(field, getattr(options, field))
+    for i, arg in enumerate(options.extra_args):
+        if "\0" in arg:
+            raise HpcdlError(f"extra argument {i + 1}: contains a NUL byte, which no command line can carry")
+    if not options.name.strip():
+        raise HpcdlError("name: the job name is empty")
+    env = {env_name(k): v for k, v in sorted(plan.env.items())}
+    for r in plan.ranks:
+        for k in r.env:
+            env_name(k)
+    image = options.image or site.defaults.image
+    if image and site.defaults.image_dir and not image.startswith(("/", "docker:", "docker://", "oras://")) \
+            and site.runtime in ("apptainer", "singularity", "charliecloud"):
+        image = str(PurePosixPath(site.defaults.image_dir) / image)
+    runtime_argv = runtime_for(site.runtime).command(plan, site, image)
+    program = ["hpcdl", "train", "recipe.json", "--plan", "plan.json", "--results", "results.jsonl",
+               *options.extra_args]
+    job = batch_request(site, plan, options, scheduler)
     template = _env.get_template(f"{scheduler}.sh.j2")
     return template.render(
         version=__version__,
         site=site,
         plan=plan,
         options=options,
-        env=dict(sorted(plan.env.items())),
+        job=job,
+        env=env,
+        modules=module_lines(site),
         plan_json=json.dumps(plan.to_dict(), sort_keys=True),
-        recipe_json=json.dumps(recipe, sort_keys=True),
+        recipe_json=_heredoc_safe(json.dumps(recipe, sort_keys=True)),
         launch=[*plan.launcher_argv, *runtime_argv, *program],
+        stage=staging(site, plan, recipe, scheduler),
         node_map=node_map_lines(plan),
         job_slug=slug(options.name),
+        name_comment=_printable(options.name),
     )
+
+
+def _heredoc_safe(text: str) -> str:
+    # json.dumps escapes newlines, so no line of it can equal the heredoc's end word
+    assert "\n" not in text
+    return text
+
+
+def _printable(value: str) -> str:
+    """A value for a '#' comment line: shown as Python would write it when it is not plain text."""
+    return value if value.isprintable() else ascii(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The batch request: what the directives ask for, in each scheduler's units and spelling.
+
+
+def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -> dict:
+    node = site.node_kinds[plan.node_kind]
+    seconds = parse_time(options.time or site.defaults.time)
+    gpus_per_rank = len(plan.ranks[0].gpus)
+    cores_per_rank = len(plan.ranks[0].cores)
+    exclusive = site.defaults.exclusive if options.exclusive is None else options.exclusive
+    job = {
+        "nodes": plan.nodes,
+        "ranks_per_node": plan.ranks_per_node,
+        "world_size": plan.world_size,
+        "cores_per_rank": cores_per_rank,
+        # Slurm counts logical CPUs: a core with 4 hardware threads is 4 CPUs
+        "cpus_per_rank": cores_per_rank * node.threads_per_core,
+        "threads_per_rank": plan.threads_per_rank,
+        "gpus_per_rank": gpus_per_rank,
+        "gpus_per_node": gpus_per_rank * plan.ranks_per_node,
+        "seconds": seconds,
+        "account": options.account or site.defaults.account,
+        "partition": options.partition or site.defaults.partition,
+        "constraint": options.constraint if options.constraint is not None else site.defaults.constraint,
+        "exclusive": exclusive,
+        "requeue": options.requeue,
+        "warning_seconds": options.warning_seconds,
+        "output_dir": options.output_dir,
+        "job_id_var": {"slurm": "SLURM_JOB_ID", "lsf": "LSB_JOBID", "pbs": "PBS_JOBID", "local": "HPCDL_JOB_ID"}[scheduler],
+    }
+    if options.requeue and options.warning_seconds >= seconds:
+        raise HpcdlError(
+            f"time: the warning {options.warning_seconds} s before the limit needs a limit longer than {seconds} s"
+        )
+    if scheduler == "slurm":
+        job["time"] = slurm_time(seconds)
+    elif scheduler == "lsf":
+        minutes = -(-seconds // 60)  # -W [hours:]minutes, rounded up
+        job["time"] = f"{minutes // 60}:{minutes % 60:02d}"
+        job["warning_minutes"] = max(1, options.warning_seconds // 60)
+        job["name_directive"] = directive_name(options.name)
+        # Summit's CSM LSF allocates whole nodes (-nnodes) and jsrun places ranks inside them;
+        # classic LSF counts slots (-n) and spreads them with span[ptile=]. -alloc_flags is CSM's.
+        job["csm"] = plan.launcher == "jsrun"
+        job["alloc_flags"] = lsf_alloc_flags(site, plan) if job["csm"] else ""
+        for field in ("account", "partition"):
+            if job[field]:
+                plain_word(field, "LSF", job[field])
+        if job["constraint"] and any(c in job["constraint"] for c in '"\\'):
+            # the constraint sits inside -R "select[...]": anything but a quote or backslash is fine
+            raise HpcdlError(f"constraint: {job['constraint']!r} cannot go inside an LSF select[] string")
+        if options.output_dir:
+            plain_word("output_dir", "LSF", options.output_dir)
+    elif scheduler == "pbs":
+        job["time"] = f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+        job["name_directive"] = directive_name(options.name)[:15]  # PBS job names: 15 characters in Torque
+        for field in ("account", "partition", "constraint"):
+            if job[field]:
+                plain_word(field, "PBS", job[field])
+        if options.output_dir:
+            plain_word("output_dir", "PBS", options.output_dir)
+        select = (f"select={plan.nodes}:ncpus={plan.ranks_per_node * job['cpus_per_rank']}"
+                  f":mpiprocs={plan.ranks_per_node}:ompthreads={plan.threads_per_rank}")
+        if job["gpus_per_node"]:
+            select += f":ngpus={job['gpus_per_node']}"
+        if job["constraint"]:
+            # PBS Pro has no node features, only host resources: a Slurm-style feature list
+            # "quad,cache" becomes the boolean resources quad=True:cache=True in the chunk.
+            for feature in re.split(r"[,&]", job["constraint"]):
+                feature = plain_word("constraint", "PBS", feature.strip())
+                select += f":{feature}" if "=" in feature else f":{feature}=True"
+        job["select"] = select
+        job["place"] = "scatter:excl" if exclusive else "scatter"
+    return job
+
+
+def directive_name(name: str) -> str:
+    """A job name LSF and PBS take without quoting: starts with a letter, plain characters."""
+    cleaned = slug(name)
+    return cleaned if cleaned[:1].isalpha() else f"j{cleaned}"
+
+
+def lsf_alloc_flags(site: Site, plan: Plan) -> str:
+    """Summit's -alloc_flags: the NVMe burst buffer when data is staged there, and the SMT mode.
+
+    OLCF Summit guide: `#BSUB -alloc_flags "nvme smt4"` mounts /mnt/bb/$USER and keeps all
+    four hardware threads per core (smt4 is the default; smt1 for one thread per core).
+    """
+    node = site.node_kinds[plan.node_kind]
+    flags = []
+    if site.filesystems.node_local_kind == "nvme":
+        flags.append("nvme")
+    if node.threads_per_core > 1:
+        flags.append(f"smt{node.threads_per_core}")
+    return " ".join(flags)
+
+
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
+
+
+def parse_time(text: str) -> int:
+    """Slurm's time forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS -> seconds."""
+    one_line("time", text)
+    m = _TIME.match(str(text).strip())
+    if not m:
+        raise HpcdlError(f"time: {text!r} is not a time limit; write HH:MM:SS, MM:SS, minutes or D-HH:MM:SS")
+    days, a, b, c = m.groups()
+    if days is not None:
+        # D-HH[:MM[:SS]]
+        seconds = int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
+    elif c is not None:
+        seconds = int(a) * 3600 + int(b) * 60 + int(c)
+    elif b is not None:
+        seconds = int(a) * 60 + int(b)
+    else:
+        seconds = int(a) * 60
+    if seconds <= 0:
+        raise HpcdlError(f"time: {text!r} is not a positive time limit")
+    return seconds
+
+
+def slurm_time(seconds: int) -> str:
+    days, rest = divmod(seconds, 86400)
+    hms = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{hms}" if days else hms
+
+
+# ---------------------------------------------------------------------------------------------
+# Modules and data staging.
+
+
+def module_lines(site: Site) -> dict:
+    """`module load` for the site's modules and its container runtime, and the init to source."""
+    if site.modules.system == "none":
+        return {"init": None, "load": []}
+    load = [*site.modules.load]
+    if site.modules.runtime and site.runtime != "none":
+        load.append(site.modules.runtime)
+    return {"init": site.modules.init if load else None, "load": load}
+
+
+def once_per_node(plan: Plan, scheduler: str) -> list[str]:
+    """The argv prefix that runs a command once on every node of the job."""
+    n = str(plan.nodes)
+    if scheduler == "local":
+        return []
+    if scheduler == "slurm":
+        return ["srun", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1"]
+    if plan.launcher == "jsrun":
+        return ["jsrun", f"-n{n}", "-r1", "-a1", "-c1"]
+    if plan.launcher == "aprun":
+        return ["aprun", "-n", n, "-N", "1"]
+    if plan.launcher == "mpiexec":
+        return ["mpiexec", "-n", n, "-ppn", "1"]
+    if plan.launcher == "mpirun":
+        return ["mpirun", "-np", n, "--map-by", "ppr:1:node"]
+    # pbsdsh -u: one task per node of the PBS allocation; blaunch: the same for LSF
+    return ["pbsdsh", "-u"] if scheduler == "pbs" else ["blaunch", "-u", "$LSB_DJOB_HOSTFILE"]
+
+
+def staging(site: Site, plan: Plan, recipe: dict, scheduler: str) -> dict | None:
+    data = recipe.get("data") or {}
+    if not data.get("stage"):
+        return None
+    source = data.get("path")
+    if not source:
+        raise HpcdlError("data.stage: the recipe asks to stage its data set but gives no data.path")
+    if not site.filesystems.node_local:
+        raise HpcdlError(f"data.stage: site {site.name!r} names no filesystems.node_local to stage to")
+    one_line("data.path", source)
+    prefix = once_per_node(plan, scheduler)
+    if prefix[:1] == ["blaunch"]:
+        prefix = ["blaunch", "-u"]  # the host file is added in the template, as a variable
+    return {
+        "source": source,
+        "node_local": path_with_variables(site.filesystems.node_local),
+        "per_node": prefix,
+        "lsf_hostfile": scheduler == "lsf" and prefix[:1] == ["blaunch"],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def slug(name: str) -> str:
     """A job name made safe for a file name: letters, digits, '.', '-' and '_' only."""
-    cleaned = "".join(c if c.isalnum() or c in "._-" else "_" for c in name).lstrip(".-")
+    cleaned = "".join(c if (c.isascii() and c.isalnum()) or c in "._-" else "_" for c in name).lstrip(".-")
     return cleaned[:64] or "job"
+
+
+def with_runtime(site: Site, runtime: str) -> Site:
+    """The same site with another container runtime (the lint matrix renders them all)."""
+    return site.model_copy(update={"runtime": runtime})
 
 
 def node_map_lines(plan: Plan) -> list[str]:
@@ -96,3 +345,4 @@ def _ranges(values) -> str:
         prev = v
     out.append(f"{start}-{prev}" if start != prev else str(start))
     return ",".join(out)
+

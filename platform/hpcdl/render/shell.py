@@ -1,22 +1,55 @@
-"""Quoting at the one edge where values meet the shell."""
+"""Quoting at the one edge where values meet the shell (and the batch directives)."""
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from hpcdl.errors import HpcdlError
 
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+class Expanding(str):
+    """An argv word whose $VARIABLES expand when the job runs: a site path such as /mnt/bb/$USER.
+
+    Only plain variable references expand (see path_with_variables); everything else stays literal.
+    """
+
+
+_ANSI_C = {"\\": "\\\\", "'": "\\x27", '"': "\\x22", "$": "\\x24", "`": "\\x60", "\n": "\\n", "\t": "\\t"}
+
 
 def quote(value) -> str:
-    return shlex.quote(str(value))
+    """One shell word that bash reads back as exactly `value`, and that runs nothing.
+
+    Plain text goes in single quotes (shlex). Text that holds quotes, '$', backticks,
+    backslashes or control characters goes in bash's $'...' with those characters
+    written as escapes: as safe as single quotes, and shellcheck does not take the
+    literal '$(...)' or quote characters for mistakes (SC2016, SC2089).
+    """
+    if isinstance(value, Expanding):
+        return path_with_variables(value)
+    text = str(value)
+    if not any(c in text for c in "'\"$`\\") and text.isprintable():
+        return shlex.quote(text)
+    out = []
+    for c in text:
+        if c in _ANSI_C:
+            out.append(_ANSI_C[c])
+        elif not c.isprintable():
+            out.append("".join(f"\\x{b:02x}" for b in c.encode()))
+        else:
+            out.append(c)
+    return "$'" + "".join(out) + "'"
 
 
 def join(argv) -> str:
-    return " ".join(shlex.quote(str(a)) for a in argv)
+    return " ".join(quote(a) for a in argv)
 
 
 def env_name(name: str) -> str:
-    if not name.replace("_", "a").isalnum() or name[0].isdigit():
+    if not name or not name.replace("_", "a").isalnum() or name[0].isdigit() or not name.isascii():
         raise HpcdlError(f"environment variable name {name!r} is not a valid shell name")
     return name
 
@@ -26,3 +59,52 @@ def one_line(field: str, value: str | None) -> str | None:
     if value is not None and any(c in str(value) for c in "\n\r\0"):
         raise HpcdlError(f"{field}: contains a newline or NUL, which no batch directive can carry")
     return value
+
+
+def path_with_variables(path: str) -> str:
+    """A site path such as /mnt/bb/$USER as one shell word: variables expand, nothing else does.
+
+    Site profiles name per-user folders with $USER or ${HOME} (Summit's NVMe is /mnt/bb/$USER).
+    Only plain variable references are expanded, inside double quotes; every other character,
+    a `$(...)` or a backtick included, is single-quoted and stays literal.
+    """
+    one_line("path", path)
+    parts, last = [], 0
+    for match in _VARIABLE.finditer(path):
+        if match.start() > last:
+            parts.append(quote(path[last:match.start()]))
+        parts.append('"${' + (match.group(1) or match.group(2)) + '}"')
+        last = match.end()
+    if last < len(path) or not parts:
+        parts.append(quote(path[last:]))
+    return "".join(parts)
+
+
+def slurm_directive_value(value: str) -> str:
+    """A value as sbatch reads it back from an #SBATCH line, byte for byte.
+
+    sbatch (src/sbatch/opt.c, get_argument) splits directive lines on blanks, groups with
+    quotes, ends the line at an unquoted '#', and takes the character after a backslash
+    literally, except a blank, which ends the word even after a backslash. So a value is
+    written in double quotes, with backslashes before its own double quotes and backslashes.
+    Plain values stay bare, as a person would write them. Checked against the real sbatch in
+    tests/test_slurm_cluster.py.
+    """
+    value = str(one_line("value", value))
+    if value and all(c.isalnum() or c in "._-:,/%=+@[]" for c in value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+_PLAIN_WORD = re.compile(r"^[A-Za-z0-9._:+=,@/%-]+$")
+
+
+def plain_word(field: str, scheduler: str, value: str) -> str:
+    """Values LSF and PBS directives carry without any quoting, or a clear refusal."""
+    one_line(field, value)
+    if not _PLAIN_WORD.match(str(value)):
+        raise HpcdlError(
+            f"{field}: {value!r} cannot be written into a {scheduler} directive; "
+            "use letters, digits and . _ - : + = , @ / only"
+        )
+    return str(value)

@@ -1,0 +1,113 @@
+"""Golden job scripts for every site, and a lint of every site x scheduler x runtime x requeue.
+
+The golden files under tests/golden/ are what `hpcdl render` writes now for each site
+profile (shipped ones and the test profiles in tests/fixtures/sites) with the site's own
+scheduler, launcher and runtime. After a deliberate change, regenerate them with
+
+    HPCDL_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_render_golden.py
+
+and read the diff before committing it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURE_SITES, RECIPES, ROOT, require_tool
+from hpcdl.errors import HpcdlError
+from hpcdl.plan import JobRequest, make_plan
+from hpcdl.render import JobOptions, render_job_script
+from hpcdl.render.jobscript import SCHEDULERS, with_runtime
+from hpcdl.runtimes import runtimes
+from hpcdl.sites import list_sites, load_site
+from hpcdl.train.recipe import load_recipe
+
+GOLDEN = ROOT / "tests" / "golden"
+UPDATE = os.environ.get("HPCDL_UPDATE_GOLDEN") == "1"
+DETECTED = "detected from this node"
+
+
+def _with_fixture_sites(fn):
+    old = os.environ.get("HPCDL_SITE_PATH")
+    os.environ["HPCDL_SITE_PATH"] = str(FIXTURE_SITES)
+    try:
+        return fn()
+    finally:
+        if old is None:
+            del os.environ["HPCDL_SITE_PATH"]
+        else:
+            os.environ["HPCDL_SITE_PATH"] = old
+
+
+def profile_sites() -> list[str]:
+    """Every site that comes from a profile file (`local` is detected, so differs per machine)."""
+    return _with_fixture_sites(lambda: [n for n, origin in list_sites().items() if origin != DETECTED])
+
+
+def all_sites() -> list[str]:
+    return _with_fixture_sites(lambda: list(list_sites()))
+
+
+def render_for(site, scheduler=None, requeue=False, nodes=2) -> str:
+    recipe = load_recipe(RECIPES / "cifar10-quick.yaml")
+    nodes = min(nodes, site.defaults.max_nodes or nodes)
+    plan = make_plan(site, JobRequest(nodes=nodes))
+    options = JobOptions(name=recipe.name, requeue=requeue)
+    return render_job_script(site, plan, recipe.model_dump(mode="json"), options, scheduler=scheduler)
+
+
+def lint_all(paths: list[Path]) -> None:
+    """shellcheck (all warnings, style included) in one call, and bash -n on each."""
+    exe = require_tool("shellcheck")
+    proc = subprocess.run([exe, "-s", "bash", "-S", "style", *map(str, paths)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for path in paths:
+        proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert proc.returncode == 0, f"bash -n {path}: {proc.stderr}"
+
+
+@pytest.mark.parametrize("site_name", profile_sites())
+def test_the_rendered_script_of_each_site_equals_its_golden_file(site_name, fixture_sites, tmp_path):
+    site = load_site(site_name)
+    text = render_for(site)
+    golden = GOLDEN / f"{site_name}.sh"
+    if UPDATE:
+        GOLDEN.mkdir(exist_ok=True)
+        golden.write_text(text)
+    assert golden.exists(), f"no golden file for {site_name}; make it with HPCDL_UPDATE_GOLDEN=1"
+    assert text == golden.read_text(), (
+        f"the script for {site_name} differs from {golden.relative_to(ROOT)}; if the change is meant, "
+        "regenerate with HPCDL_UPDATE_GOLDEN=1 and review the diff"
+    )
+    lint_all([golden])
+
+
+def test_every_golden_file_belongs_to_a_site():
+    stale = sorted(p.stem for p in GOLDEN.glob("*.sh") if p.stem not in profile_sites())
+    if UPDATE:
+        for name in stale:
+            (GOLDEN / f"{name}.sh").unlink()
+        stale = []
+    assert not stale, f"golden files for sites that no longer exist: {stale} (HPCDL_UPDATE_GOLDEN=1 removes them)"
+
+
+@pytest.mark.parametrize("site_name", all_sites())
+def test_every_scheduler_and_runtime_renders_a_clean_script_for(site_name, fixture_sites, tmp_path):
+    site = load_site(site_name)
+    paths = []
+    for scheduler in SCHEDULERS:
+        for runtime in runtimes.names():
+            for requeue in (False, True):
+                try:
+                    text = render_for(with_runtime(site, runtime), scheduler=scheduler, requeue=requeue)
+                except HpcdlError as exc:  # a value this scheduler cannot carry: the message says which
+                    pytest.fail(f"{site_name} {scheduler} {runtime}: {exc}")
+                path = tmp_path / f"{scheduler}-{runtime}-{'requeue' if requeue else 'plain'}.sh"
+                path.write_text(text)
+                paths.append(path)
+    assert len(paths) == len(SCHEDULERS) * len(runtimes.names()) * 2
+    lint_all(paths)
