@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import jinja2
 
@@ -40,7 +41,15 @@ _env.filters["q"] = quote
 _env.filters["join"] = join
 
 
-def render_job_script(site: Site, plan: Plan, recipe: dict, options: JobOptions, scheduler: str | None = None) -> str:
+def render_job_script(
+    site: Site, plan: Plan, recipe: dict, options: JobOptions, scheduler: str | None = None,
+    program: Sequence[str] | None = None,
+) -> str:
+    """The job script for `plan` on `site`.
+
+    `program` is what each rank runs (default: the trainer on recipe.json); the validation
+    suite passes its own probes here. It is quoted like every other value.
+    """
     scheduler = scheduler or site.scheduler
     if scheduler not in SCHEDULERS:
         raise HpcdlError(f"scheduler: unknown {scheduler!r}; known: {', '.join(SCHEDULERS)}")
@@ -51,7 +60,9 @@ def render_job_script(site: Site, plan: Plan, recipe: dict, options: JobOptions,
     for name in plan.env:
         env_name(name)
     runtime_argv = runtime_for(site.runtime).command(plan, site, options.image or site.defaults.image)
-    program = ["hpcdl", "train", "recipe.json", "--plan", "plan.json", "--results", "results.jsonl", *options.extra_args]
+    if program is None:
+        program = ["hpcdl", "train", "recipe.json", "--plan", "plan.json", "--results", "results.jsonl"]
+    program = [*program, *options.extra_args]
     template = _env.get_template(f"{scheduler}.sh.j2")
     return template.render(
         version=__version__,
