@@ -120,16 +120,41 @@ def load_references(site: str, path: Path | None = None) -> References:
     unknown = set(data) - {"site", "description", "sources", "expect", "references"}
     if unknown:
         raise HpcdlError(f"{path}: {sorted(unknown)[0]}: unknown field (known: site, description, sources, expect, references)")
+    shown = _shown(Path(path))
     entries = {}
     for key, raw in (data.get("references") or {}).items():
-        entries[str(key)] = _reference(raw, f"{path}: references.{key}", str(path))
+        entries[str(key)] = _reference(raw, f"{path}: references.{key}", shown)
+        _check_side(str(key), entries[str(key)], f"{path}: references.{key}")
     expect = data.get("expect") or {}
     if not isinstance(expect, dict):
         raise HpcdlError(f"{path}: expect: must be a mapping (frameworks, gpu)")
     frameworks = expect.get("frameworks") or {}
     if not isinstance(frameworks, dict):
         raise HpcdlError(f"{path}: expect.frameworks: must map a framework to its version, e.g. pytorch: '2.13.0'")
-    return References(site, entries, {**expect, "frameworks": {k: str(v) for k, v in frameworks.items()}}, str(path))
+    return References(site, entries, {**expect, "frameworks": {k: str(v) for k, v in frameworks.items()}}, shown)
+
+
+def _shown(path: Path) -> str:
+    """Shipped files by their place in the package (the same on every machine), others by path."""
+    try:
+        return f"hpcdl/validate/references/{Path(path).resolve().relative_to(SHIPPED.resolve())}"
+    except ValueError:
+        return str(path)
+
+
+LOWER_IS_BETTER = ("latency_us", "time_us", "time_to_solution_s")
+
+
+def better_for(name: str) -> Better:
+    """Times and latencies are better low; throughput, bandwidth, efficiency and accuracy high."""
+    return "lower" if name.rsplit("/", 1)[-1] in LOWER_IS_BETTER else "higher"
+
+
+def _check_side(name: str, ref: Reference, where: str) -> None:
+    better = better_for(name)
+    if better == "higher" and ref.tolerance > 0 or better == "lower" and ref.tolerance < 0:
+        side = "negative (how far below it may fall)" if better == "higher" else "positive (how far above it may rise)"
+        raise HpcdlError(f"{where}: {better} is better for this value, so its tolerance must be {side}")
 
 
 def _reference(raw, where: str, source: str) -> Reference:
@@ -154,9 +179,7 @@ def judge(
         return Verdict(check, name, "fail", None, unit, better, message="no value was measured", **context)
     if ref is None:
         return Verdict(check, name, "info", value, unit, better, message="no reference for this site: logged only", **context)
-    if better == "higher" and ref.tolerance > 0 or better == "lower" and ref.tolerance < 0:
-        side = "negative (how far below)" if better == "higher" else "positive (how far above)"
-        raise HpcdlError(f"{ref.source}: references.{name}: {better} is better, so the tolerance must be {side}")
+    _check_side(name, ref, f"{ref.source}: references.{name}")
     bound = ref.bound()
     ok = value >= bound if better == "higher" else value <= bound
     fields = dict(reference=ref.value, tolerance=ref.tolerance, bound=bound, **context)

@@ -76,6 +76,9 @@ def run_jobs(
                     if state.finished:
                         del running[key]
                         outcomes[key] = _collect(executor, job, job_id, state, scripts[key][1])
+                        # one line per finished job also where the output is not a terminal (make, CI logs)
+                        progress.console.print(f"  {job.name}: {state.state.lower()} after "
+                                               f"{time.monotonic() - started:.0f} s (job {job_id})", highlight=False)
                         progress.update(tasks[key], completed=1)
                         progress.stop_task(tasks[key])
                         progress.advance(overall)
