@@ -89,7 +89,7 @@ def build_report(paths: list[Path], out_dir: Path) -> Path:
         "verdicts": [{k: v for k, v in vd.to_record().items() if k != "event"} for vd in results.verdicts],
         "plots": [f["file"] for f in figures],
     }
-    write_atomically(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_atomically(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n", mode=0o644)
     rows = [
         {**{k: getattr(v, k) for k in ("check", "name", "result", "message", "nodes")},
          "value": format_value(v.value, v.unit), "reference": format_value(v.reference, v.unit),
@@ -98,5 +98,5 @@ def build_report(paths: list[Path], out_dir: Path) -> Path:
         for v in results.verdicts
     ]
     html = _env.get_template("report.html.j2").render(summary=summary, rows=rows, figures=figures, suites=results.suites)
-    write_atomically(out_dir / "index.html", html)
+    write_atomically(out_dir / "index.html", html, mode=0o644)
     return out_dir

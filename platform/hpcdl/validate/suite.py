@@ -123,7 +123,7 @@ def run_suite(
            "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     lines = [header, *measurements, *(v.to_record() for v in verdicts), end]
     results = out_dir / "results.jsonl"
-    write_atomically(results, "".join(json.dumps(r) + "\n" for r in lines))
+    write_atomically(results, "".join(json.dumps(r) + "\n" for r in lines), mode=0o644)
     return SuiteResult(results, verdicts, measurements)
 
 
