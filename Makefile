@@ -13,7 +13,7 @@ PIP_EXTRAS := torch,test,mpi,containers
 .PHONY: run test setup apt venv bench containers images modulefiles golden clean help
 
 help:
-	@echo "make run         plan, render and run the embedded default job on this machine"
+	@echo "make run         validate this machine (quick suite): summary table and an HTML report"
 	@echo "make test        the whole test suite (installs what it needs first)"
 	@echo "make bench       benchmarks; writes docs/performance.md"
 	@echo "make containers  regenerate containers/*.def and *.Dockerfile"
@@ -36,8 +36,10 @@ $(STAMPS)/venv: pyproject.toml
 
 venv: $(STAMPS)/venv
 
+# The quick validation suite through the local executor: environment, collectives, thread
+# sweep, throughput, 2-rank scaling and convergence; exits 0 when every check passes.
 run: setup
-	$(VENV)/bin/hpcdl run --site local recipes/cifar10-quick.yaml
+	$(VENV)/bin/hpcdl validate --site local --suite quick
 
 test: setup
 	$(PY) -m pytest

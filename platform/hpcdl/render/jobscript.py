@@ -14,6 +14,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Sequence
 
 import jinja2
 
@@ -74,7 +75,15 @@ _env.filters["join"] = join
 _env.filters["sbatch"] = slurm_directive_value
 
 
-def render_job_script(site: Site, plan: Plan, recipe: dict, options: JobOptions, scheduler: str | None = None) -> str:
+def render_job_script(
+    site: Site, plan: Plan, recipe: dict, options: JobOptions, scheduler: str | None = None,
+    program: Sequence[str] | None = None,
+) -> str:
+    """The job script for `plan` on `site`.
+
+    `program` is what each rank runs (default: the trainer on recipe.json); the validation
+    suite passes its own probes here. It is quoted like every other value.
+    """
     scheduler = scheduler or site.scheduler
     if scheduler not in SCHEDULERS:
         raise HpcdlError(f"scheduler: unknown {scheduler!r}; known: {', '.join(SCHEDULERS)}")
@@ -94,8 +103,9 @@ def render_job_script(site: Site, plan: Plan, recipe: dict, options: JobOptions,
             and site.runtime in ("apptainer", "singularity", "charliecloud"):
         image = str(PurePosixPath(site.defaults.image_dir) / image)
     runtime_argv = runtime_for(site.runtime).command(plan, site, image)
-    program = ["hpcdl", "train", "recipe.json", "--plan", "plan.json", "--results", "results.jsonl",
-               *options.extra_args]
+    if program is None:
+        program = ["hpcdl", "train", "recipe.json", "--plan", "plan.json", "--results", "results.jsonl"]
+    program = [*program, *options.extra_args]
     job = batch_request(site, plan, options, scheduler)
     template = _env.get_template(f"{scheduler}.sh.j2")
     return template.render(

@@ -1,0 +1,129 @@
+"""The suite's jobs as data, their scripts as rendered for every shipped site, and write-back of the best placement."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from conftest import hpcdl, shellcheck
+from hpcdl.sites import Site, list_sites, load_site
+from hpcdl.validate.checks import ORDER
+from hpcdl.validate.jobs import SUITES, SuiteContext, scaling_points, thread_sweep_configs
+from hpcdl.validate.profile import write_profile
+from hpcdl.validate.references import References
+from hpcdl.validate.runner import render_validation_job
+from hpcdl.validate.suite import build_context, parse_nodes, select_checks, suite_jobs
+
+
+def knl_site() -> Site:
+    """A Stampede2-like KNL node: 68 cores (4 left to the OS), 4 hardware threads per core."""
+    return Site.model_validate({
+        "name": "knl-test", "scheduler": "slurm", "launcher": "ibrun", "mpi": "intel-mpi",
+        "node_kinds": {"knl": {"sockets": 1, "cores_per_socket": 68, "reserved_cores_per_socket": 4,
+                               "threads_per_core": 4, "memory_gb": 96, "cpu_target": "knl", "count": 4200,
+                               "default_ranks_per_socket": 1}},
+    })
+
+
+def context(site: Site, nodes=(1,), suite="quick") -> SuiteContext:
+    return SuiteContext(site, suite, tuple(nodes), References(site.name, {}, {}, "none"), SUITES[suite])
+
+
+def test_the_knl_thread_sweep_tries_32_64_and_128_openmp_threads_like_the_tacc_study():
+    assert thread_sweep_configs(context(knl_site())) == [(1, 32), (1, 64), (1, 128)]
+
+
+def test_the_local_quick_suite_shares_identical_jobs_between_checks():
+    ctx = build_context("local", "quick", None)
+    checks = select_checks(None)
+    assert [c.name for c in checks] == list(ORDER)
+    jobs = suite_jobs(ctx, checks)
+    keys = [j.key for j in jobs]
+    assert len(keys) == len(set(keys))
+    needed = sum(len(c.jobs(ctx)) for c in checks)
+    assert len(jobs) < needed  # the sweep's 1-rank and default points are also the scaling points
+    assert {j.kind for j in jobs} == {"environment", "collectives", "train"}
+
+
+def test_one_node_scales_over_its_ranks_and_several_nodes_over_nodes():
+    ctx = build_context("local", "quick", None)
+    unit, points = scaling_points(ctx)
+    top = ctx.default_plan.ranks_per_node
+    assert unit == "rank" and points[0] == (1, 1, 1) and points[-1] == (top, 1, top)
+    unit, points = scaling_points(context(knl_site(), nodes=(1, 2, 4)))
+    assert unit == "node" and [p[:2] for p in points] == [(1, 1), (2, 2), (4, 4)]
+
+
+def test_collectives_run_across_nodes_only_when_several_nodes_are_asked_for():
+    from hpcdl.validate.checks import checks
+
+    one = [j.payload["probe"]["scope"] for j in checks.get("collectives").jobs(context(knl_site(), nodes=(1,)))]
+    two = [j.request.nodes for j in checks.get("collectives").jobs(context(knl_site(), nodes=(1, 2)))]
+    assert "inter-node" not in one and 2 in two
+
+
+def test_bad_node_lists_and_check_names_are_refused():
+    from hpcdl.errors import HpcdlError
+
+    assert parse_nodes("4,1,2") == (1, 2, 4)
+    for text in ("0,1", "one"):
+        with pytest.raises(HpcdlError, match="--nodes"):
+            parse_nodes(text)
+    with pytest.raises(HpcdlError, match="--checks: unknown check 'speed'"):
+        select_checks("throughput,speed")
+    with pytest.raises(HpcdlError, match="--nodes: 2 nodes"):
+        build_context("local", "quick", (1, 2))
+
+
+def test_the_local_suite_scripts_pass_shellcheck(tmp_path):
+    site = load_site("local")
+    ctx = build_context("local", "quick", None)
+    for job in suite_jobs(ctx, select_checks(None)):
+        path = tmp_path / f"{job.key}.sh"
+        path.write_text(render_validation_job(site, job))
+        shellcheck(path)
+        assert "hpcdl probe " + job.kind in path.read_text()
+
+
+SHIPPED_SITES = [name for name in list_sites() if name != "local"]
+
+
+@pytest.mark.parametrize("site_name", SHIPPED_SITES)
+def test_every_shipped_site_renders_the_full_suite_with_its_own_scheduler(site_name, tmp_path):
+    """summit, stampede2-knl, perlmutter and the rest: rendered (not run here) and linted."""
+    site = load_site(site_name)
+    ctx = build_context(site_name, "full", (1, 2))
+    for job in suite_jobs(ctx, select_checks(None)):
+        path = tmp_path / f"{job.key}.sh"
+        path.write_text(render_validation_job(site, job))
+        shellcheck(path)
+
+
+def test_the_best_placement_is_written_into_a_profile_keeping_its_comments(tmp_path):
+    site = knl_site()
+    path = tmp_path / "knl-test.yaml"
+    text = yaml.safe_dump(site.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
+    text = "# Stampede2 KNL (TACC user guide)\n" + text.replace("threads_per_core: 4", "threads_per_core: 4  # SMT-4")
+    path.write_text(text)
+    notes = write_profile(path, site, "knl", ranks_per_node=1, threads=64)
+    written = path.read_text()
+    assert "# Stampede2 KNL (TACC user guide)" in written and "# SMT-4" in written
+    node = yaml.safe_load(written)["node_kinds"]["knl"]
+    assert node["default_threads_per_rank"] == 64 and node["default_ranks_per_socket"] == 1
+    assert notes == []
+
+
+def test_writing_a_profile_for_the_detected_local_site_creates_a_loadable_file(tmp_path, monkeypatch):
+    site = load_site("local")
+    kind = site.default_node_kind or next(iter(site.node_kinds))
+    path = tmp_path / "local.yaml"
+    write_profile(path, site, kind, ranks_per_node=site.node_kinds[kind].sockets, threads=1)
+    monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
+    assert load_site("local").node_kinds[kind].default_threads_per_rank == 1
+
+
+def test_validate_help_names_the_suites_and_options():
+    out = hpcdl("validate", "--help", check=True).stdout
+    for word in ("--suite", "--nodes", "--write-profile", "--checks"):
+        assert word in out
+    assert "report" in hpcdl("--help", check=True).stdout
