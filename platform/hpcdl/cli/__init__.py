@@ -18,6 +18,7 @@ app = typer.Typer(
 )
 
 from hpcdl.cli import jobs, sites, training  # noqa: E402,F401  (registers the verbs)
+from hpcdl.cli import images  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> None:
