@@ -55,8 +55,9 @@ containers: $(STAMPS)/venv
 	$(VENV)/bin/hpcdl images compat
 	$(VENV)/bin/hpcdl images render
 
-images: containers
+images: $(STAMPS)/venv
 	@test -n "$(CONTAINER_BUILDER)" || { echo "make images: neither apptainer nor singularity is installed; install Apptainer (https://apptainer.org/docs/admin/latest/installation.html)" >&2; exit 2; }
+	$(VENV)/bin/hpcdl images render --check
 	@mkdir -p $(IMAGE_DIR)
 	@# build runs each image's %test (hpcdl's image check) last; `apptainer test X.sif` re-runs it
 	set -e; for image in $(IMAGES); do \
