@@ -10,7 +10,8 @@ LABEL org.hpcdl.base=nvidia/cuda:13.0.2-devel-ubuntu24.04 \
     org.hpcdl.cuda=13.0 \
     org.hpcdl.fabric=infiniband \
     org.hpcdl.gpu_archs=sm_90 \
-    org.hpcdl.horovod=0.28.1 (pytorch, nccl) \
+    org.hpcdl.horovod=0.28.1 \
+    org.hpcdl.horovod.frameworks=pytorch,nccl \
     org.hpcdl.hpcdl=source \
     org.hpcdl.image=hopper-cuda \
     org.hpcdl.main.mpi4py=4.1.0 \
@@ -148,10 +149,11 @@ ENV CPATH=/usr/local/nccl/include:$CPATH \
     LIBRARY_PATH=/usr/local/nccl/lib:$LIBRARY_PATH \
     PATH=/usr/local/nccl/bin:$PATH
 
-COPY pyproject.toml \
-    README.md \
-    platform \
-    /opt/hpcdl/src/
+COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
+
+COPY README.md /opt/hpcdl/src/README.md
+
+COPY platform /opt/hpcdl/src/platform
 
 COPY containers/images.yaml /opt/hpcdl/images.yaml
 
@@ -180,7 +182,7 @@ ENV CUDA_CACHE_DISABLE=1 \
     OMPI_MCA_pml=ucx \
     PATH=/opt/envs/main/bin:$PATH
 
-ENTRYPOINT ["'/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl'", "train"]
+ENTRYPOINT ["/bin/sh", "-c", "exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
 
 # %test (Singularity) runs, and on podman-hpc/Shifter run it by hand:
 #   status=0

@@ -8,7 +8,8 @@ FROM ubuntu:22.04
 LABEL org.hpcdl.base=ubuntu:22.04 \
     org.hpcdl.cpu_target=knl \
     org.hpcdl.fabric=omnipath \
-    org.hpcdl.horovod=0.28.1 (pytorch) \
+    org.hpcdl.horovod=0.28.1 \
+    org.hpcdl.horovod.frameworks=pytorch \
     org.hpcdl.hpcdl=source \
     org.hpcdl.image=knl-mkldnn \
     org.hpcdl.libfabric=1.22.0 \
@@ -126,10 +127,11 @@ RUN mkdir -p /var/tmp && wget -q -nc -P /var/tmp https://www.open-mpi.org/softwa
 ENV LD_LIBRARY_PATH=/usr/local/openmpi/lib:$LD_LIBRARY_PATH \
     PATH=/usr/local/openmpi/bin:$PATH
 
-COPY pyproject.toml \
-    README.md \
-    platform \
-    /opt/hpcdl/src/
+COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
+
+COPY README.md /opt/hpcdl/src/README.md
+
+COPY platform /opt/hpcdl/src/platform
 
 COPY containers/images.yaml /opt/hpcdl/images.yaml
 
@@ -158,7 +160,7 @@ ENV HPCDL_IMAGE=knl-mkldnn \
     PATH=/opt/envs/main/bin:$PATH \
     TF_ENABLE_ONEDNN_OPTS=1
 
-ENTRYPOINT ["'/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl'", "train"]
+ENTRYPOINT ["/bin/sh", "-c", "exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
 
 # %test (Singularity) runs, and on podman-hpc/Shifter run it by hand:
 #   status=0

@@ -11,7 +11,8 @@ LABEL org.hpcdl.base=nvidia/cuda:12.6.3-devel-ubuntu22.04 \
     org.hpcdl.cudnn=9.10.2.21 \
     org.hpcdl.fabric=infiniband \
     org.hpcdl.gpu_archs=sm_70 \
-    org.hpcdl.horovod=0.28.1 (pytorch, nccl) \
+    org.hpcdl.horovod=0.28.1 \
+    org.hpcdl.horovod.frameworks=pytorch,nccl \
     org.hpcdl.hpcdl=source \
     org.hpcdl.image=volta-cuda \
     org.hpcdl.main.mpi4py=4.1.0 \
@@ -166,10 +167,11 @@ ENV CPATH=/usr/local/nccl/include:$CPATH \
     LIBRARY_PATH=/usr/local/nccl/lib:$LIBRARY_PATH \
     PATH=/usr/local/nccl/bin:$PATH
 
-COPY pyproject.toml \
-    README.md \
-    platform \
-    /opt/hpcdl/src/
+COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
+
+COPY README.md /opt/hpcdl/src/README.md
+
+COPY platform /opt/hpcdl/src/platform
 
 COPY containers/images.yaml /opt/hpcdl/images.yaml
 
@@ -198,7 +200,7 @@ ENV CUDA_CACHE_DISABLE=1 \
     OMPI_MCA_pml=ucx \
     PATH=/opt/envs/main/bin:$PATH
 
-ENTRYPOINT ["'/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl'", "train"]
+ENTRYPOINT ["/bin/sh", "-c", "exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
 
 # %test (Singularity) runs, and on podman-hpc/Shifter run it by hand:
 #   status=0

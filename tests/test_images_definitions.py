@@ -62,16 +62,21 @@ def test_definition_parses_with_spython_into_the_expected_sections(name):
     assert "openmpi" in install and "python3 -m venv /opt/envs/main" in install
     # spython turns %test into lines of a tests script it runs
     assert "hpcdl.images.check" in install and recipe.test
-    assert "pyproject.toml /opt/hpcdl/src/" in recipe.files
+    assert "pyproject.toml /opt/hpcdl/src/pyproject.toml" in recipe.files
     kinds = [kind for kind, _ in sections(path.read_text())]
     for kind in ("labels", "help", "post", "environment", "files", "runscript", "test"):
         assert kind in kinds, f"{path} has no %{kind}"
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_dockerfile_parses_with_spython(name):
-    recipe = DockerParser(str(output_paths(name)["docker"])).recipe
+def test_dockerfile_parses_with_spython_and_its_entrypoint_runs_hpcdl_train(name):
+    path = output_paths(name)["docker"]
+    recipe = DockerParser(str(path)).recipe
     assert recipe, "no stage parsed"
+    entrypoint = [line for line in path.read_text().splitlines() if line.startswith("ENTRYPOINT ")]
+    assert len(entrypoint) == 1 and "/bin/hpcdl" in entrypoint[0] and "train" in entrypoint[0]
+    labels = [line for line in path.read_text().splitlines() if line.strip().startswith("org.hpcdl.")]
+    assert labels and not any(" " in line.strip().rstrip(" \\") for line in labels), "unquoted LABEL values"
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -8,6 +8,7 @@ itself, %help and %test) are jinja2 templates in images/templates/. One spec, tw
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import hpccm
@@ -136,8 +137,9 @@ def labels(spec: ImageSpec) -> dict[str, str]:
         for package, version in env.packages.items():
             out[f"org.hpcdl.{env_name}.{package}"] = version
     if spec.horovod:
-        out["org.hpcdl.horovod"] = f"{spec.horovod.version} ({'+'.join(spec.horovod.frameworks)}"\
-            f"{', nccl' if spec.horovod.nccl else ''})"
+        # label values stay free of spaces: Dockerfile LABEL lines are not quoted by hpccm
+        out["org.hpcdl.horovod"] = spec.horovod.version
+        out["org.hpcdl.horovod.frameworks"] = ",".join(spec.horovod.frameworks + (("nccl",) if spec.horovod.nccl else ()))
     out["org.hpcdl.hpcdl"] = spec.hpcdl
     return out
 
@@ -190,13 +192,21 @@ def stage(spec: ImageSpec, container_format: str) -> hpccm.Stage:
         s += block
     if spec.cuda and spec.nccl:
         s += nccl_block(spec)
-    s += copy(src=["pyproject.toml", "README.md", "platform"], dest=f"{HPCDL_HOME}/src/")
+    # one copy per item with a full destination: Docker's COPY of a folder copies its contents,
+    # Singularity's %files the folder itself; naming the destination makes both agree
+    for item in ("pyproject.toml", "README.md", "platform"):
+        s += copy(src=item, dest=f"{HPCDL_HOME}/src/{item}")
     s += copy(src="containers/images.yaml", dest=f"{HPCDL_HOME}/images.yaml")
     s += shell(commands=python_environments(spec))
     if spec.horovod:
         s += shell(commands=horovod_build(spec))
     s += environment(variables=runtime_environment(spec))
-    s += runscript(commands=[f'"{ENVS}/${{HPCDL_IMAGE_ENV:-main}}/bin/hpcdl" train'])
+    train = f'"{ENVS}/${{HPCDL_IMAGE_ENV:-main}}/bin/hpcdl" train'
+    if container_format == "singularity":
+        s += runscript(commands=[train])
+    else:
+        # exec form cannot expand HPCDL_IMAGE_ENV; a shell in front does, and passes "$@" on
+        s += raw(docker='ENTRYPOINT ["/bin/sh", "-c", ' + json.dumps(f'exec {train} "$@"') + ', "hpcdl"]')
     test = _lines("test.sh.j2", spec=spec, envs=ENVS)
     s += raw(singularity="%test\n" + "\n".join(test),
              docker="# %test (Singularity) runs, and on podman-hpc/Shifter run it by hand:\n"
