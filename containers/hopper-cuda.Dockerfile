@@ -45,6 +45,8 @@ RUN apt-get update -y && \
         cmake \
         git \
         hwloc \
+        libevent-dev \
+        libhwloc-dev \
         libnuma-dev \
         numactl \
         patch \
@@ -126,7 +128,7 @@ RUN apt-get update -y && \
     rm -rf /var/lib/apt/lists/*
 RUN mkdir -p /var/tmp && wget -q -nc -P /var/tmp https://www.open-mpi.org/software/ompi/v5.0/downloads/openmpi-5.0.8.tar.bz2 && \
     mkdir -p /var/tmp && tar -x -f /var/tmp/openmpi-5.0.8.tar.bz2 -C /var/tmp -j && \
-    cd /var/tmp/openmpi-5.0.8 &&   ./configure --prefix=/usr/local/openmpi --disable-getpwuid --enable-orterun-prefix-by-default --with-cuda --with-pmix=/usr/local/pmix --with-slurm --with-ucx=/usr/local/ucx --with-verbs && \
+    cd /var/tmp/openmpi-5.0.8 &&   ./configure --prefix=/usr/local/openmpi --disable-getpwuid --enable-prte-prefix-by-default --with-cuda --with-hwloc=/usr --with-libevent=/usr --with-pmix=/usr/local/pmix --with-slurm --with-ucx=/usr/local/ucx --with-verbs && \
     make -j$(nproc) && \
     make -j$(nproc) install && \
     rm -rf /var/tmp/openmpi-5.0.8 /var/tmp/openmpi-5.0.8.tar.bz2

@@ -45,6 +45,8 @@ RUN apt-get update -y && \
         cmake \
         git \
         hwloc \
+        libevent-dev \
+        libhwloc-dev \
         libnuma-dev \
         numactl \
         patch \
@@ -120,7 +122,7 @@ RUN apt-get update -y && \
     rm -rf /var/lib/apt/lists/*
 RUN mkdir -p /var/tmp && wget -q -nc -P /var/tmp https://www.open-mpi.org/software/ompi/v4.1/downloads/openmpi-4.1.6.tar.bz2 && \
     mkdir -p /var/tmp && tar -x -f /var/tmp/openmpi-4.1.6.tar.bz2 -C /var/tmp -j && \
-    cd /var/tmp/openmpi-4.1.6 &&   ./configure --prefix=/usr/local/openmpi --disable-getpwuid --enable-orterun-prefix-by-default --with-ofi=/usr/local/libfabric --with-pmi=/usr/local/slurm-pmi2 --with-pmix=/usr/local/pmix --with-psm2 --with-slurm --without-cuda --without-verbs && \
+    cd /var/tmp/openmpi-4.1.6 &&   ./configure --prefix=/usr/local/openmpi --disable-getpwuid --enable-orterun-prefix-by-default --with-hwloc=/usr --with-libevent=/usr --with-ofi=/usr/local/libfabric --with-pmi=/usr/local/slurm-pmi2 --with-pmix=/usr/local/pmix --with-psm2 --with-slurm --without-cuda --without-verbs && \
     make -j$(nproc) && \
     make -j$(nproc) install && \
     rm -rf /var/tmp/openmpi-4.1.6 /var/tmp/openmpi-4.1.6.tar.bz2

@@ -17,7 +17,7 @@ from hpccm.building_blocks import generic_autotools, mpich, nccl, ofed, openmpi,
 from hpccm.primitives import baseimage, comment, copy, environment, label, raw, runscript, shell
 
 from hpcdl.images.compat import check_image
-from hpcdl.images.spec import ImageSpec
+from hpcdl.images.spec import ImageSpec, version_tuple
 from hpcdl.render.shell import quote
 
 CONTAINERS = Path(__file__).resolve().parents[3] / "containers"
@@ -84,6 +84,12 @@ def mpi_blocks(spec: ImageSpec) -> list:
             with_opts.update(with_psm2=True, with_ofi="/usr/local/libfabric")
         if mpi.pmi2:
             with_opts["with_pmi"] = "/usr/local/slurm-pmi2"
+        if mpi.pmix:
+            # an external PMIx must share Open MPI's libevent and hwloc, so all three are external
+            with_opts.update(with_libevent="/usr", with_hwloc="/usr")
+        if version_tuple(mpi.version) >= (5,):
+            # Open MPI 5 launches through PRRTE: hpccm's default orterun option is unknown there
+            with_opts["configure_opts"] = ["--disable-getpwuid", "--enable-prte-prefix-by-default"]
         blocks.append(openmpi(
             version=mpi.version,
             cuda=cuda,
@@ -187,7 +193,7 @@ def stage(spec: ImageSpec, container_format: str) -> hpccm.Stage:
              docker="\n".join("# " + line for line in _lines("help.txt.j2", spec=spec)))
     s += python(python2=False, devel=True)
     s += packages(ospackages=["python3-venv", "build-essential", "cmake", "git", "wget", "ca-certificates",
-                              "patch", "libnuma-dev", "numactl", "hwloc"])
+                              "patch", "libnuma-dev", "numactl", "hwloc", "libhwloc-dev", "libevent-dev"])
     for block in mpi_blocks(spec):
         s += block
     if spec.cuda and spec.nccl:
