@@ -125,3 +125,10 @@ def test_a_typo_in_a_spec_names_the_field(tmp_path):
     bad.write_text(IMAGES_YAML.read_text().replace("cpu_target: knl", "cpu_traget: knl"))
     proc = hpcdl("images", "list", "--specs", bad)
     assert proc.returncode == 2 and "images.knl-mkldnn: cpu_traget: unknown field" in proc.stderr
+
+
+def test_images_list_names_each_image_with_its_cuda_and_mpi():
+    proc = hpcdl("images", "list", check=True)
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines()}
+    assert "CUDA 12.6 sm_70" in lines["volta-cuda"] and "CUDA 13.0 sm_90" in lines["hopper-cuda"]
+    assert "omnipath" in lines["knl-mkldnn"] and "mxnet 1.9.1" in lines["knl-mkldnn"]

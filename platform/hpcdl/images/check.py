@@ -104,12 +104,22 @@ def onednn_results(gpu: bool) -> list[Result]:
             results.append(Result("tensorflow oneDNN", NOT_APPLICABLE, "GPU image: TF runs on CUDA"))
         else:
             results.append(Result("tensorflow oneDNN", PASSED if flag != "0" else FAILED,
-                                  f"TF_ENABLE_ONEDNN_OPTS={flag}"))
+                                  f"TF_ENABLE_ONEDNN_OPTS={flag}{_tf_mkl_note()}"))
     mx, _ = _import("mxnet") if _installed("mxnet") else (None, None)
     if mx is not None:
         on = mx.runtime.Features().is_enabled("MKLDNN")
         results.append(Result("mxnet oneDNN", PASSED if on else FAILED, "MKLDNN feature" + ("" if on else " off")))
     return results
+
+
+def _tf_mkl_note() -> str:
+    """What TF's own build flag says, as information: its meaning has shifted across releases."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        return f", IsMklEnabled()={_pywrap_util_port.IsMklEnabled()}"
+    except Exception:
+        return ""
 
 
 def _installed(module: str) -> bool:
