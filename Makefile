@@ -56,6 +56,26 @@ modulefiles: $(STAMPS)/venv
 	cp -R $(STAMPS)/modulefiles.new/. modulefiles/
 	rm -rf $(STAMPS)/modulefiles.new
 
+# Images: the definitions are generated from containers/images.yaml and checked in.
+IMAGES ?= knl-mkldnn volta-cuda hopper-cuda
+IMAGE_DIR ?= build/images
+# apptainer, else singularity; --fakeroot when not root (both need it to build unprivileged)
+CONTAINER_BUILDER := $(shell command -v apptainer || command -v singularity)
+FAKEROOT := $(if $(filter 0,$(shell id -u)),,--fakeroot)
+
+containers: $(STAMPS)/venv
+	$(VENV)/bin/hpcdl images compat
+	$(VENV)/bin/hpcdl images render
+
+images: $(STAMPS)/venv
+	@test -n "$(CONTAINER_BUILDER)" || { echo "make images: neither apptainer nor singularity is installed; install Apptainer (https://apptainer.org/docs/admin/latest/installation.html)" >&2; exit 2; }
+	$(VENV)/bin/hpcdl images render --check
+	@mkdir -p $(IMAGE_DIR)
+	@# build runs each image's %test (hpcdl's image check) last; `apptainer test X.sif` re-runs it
+	set -e; for image in $(IMAGES); do \
+		$(CONTAINER_BUILDER) build $(FAKEROOT) --force $(IMAGE_DIR)/$$image.sif containers/$$image.def; \
+	done
+
 clean:
 	rm -rf $(STAMPS) runs build *.egg-info
 

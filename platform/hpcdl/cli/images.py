@@ -1,0 +1,98 @@
+"""hpcdl images: list, render, check and compat for the container images in containers/images.yaml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from hpcdl.cli import app
+from hpcdl.cli.output import write_atomically
+from hpcdl.errors import HpcdlError
+
+images_app = typer.Typer(help="Container images: list the specs, render definitions, check compatibility.",
+                         no_args_is_help=True)
+app.add_typer(images_app, name="images")
+
+SPECS = typer.Option(None, "--specs", help="image specs file (default: containers/images.yaml)")
+
+
+def _specs(path: Optional[Path]):
+    from hpcdl.images.spec import IMAGES_YAML, load_images
+
+    return load_images(path or IMAGES_YAML)
+
+
+def _pick(specs, names: List[str]):
+    unknown = [n for n in names if n not in specs]
+    if unknown:
+        raise HpcdlError(f"unknown image {unknown[0]!r}; known: {', '.join(sorted(specs))}")
+    return [specs[n] for n in (names or sorted(specs))]
+
+
+@images_app.command("list")
+def images_list(specs: Optional[Path] = SPECS) -> None:
+    """One line per image: CPU target, CUDA and GPUs, MPI and fabric, frameworks."""
+    for spec in _specs(specs).values():
+        gpu = f"CUDA {spec.cuda.version} {','.join(spec.cuda.gpu_archs)}" if spec.cuda else "CPU"
+        frameworks = ", ".join(f"{p} {v}" for e in spec.environments.values() for p, v in e.packages.items()
+                               if p not in ("numpy", "mpi4py"))
+        typer.echo(f"{spec.name:<14} {spec.cpu_target:<15} {gpu:<22} {spec.mpi.flavour} {spec.mpi.version} "
+                   f"({spec.mpi.fabric})  {frameworks}")
+
+
+@images_app.command("render")
+def images_render(
+    names: List[str] = typer.Argument(None, help="images to render (default: all)"),
+    out: Path = typer.Option(None, "-o", "--out", help="folder to write NAME.def and NAME.Dockerfile (default: containers/)"),
+    check: bool = typer.Option(False, "--check", help="write nothing; exit 1 if a checked-in file differs"),
+    specs: Optional[Path] = SPECS,
+) -> None:
+    """Render the Singularity definition and Dockerfile of each image (what `make containers` runs)."""
+    from hpcdl.images.generate import CONTAINERS, output_paths, render
+
+    stale = []
+    rendered = {}
+    for spec in _pick(_specs(specs), names or []):  # render everything before writing anything
+        for fmt, path in output_paths(spec.name, out or CONTAINERS).items():
+            rendered[path] = render(spec, fmt)
+    for path, text in rendered.items():
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(path)
+            continue
+        write_atomically(path, text)
+        typer.echo(f"wrote {path}")
+    if stale:
+        typer.echo("out of date (run make containers): " + " ".join(map(str, stale)), err=True)
+        raise typer.Exit(1)
+
+
+@images_app.command("compat")
+def images_compat(
+    names: List[str] = typer.Argument(None, help="images (default: all)"),
+    site: Optional[str] = typer.Option(None, "--site", help="also check the image's MPI against this site's launcher"),
+    specs: Optional[Path] = SPECS,
+) -> None:
+    """Refuse specs that cannot work (CUDA vs GPU, framework pins, MPI vs the site's launcher)."""
+    from hpcdl.images.compat import image_problems, site_problems
+    from hpcdl.sites import load_site
+
+    the_site = load_site(site) if site else None
+    problems = []
+    for spec in _pick(_specs(specs), names or []):
+        found = image_problems(spec) + (site_problems(spec, the_site) if the_site else [])
+        problems += [f"{spec.name}: {p}" for p in found]
+        if not found:
+            typer.echo(f"{spec.name}: ok" + (f" on {the_site.name}" if the_site else ""))
+    if problems:
+        raise HpcdlError("; ".join(problems))
+
+
+@images_app.command("check", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def images_check(ctx: typer.Context) -> None:
+    """Run the image check here (what %test runs): hpcdl images check [--image NAME --mode image]."""
+    from hpcdl.images.check import main as check_main
+
+    raise typer.Exit(check_main(list(ctx.args)))

@@ -1,0 +1,1 @@
+"""Container images: spec, compatibility rules, hpccm-based generator and the image check."""

@@ -1,0 +1,171 @@
+"""Refuse image specs that cannot work, naming the reason.
+
+Each rule is a small function registered in RULES; `check_image` runs them all on a spec,
+`check_site` asks whether an image's MPI can be started by a site's launcher. The facts
+behind each rule are cited beside it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from hpcdl.errors import HpcdlError
+from hpcdl.images.spec import ImageSpec, version_tuple
+from hpcdl.sites.schema import Site
+
+ImageRule = Callable[[ImageSpec], "str | None"]
+RULES: dict[str, ImageRule] = {}
+
+
+def rule(name: str):
+    def add(fn: ImageRule) -> ImageRule:
+        RULES[name] = fn
+        return fn
+
+    return add
+
+
+@rule("cuda-arch")
+def cuda_13_cannot_target_volta(spec: ImageSpec) -> str | None:
+    # CUDA 13.0 release notes: offline compilation and library support for Maxwell, Pascal
+    # and Volta (compute capability < 7.5) were removed; stay on CUDA 12.x (<= 12.9) for them.
+    if not spec.cuda or spec.cuda.major < 13:
+        return None
+    old = [a for a in spec.cuda.gpu_archs if int(a[3:]) < 75]
+    if old:
+        return (f"cuda.version {spec.cuda.version} cannot target {', '.join(old)}: CUDA 13 removed "
+                "support for compute capability < 7.5 (Volta sm_70 and older); use CUDA 12.x (<= 12.9)")
+    return None
+
+
+@rule("cudnn-arch")
+def cudnn_911_dropped_volta(spec: ImageSpec) -> str | None:
+    # cuDNN 9.11 dropped sm_70 (Quansight/open-gpu-server#69, citing conda-forge)
+    if not (spec.cuda and spec.cuda.cudnn) or version_tuple(spec.cuda.cudnn)[:2] < (9, 11):
+        return None
+    if any(int(a[3:]) < 75 for a in spec.cuda.gpu_archs):
+        return f"cuda.cudnn {spec.cuda.cudnn} has no sm_70 kernels (cuDNN 9.11 dropped Volta); pin cuDNN < 9.11"
+    return None
+
+
+@rule("horovod-tensorflow")
+def horovod_0281_predates_tf_216(spec: ImageSpec) -> str | None:
+    # Horovod 0.28.1 (2023) builds against TF <= 2.15; TF 2.16 brought Keras 3 and XLA headers
+    # that need highwayhash, which its TensorFlow target fails to compile (frameworks.md, sec. 4).
+    hvd = spec.horovod
+    if not hvd or "tensorflow" not in hvd.frameworks or version_tuple(hvd.version) > (0, 28, 1):
+        return None
+    for env_name, tf in spec.pinned("tensorflow") + spec.pinned("tensorflow-cpu"):
+        if env_name == hvd.environment and version_tuple(tf) >= (2, 16):
+            return (f"horovod {hvd.version} cannot be built for tensorflow {tf} (environment {env_name}): "
+                    "Horovod 0.28.1 supports TensorFlow < 2.16; build Horovod for pytorch only or pin TF <= 2.15")
+    return None
+
+
+@rule("ipex-torch")
+def ipex_needs_its_own_torch(spec: ImageSpec) -> str | None:
+    # intel-extension-for-pytorch checks at import time that torch's major.minor equals its own
+    # and exits otherwise; its wheel metadata does not pin torch (frameworks.md, sec. 6).
+    for env_name, env in spec.environments.items():
+        ipex = env.version_of("intel-extension-for-pytorch")
+        if not ipex:
+            continue
+        torch = env.version_of("torch")
+        if not torch or version_tuple(torch)[:2] != version_tuple(ipex)[:2]:
+            want = ".".join(map(str, version_tuple(ipex)[:2]))
+            return (f"environments.{env_name}: intel-extension-for-pytorch {ipex} needs torch {want}.*, "
+                    f"the environment has torch {torch or '(none)'}")
+    return None
+
+
+@rule("mxnet-numpy")
+def mxnet_19_needs_old_numpy(spec: ImageSpec) -> str | None:
+    # MXNet 1.9 uses np.bool, removed in numpy 1.24; its metadata allows numpy < 2, so pip picks
+    # 1.26 and `import mxnet` fails (frameworks.md, sec. 5). The pin must be explicit.
+    for env_name, env in spec.environments.items():
+        mx = env.version_of("mxnet")
+        if not mx or version_tuple(mx)[:1] != (1,):
+            continue
+        numpy = env.version_of("numpy")
+        if not numpy or version_tuple(numpy) >= (1, 24):
+            return (f"environments.{env_name}: mxnet {mx} needs numpy < 1.24 in the same environment "
+                    f"(it uses np.bool), the environment has numpy {numpy or '(unpinned, pip picks >= 1.24)'}")
+    return None
+
+
+@rule("horovod-nccl")
+def horovod_nccl_needs_cuda_and_nccl(spec: ImageSpec) -> str | None:
+    if spec.horovod and spec.horovod.nccl and not (spec.cuda and spec.nccl):
+        return "horovod.nccl needs cuda and nccl in the image"
+    if spec.horovod and spec.horovod.environment not in spec.environments:
+        return f"horovod.environment {spec.horovod.environment!r} is not one of the image's environments"
+    if spec.nccl and not spec.cuda:
+        return "nccl needs cuda in the image"
+    return None
+
+
+@rule("openmpi-pmi2")
+def openmpi_5_has_no_pmi2(spec: ImageSpec) -> str | None:
+    # Open MPI 5 removed its PMI-1/PMI-2 components; it starts only through PMIx.
+    if spec.mpi.flavour == "openmpi" and version_tuple(spec.mpi.version) >= (5,):
+        if spec.mpi.pmi2:
+            return f"mpi.pmi2: Open MPI {spec.mpi.version} cannot use Slurm PMI2 (removed in Open MPI 5); set pmi2: false"
+        if not spec.mpi.pmix:
+            return f"mpi.pmix: Open MPI {spec.mpi.version} needs an external PMIx"
+    return None
+
+
+def image_problems(spec: ImageSpec) -> list[str]:
+    return [msg for fn in RULES.values() if (msg := fn(spec))]
+
+
+def check_image(spec: ImageSpec) -> None:
+    problems = image_problems(spec)
+    if problems:
+        raise HpcdlError(f"image {spec.name}: " + "; ".join(problems))
+
+
+# ---- image MPI x site launcher ------------------------------------------------------------
+
+#: MPI flavours a site can name, by the ABI family their libmpi belongs to. MPICH, Cray MPICH,
+#: Intel MPI and MVAPICH2 keep the MPICH ABI (the 2014 MPICH ABI initiative, Shifter docs).
+SITE_ABI = {"openmpi": "openmpi", "spectrum-mpi": "openmpi", "mpich": "mpich", "cray-mpich": "mpich",
+            "mvapich2": "mpich", "intel-mpi": "mpich"}
+
+
+def launcher_needs(site: Site) -> tuple[str | None, str | None, str]:
+    """(ABI family, PMI, why) the site's launcher and MPI expect of a container's MPI."""
+    abi = SITE_ABI.get(site.mpi)
+    if site.mpi == "cray-mpich" or site.launcher == "aprun":
+        # Cray sites swap their own libmpi into the image at run time (Shifter/podman-hpc
+        # mpich module, ARCHER2 Singularity guide): the image must be MPICH ABI.
+        return "mpich", "pmi2", "Cray MPICH is swapped in at run time and needs an MPICH-ABI image"
+    if site.launcher == "srun":
+        # the srun launcher asks for --mpi=pmix for Open MPI, Slurm's pmi2 otherwise (launchers/mpi.py)
+        pmi = "pmix" if site.mpi == "openmpi" else "pmi2"
+        return None, pmi, f"srun --mpi={pmi}"
+    if site.launcher == "jsrun":
+        return "openmpi", "pmix", "jsrun starts ranks through Spectrum MPI's PMIx"
+    if site.launcher == "mpirun":
+        return abi, "pmix" if abi == "openmpi" else None, f"the host's {site.mpi} mpirun (hybrid model)"
+    if site.launcher in ("mpiexec", "ibrun"):
+        return abi, None, f"{site.launcher} of the host's {site.mpi} (hybrid model)"
+    return None, None, f"launcher {site.launcher}"
+
+
+def site_problems(spec: ImageSpec, site: Site) -> list[str]:
+    abi, pmi, why = launcher_needs(site)
+    problems = []
+    if abi and spec.mpi.abi != abi:
+        problems.append(f"the image's MPI is {spec.mpi.flavour} ({spec.mpi.abi} ABI) but site {site.name} "
+                        f"expects the {abi} ABI: {why}")
+    if pmi and pmi not in spec.mpi.pmis:
+        problems.append(f"the image's {spec.mpi.flavour} {spec.mpi.version} is built without {pmi.upper()} "
+                        f"but site {site.name} starts ranks with {why}")
+    return problems
+
+
+def check_site(spec: ImageSpec, site: Site) -> None:
+    problems = site_problems(spec, site)
+    if problems:
+        raise HpcdlError(f"image {spec.name} on site {site.name}: " + "; ".join(problems))

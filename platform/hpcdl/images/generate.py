@@ -1,0 +1,237 @@
+"""Render an image spec to a Singularity definition and a Dockerfile.
+
+The MPI stack (OFED, UCX, PMIx, Slurm PMI2, libfabric, Open MPI or MPICH), NCCL and Python
+come from hpccm's building blocks, which know each component's build and its distro
+packages; the steps no block covers (virtual environments, Horovod's C++17 patch, hpcdl
+itself, %help and %test) are jinja2 templates in images/templates/. One spec, two outputs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import hpccm
+import jinja2
+from hpccm.building_blocks import generic_autotools, mpich, nccl, ofed, openmpi, packages, pmix, python, slurm_pmi2, ucx
+from hpccm.primitives import baseimage, comment, copy, environment, label, raw, runscript, shell
+
+from hpcdl.images.compat import check_image
+from hpcdl.images.spec import ImageSpec, version_tuple
+from hpcdl.render.shell import quote
+
+CONTAINERS = Path(__file__).resolve().parents[3] / "containers"
+FORMATS = {"singularity": ".def", "docker": ".Dockerfile"}
+
+# multi-section output (repeated %post/%environment) needs Singularity >= 3.1 (hpccm #95);
+# 3.2 also enables multi-stage should an image grow a runtime stage (hpccm #193)
+SINGULARITY_VERSION = "3.10"
+ENVS = "/opt/envs"
+HPCDL_HOME = "/opt/hpcdl"
+
+# -march for the code the image compiles itself (Horovod); hpccm passes cpu_target only to
+# compiler blocks, so the flag is spelt here. x86_64_v3 is the AVX2 level most Xeons have.
+ARCH_FLAGS = {
+    "knl": "-march=knl",
+    "skylake_avx512": "-march=skylake-avx512",
+    "x86_64_v3": "-march=x86-64-v3",
+    "x86_64": "-march=x86-64",
+    "ppc64le": "-mcpu=power8",
+}
+
+_templates = jinja2.Environment(
+    loader=jinja2.PackageLoader("hpcdl.images", "templates"),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=False,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_templates.filters["q"] = quote
+
+
+def _lines(template: str, **context) -> list[str]:
+    text = _templates.get_template(template).render(**context)
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def mpi_blocks(spec: ImageSpec) -> list:
+    """The fabric, process-management and MPI layers, bottom up."""
+    mpi = spec.mpi
+    cuda = spec.gpu
+    blocks: list = []
+    with_opts: dict[str, str | bool] = {}
+    if mpi.fabric == "infiniband":
+        blocks.append(ofed())
+        if mpi.ucx:
+            blocks.append(ucx(version=mpi.ucx, cuda=cuda, ofed=True, knem=False, xpmem=False, gdrcopy=False))
+    elif mpi.fabric == "omnipath":
+        # Omni-Path wants PSM2 (or the libfabric provider over it); UCX gains nothing there
+        # (easybuild-framework#4560). hpccm has no PSM2 or libfabric block.
+        blocks.append(packages(apt=["libpsm2-dev", "libnuma-dev"], yum=["libpsm2-devel", "numactl-devel"]))
+        blocks.append(generic_autotools(
+            url=f"https://github.com/ofiwg/libfabric/releases/download/v{mpi.libfabric}/libfabric-{mpi.libfabric}.tar.bz2",
+            prefix="/usr/local/libfabric",
+            configure_opts=["--enable-psm2=yes", "--enable-verbs=no", "--enable-psm3=no"],
+            devel_environment={"PATH": "/usr/local/libfabric/bin:$PATH",
+                               "LD_LIBRARY_PATH": "/usr/local/libfabric/lib:$LD_LIBRARY_PATH"},
+        ))
+    if mpi.pmix:
+        blocks.append(pmix(version=mpi.pmix))
+    if mpi.pmi2 and mpi.flavour == "openmpi":
+        blocks.append(slurm_pmi2())
+    if mpi.flavour == "openmpi":
+        if mpi.fabric == "omnipath":
+            with_opts.update(with_psm2=True, with_ofi="/usr/local/libfabric")
+        if mpi.pmi2:
+            with_opts["with_pmi"] = "/usr/local/slurm-pmi2"
+        if mpi.pmix:
+            # an external PMIx must share Open MPI's libevent and hwloc, so all three are external
+            with_opts.update(with_libevent="/usr", with_hwloc="/usr")
+        if version_tuple(mpi.version) >= (5,):
+            # Open MPI 5 launches through PRRTE: hpccm's default orterun option is unknown there
+            with_opts["configure_opts"] = ["--disable-getpwuid", "--enable-prte-prefix-by-default"]
+        blocks.append(openmpi(
+            version=mpi.version,
+            cuda=cuda,
+            infiniband=mpi.fabric == "infiniband",
+            ucx="/usr/local/ucx" if mpi.ucx else False,
+            pmix="/usr/local/pmix" if mpi.pmix else False,
+            with_slurm=True,
+            **with_opts,
+        ))
+    else:
+        # MPICH ABI: the library a Cray site (or Intel MPI, MVAPICH2) swaps in at run time
+        device = "ch4:ofi" if mpi.fabric == "omnipath" else "ch4:ucx" if mpi.ucx else "ch4:ofi"
+        opts = [f"--with-device={device}", "--disable-fortran"]
+        if mpi.fabric == "omnipath":
+            opts.append("--with-libfabric=/usr/local/libfabric")
+        if mpi.ucx:
+            opts.append("--with-ucx=/usr/local/ucx")
+        blocks.append(mpich(version=mpi.version, configure_opts=opts))
+    return blocks
+
+
+def nccl_block(spec: ImageSpec):
+    """NCCL built from source for the image's CUDA and GPUs.
+
+    hpccm's package install defaults to cuda='13.2', which cannot drive sm_70 (CUDA 13 dropped
+    Volta), so the CUDA version is always passed and only the spec's architectures are compiled.
+    """
+    gencode = " ".join(f"-gencode=arch=compute_{a[3:]},code={a}" for a in spec.cuda.gpu_archs)
+    return nccl(build=True, version=spec.nccl, cuda=spec.cuda.version,
+                make_variables={"NVCC_GENCODE": f'"{gencode}"'})
+
+
+def labels(spec: ImageSpec) -> dict[str, str]:
+    out = {"org.hpcdl.image": spec.name, "org.hpcdl.base": spec.base_image,
+           "org.hpcdl.cpu_target": spec.cpu_target,
+           "org.hpcdl.mpi": f"{spec.mpi.flavour}-{spec.mpi.version}", "org.hpcdl.fabric": spec.mpi.fabric}
+    if spec.mpi.ucx:
+        out["org.hpcdl.ucx"] = spec.mpi.ucx
+    if spec.mpi.pmix:
+        out["org.hpcdl.pmix"] = spec.mpi.pmix
+    if spec.mpi.fabric == "omnipath":
+        out["org.hpcdl.libfabric"] = spec.mpi.libfabric
+    if spec.cuda:
+        out["org.hpcdl.cuda"] = spec.cuda.version
+        out["org.hpcdl.gpu_archs"] = ",".join(spec.cuda.gpu_archs)
+        if spec.cuda.cudnn:
+            out["org.hpcdl.cudnn"] = spec.cuda.cudnn
+    if spec.nccl:
+        out["org.hpcdl.nccl"] = spec.nccl
+    for env_name, env in spec.environments.items():
+        for package, version in env.packages.items():
+            out[f"org.hpcdl.{env_name}.{package}"] = version
+    if spec.horovod:
+        # label values stay free of spaces: Dockerfile LABEL lines are not quoted by hpccm
+        out["org.hpcdl.horovod"] = spec.horovod.version
+        out["org.hpcdl.horovod.frameworks"] = ",".join(spec.horovod.frameworks + (("nccl",) if spec.horovod.nccl else ()))
+    out["org.hpcdl.hpcdl"] = spec.hpcdl
+    return out
+
+
+def runtime_environment(spec: ImageSpec) -> dict[str, str]:
+    env = {
+        "PATH": f"{ENVS}/main/bin:$PATH",
+        "HPCDL_IMAGE": spec.name,
+        "HPCDL_IMAGES_YAML": f"{HPCDL_HOME}/images.yaml",
+    }
+    # The fabric's own settings (PSM2_*, UCX_NET_DEVICES, NCCL_IB_HCA, FI_PROVIDER) come from the
+    # site's plan at run time: forcing psm2 or ib here would break %test on a build host without them.
+    env.update(spec.env)
+    return env
+
+
+def python_environments(spec: ImageSpec) -> list[str]:
+    return _lines("environments.sh.j2", spec=spec, envs=ENVS,
+                  cudnn=_cudnn_requirement(spec), hpcdl_home=HPCDL_HOME)
+
+
+def _cudnn_requirement(spec: ImageSpec) -> str | None:
+    if not (spec.cuda and spec.cuda.cudnn):
+        return None
+    return f"nvidia-cudnn-cu{spec.cuda.major}=={spec.cuda.cudnn}"
+
+
+def horovod_build(spec: ImageSpec) -> list[str]:
+    return _lines("horovod.sh.j2", spec=spec, hvd=spec.horovod, envs=ENVS,
+                  arch_flags=ARCH_FLAGS[spec.cpu_target],
+                  cuda_cc=",".join(a[3:] for a in spec.cuda.gpu_archs) if spec.cuda else "")
+
+
+def stage(spec: ImageSpec, container_format: str) -> hpccm.Stage:
+    check_image(spec)
+    hpccm.config.set_container_format(container_format)
+    hpccm.config.set_singularity_version(SINGULARITY_VERSION)
+    hpccm.config.set_cpu_target(spec.cpu_target if spec.cpu_target != "ppc64le" else "power8")
+    s = hpccm.Stage()
+    # the architecture is named, never guessed: hpccm would otherwise take the machine rendering
+    # the file, and the checked-in definitions would differ between an x86 and an Arm laptop
+    s += baseimage(image=spec.base_image, _arch="ppc64le" if spec.cpu_target == "ppc64le" else "x86_64")
+    s += comment(f"hpcdl image {spec.name}: {spec.description}. Generated by `make containers` "
+                 "from containers/images.yaml; edit the spec, not this file.")
+    s += label(metadata=labels(spec))
+    s += raw(singularity="%help\n" + "\n".join(_lines("help.txt.j2", spec=spec)),
+             docker="\n".join("# " + line for line in _lines("help.txt.j2", spec=spec)))
+    s += python(python2=False, devel=True)
+    s += packages(ospackages=["python3-venv", "build-essential", "cmake", "git", "wget", "ca-certificates",
+                              "patch", "libnuma-dev", "numactl", "hwloc", "libhwloc-dev", "libevent-dev"])
+    for block in mpi_blocks(spec):
+        s += block
+    if spec.cuda and spec.nccl:
+        s += nccl_block(spec)
+    # one copy per item with a full destination: Docker's COPY of a folder copies its contents,
+    # Singularity's %files the folder itself; naming the destination makes both agree
+    for item in ("pyproject.toml", "README.md", "platform"):
+        s += copy(src=item, dest=f"{HPCDL_HOME}/src/{item}")
+    s += copy(src="containers/images.yaml", dest=f"{HPCDL_HOME}/images.yaml")
+    s += shell(commands=python_environments(spec))
+    if spec.horovod:
+        s += shell(commands=horovod_build(spec))
+    s += environment(variables=runtime_environment(spec))
+    train = f'"{ENVS}/${{HPCDL_IMAGE_ENV:-main}}/bin/hpcdl" train'
+    if container_format == "singularity":
+        s += runscript(commands=[train])
+    else:
+        # exec form cannot expand HPCDL_IMAGE_ENV; a shell in front does, and passes "$@" on
+        s += raw(docker='ENTRYPOINT ["/bin/sh", "-c", ' + json.dumps(f'exec {train} "$@"') + ', "hpcdl"]')
+    test = _lines("test.sh.j2", spec=spec, envs=ENVS)
+    s += raw(singularity="%test\n" + "\n".join(test),
+             docker="# %test (Singularity) runs, and on podman-hpc/Shifter run it by hand:\n"
+                    + "\n".join("#   " + line for line in test))
+    return s
+
+
+def render(spec: ImageSpec, container_format: str) -> str:
+    if container_format not in FORMATS:
+        raise ValueError(f"unknown container format {container_format!r}")
+    try:
+        text = str(stage(spec, container_format))
+    finally:
+        hpccm.config.set_container_format("docker")
+        hpccm.config.set_cpu_target(None)
+    return text.rstrip("\n") + "\n"
+
+
+def output_paths(name: str, folder: Path = CONTAINERS) -> dict[str, Path]:
+    return {fmt: folder / f"{name}{suffix}" for fmt, suffix in FORMATS.items()}

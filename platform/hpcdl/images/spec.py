@@ -1,0 +1,181 @@
+"""The image-spec schema: what goes into one container image, as data.
+
+containers/images.yaml holds one entry per image. Unknown keys are refused, so a typo is an
+error rather than a setting silently left out of an image. What can be built together is
+decided in compat.py; how it is built is in generate.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from hpcdl.errors import HpcdlError, validation_message
+
+ROOT = Path(__file__).resolve().parents[3]
+IMAGES_YAML = ROOT / "containers" / "images.yaml"
+
+CpuTarget = Literal["x86_64", "x86_64_v3", "knl", "skylake_avx512", "ppc64le"]
+Fabric = Literal["infiniband", "omnipath", "ethernet"]
+MpiFlavour = Literal["openmpi", "mpich"]
+
+_NAME = r"^[a-z0-9][a-z0-9._-]*$"
+_VERSION = r"^[0-9][0-9A-Za-z.+-]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """Leading numeric parts of a version: '2.8.0+cpu' -> (2, 8, 0), '12.6' -> (12, 6)."""
+    parts = []
+    for piece in str(version).replace("-", ".").replace("+", ".").split("."):
+        if not piece.isdigit():
+            break
+        parts.append(int(piece))
+    return tuple(parts)
+
+
+class Cuda(_Strict):
+    version: str = Field(pattern=_VERSION, description="CUDA toolkit major.minor, e.g. 12.6")
+    cudnn: str | None = Field(default=None, pattern=_VERSION, description="cuDNN pinned through pip")
+    gpu_archs: tuple[str, ...] = Field(min_length=1, description="sm_70, sm_80, sm_90 ...")
+
+    @field_validator("gpu_archs")
+    @classmethod
+    def _sm_names(cls, archs: tuple[str, ...]) -> tuple[str, ...]:
+        for arch in archs:
+            if not (arch.startswith("sm_") and arch[3:].isdigit()):
+                raise ValueError(f"{arch!r} is not a GPU architecture like sm_70")
+        return archs
+
+    @property
+    def major(self) -> int:
+        return version_tuple(self.version)[0]
+
+    @property
+    def compute_capabilities(self) -> tuple[str, ...]:
+        """'sm_70' -> '7.0': the spelling TORCH_CUDA_ARCH_LIST and torch.cuda use."""
+        return tuple(f"{a[3:-1]}.{a[-1]}" for a in self.gpu_archs)
+
+
+class Mpi(_Strict):
+    flavour: MpiFlavour = "openmpi"
+    version: str = Field(pattern=_VERSION)
+    fabric: Fabric = "infiniband"
+    ucx: str | None = Field(default=None, pattern=_VERSION, description="UCX version (InfiniBand)")
+    pmix: str | None = Field(default=None, pattern=_VERSION, description="PMIx the MPI is built against")
+    pmi2: bool = Field(default=True, description="build Slurm's PMI2 library in, for srun --mpi=pmi2")
+    libfabric: str = Field(default="1.22.0", pattern=_VERSION, description="libfabric (Omni-Path, PSM2 provider)")
+
+    @property
+    def abi(self) -> str:
+        """The ABI family a host MPI swapped in at run time must share."""
+        return "mpich" if self.flavour == "mpich" else "openmpi"
+
+    @property
+    def pmis(self) -> tuple[str, ...]:
+        """Process-management interfaces this MPI can be started through."""
+        speaks = []
+        if self.pmix:
+            speaks.append("pmix")
+        if self.pmi2 or self.flavour == "mpich":
+            speaks.append("pmi2")
+        if self.flavour == "mpich":
+            speaks.append("pmi1")  # Hydra and Cray PMI speak the simple PMI wire protocol
+        return tuple(speaks)
+
+
+class Environment(_Strict):
+    """One Python virtual environment at /opt/envs/NAME: packages pinned to exact versions."""
+
+    packages: dict[str, str] = Field(min_length=1)
+    index_url: str | None = Field(default=None, description="extra index, e.g. PyTorch's cu126 wheels")
+    extras: dict[str, str] = Field(default_factory=dict, description="package -> pip extra, e.g. and-cuda")
+
+    @field_validator("packages")
+    @classmethod
+    def _exact_pins(cls, packages: dict[str, str]) -> dict[str, str]:
+        for name, version in packages.items():
+            if not str(version)[:1].isdigit():
+                raise ValueError(f"{name}: pin an exact version, got {version!r}")
+        return {name.lower(): str(version) for name, version in packages.items()}
+
+    def version_of(self, package: str) -> str | None:
+        return self.packages.get(package.lower())
+
+    def pip_requirements(self) -> list[str]:
+        reqs = []
+        for name, version in self.packages.items():
+            extra = f"[{self.extras[name]}]" if name in self.extras else ""
+            reqs.append(f"{name}{extra}=={version}")
+        return reqs
+
+
+class Horovod(_Strict):
+    version: str = Field(pattern=_VERSION)
+    frameworks: tuple[Literal["pytorch", "tensorflow", "mxnet"], ...] = ("pytorch",)
+    nccl: bool = False
+    environment: str = Field(default="main", description="the environment Horovod is built into")
+
+
+class ImageSpec(_Strict):
+    name: str = Field(pattern=_NAME)
+    description: str
+    base_image: str = Field(pattern=r"^[a-z0-9][a-z0-9._/:-]*$")
+    cpu_target: CpuTarget = "x86_64"
+    cuda: Cuda | None = None
+    nccl: str | None = Field(default=None, pattern=_VERSION)
+    mpi: Mpi
+    environments: dict[str, Environment]
+    horovod: Horovod | None = None
+    env: dict[str, str] = Field(default_factory=dict, description="tuned defaults in %environment")
+    hpcdl: str = Field(default="source", description="'source' (this checkout, via %files) or a version")
+
+    @field_validator("environments")
+    @classmethod
+    def _has_main(cls, envs: dict[str, Environment]) -> dict[str, Environment]:
+        if "main" not in envs:
+            raise ValueError("an image needs a 'main' environment (the one on PATH)")
+        for name in envs:
+            if not name.replace("-", "").isalnum():
+                raise ValueError(f"environment name {name!r} must be letters, digits and dashes")
+        return envs
+
+    @property
+    def gpu(self) -> bool:
+        return self.cuda is not None
+
+    def pinned(self, package: str) -> list[tuple[str, str]]:
+        """(environment, version) for each environment that pins `package`."""
+        return [(n, e.version_of(package)) for n, e in self.environments.items() if e.version_of(package)]
+
+
+def load_images(path: Path | str = IMAGES_YAML) -> dict[str, ImageSpec]:
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise HpcdlError(f"{path}: cannot read image specs: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("images"), dict):
+        raise HpcdlError(f"{path}: images: expected a mapping of image name -> spec")
+    specs = {}
+    for name, body in doc["images"].items():
+        if not isinstance(body, dict):
+            raise HpcdlError(f"{path}: images.{name}: expected a mapping")
+        try:
+            specs[name] = ImageSpec(name=name, **body)
+        except ValidationError as exc:
+            raise HpcdlError(validation_message(exc, f"{path}: images.{name}")) from None
+    return specs
+
+
+def load_image(name: str, path: Path | str = IMAGES_YAML) -> ImageSpec:
+    specs = load_images(path)
+    if name not in specs:
+        raise HpcdlError(f"image {name!r} is not in {path}; known: {', '.join(sorted(specs))}")
+    return specs[name]

@@ -1,0 +1,134 @@
+"""The compatibility check refuses, one rule at a time, image specs that cannot work."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import hpcdl
+from hpcdl.errors import HpcdlError
+from hpcdl.images.compat import check_image, check_site, image_problems, site_problems
+from hpcdl.images.generate import render
+from hpcdl.images.spec import IMAGES_YAML, Environment, load_images
+from hpcdl.sites.schema import NodeKind, Site
+
+SPECS = load_images()
+
+
+def _with(spec, **update):
+    return spec.model_copy(update=update)
+
+
+def _env(spec, name, **packages):
+    envs = dict(spec.environments)
+    envs[name] = Environment(packages={**spec.environments.get(name, Environment(packages={"x": "1"})).packages,
+                                       **packages})
+    return _with(spec, environments=envs)
+
+
+def _site(launcher, mpi, runtime="apptainer"):
+    return Site(name="testsite", scheduler="slurm", launcher=launcher, mpi=mpi, runtime=runtime,
+                node_kinds={"cpu": NodeKind(sockets=1, cores_per_socket=4, memory_gb=8)})
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_the_shipped_images_pass_the_check(name):
+    assert image_problems(SPECS[name]) == []
+
+
+def test_cuda_13_with_sm_70_is_refused_because_cuda_13_dropped_volta():
+    volta = SPECS["volta-cuda"]
+    bad = _with(volta, cuda=volta.cuda.model_copy(update={"version": "13.0"}))
+    with pytest.raises(HpcdlError, match=r"cuda.version 13.0 cannot target sm_70: CUDA 13 removed"):
+        check_image(bad)
+
+
+def test_no_definition_is_rendered_for_a_refused_spec():
+    volta = SPECS["volta-cuda"]
+    bad = _with(volta, cuda=volta.cuda.model_copy(update={"version": "13.2"}))
+    with pytest.raises(HpcdlError, match="Volta"):
+        render(bad, "singularity")
+
+
+def test_cudnn_9_11_with_sm_70_is_refused():
+    volta = SPECS["volta-cuda"]
+    bad = _with(volta, cuda=volta.cuda.model_copy(update={"cudnn": "9.11.0.98"}))
+    with pytest.raises(HpcdlError, match=r"cuDNN 9.11 dropped Volta"):
+        check_image(bad)
+
+
+def test_horovod_0_28_1_for_tensorflow_2_16_or_newer_is_refused():
+    knl = SPECS["knl-mkldnn"]
+    bad = _with(knl, horovod=knl.horovod.model_copy(update={"frameworks": ("pytorch", "tensorflow")}))
+    assert bad.environments["main"].version_of("tensorflow-cpu") == "2.20.0"
+    with pytest.raises(HpcdlError, match=r"horovod 0.28.1 cannot be built for tensorflow 2.20.0.*TensorFlow < 2.16"):
+        check_image(bad)
+    ok = _env(bad, "main", **{"tensorflow-cpu": "2.15.1"})
+    assert image_problems(ok) == []
+
+
+def test_ipex_with_a_torch_it_does_not_accept_is_refused():
+    bad = _env(SPECS["knl-mkldnn"], "main", torch="2.13.0")
+    with pytest.raises(HpcdlError, match=r"intel-extension-for-pytorch 2.8.0 needs torch 2.8.\*.*torch 2.13.0"):
+        check_image(bad)
+
+
+def test_mxnet_1_9_beside_numpy_1_24_or_newer_is_refused():
+    bad = _env(SPECS["knl-mkldnn"], "mxnet", numpy="1.26.4")
+    with pytest.raises(HpcdlError, match=r"mxnet 1.9.1 needs numpy < 1.24.*numpy 1.26.4"):
+        check_image(bad)
+
+
+def test_mxnet_in_the_torch_environment_with_its_numpy_2_is_refused():
+    bad = _env(SPECS["knl-mkldnn"], "main", mxnet="1.9.1")
+    with pytest.raises(HpcdlError, match=r"environments.main: mxnet 1.9.1 needs numpy < 1.24"):
+        check_image(bad)
+
+
+def test_open_mpi_without_pmix_under_srun_mpi_pmix_is_refused():
+    volta = SPECS["volta-cuda"]
+    bad = _with(volta, mpi=volta.mpi.model_copy(update={"pmix": None}))
+    problems = site_problems(bad, _site("srun", "openmpi"))
+    assert problems and "built without PMIX" in problems[0] and "srun --mpi=pmix" in problems[0]
+    assert site_problems(volta, _site("srun", "openmpi")) == []
+
+
+def test_open_mpi_image_on_a_cray_site_expecting_the_mpich_abi_is_refused():
+    with pytest.raises(HpcdlError, match=r"openmpi ABI\) but site testsite expects the mpich ABI: Cray MPICH"):
+        check_site(SPECS["volta-cuda"], _site("srun", "cray-mpich", runtime="shifter"))
+
+
+def test_an_mpich_abi_image_runs_on_the_cray_site():
+    knl = SPECS["knl-mkldnn"]
+    mpich = _with(knl, mpi=knl.mpi.model_copy(update={"flavour": "mpich", "version": "4.2.3", "pmix": None}))
+    assert site_problems(mpich, _site("srun", "cray-mpich")) == []
+    assert "--with-device=ch4:ofi" in render(mpich, "singularity")
+
+
+def test_open_mpi_5_with_slurm_pmi2_is_refused():
+    hopper = SPECS["hopper-cuda"]
+    bad = _with(hopper, mpi=hopper.mpi.model_copy(update={"pmi2": True}))
+    with pytest.raises(HpcdlError, match=r"removed in Open MPI 5"):
+        check_image(bad)
+
+
+def test_compat_on_the_command_line_names_the_reason_in_one_line(tmp_path):
+    specs = tmp_path / "images.yaml"
+    specs.write_text(IMAGES_YAML.read_text().replace('version: "12.6"', 'version: "13.0"'))
+    proc = hpcdl("images", "compat", "volta-cuda", "--specs", specs)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot target sm_70" in lines[0]
+
+
+def test_a_typo_in_a_spec_names_the_field(tmp_path):
+    bad = tmp_path / "images.yaml"
+    bad.write_text(IMAGES_YAML.read_text().replace("cpu_target: knl", "cpu_traget: knl"))
+    proc = hpcdl("images", "list", "--specs", bad)
+    assert proc.returncode == 2 and "images.knl-mkldnn: cpu_traget: unknown field" in proc.stderr
+
+
+def test_images_list_names_each_image_with_its_cuda_and_mpi():
+    proc = hpcdl("images", "list", check=True)
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines()}
+    assert "CUDA 12.6 sm_70" in lines["volta-cuda"] and "CUDA 13.0 sm_90" in lines["hopper-cuda"]
+    assert "omnipath" in lines["knl-mkldnn"] and "mxnet 1.9.1" in lines["knl-mkldnn"]

@@ -1,0 +1,135 @@
+"""The checked-in container definitions: current, parseable, and their shell is clean."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from spython.main.parse.parsers import DockerParser, SingularityParser
+
+from conftest import ROOT, hpcdl, shellcheck
+from hpcdl.images.deffile import sections, shell_of
+from hpcdl.images.generate import output_paths, render
+from hpcdl.images.spec import load_images
+
+SPECS = load_images()
+NAMES = sorted(SPECS)
+
+# hpccm's own %post text sources /.singularity.d/env/10-docker*.sh (a glob: SC1090), runs
+# make -j$(nproc) (one number: SC2046) and cd's without `|| exit` (SC2164); Singularity runs
+# %post under `sh -e`, so a failed cd stops the build. Everything else must be clean.
+HPCCM_IDIOMS = "# shellcheck disable=SC1090,SC2046,SC2164\n"
+
+
+def test_the_three_images_of_the_issue_are_specified():
+    assert {"knl-mkldnn", "volta-cuda", "hopper-cuda"} <= set(SPECS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_checked_in_definitions_equal_what_the_generator_produces_now(name):
+    for fmt, path in output_paths(name).items():
+        assert path.exists(), f"{path} is missing: run make containers"
+        assert path.read_text() == render(SPECS[name], fmt), f"{path} is stale: run make containers"
+
+
+def test_render_check_reports_no_drift():
+    proc = hpcdl("images", "render", "--check")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_render_check_names_a_stale_file(tmp_path):
+    (tmp_path / "knl-mkldnn.def").write_text("stale\n")
+    proc = hpcdl("images", "render", "knl-mkldnn", "--check", "--out", tmp_path)
+    assert proc.returncode == 1
+    assert "knl-mkldnn.def" in proc.stderr
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_definition_parses_with_spython_into_the_expected_sections(name):
+    path = output_paths(name)["singularity"]
+    recipe = SingularityParser(str(path)).recipe["spython-base"]
+    spec = SPECS[name]
+    assert recipe.fromHeader == spec.base_image
+    labels = dict(label.split(" ", 1) for label in recipe.labels)
+    assert labels["org.hpcdl.image"] == name
+    assert labels["org.hpcdl.mpi"] == f"{spec.mpi.flavour}-{spec.mpi.version}"
+    for env_name, env in spec.environments.items():
+        for package, version in env.packages.items():
+            assert labels[f"org.hpcdl.{env_name}.{package}"] == version
+    assert any(e.startswith("HPCDL_IMAGE=") for e in recipe.environ)
+    assert "hpcdl\" train" in recipe.cmd
+    install = "\n".join(recipe.install)
+    assert "openmpi" in install and "python3 -m venv /opt/envs/main" in install
+    # spython turns %test into lines of a tests script it runs
+    assert "hpcdl.images.check" in install and recipe.test
+    assert "pyproject.toml /opt/hpcdl/src/pyproject.toml" in recipe.files
+    kinds = [kind for kind, _ in sections(path.read_text())]
+    for kind in ("labels", "help", "post", "environment", "files", "runscript", "test"):
+        assert kind in kinds, f"{path} has no %{kind}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dockerfile_parses_with_spython_and_its_entrypoint_runs_hpcdl_train(name):
+    path = output_paths(name)["docker"]
+    recipe = DockerParser(str(path)).recipe
+    assert recipe, "no stage parsed"
+    entrypoint = [line for line in path.read_text().splitlines() if line.startswith("ENTRYPOINT ")]
+    assert len(entrypoint) == 1 and "/bin/hpcdl" in entrypoint[0] and "train" in entrypoint[0]
+    labels = [line for line in path.read_text().splitlines() if line.strip().startswith("org.hpcdl.")]
+    assert labels and not any(" " in line.strip().rstrip(" \\") for line in labels), "unquoted LABEL values"
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("section", ["post", "environment", "runscript", "test"])
+def test_section_shell_passes_bash_n_and_shellcheck(name, section, tmp_path):
+    script = shell_of(output_paths(name)["singularity"].read_text(), section)
+    if section == "post":
+        script = script.replace("#!/bin/bash\n", "#!/bin/bash\n" + HPCCM_IDIOMS, 1)
+    path = tmp_path / f"{name}-{section}.sh"
+    path.write_text(script)
+    shellcheck(path)
+
+
+def test_volta_image_keeps_cuda_12_nccl_for_sm_70_and_a_torch_with_arch_7_0():
+    text = output_paths("volta-cuda")["singularity"].read_text()
+    spec = SPECS["volta-cuda"]
+    assert spec.cuda.major == 12 and spec.cuda.gpu_archs == ("sm_70",)
+    assert "-gencode=arch=compute_70,code=sm_70" in text
+    assert "whl/cu126" in text and "nvidia-cudnn-cu12==9.10.2.21" in text
+    assert "cuda13" not in text and "13.2" not in text
+
+
+def test_horovod_is_built_from_the_sdist_with_the_cxx17_fix():
+    for name in NAMES:
+        post = shell_of(output_paths(name)["singularity"].read_text(), "post")
+        assert "--no-binary :all: horovod==0.28.1" in post
+        assert "s/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/" in post
+        assert "horovod-0.28.1/horovod/torch/CMakeLists.txt" in post
+        assert "HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1" in post
+        assert ("HOROVOD_GPU_OPERATIONS=NCCL" in post) == SPECS[name].gpu
+
+
+def test_knl_image_targets_knl_over_omnipath_and_keeps_mxnet_in_its_own_environment():
+    spec = SPECS["knl-mkldnn"]
+    text = output_paths("knl-mkldnn")["singularity"].read_text()
+    assert "-march=knl" in text and "--with-psm2" in text and "--enable-psm2=yes" in text
+    assert spec.environments["mxnet"].version_of("numpy") == "1.23.5"
+    assert "mxnet" not in spec.environments["main"].packages
+
+
+def test_the_fabric_option_switches_the_knl_image_to_ucx_on_infiniband():
+    spec = SPECS["knl-mkldnn"]
+    ib = spec.model_copy(update={"mpi": spec.mpi.model_copy(update={"fabric": "infiniband", "ucx": "1.18.1"}),
+                                 "cpu_target": "skylake_avx512"})
+    text = render(ib, "singularity")
+    assert "--with-ucx=/usr/local/ucx" in text and "--with-psm2" not in text
+    assert "-march=skylake-avx512" in text
+
+
+def test_make_images_without_a_container_builder_stops_with_one_line(tmp_path):
+    proc = subprocess.run(["make", "-s", "images", "CONTAINER_BUILDER="],
+                          cwd=ROOT, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("make images:")]
+    assert len(lines) == 1 and "apptainer" in lines[0]
