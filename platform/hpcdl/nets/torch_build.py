@@ -131,7 +131,7 @@ def parameter_multipliers(model: CaffeNet) -> list[tuple[str, nn.Parameter, floa
         mod = model.layers[_key(layer.name)]
         for j, (pname, tensor) in enumerate(mod.named_parameters()):
             m = mults[j] if j < len(mults) else {}
-            rows.append((f"{layer.name}.{pname}", tensor, float(m.get("lr_mult", 1.0)), float(m.get("decay_mult", 1.0))))
+            rows.append((f"{layer.name}.{pname.split('.')[-1]}", tensor, float(m.get("lr_mult", 1.0)), float(m.get("decay_mult", 1.0))))
     return rows
 
 
