@@ -12,6 +12,7 @@ very batches the uninterrupted run would have drawn, with no loader state to sav
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,8 +78,13 @@ def load_dataset(spec: DataSpec, shape: tuple[int, int, int], seed: int) -> Data
     loaders = {"digits": _digits, "synthetic": _synthetic, "cifar10": _cifar10, "imagefolder": _imagefolder, "tar": _tar}
     if spec.source not in loaders:
         raise HpcdlError(f"data.source: {spec.source!r}; known: {', '.join(loaders)}")
-    if spec.source in ("cifar10", "imagefolder", "tar") and not spec.path:
-        raise HpcdlError(f"data.path: source {spec.source} needs the path of the data set")
+    if spec.source in ("cifar10", "imagefolder", "tar"):
+        if not spec.path:
+            raise HpcdlError(f"data.path: source {spec.source} needs the path of the data set")
+        path = os.path.expandvars(os.path.expanduser(spec.path))
+        if "$" in path:
+            raise HpcdlError(f"data.path: {spec.path}: set the environment variable it names to the data set's folder")
+        spec = spec.model_copy(update={"path": path})
     return loaders[spec.source](spec, shape, seed)
 
 

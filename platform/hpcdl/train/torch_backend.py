@@ -258,7 +258,8 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
             break
 
     wall = time.perf_counter() - started
-    total_images, = comm.sum([float(trained_images)])
+    total_images, loss_total = comm.sum([float(trained_images), loss])
+    loss = loss_total / me.world_size  # the last iteration's loss over the global batch
     slowest_train = comm.max(train_time)
     slowest_wall = comm.max(wall)
     summary = dict(
