@@ -289,3 +289,19 @@ def test_cifar10_quick_on_digits_with_two_ranks_reaches_95_percent(tmp_path):
     assert final["event"] == "final" and final["ranks"] == 2
     assert final["accuracy"] >= 0.95
     assert time.monotonic() - start < 300
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}, (5, 8, 1, "srun")),
+    ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3",
+      "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, (3, 4, 3, "openmpi")),
+    ({"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0"}, (2, 4, 0, "mpich")),
+    ({"JSM_NAMESPACE_RANK": "7", "JSM_NAMESPACE_SIZE": "12", "JSM_NAMESPACE_LOCAL_RANK": "1"}, (7, 12, 1, "jsrun")),
+    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, (1, 2, 1, "torchrun")),
+    ({}, (0, 1, 0, "none")),
+])
+def test_rank_world_and_local_rank_come_from_whichever_launcher_started_the_rank(env, expected):
+    from hpcdl.train.ranks import rank_info
+
+    me = rank_info(env)
+    assert (me.rank, me.world_size, me.local_rank, me.launcher) == expected

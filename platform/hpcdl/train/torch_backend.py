@@ -195,7 +195,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
         nodes=context.get("nodes", 1), global_batch=global_batch, max_iter=max_iter, site=context.get("site"),
         framework="pytorch", distributed=backend, device=str(device), precision=recipe.precision,
         channels_last=recipe.channels_last, iter=first_iter, plan=context.get("plan_summary"),
-        launcher=me.launcher,
+        launcher=me.launcher, binding=context.get("binding"), threads=torch.get_num_threads(),
     )
     results.begin_progress(first_iter, max_iter)
 
