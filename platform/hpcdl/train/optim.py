@@ -72,14 +72,37 @@ class CaffeSGD:
         correction = 1.0
         if self.momentum_correction and self.last_lr:
             correction = lr / self.last_lr
-        for slot, g, v in zip(self.slots, grads, self.velocity):
-            w = slot.tensor
-            wd = self.weight_decay * slot.decay_mult
-            rate = lr * slot.lr_mult * self._layer_factor(w, g, wd, lr * slot.lr_mult)
-            d = g.add(w, alpha=wd) if wd else g
-            v.mul_(self.momentum * correction).add_(d, alpha=rate)
-            w.sub_(v)
+        if self.rule == "sgd":
+            self._sgd_step(lr, grads, correction)
+        else:
+            for slot, g, v in zip(self.slots, grads, self.velocity):
+                w = slot.tensor
+                wd = self.weight_decay * slot.decay_mult
+                rate = lr * slot.lr_mult * self._layer_factor(w, g, wd, lr * slot.lr_mult)
+                d = g.add(w, alpha=wd) if wd else g
+                v.mul_(self.momentum * correction).add_(d, alpha=rate)
+                w.sub_(v)
         self.last_lr = lr
+
+    def _sgd_step(self, lr: float, grads: list, correction: float) -> None:
+        """The same update as the loop above, as one fused call per (lr_mult, decay_mult) group."""
+        for (lr_mult, decay_mult), members in self._groups().items():
+            ws = [self.slots[i].tensor for i in members]
+            vs = [self.velocity[i] for i in members]
+            gs = [grads[i] for i in members]
+            wd = self.weight_decay * decay_mult
+            ds = torch._foreach_add(gs, ws, alpha=wd) if wd else gs
+            torch._foreach_mul_(vs, self.momentum * correction)
+            torch._foreach_add_(vs, ds, alpha=lr * lr_mult)
+            torch._foreach_sub_(ws, vs)
+
+    def _groups(self) -> dict:
+        if not hasattr(self, "_group_index"):
+            groups: dict[tuple[float, float], list[int]] = {}
+            for i, s in enumerate(self.slots):
+                groups.setdefault((s.lr_mult, s.decay_mult), []).append(i)
+            self._group_index = groups
+        return self._group_index
 
     def _layer_factor(self, w: torch.Tensor, g: torch.Tensor, wd: float, rate: float) -> float:
         if self.rule == "sgd" or w.dim() <= 1:

@@ -225,17 +225,18 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
             loss_sum += micro_loss.detach()
         if precision.unscale_and_check(optimizer):
             optimizer.step(lr)
-        loss = float(loss_sum)
-        window_losses.append(loss)
+        # losses stay tensors until a display step: reading one waits for a GPU to finish
+        window_losses.append(loss_sum)
         window_images += images_per_iter
-        train_time += time.perf_counter() - iter_start
         trained_images += images_per_iter
-        results.advance(it + 1, loss=loss, lr=lr)
-
         done = it + 1
         if done % recipe.display == 0 or done == max_iter:
+            loss = float(loss_sum)
+            train_time += time.perf_counter() - iter_start
+            iter_start = None
             elapsed = time.perf_counter() - window_start
-            total_images, loss_total, window_loss = comm.sum([float(window_images), loss, float(np.mean(window_losses))])
+            mean_loss = float(torch.stack(window_losses).mean())
+            total_images, loss_total, window_loss = comm.sum([float(window_images), loss, mean_loss])
             slowest = comm.max(elapsed)
             results.record(
                 "step", iter=done, epoch=round(done / iters_per_epoch, 3), loss=loss_total / me.world_size,
@@ -243,6 +244,9 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
                 images_per_sec_rank=window_images / elapsed, images_per_sec_total=total_images / slowest,
             )
             window_start, window_images, window_losses = time.perf_counter(), 0, []
+        if iter_start is not None:
+            train_time += time.perf_counter() - iter_start
+        results.advance(done, loss=loss, lr=lr)
         if (recipe.test_interval and done % recipe.test_interval == 0) or done == max_iter:
             accuracy, test_loss = evaluate(net, data, recipe, me, comm, device, memory_format, precision)
             results.record("test", iter=done, accuracy=accuracy, loss=test_loss)
@@ -333,9 +337,9 @@ class Precision:
         if not self.scaling:
             return True
         grads = [s.tensor.grad for s in optimizer.slots if s.tensor.grad is not None]
-        for g in grads:
-            g.mul_(1.0 / self.scale)
-        finite = all(bool(torch.isfinite(g).all()) for g in grads)
+        torch._foreach_mul_(grads, 1.0 / self.scale)
+        # one host-device synchronisation for all tensors, not one per tensor
+        finite = bool(torch.isfinite(torch.stack([g.float().sum() for g in grads])).all())
         if not finite:
             self.skipped += 1
             if self.dynamic:
