@@ -305,3 +305,13 @@ def test_rank_world_and_local_rank_come_from_whichever_launcher_started_the_rank
 
     me = rank_info(env)
     assert (me.rank, me.world_size, me.local_rank, me.launcher) == expected
+
+
+def test_fp16_with_loss_scaling_and_channels_last_train_on_the_cpu_path_too(tmp_path):
+    """The GPU settings run end to end here on a tiny problem (speed on this CPU is not the point)."""
+    results = tmp_path / "r.jsonl"
+    summary = train_here(write_recipe(tmp_path, precision="fp16", channels_last=True, batch_size=4, max_iter=2,
+                                      data={"source": "synthetic", "synthetic_samples": 40, "image_size": 16}), results)
+    start = records(results)[0]
+    assert start["precision"] == "fp16" and start["channels_last"] is True
+    assert np.isfinite(summary["loss"])

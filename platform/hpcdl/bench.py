@@ -135,6 +135,7 @@ def run(out: Path, quick: bool = False) -> dict:
             bare, ours = interleaved(lambda c=case: bare_loop(c), lambda c=case: trainer(c, work), repeats)
             rows.append({"net": case.net, "image_size": case.size, "batch": case.batch, "threads": case.threads,
                          "bare": bare, "trainer": ours, "ratio": statistics.median(ours) / statistics.median(bare)})
+            print(f"  bare {bare}  trainer {ours}  ratio {rows[-1]['ratio']:.3f}", flush=True)
         results["trainer_vs_bare"] = rows
 
         print("bench: resnet50 channels_last vs NCHW (trainer)", flush=True)
@@ -143,6 +144,7 @@ def run(out: Path, quick: bool = False) -> dict:
         results["channels_last"] = {"net": "resnet50", "image_size": rn_size, "batch": 16, "threads": threads,
                                     "nchw": nchw, "channels_last": chl,
                                     "ratio": statistics.median(chl) / statistics.median(nchw)}
+        print(f"  NCHW {nchw}  channels_last {chl}", flush=True)
 
         print("bench: 2 ranks x 1 thread vs 1 rank x 2 threads (cifar10_quick, global batch 64)", flush=True)
         one = Case("cifar10_quick", 32, 64, 2, warmup=5, timed=30 if not quick else 10)
@@ -150,8 +152,12 @@ def run(out: Path, quick: bool = False) -> dict:
         a, b = interleaved(lambda: trainer(one, work), lambda: trainer(two, work), reps)
         results["ranks_vs_threads"] = {"one_rank_two_threads": a, "two_ranks_one_thread": b,
                                        "ratio": statistics.median(b) / statistics.median(a)}
+        print(f"  1x2 {a}  2x1 {b}", flush=True)
     results["load_after"] = load()
     results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # the raw figures first: a report can be redrawn from them (--from-json) without re-measuring
+    out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     write_report(results, out)
     return results
 
@@ -222,7 +228,6 @@ def write_report(r: dict, out: Path) -> None:
         "",
     ]
     write_atomically(out, "\n".join(lines))
-    (out.with_suffix(".json")).write_text(json.dumps(r, indent=2) + "\n")
 
 
 def _runs(values: list[float]) -> str:
@@ -262,8 +267,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpcdl.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/performance.md"))
     parser.add_argument("--quick", action="store_true", help="one repeat, fewer steps (a smoke run)")
+    parser.add_argument("--from-json", type=Path, help="redraw the report from a earlier run's figures")
     args = parser.parse_args(argv)
-    r = run(args.out, quick=args.quick)
+    if args.from_json:
+        r = json.loads(args.from_json.read_text())
+        write_report(r, args.out)
+    else:
+        r = run(args.out, quick=args.quick)
     print(f"bench: wrote {args.out} and {args.out.with_suffix('.png')}")
     for row in r["trainer_vs_bare"]:
         print(f"  {row['net']}: trainer / bare = {row['ratio']:.3f}")
