@@ -115,3 +115,20 @@ def test_hpcdl_nets_json_lists_every_net_with_its_parameter_count():
     assert {name: r["parameters"] for name, r in rows.items()} == PUBLISHED
     assert rows["googlenet"]["parameters_with_aux_heads"] == GOOGLENET_WITH_AUX_HEADS
     assert rows["resnet50"]["input"] == [3, 224, 224] and rows["resnet50"]["classes"] == 1000
+
+
+def test_googlenet_trains_its_aux_heads_with_loss_weight_and_tests_on_the_main_head():
+    from hpcdl.train.recipe import recipe_from_dict
+    from hpcdl.train.torch_backend import criterion
+
+    torch.set_num_threads(1)
+    spec = load_net("googlenet", num_classes=5, image_size=64, aux_heads=True)
+    model = build_torch(spec)
+    x, y = torch.randn(2, 3, 64, 64), torch.tensor([1, 3])
+    main, aux = model.train()(x)
+    assert main.shape == (2, 5) and [a.shape for a in aux] == [(2, 5), (2, 5)]
+    r = recipe_from_dict({"net": "googlenet", "batch_size": 2, "base_lr": 0.01, "max_iter": 1}, "t")
+    expected = sum(w * torch.nn.functional.cross_entropy(o, y) for w, o in zip((1.0, 0.3, 0.3), (main, *aux)))
+    assert torch.allclose(criterion((main, aux), y, spec, r), expected)
+    with torch.no_grad():
+        assert model.eval()(x).shape == (2, 5)

@@ -288,7 +288,7 @@ def test_cifar10_quick_on_digits_with_two_ranks_reaches_95_percent(tmp_path):
     final = records(results)[-1]
     assert final["event"] == "final" and final["ranks"] == 2
     assert final["accuracy"] >= 0.95
-    assert time.monotonic() - start < 300
+    assert time.monotonic() - start < 600  # about 30 s on a quiet 2-core machine; generous for a shared one
 
 
 @pytest.mark.parametrize("env,expected", [
