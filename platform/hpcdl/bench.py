@@ -34,6 +34,8 @@ import json, sys, time
 import numpy as np, torch, torch.nn.functional as F
 from hpcdl.nets import load_net
 from hpcdl.nets.torch_build import build_torch
+from hpcdl.train.data import load_dataset
+from hpcdl.train.recipe import DataSpec
 net, size, batch, threads, warmup, timed, channels_last = sys.argv[1:8]
 size, batch, threads, warmup, timed = int(size), int(batch), int(threads), int(warmup), int(timed)
 torch.set_num_threads(threads)
@@ -42,8 +44,11 @@ fmt = torch.channels_last if channels_last == "1" else torch.contiguous_format
 model = build_torch(load_net(net, num_classes=10, image_size=size)).to(memory_format=fmt)
 opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9, weight_decay=0.0005)
 rng = np.random.default_rng(1)
-images = rng.standard_normal((max(4 * batch, 256), 3, size, size), dtype=np.float32)
-labels = rng.integers(0, 10, len(images))
+# the very images the trainer's side trains on (values matter: tiny ones run slower as denormals)
+spec = DataSpec(source="synthetic", image_size=size, num_classes=10, synthetic_samples=max(4 * batch, 256),
+                holdout_fraction=0.05)
+data = load_dataset(spec, (3, size, size), 1)
+images, labels = data.train.images, data.train.labels
 model.train()
 marks = []
 for i in range(warmup + timed):
@@ -213,6 +218,16 @@ def write_report(r: dict, out: Path) -> None:
         lines.append(f"| {row['net']} | {row['image_size']} px | {row['batch']} | {row['threads']} | "
                      f"{med(row['bare']):.1f} ({_runs(row['bare'])}) | {med(row['trainer']):.1f} ({_runs(row['trainer'])}) | "
                      f"**{row['ratio']:.3f}** |")
+    spreads = ", ".join(
+        f"{row['net']} bare loop {_spread(row['bare']):.2f}x, trainer {_spread(row['trainer']):.2f}x"
+        for row in r["trainer_vs_bare"])
+    lines += [
+        "",
+        f"Spread between identical repeats (best / worst): {spreads}. A ratio whose distance",
+        "from 1 is inside that spread measures the machine's load, not the trainer; read it",
+        "together with the load average above, and re-run `make bench` on a quiet machine for",
+        "a figure to quote.",
+    ]
     c = r["channels_last"]
     rt = r["ranks_vs_threads"]
     lines += [
@@ -235,6 +250,10 @@ def write_report(r: dict, out: Path) -> None:
         "",
     ]
     write_atomically(out, "\n".join(lines))
+
+
+def _spread(values: list[float]) -> float:
+    return max(values) / min(values) if values and min(values) > 0 else float("nan")
 
 
 def _runs(values: list[float]) -> str:
