@@ -15,6 +15,9 @@ import subprocess
 import sys
 import time
 
+# the trainer's exit status after a SIGUSR1/SIGTERM snapshot (hpcdl.train.torch_backend)
+PREEMPTED_EXIT = 75
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -46,7 +49,8 @@ def launch(nproc: int, argv: list[str], grace: float = 10.0) -> int:
         for rank, p in enumerate(procs):
             rc = p.poll()
             if rc not in (None, 0) and failed_at is None:
-                print(f"hpcdl launch: rank {rank} exited with status {rc}; stopping the other ranks", file=sys.stderr)
+                why = " (pre-empted: snapshot written, requeue to resume)" if rc == PREEMPTED_EXIT else ""
+                print(f"hpcdl launch: rank {rank} exited with status {rc}{why}; stopping the other ranks", file=sys.stderr)
                 failed_at, status = time.monotonic(), rc
                 forward(signal.SIGTERM, None)
         if failed_at is not None and time.monotonic() - failed_at > grace:

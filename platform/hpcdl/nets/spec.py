@@ -5,6 +5,26 @@ optional `bottom` (input blob names; default: the previous layer's top) and `top
 (default: its name). Parameters use Caffe's names (num_output, kernel_size, stride, pad,
 group, pool, local_size, alpha, beta, dropout_ratio, operation, axis, bias_term).
 `num_output: classes` in the last InnerProduct is replaced by the class count.
+`param: [{lr_mult, decay_mult}, ...]` gives Caffe's per-blob multipliers (weights, then bias).
+
+Repeated structure (inception modules, residual bottlenecks) is written once under
+`blocks:` as a list of layer templates, and used in `layers:` as
+
+    - {use: inception, p: inception_3a, c1: 64, ...}          # one copy
+    - {repeat: bottleneck, times: 3, p: res3, mid: 128, ...}  # copies p=res3a, res3b, ...
+
+Inside a template `{name}` is replaced by that variable (a value that is exactly
+`{name}` keeps the variable's type, so `num_output: "{c1}"` stays an int), and
+`{input}` is the top of the layer before the block, so a shortcut can reach it.
+With `repeat`, `{i}` counts from 0, `{n}` from 1 and `{p}` gets the letters a, b, c...
+appended, in Caffe's naming (res2a, res2b, ...). A `first:` mapping overrides variables
+for the first copy only, and `first: {use: other_block}` builds the first copy from another
+block (the projection shortcut that opens a ResNet stage). Blocks are expanded
+here, so every backend sees one flat list of layers.
+
+Layers marked `aux: true` (GoogLeNet's auxiliary classifiers) are left out unless
+`load_net(..., aux_heads=True)`; their tops are then listed in `NetSpec.aux_outputs`
+with their Caffe `loss_weight`.
 
 Shapes and parameter counts are computed here, once, so every backend builds layers
 of the same size and `hpcdl nets` can report counts without any framework installed.
@@ -69,6 +89,7 @@ class NetSpec:
     layers: tuple[Layer, ...]
     output: str
     reference: str = ""
+    aux_outputs: tuple[tuple[str, float], ...] = ()  # (top, loss_weight) of auxiliary classifiers
 
     @property
     def parameter_count(self) -> int:
@@ -79,7 +100,8 @@ def list_nets() -> list[str]:
     return sorted(p.stem for p in NET_DIR.glob("*.yaml"))
 
 
-def load_net(name: str, num_classes: int | None = None, image_size: int | None = None, channels: int | None = None) -> NetSpec:
+def load_net(name: str, num_classes: int | None = None, image_size: int | None = None, channels: int | None = None,
+             aux_heads: bool = False) -> NetSpec:
     path = NET_DIR / f"{name}.yaml"
     if not path.exists():
         raise HpcdlError(f"net: unknown network {name!r}; known: {', '.join(list_nets())}")
@@ -87,20 +109,29 @@ def load_net(name: str, num_classes: int | None = None, image_size: int | None =
     inp = data["input"]
     shape = (channels or inp["channels"], image_size or inp["size"], image_size or inp["size"])
     classes = num_classes or data.get("classes", 1000)
-    return build_spec(name, data, shape, classes)
+    return build_spec(name, data, shape, classes, aux_heads=aux_heads)
 
 
-def build_spec(name: str, data: dict, input_shape: tuple[int, int, int], classes: int) -> NetSpec:
+def build_spec(name: str, data: dict, input_shape: tuple[int, int, int], classes: int,
+               aux_heads: bool = False) -> NetSpec:
     shapes: dict[str, tuple[int, ...]] = {"data": input_shape}
     layers: list[Layer] = []
+    aux_outputs: list[tuple[str, float]] = []
     previous = "data"
-    for raw in _expand(data["layers"]):
+    main_previous = "data"
+    for raw in expand_blocks(data["layers"], data.get("blocks", {}), f"net {name}"):
         raw = dict(raw)
-        ltype = raw.pop("type")
-        lname = raw.pop("name")
+        ltype = raw.pop("type", None)
+        lname = raw.pop("name", None)
+        if not ltype or not lname:
+            raise HpcdlError(f"net {name}: every layer needs a type and a name: {raw}")
+        is_aux = bool(raw.pop("aux", False))
+        loss_weight = raw.pop("loss_weight", None)
+        if is_aux and not aux_heads:
+            continue
         if ltype not in LAYER_TYPES:
             raise HpcdlError(f"net {name}: layer {lname}: unknown type {ltype!r}")
-        bottom = raw.pop("bottom", previous)
+        bottom = raw.pop("bottom", previous if is_aux else main_previous)
         bottom = tuple(bottom) if isinstance(bottom, list) else (bottom,)
         top = raw.pop("top", lname)
         if raw.get("num_output") == "classes":
@@ -113,7 +144,13 @@ def build_spec(name: str, data: dict, input_shape: tuple[int, int, int], classes
         in_channels = in_shape[0] if ltype != "InnerProduct" else math.prod(in_shape)
         layers.append(Layer(ltype, lname, bottom, top, raw, in_shape, out_shape, in_channels))
         shapes[top] = out_shape
-        previous = top
+        if is_aux:
+            if loss_weight is not None:
+                aux_outputs.append((top, float(loss_weight)))
+            previous = top
+            continue
+        previous = main_previous = top
+    previous = main_previous
     return NetSpec(
         name=name,
         description=data.get("description", ""),
@@ -122,11 +159,67 @@ def build_spec(name: str, data: dict, input_shape: tuple[int, int, int], classes
         layers=tuple(layers),
         output=previous,
         reference=data.get("reference", ""),
+        aux_outputs=tuple(aux_outputs),
     )
 
 
-def _expand(layers: list[dict]) -> list[dict]:
-    return list(layers)
+def expand_blocks(entries: list[dict], blocks: dict, where: str, input_top: str = "data",
+                  inherited: dict | None = None) -> list[dict]:
+    """The flat list of layers: every `use`/`repeat` entry replaced by its block's layers.
+
+    A block used inside another block sees the outer block's variables, `{input}` included.
+    """
+    flat: list[dict] = []
+    previous = input_top
+    for entry in entries:
+        if "use" in entry or "repeat" in entry:
+            entry = dict(entry)
+            repeated = "repeat" in entry
+            block = entry.pop("use", None) or entry.pop("repeat")
+            if block not in blocks:
+                raise HpcdlError(f"{where}: unknown block {block!r}; defined: {', '.join(blocks) or 'none'}")
+            times = int(entry.pop("times", 1))
+            first = entry.pop("first", {})
+            prefix = entry.get("p", block)
+            for i in range(times):
+                overrides = dict(first) if i == 0 else {}
+                this_block = overrides.pop("use", block)
+                if this_block not in blocks:
+                    raise HpcdlError(f"{where}: unknown block {this_block!r}; defined: {', '.join(blocks)}")
+                variables = {"input": previous, **(inherited or {}), **entry, **overrides, "i": i, "n": i + 1}
+                if repeated:
+                    variables["p"] = f"{prefix}{chr(ord('a') + i)}"
+                templates = blocks[this_block]
+                expanded = expand_blocks([_substitute(t, variables, where) for t in templates], blocks, where,
+                                         previous, variables)
+                flat.extend(expanded)
+                main = [layer for layer in expanded if not layer.get("aux")]
+                previous = _top_of(main[-1], previous) if main else previous
+        else:
+            flat.append(entry)
+            if not entry.get("aux"):
+                previous = _top_of(entry, previous)
+    return flat
+
+
+def _top_of(layer: dict, previous: str) -> str:
+    return layer.get("top", layer.get("name", previous))
+
+
+def _substitute(value, variables: dict, where: str):
+    if isinstance(value, dict):
+        return {k: _substitute(v, variables, where) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, variables, where) for v in value]
+    if isinstance(value, str) and "{" in value:
+        stripped = value[1:-1]
+        if value.startswith("{") and value.endswith("}") and stripped in variables:
+            return variables[stripped]
+        try:
+            return value.format(**variables)
+        except KeyError as exc:
+            raise HpcdlError(f"{where}: block variable {exc.args[0]!r} is not given (in {value!r})") from None
+    return value
 
 
 def _pair(v) -> tuple[int, int]:

@@ -34,7 +34,7 @@ def _module(layer: Layer) -> nn.Module:
     if t == "BatchNorm":
         return nn.BatchNorm2d(layer.in_channels, eps=p.get("eps", 1e-5), momentum=1 - p.get("moving_average_fraction", 0.9), affine=p.get("affine", False))
     if t == "Scale":
-        return _Scale(layer.in_channels, p.get("bias_term", True))
+        return _Scale(layer.in_channels, p.get("bias_term", True), float((p.get("filler") or {}).get("value", 1.0)))
     if t == "Softmax":
         return nn.Softmax(dim=1)
     if t == "Flatten":
@@ -47,9 +47,9 @@ def _module(layer: Layer) -> nn.Module:
 class _Scale(nn.Module):
     """Caffe's Scale layer: per-channel gamma (and beta)."""
 
-    def __init__(self, channels: int, bias: bool):
+    def __init__(self, channels: int, bias: bool, gamma: float = 1.0):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(channels))
+        self.weight = nn.Parameter(torch.full((channels,), float(gamma)))
         self.bias = nn.Parameter(torch.zeros(channels)) if bias else None
 
     def forward(self, x):
@@ -59,18 +59,28 @@ class _Scale(nn.Module):
 
 
 class CaffeNet(nn.Module):
-    """Runs the layers of a NetSpec in order, routing blobs by name (bottom/top)."""
+    """Runs the layers of a NetSpec in order, routing blobs by name (bottom/top).
+
+    With auxiliary classifiers in the spec (GoogLeNet's loss1/loss2), forward returns
+    (main, [aux...]) while training and only the main output in eval mode.
+    """
 
     def __init__(self, spec: NetSpec):
         super().__init__()
         self.spec = spec
-        self.layers = nn.ModuleDict({layer.name: _module(layer) for layer in spec.layers})
+        self.layers = nn.ModuleDict({_key(layer.name): _module(layer) for layer in spec.layers})
+        # blobs no later layer reads are dropped as soon as possible (memory on big nets)
+        self._last_use: dict[str, int] = {}
+        for i, layer in enumerate(spec.layers):
+            for b in layer.bottom:
+                self._last_use[b] = i
+        self._keep = {spec.output, *(top for top, _ in spec.aux_outputs)}
         self._init_weights()
 
     def _init_weights(self):
         for layer in self.spec.layers:
             filler = layer.p("weight_filler")
-            mod = self.layers[layer.name]
+            mod = self.layers[_key(layer.name)]
             lin = mod[1] if isinstance(mod, nn.Sequential) else mod
             if not isinstance(lin, (nn.Conv2d, nn.Linear)):
                 continue
@@ -82,11 +92,11 @@ class CaffeNet(nn.Module):
             else:
                 nn.init.kaiming_normal_(lin.weight, mode="fan_out", nonlinearity="relu")
             if lin.bias is not None:
-                nn.init.constant_(lin.bias, float(layer.p("bias_filler", {}).get("value", 0.0)))
+                nn.init.constant_(lin.bias, float((layer.p("bias_filler") or {}).get("value", 0.0)))
 
     def forward(self, x):
         blobs = {"data": x}
-        for layer in self.spec.layers:
+        for i, layer in enumerate(self.spec.layers):
             ins = [blobs[b] for b in layer.bottom]
             if layer.type == "Concat":
                 out = torch.cat(ins, dim=1)
@@ -95,9 +105,34 @@ class CaffeNet(nn.Module):
                 for other in ins[1:]:
                     out = out + other if layer.p("operation", "SUM") == "SUM" else out * other
             else:
-                out = self.layers[layer.name](ins[0])
+                out = self.layers[_key(layer.name)](ins[0])
+            for b in layer.bottom:
+                if self._last_use.get(b) == i and b not in self._keep:
+                    blobs.pop(b, None)
             blobs[layer.top] = out
+        if self.spec.aux_outputs and self.training:
+            return blobs[self.spec.output], [blobs[top] for top, _ in self.spec.aux_outputs]
         return blobs[self.spec.output]
+
+
+def _key(name: str) -> str:
+    return name.replace(".", "_")  # torch module names cannot hold dots
+
+
+def parameter_multipliers(model: CaffeNet) -> list[tuple[str, nn.Parameter, float, float]]:
+    """(name, tensor, lr_mult, decay_mult) for every parameter, from the layers' Caffe `param`.
+
+    Caffe lists one {lr_mult, decay_mult} per blob of a layer: weights first, then bias
+    (gamma then beta for Scale). A layer without `param` gets 1 and 1.
+    """
+    rows = []
+    for layer in model.spec.layers:
+        mults = layer.p("param") or []
+        mod = model.layers[_key(layer.name)]
+        for j, (pname, tensor) in enumerate(mod.named_parameters()):
+            m = mults[j] if j < len(mults) else {}
+            rows.append((f"{layer.name}.{pname.split('.')[-1]}", tensor, float(m.get("lr_mult", 1.0)), float(m.get("decay_mult", 1.0))))
+    return rows
 
 
 def build_torch(spec: NetSpec) -> CaffeNet:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
@@ -12,30 +13,46 @@ from hpcdl.train.ranks import rank_info
 from hpcdl.train.recipe import load_recipe
 from hpcdl.train.results import ResultsWriter
 
+# One module per framework, each with train(recipe, me, results, context) -> summary dict.
+# The TensorFlow and MXNet modules come from the frameworks issue; a missing one is a clear error.
+BACKENDS = {
+    "pytorch": "hpcdl.train.torch_backend",
+    "tensorflow": "hpcdl.train.tf_backend",
+    "mxnet": "hpcdl.train.mxnet_backend",
+}
+
 
 def run_training(recipe_path: str, plan_path: str | None = None, results_path: str | None = None,
-                 overrides: dict | None = None) -> dict:
+                 overrides: dict | None = None, exit_ranks: bool = True) -> dict:
     recipe = load_recipe(recipe_path)
     if overrides:
-        recipe = recipe.model_copy(update=overrides)
+        from hpcdl.train.recipe import recipe_from_dict
+
+        changed = {k: v for k, v in overrides.items() if v is not None}
+        recipe = recipe_from_dict({**recipe.model_dump(), **changed}, f"{recipe_path} (with {', '.join(changed)})")
     me = rank_info()
     plan = load_plan(plan_path)
-    apply_plan(plan, me)  # before torch starts its thread pool
+    applied = apply_plan(plan, me)  # before any framework starts its thread pool
     context = {
         "site": plan["site"] if plan else "none",
         "nodes": plan["nodes"] if plan else 1,
-        "distributed": (plan or {}).get("distributed", "gloo"),
+        "distributed": (plan or {}).get("distributed"),
         "plan_summary": _plan_summary(plan),
+        "binding": applied,
     }
-    from hpcdl.train.torch_backend import train
+    try:
+        backend = importlib.import_module(BACKENDS[recipe.framework])
+    except ImportError as exc:
+        raise HpcdlError(f"framework: {recipe.framework} backend is not available here ({exc})") from None
 
     writer = ResultsWriter(results_path, enabled=me.rank == 0)
     try:
-        summary = train(recipe, me, writer, context)
+        summary = backend.train(recipe, me, writer, context)
     finally:
         writer.close()
-    if me.world_size > 1:
-        exit_rank(0)
+    status = int(summary.get("exit_status", 0))
+    if me.world_size > 1 and exit_ranks:
+        exit_rank(status)
     return summary
 
 
@@ -54,7 +71,8 @@ def exit_rank(status: int) -> None:
 def _plan_summary(plan: dict | None) -> dict | None:
     if not plan:
         return None
-    return {k: plan[k] for k in ("site", "node_kind", "nodes", "ranks_per_node", "threads_per_rank", "mode")}
+    keys = ("site", "node_kind", "nodes", "ranks_per_node", "threads_per_rank", "mode")
+    return {k: plan[k] for k in keys if k in plan}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,11 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", help="plan.json written by hpcdl render")
     parser.add_argument("--results", help="JSON-lines results file (rank 0 writes it)")
     parser.add_argument("--max-iter", type=int, help="override the recipe's max_iter")
+    parser.add_argument("--snapshot-prefix", help="override the recipe's snapshot_prefix (resumes from it)")
     args = parser.parse_args(argv)
-    overrides = {"max_iter": args.max_iter} if args.max_iter else None
+    overrides = {"max_iter": args.max_iter, "snapshot_prefix": args.snapshot_prefix}
     try:
-        run_training(args.recipe, args.plan, args.results, overrides)
+        summary = run_training(args.recipe, args.plan, args.results, overrides)
     except HpcdlError as exc:
         print(f"hpcdl train: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    return 0
+    return int(summary.get("exit_status", 0))

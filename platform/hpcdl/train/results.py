@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -10,27 +11,71 @@ from typing import TextIO
 
 
 class ResultsWriter:
-    """Rank 0 writes records to a file (JSON lines) and a readable line to the terminal."""
+    """Rank 0 writes records to a file (JSON lines) and a readable line to the terminal.
 
-    def __init__(self, path: str | None, enabled: bool, stream: TextIO | None = None):
+    On a terminal, rank 0 also shows a progress bar (rich) with the loss and rate; on a
+    pipe or a batch job's output file it prints only the plain lines, which read well
+    in a log and can be grepped.
+    """
+
+    def __init__(self, path: str | None, enabled: bool, stream: TextIO | None = None, progress: bool | None = None):
         self.enabled = enabled
         self.stream = stream or sys.stdout
         self.file = None
         if enabled and path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self.file = open(path, "a", buffering=1)
+        if progress is None:
+            progress = enabled and _is_terminal(self.stream) and os.environ.get("HPCDL_PROGRESS", "auto") != "plain"
+        self.show_progress = progress
+        self._progress = None
+        self._task = None
 
     def record(self, event: str, **fields) -> None:
         if not self.enabled:
             return
         rec = {"event": event, "time": round(time.time(), 3), **fields}
         if self.file:
-            self.file.write(json.dumps(rec) + "\n")
-        print(_describe(rec), file=self.stream, flush=True)
+            self.file.write(json.dumps(rec, default=str) + "\n")
+        line = _describe(rec)
+        if self._progress is not None:
+            self._progress.console.print(line, markup=False, highlight=False)
+        else:
+            print(line, file=self.stream, flush=True)
+
+    def begin_progress(self, start: int, total: int) -> None:
+        if not (self.enabled and self.show_progress):
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self._progress = Progress(
+            TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+            TextColumn("{task.fields[info]}"), console=Console(file=self.stream), transient=True,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task("train", total=total, completed=start, info="")
+
+    def advance(self, done: int, loss: float, lr: float) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=done, info=f"loss {loss:.4f}  lr {lr:.3g}")
+
+    def end_progress(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
 
     def close(self) -> None:
+        self.end_progress()
         if self.file:
             self.file.close()
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def _describe(rec: dict) -> str:
@@ -48,6 +93,12 @@ def _describe(rec: dict) -> str:
             f"{rec['nodes']} node(s), held-out accuracy {rec['accuracy']:.4f}, "
             f"time to solution {rec['time_to_solution_s']:.1f} s"
         )
+    if e == "resume":
+        return f"resuming at iteration {rec['iter']} from {rec['snapshot']} (lr {rec['lr']:.3g})"
+    if e == "snapshot":
+        return f"iter {rec['iter']:>6}  snapshot {rec['path']}"
+    if e == "preempted":
+        return f"iter {rec['iter']:>6}  stopped on signal {rec['signal']} after writing {rec['snapshot']}; requeue to resume"
     if e == "start":
         return f"training {rec['net']} ({rec['parameters']:,} parameters) on {rec['data']} with {rec['ranks']} rank(s)"
     return json.dumps(rec)

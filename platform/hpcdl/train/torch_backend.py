@@ -1,35 +1,64 @@
-"""The PyTorch backend: data-parallel training with torch.distributed, read top to bottom."""
+"""The PyTorch backend: data-parallel training with torch.distributed, read top to bottom.
+
+train() is the story: threads and device, process group, data, net, optimizer, schedule,
+resume, the loop (micro-batches, gradient averaging, update, display, test, snapshot,
+pre-emption), and the summary. The helpers below it each do one of those steps.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
+import sys
 import time
+from datetime import timedelta
 
 import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from hpcdl.errors import HpcdlError
 from hpcdl.nets import load_net
-from hpcdl.nets.torch_build import build_torch
-from hpcdl.train.data import Dataset, epoch_order, load_dataset
+from hpcdl.nets.torch_build import build_torch, parameter_multipliers
+from hpcdl.train import checkpoint
+from hpcdl.train.data import Batches, Dataset, centre_crop, load_dataset
+from hpcdl.train.optim import CaffeSGD, ParamSlot
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
-from hpcdl.train.schedule import learning_rate
+from hpcdl.train.schedule import Schedule
+
+# Exit status of a rank that stopped on SIGUSR1/SIGTERM after writing its snapshot:
+# EX_TEMPFAIL from sysexits.h, "try again later", which is what a requeue does.
+PREEMPTED_EXIT = 75
 
 
 class Distributed:
-    """The process group, or a stand-in for one process."""
+    """The process group, or a stand-in for one process.
 
-    def __init__(self, me: RankInfo, backend: str):
+    The verbs a backend of distribution offers the loop: wrap(model), sum(values),
+    max(value), any_async(flag) -> handle with .wait() -> bool, close(). A Horovod
+    implementation (hpcdl.train.horovod_torch) offers the same verbs.
+    """
+
+    def __init__(self, me: RankInfo, backend: str, timeout_s: float = 300):
         self.me = me
+        self.backend = backend
         self.active = me.world_size > 1
         if self.active:
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", "29500")
-            dist.init_process_group(backend, rank=me.rank, world_size=me.world_size)
+            dist.init_process_group(backend, rank=me.rank, world_size=me.world_size,
+                                    timeout=timedelta(seconds=timeout_s))
+
+    def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        if not self.active:
+            return model
+        ids = [device.index] if device.type == "cuda" else None
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
     def sum(self, values: list[float]) -> list[float]:
         if not self.active:
@@ -45,6 +74,10 @@ class Distributed:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return float(t.item())
 
+    def any_async(self, flag: bool):
+        """Start agreeing on 'did any rank get a stop signal'; overlaps with the iteration."""
+        return _Agreement(flag, self.active)
+
     def close(self):
         if self.active:
             dist.barrier()
@@ -52,94 +85,314 @@ class Distributed:
             self.active = False
 
 
+class _Agreement:
+    def __init__(self, flag: bool, active: bool):
+        self.t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        self.work = dist.all_reduce(self.t, op=dist.ReduceOp.MAX, async_op=True) if active else None
+
+    def wait(self) -> bool:
+        if self.work is not None:
+            self.work.wait()
+        return bool(self.t.item())
+
+
+class StopRequest:
+    """SIGUSR1/SIGTERM (a scheduler's warning before the time limit) asks for a snapshot and exit."""
+
+    def __init__(self):
+        self.signal: int | None = None
+        self._previous = {}
+        for sig in (signal.SIGUSR1, signal.SIGTERM):
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread (a test harness): no handler
+                pass
+
+    def _handle(self, signum, _frame):
+        self.signal = signum
+
+    def restore(self):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def choose_device(recipe: Recipe, me: RankInfo) -> torch.device:
+    if recipe.device == "cuda" or (recipe.device == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise HpcdlError("device: cuda asked for, but PyTorch sees no GPU here")
+        device = torch.device("cuda", me.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def choose_backend(recipe: Recipe, device: torch.device) -> str:
+    if recipe.distributed != "auto":
+        return recipe.distributed
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def make_comm(recipe: Recipe, me: RankInfo, backend: str):
+    if backend == "horovod":
+        try:
+            from hpcdl.train.horovod_torch import HorovodComm  # the frameworks issue's module
+        except ImportError as exc:
+            raise HpcdlError(f"distributed: horovod is not usable here ({exc}); use gloo, nccl or mpi") from None
+        return HorovodComm(me)
+    if backend == "mpi" and not dist.is_mpi_available():
+        raise HpcdlError("distributed: mpi, but this PyTorch was built without MPI; use gloo or nccl")
+    return Distributed(me, backend, recipe.collective_timeout_s)
+
+
 def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:
-    torch.manual_seed(recipe.random_seed)
+    started = time.perf_counter()
     threads = int(os.environ.get("HPCDL_INTRA_OP_THREADS", os.environ.get("OMP_NUM_THREADS", "0")) or 0)
     if threads:
         torch.set_num_threads(threads)
-    comm = Distributed(me, backend=context.get("distributed", "gloo"))
+    torch.manual_seed(recipe.random_seed)  # the same initial weights on every rank
+    device = choose_device(recipe, me)
+    # the recipe's choice, else the plan's (the site knows its fabric), else by device
+    backend = recipe.distributed if recipe.distributed != "auto" else (
+        context.get("distributed") or choose_backend(recipe, device))
+    comm = make_comm(recipe, me, backend)
+    stop = StopRequest()
 
+    # data and net: the net's input size follows the data (crop, else image size)
     spec0 = load_net(recipe.net)
-    shape = (spec0.input_shape[0], recipe.data.image_size or spec0.input_shape[1], recipe.data.image_size or spec0.input_shape[2])
-    data = load_dataset(recipe.data, shape, recipe.random_seed)
-    spec = load_net(recipe.net, num_classes=data.num_classes, image_size=shape[1], channels=shape[0])
-    model = build_torch(spec)
-    if comm.active:
-        model = torch.nn.parallel.DistributedDataParallel(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=recipe.base_lr, momentum=recipe.momentum, weight_decay=recipe.weight_decay)
+    size = recipe.data.crop or recipe.data.image_size or spec0.input_shape[1]
+    data = load_dataset(recipe.data, (spec0.input_shape[0], size, size), recipe.random_seed)
+    spec = load_net(recipe.net, num_classes=data.num_classes, image_size=size, channels=spec0.input_shape[0],
+                    aux_heads=recipe.aux_heads)
+    net = build_torch(spec)
+    memory_format = torch.channels_last if recipe.channels_last else torch.contiguous_format
+    net = net.to(device=device, memory_format=memory_format)
+    model = comm.wrap(net, device)
+    optimizer = CaffeSGD(param_slots(net, recipe), recipe.momentum, recipe.weight_decay, recipe.rule,
+                         trust=recipe.trust, eps=recipe.larc_eps, clip_gradients=recipe.clip_gradients,
+                         momentum_correction=recipe.momentum_correction)
+    precision = Precision(recipe, device)
 
+    batches = Batches(data.train, recipe.batch_size, recipe.random_seed, me.rank, me.world_size,
+                      crop=recipe.data.crop, mirror=recipe.data.mirror)
     global_batch = recipe.batch_size * me.world_size * recipe.iter_size
-    max_iter = recipe.max_iter or max(1, math.ceil(recipe.epochs * len(data.train_x) / global_batch))
-    iters_per_epoch = max(1, len(data.train_x) // (recipe.batch_size * me.world_size))
+    iters_per_epoch = max(1, batches.per_epoch // recipe.iter_size)
+    max_iter = recipe.max_iter or max(1, math.ceil(recipe.epochs * iters_per_epoch))
+    schedule = Schedule.from_recipe(recipe, max_iter, global_batch, iters_per_epoch)
+
+    first_iter = 0
+    if recipe.snapshot_prefix:
+        resumed = checkpoint.load_latest(recipe.snapshot_prefix)
+        if resumed:
+            state, path = resumed
+            net.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            precision.load_state_dict(state.get("precision", {}))
+            first_iter = state["iter"]
+            results.record("resume", iter=first_iter, snapshot=str(path), lr=schedule.rate(first_iter))
+
     results.record(
         "start", net=spec.name, parameters=spec.parameter_count, data=data.name, ranks=me.world_size,
         nodes=context.get("nodes", 1), global_batch=global_batch, max_iter=max_iter, site=context.get("site"),
+        framework="pytorch", distributed=backend, device=str(device), precision=recipe.precision,
+        channels_last=recipe.channels_last, iter=first_iter, plan=context.get("plan_summary"),
+        launcher=me.launcher, binding=context.get("binding"), threads=torch.get_num_threads(),
     )
+    results.begin_progress(first_iter, max_iter)
 
-    train_x, train_y = torch.from_numpy(data.train_x), torch.from_numpy(data.train_y)
-    started = time.perf_counter()
-    window_start, window_images = started, 0
-    epoch, order, cursor = 0, epoch_order(len(train_x), 0, recipe.random_seed, me.rank, me.world_size), 0
-    accuracy, test_loss = float("nan"), float("nan")
+    images_per_iter = recipe.batch_size * recipe.iter_size
+    window_start, window_images, window_losses = time.perf_counter(), 0, []
+    train_time, trained_images = 0.0, 0
+    accuracy, test_loss, loss = float("nan"), float("nan"), float("nan")
+    preempted = False
+    done = first_iter
     model.train()
-    for it in range(max_iter):
-        lr = learning_rate(recipe, it, max_iter)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.zero_grad(set_to_none=True)
-        for _ in range(recipe.iter_size):
-            if cursor + recipe.batch_size > len(order):
-                epoch += 1
-                order, cursor = epoch_order(len(train_x), epoch, recipe.random_seed, me.rank, me.world_size), 0
-            idx = torch.from_numpy(order[cursor : cursor + recipe.batch_size])
-            cursor += recipe.batch_size
-            loss = F.cross_entropy(model(train_x[idx]), train_y[idx]) / recipe.iter_size
-            loss.backward()
-        optimizer.step()
-        window_images += recipe.batch_size * recipe.iter_size
-
-        last = it + 1 == max_iter
-        if (it + 1) % recipe.display == 0 or last:
+    for it in range(first_iter, max_iter):
+        iter_start = time.perf_counter()
+        agreement = comm.any_async(stop.signal is not None)
+        lr = schedule.rate(it)
+        optimizer.zero_grad()
+        loss_sum = 0.0
+        for micro in range(recipe.iter_size):
+            x, y = batches.get(it * recipe.iter_size + micro)
+            x = torch.from_numpy(x).to(device, non_blocking=True).contiguous(memory_format=memory_format)
+            y = torch.from_numpy(y).to(device, non_blocking=True)
+            last_micro = micro + 1 == recipe.iter_size
+            sync = contextlib.nullcontext() if last_micro or not hasattr(model, "no_sync") else model.no_sync()
+            with sync:
+                with precision.autocast():
+                    micro_loss = criterion(model(x), y, spec, recipe) / recipe.iter_size
+                precision.backward(micro_loss)
+            loss_sum += micro_loss.detach()
+        if precision.unscale_and_check(optimizer):
+            optimizer.step(lr)
+        # losses stay tensors until a display step: reading one waits for a GPU to finish
+        window_losses.append(loss_sum)
+        window_images += images_per_iter
+        trained_images += images_per_iter
+        done = it + 1
+        if done % recipe.display == 0 or done == max_iter:
+            loss = float(loss_sum)
+            train_time += time.perf_counter() - iter_start
+            iter_start = None
             elapsed = time.perf_counter() - window_start
-            total_images, loss_sum = comm.sum([float(window_images), float(loss.item()) * recipe.iter_size])
+            mean_loss = float(torch.stack(window_losses).mean())
+            total_images, loss_total, window_loss = comm.sum([float(window_images), loss, mean_loss])
             slowest = comm.max(elapsed)
             results.record(
-                "step", iter=it + 1, epoch=round((it + 1) / iters_per_epoch, 3), loss=loss_sum / me.world_size, lr=lr,
+                "step", iter=done, epoch=round(done / iters_per_epoch, 3), loss=loss_total / me.world_size,
+                loss_window=window_loss / me.world_size, lr=lr,
                 images_per_sec_rank=window_images / elapsed, images_per_sec_total=total_images / slowest,
             )
-            window_start, window_images = time.perf_counter(), 0
-        if (recipe.test_interval and (it + 1) % recipe.test_interval == 0) or last:
-            accuracy, test_loss = evaluate(model, data, recipe, me, comm)
-            results.record("test", iter=it + 1, accuracy=accuracy, loss=test_loss)
+            window_start, window_images, window_losses = time.perf_counter(), 0, []
+        if iter_start is not None:
+            train_time += time.perf_counter() - iter_start
+        results.advance(done, loss=loss, lr=lr)
+        if (recipe.test_interval and done % recipe.test_interval == 0) or done == max_iter:
+            accuracy, test_loss = evaluate(net, data, recipe, me, comm, device, memory_format, precision)
+            results.record("test", iter=done, accuracy=accuracy, loss=test_loss)
             model.train()
             window_start = time.perf_counter()  # testing is not training throughput
+        stop_now = agreement.wait()
+        if recipe.snapshot_prefix and ((recipe.snapshot and done % recipe.snapshot == 0) or stop_now or done == max_iter):
+            write_snapshot(recipe, me, net, optimizer, precision, done, schedule, results)
+        if stop_now and done < max_iter:
+            preempted = True
+            results.record("preempted", iter=done, signal=int(stop.signal or 0), lr=schedule.rate(done),
+                           snapshot=str(checkpoint.snapshot_path(recipe.snapshot_prefix, done)) if recipe.snapshot_prefix else None)
+            break
 
     wall = time.perf_counter() - started
-    images = comm.sum([float(max_iter * recipe.batch_size * recipe.iter_size)])[0]
-    slowest = comm.max(wall)
+    total_images, loss_total = comm.sum([float(trained_images), loss])
+    loss = loss_total / me.world_size  # the last iteration's loss over the global batch
+    slowest_train = comm.max(train_time)
+    slowest_wall = comm.max(wall)
     summary = dict(
-        iter=max_iter, accuracy=accuracy, test_loss=test_loss, images_per_sec_total=images / slowest,
-        images_per_sec_rank=max_iter * recipe.batch_size * recipe.iter_size / wall, time_to_solution_s=slowest,
+        iter=done, accuracy=accuracy, test_loss=test_loss, loss=loss,
+        images_per_sec_total=total_images / slowest_train if slowest_train else 0.0,
+        images_per_sec_rank=trained_images / train_time if train_time else 0.0,
+        time_to_solution_s=slowest_wall, train_time_s=slowest_train,
         nodes=context.get("nodes", 1), ranks=me.world_size, site=context.get("site"), net=spec.name,
-        framework="pytorch", global_batch=global_batch, plan=context.get("plan_summary"),
+        framework="pytorch", distributed=backend, device=str(device), precision=recipe.precision,
+        global_batch=global_batch, plan=context.get("plan_summary"), recipe=recipe.name,
+        preempted=preempted,
     )
-    results.record("final", **summary)
+    results.end_progress()
+    if not preempted:
+        results.record("final", **summary)
+    stop.restore()
     # DDP holds the process group: drop it before the group goes, or gloo may abort at exit
     del model, optimizer
     comm.close()
+    if preempted:
+        summary["exit_status"] = PREEMPTED_EXIT
     return summary
 
 
+def param_slots(net, recipe: Recipe) -> list[ParamSlot]:
+    """Caffe's per-blob lr_mult/decay_mult; `no_bias_decay` also frees 1-D tensors of decay."""
+    slots = []
+    for name, tensor, lr_mult, decay_mult in parameter_multipliers(net):
+        if recipe.no_bias_decay and tensor.dim() <= 1:
+            decay_mult = 0.0  # biases and batch-norm gamma/beta (DLE RN50, Goyal et al.)
+        slots.append(ParamSlot(name, tensor, lr_mult, decay_mult))
+    return slots
+
+
+def criterion(output, y, spec, recipe: Recipe):
+    if isinstance(output, tuple):  # main and auxiliary classifiers, Caffe's loss_weight
+        main, aux = output
+        loss = F.cross_entropy(main, y, label_smoothing=recipe.label_smoothing)
+        for (_, weight), out in zip(spec.aux_outputs, aux):
+            loss = loss + weight * F.cross_entropy(out, y, label_smoothing=recipe.label_smoothing)
+        return loss
+    return F.cross_entropy(output, y, label_smoothing=recipe.label_smoothing)
+
+
+class Precision:
+    """fp32, bf16 (autocast) or fp16 (autocast with loss scaling, for GPUs).
+
+    Dynamic loss scaling as in NVIDIA's mixed-precision guide: scale the loss, unscale the
+    gradients, skip the step and halve the scale on inf/NaN, double it after 2000 clean
+    steps. DDP has already averaged the gradients, so every rank takes the same decision.
+    """
+
+    def __init__(self, recipe: Recipe, device: torch.device):
+        self.device = device
+        self.dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[recipe.precision]
+        self.scaling = recipe.precision == "fp16"
+        self.dynamic = recipe.loss_scale == "dynamic"
+        self.scale = 65536.0 if self.dynamic else float(recipe.loss_scale)
+        self.good_steps = 0
+        self.skipped = 0
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.dtype)
+
+    def backward(self, loss):
+        (loss * self.scale if self.scaling else loss).backward()
+
+    def unscale_and_check(self, optimizer: CaffeSGD) -> bool:
+        if not self.scaling:
+            return True
+        grads = [s.tensor.grad for s in optimizer.slots if s.tensor.grad is not None]
+        torch._foreach_mul_(grads, 1.0 / self.scale)
+        # one host-device synchronisation for all tensors, not one per tensor
+        finite = bool(torch.isfinite(torch.stack([g.float().sum() for g in grads])).all())
+        if not finite:
+            self.skipped += 1
+            if self.dynamic:
+                self.scale /= 2.0
+                self.good_steps = 0
+            return False
+        self.good_steps += 1
+        if self.dynamic and self.good_steps % 2000 == 0:
+            self.scale *= 2.0
+        return True
+
+    def state_dict(self) -> dict:
+        return {"scale": self.scale, "good_steps": self.good_steps, "skipped": self.skipped}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scale = state.get("scale", self.scale)
+        self.good_steps = state.get("good_steps", 0)
+        self.skipped = state.get("skipped", 0)
+
+
+def write_snapshot(recipe, me, net, optimizer, precision, done, schedule, results) -> None:
+    """Rank 0 writes (the weights and velocities are the same on every rank)."""
+    if me.rank == 0:
+        state = {"iter": done, "model": net.state_dict(), "optimizer": optimizer.state_dict(),
+                 "precision": precision.state_dict(), "recipe": recipe.model_dump(mode="json"),
+                 "lr_next": schedule.rate(done)}
+        path = checkpoint.save(state, checkpoint.snapshot_path(recipe.snapshot_prefix, done))
+        checkpoint.prune(recipe.snapshot_prefix, recipe.snapshot_keep)
+        results.record("snapshot", iter=done, path=str(path))
+
+
 @torch.no_grad()
-def evaluate(model, data: Dataset, recipe: Recipe, me: RankInfo, comm: Distributed) -> tuple[float, float]:
-    model.eval()
-    idx = np.arange(len(data.test_x))[me.rank :: me.world_size]
-    x, y = torch.from_numpy(data.test_x[idx]), torch.from_numpy(data.test_y[idx])
-    correct, loss_sum = 0.0, 0.0
+def evaluate(net, data: Dataset, recipe: Recipe, me: RankInfo, comm, device, memory_format, precision) -> tuple[float, float]:
+    """Held-out accuracy and loss, each rank testing its share (Caffe's TEST phase)."""
+    net.eval()
+    n = len(data.test)
     step = recipe.test_batch_size or 256
-    for i in range(0, len(x), step):
-        out = model(x[i : i + step])
-        correct += float((out.argmax(1) == y[i : i + step]).sum())
-        loss_sum += float(F.cross_entropy(out, y[i : i + step], reduction="sum"))
-    correct, loss_sum, n = comm.sum([correct, loss_sum, float(len(x))])
-    return correct / n, loss_sum / n
+    if recipe.test_iter:
+        n = min(n, recipe.test_iter * step * me.world_size)
+    idx = np.arange(n)[me.rank :: me.world_size]
+    correct, loss_sum = 0.0, 0.0
+    for i in range(0, len(idx), step):
+        rows = idx[i : i + step]
+        x = torch.from_numpy(centre_crop(data.test.take(rows), recipe.data.crop)).to(device).contiguous(memory_format=memory_format)
+        y = torch.from_numpy(data.test.labels[rows]).to(device)
+        with precision.autocast():
+            out = net(x)
+        out = out.float()
+        correct += float((out.argmax(1) == y).sum())
+        loss_sum += float(F.cross_entropy(out, y, reduction="sum"))
+    correct, loss_sum, n = comm.sum([correct, loss_sum, float(len(idx))])
+    return correct / max(n, 1), loss_sum / max(n, 1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("run the trainer with: python -m hpcdl.train RECIPE")

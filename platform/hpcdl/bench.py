@@ -1,0 +1,310 @@
+"""`make bench`: the trainer's speed as ratios measured in one run on this machine.
+
+    python -m hpcdl.bench --out docs/performance.md
+
+1. trainer vs a bare PyTorch loop on the same net, batch and threads (goal >= 0.97):
+   cifar10_quick at 32 px and resnet50 at a small image size;
+2. channels_last vs NCHW (resnet50, trainer);
+3. 2 ranks x 1 thread vs 1 rank x 2 threads at the same global batch (cifar10_quick).
+
+Every measurement is a fresh process with its thread count fixed, run back to back and
+interleaved (bare, trainer, bare, trainer...). Each process times several windows of
+iterations after a warm-up and reports its best window, and each side of a ratio is the
+best of its repeats: on a shared machine other work only ever slows a window down, so the
+best window is the closest to what the code itself costs (timeit's reasoning). The load
+average before and after is written next to the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+BARE_LOOP = r"""
+import json, sys, time
+import numpy as np, torch, torch.nn.functional as F
+from hpcdl.nets import load_net
+from hpcdl.nets.torch_build import build_torch
+from hpcdl.train.data import load_dataset
+from hpcdl.train.recipe import DataSpec
+net, size, batch, threads, warmup, timed, channels_last = sys.argv[1:8]
+size, batch, threads, warmup, timed = int(size), int(batch), int(threads), int(warmup), int(timed)
+torch.set_num_threads(threads)
+torch.manual_seed(1)
+fmt = torch.channels_last if channels_last == "1" else torch.contiguous_format
+model = build_torch(load_net(net, num_classes=10, image_size=size)).to(memory_format=fmt)
+opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9, weight_decay=0.0005)
+rng = np.random.default_rng(1)
+# the very images the trainer's side trains on (values matter: tiny ones run slower as denormals)
+spec = DataSpec(source="synthetic", image_size=size, num_classes=10, synthetic_samples=max(4 * batch, 256),
+                holdout_fraction=0.05)
+data = load_dataset(spec, (3, size, size), 1)
+images, labels = data.train.images, data.train.labels
+model.train()
+marks = []
+for i in range(warmup + timed):
+    if i >= warmup and (i - warmup) % warmup == 0:
+        marks.append(time.perf_counter())
+    idx = rng.integers(0, len(images), batch)
+    x = torch.from_numpy(images[idx]).contiguous(memory_format=fmt)
+    y = torch.from_numpy(labels[idx])
+    opt.zero_grad(set_to_none=True)
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+marks.append(time.perf_counter())
+windows = [batch * warmup / (b - a) for a, b in zip(marks, marks[1:])]
+print(json.dumps({"images_per_sec": max(windows), "windows": windows}))
+"""
+
+
+@dataclass(frozen=True)
+class Case:
+    net: str
+    size: int
+    batch: int           # per rank
+    threads: int         # per rank
+    warmup: int
+    timed: int
+    ranks: int = 1
+    channels_last: bool = False
+
+
+def _env(threads: int) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HPCDL_PROGRESS": "plain"}
+    env.pop("HPCDL_INTRA_OP_THREADS", None)
+    return env
+
+
+def bare_loop(case: Case) -> float:
+    out = subprocess.run(
+        [sys.executable, "-c", BARE_LOOP, case.net, str(case.size), str(case.batch), str(case.threads),
+         str(case.warmup), str(case.timed), "1" if case.channels_last else "0"],
+        capture_output=True, text=True, env=_env(case.threads), check=True, timeout=1800,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])["images_per_sec"]
+
+
+def trainer(case: Case, workdir: Path) -> float:
+    """The trainer's measured total images/s over the timed iterations (after the warm-up)."""
+    recipe = {
+        "name": "bench", "net": case.net, "batch_size": case.batch, "base_lr": 0.001, "momentum": 0.9,
+        "weight_decay": 0.0005, "max_iter": case.warmup + case.timed, "display": case.warmup,
+        "channels_last": case.channels_last,
+        "data": {"source": "synthetic", "image_size": case.size, "num_classes": 10,
+                 "synthetic_samples": max(4 * case.batch * case.ranks, 256), "holdout_fraction": 0.05},
+    }
+    if case.timed % case.warmup:
+        raise ValueError("timed iterations must be a multiple of the warm-up (the display interval)")
+    path = workdir / f"bench-{time.monotonic_ns()}.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    results = path.with_suffix(".jsonl")
+    train = [sys.executable, "-m", "hpcdl.train", str(path), "--results", str(results)]
+    argv = train if case.ranks == 1 else [sys.executable, "-m", "hpcdl", "launch", "-n", str(case.ranks), "--", *train]
+    subprocess.run(argv, capture_output=True, text=True, env=_env(case.threads), check=True, timeout=1800)
+    steps = {r["iter"]: r for r in map(json.loads, results.read_text().splitlines()) if r["event"] == "step"}
+    # wall time between consecutive display records after the warm-up: everything the trainer
+    # does in between (its records and checks included) counts against it
+    marks = [steps[it]["time"] for it in range(case.warmup, case.warmup + case.timed + 1, case.warmup)]
+    return max(case.warmup * case.batch * case.ranks / (b - a) for a, b in zip(marks, marks[1:]))
+
+
+def interleaved(measure_a, measure_b, repeats: int) -> tuple[list[float], list[float]]:
+    a, b = [], []
+    for _ in range(repeats):
+        a.append(measure_a())
+        b.append(measure_b())
+    return a, b
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def run(out: Path, quick: bool = False) -> dict:
+    # one thread per process for the ratios: on a loaded machine a 2-thread process loses whole
+    # time slices when one of its threads is descheduled, which swamps the difference measured
+    threads = 1
+    reps = 1 if quick else 3
+    results = {"machine": _machine(), "load_before": load(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        cifar = Case("cifar10_quick", 32, 64, threads, warmup=5, timed=25 if not quick else 10)
+        rn_size = 64
+        resnet = Case("resnet50", rn_size, 16, threads, warmup=2, timed=8 if not quick else 2)
+        rows = []
+        for case, repeats in ((cifar, reps), (resnet, max(1, reps - 1))):
+            print(f"bench: {case.net} {case.size}px batch {case.batch}, {case.threads} threads: bare loop vs trainer", flush=True)
+            bare, ours = interleaved(lambda c=case: bare_loop(c), lambda c=case: trainer(c, work), repeats)
+            rows.append({"net": case.net, "image_size": case.size, "batch": case.batch, "threads": case.threads,
+                         "bare": bare, "trainer": ours, "ratio": max(ours) / max(bare)})
+            print(f"  bare {bare}  trainer {ours}  ratio {rows[-1]['ratio']:.3f}", flush=True)
+        results["trainer_vs_bare"] = rows
+
+        print("bench: resnet50 channels_last vs NCHW (trainer)", flush=True)
+        cl = Case("resnet50", rn_size, 16, threads, warmup=2, timed=8 if not quick else 2, channels_last=True)
+        nchw, chl = interleaved(lambda: trainer(resnet, work), lambda: trainer(cl, work), max(1, reps - 1))
+        results["channels_last"] = {"net": "resnet50", "image_size": rn_size, "batch": 16, "threads": threads,
+                                    "nchw": nchw, "channels_last": chl,
+                                    "ratio": max(chl) / max(nchw)}
+        print(f"  NCHW {nchw}  channels_last {chl}", flush=True)
+
+        print("bench: 2 ranks x 1 thread vs 1 rank x 2 threads (cifar10_quick, global batch 64)", flush=True)
+        one = Case("cifar10_quick", 32, 64, 2, warmup=5, timed=25 if not quick else 10)
+        two = Case("cifar10_quick", 32, 32, 1, warmup=5, timed=25 if not quick else 10, ranks=2)
+        a, b = interleaved(lambda: trainer(one, work), lambda: trainer(two, work), reps)
+        results["ranks_vs_threads"] = {"one_rank_two_threads": a, "two_ranks_one_thread": b,
+                                       "ratio": max(b) / max(a)}
+        print(f"  1x2 {a}  2x1 {b}", flush=True)
+    results["load_after"] = load()
+    results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # the raw figures first: a report can be redrawn from them (--from-json) without re-measuring
+    out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    write_report(results, out)
+    return results
+
+
+def _machine() -> str:
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import torch
+
+    return f"{os.cpu_count()} CPUs ({model}), torch {torch.__version__}"
+
+
+def write_report(r: dict, out: Path) -> None:
+    from hpcdl.cli.output import write_atomically
+
+    plot = out.with_suffix(".png")
+    _plot(r, plot)
+    med = max  # best of the repeats (see the module docstring)
+    lines = [
+        "# Performance of the bundled trainer",
+        "",
+        "Generated by `make bench` (`python -m hpcdl.bench --out docs/performance.md`); do not edit by hand.",
+        "",
+        f"Machine: {r['machine']}. Run {r['started']} to {r['finished']}.",
+        f"Load average (1 min) {r['load_before']:.2f} before and {r['load_after']:.2f} after: this machine is shared",
+        "with other work, so absolute images/s move from run to run; the ratios are the result.",
+        "Each process reports its best window of iterations after a warm-up, each side the best",
+        "of its repeats, measured back to back and interleaved (other work only slows a window down).",
+        "",
+        "## Trainer vs a bare PyTorch loop (same net, batch, threads; goal >= 0.97)",
+        "",
+        "The bare loop is the few lines everyone writes: `torch.optim.SGD`, a random in-memory",
+        "batch, forward, backward, step. The trainer adds Caffe's solver (lr_mult/decay_mult,",
+        "momentum inside the velocity), schedule, the stop-signal check, display records and",
+        "timing. Both build the same `hpcdl.nets` model; synthetic data, fp32.",
+        "",
+        "| net | image | batch | threads | bare loop img/s | trainer img/s | trainer / bare |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in r["trainer_vs_bare"]:
+        lines.append(f"| {row['net']} | {row['image_size']} px | {row['batch']} | {row['threads']} | "
+                     f"{med(row['bare']):.1f} ({_runs(row['bare'])}) | {med(row['trainer']):.1f} ({_runs(row['trainer'])}) | "
+                     f"**{row['ratio']:.3f}** |")
+    spreads = ", ".join(
+        f"{row['net']} bare loop {_spread(row['bare']):.2f}x, trainer {_spread(row['trainer']):.2f}x"
+        for row in r["trainer_vs_bare"])
+    lines += [
+        "",
+        f"Spread between identical repeats (best / worst): {spreads}. A ratio whose distance",
+        "from 1 is inside that spread measures the machine's load, not the trainer; read it",
+        "together with the load average above, and re-run `make bench` on a quiet machine for",
+        "a figure to quote.",
+    ]
+    c = r["channels_last"]
+    rt = r["ranks_vs_threads"]
+    lines += [
+        "",
+        "## channels_last vs NCHW",
+        "",
+        f"{c['net']} at {c['image_size']} px, batch {c['batch']}, {c['threads']} threads, trainer: "
+        f"NCHW {med(c['nchw']):.1f} img/s ({_runs(c['nchw'])}), channels_last {med(c['channels_last']):.1f} img/s "
+        f"({_runs(c['channels_last'])}): **{c['ratio']:.2f}x**.",
+        "",
+        "## 2 ranks x 1 thread vs 1 rank x 2 threads",
+        "",
+        "cifar10_quick at 32 px, global batch 64 (2 x 32 or 1 x 64), torch.distributed gloo on this node:",
+        f"1 rank x 2 threads {med(rt['one_rank_two_threads']):.1f} img/s ({_runs(rt['one_rank_two_threads'])}), "
+        f"2 ranks x 1 thread {med(rt['two_ranks_one_thread']):.1f} img/s ({_runs(rt['two_ranks_one_thread'])}): "
+        f"**{rt['ratio']:.2f}x**. The images/s of 2 ranks is the measured total (images summed over",
+        "ranks over the slowest rank's time), not rank 0 times 2.",
+        "",
+        f"![trainer throughput]({plot.name})",
+        "",
+    ]
+    write_atomically(out, "\n".join(lines))
+
+
+def _spread(values: list[float]) -> float:
+    return max(values) / min(values) if values and min(values) > 0 else float("nan")
+
+
+def _runs(values: list[float]) -> str:
+    return "runs " + ", ".join(f"{v:.1f}" for v in values)
+
+
+def _plot(r: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    med = max
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    ax = axes[0]
+    labels = [f"{row['net']}\n{row['image_size']} px" for row in r["trainer_vs_bare"]]
+    ratios = [row["ratio"] for row in r["trainer_vs_bare"]]
+    ax.bar(labels, ratios, color=["#4c72b0" if v >= 0.97 else "#dd8452" for v in ratios])
+    ax.axhline(0.97, color="k", ls="--", lw=1, label="goal 0.97")
+    ax.set_ylim(0, max(1.1, max(ratios) * 1.1))
+    ax.set_title("trainer / bare PyTorch loop")
+    ax.legend(loc="lower right")
+    c = r["channels_last"]
+    axes[1].bar(["NCHW", "channels_last"], [med(c["nchw"]), med(c["channels_last"])], color=["#8c8c8c", "#55a868"])
+    axes[1].set_title(f"resnet50 {c['image_size']} px: images/s")
+    rt = r["ranks_vs_threads"]
+    axes[2].bar(["1 rank x 2 threads", "2 ranks x 1 thread"],
+                [med(rt["one_rank_two_threads"]), med(rt["two_ranks_one_thread"])], color=["#8c8c8c", "#c44e52"])
+    axes[2].set_title("cifar10_quick, global batch 64: images/s")
+    fig.suptitle(f"hpcdl trainer, {r['machine']} (load {r['load_before']:.1f} -> {r['load_after']:.1f})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hpcdl.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("docs/performance.md"))
+    parser.add_argument("--quick", action="store_true", help="one repeat, fewer steps (a smoke run)")
+    parser.add_argument("--from-json", type=Path, help="redraw the report from a earlier run's figures")
+    args = parser.parse_args(argv)
+    if args.from_json:
+        r = json.loads(args.from_json.read_text())
+        write_report(r, args.out)
+    else:
+        r = run(args.out, quick=args.quick)
+    print(f"bench: wrote {args.out} and {args.out.with_suffix('.png')}")
+    for row in r["trainer_vs_bare"]:
+        print(f"  {row['net']}: trainer / bare = {row['ratio']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

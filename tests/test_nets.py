@@ -1,0 +1,134 @@
+"""Networks defined once: published parameter counts, block expansion, forward passes at small size."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import hpcdl
+from hpcdl.errors import HpcdlError
+from hpcdl.nets import list_nets, load_net
+from hpcdl.nets.spec import build_spec
+from hpcdl.nets.torch_build import build_torch, parameter_multipliers
+
+# Published counts with 1000 classes (10 for cifar10_quick):
+PUBLISHED = {
+    "resnet50": 25_557_032,       # ResNet-50 v1.5 (torchvision / NVIDIA DLE)
+    "cifar10_quick": 145_578,     # Caffe examples/cifar10
+    "caffenet": 60_965_224,       # BVLC reference CaffeNet
+    "alexnet": 60_965_224,        # BVLC AlexNet: CaffeNet's tensors, LRN/pool order swapped
+    "googlenet": 6_998_552,       # BVLC GoogLeNet main tower (loss3 classifier only)
+}
+GOOGLENET_WITH_AUX_HEADS = 13_378_280  # + loss1 and loss2 heads (6,379,728) as trained in Caffe
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_count_equals_the_published_one(name):
+    assert load_net(name).parameter_count == PUBLISHED[name]
+
+
+def test_every_shipped_net_has_a_published_count_to_check():
+    assert set(list_nets()) == set(PUBLISHED)
+
+
+def test_googlenet_aux_heads_are_built_only_when_asked_and_carry_caffes_loss_weight():
+    spec = load_net("googlenet", aux_heads=True)
+    assert spec.parameter_count == GOOGLENET_WITH_AUX_HEADS
+    assert spec.aux_outputs == (("loss1/classifier", 0.3), ("loss2/classifier", 0.3))
+    assert spec.output == "loss3/classifier"
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_pytorch_build_has_exactly_the_specs_parameters(name):
+    spec = load_net(name, image_size=64 if name != "cifar10_quick" else None)
+    assert sum(p.numel() for p in build_torch(spec).parameters()) == spec.parameter_count
+
+
+@pytest.mark.parametrize("name,size", [("cifar10_quick", 32), ("resnet50", 32), ("googlenet", 64), ("alexnet", 67), ("caffenet", 67)])
+def test_forward_pass_at_small_size_gives_one_score_per_class(name, size):
+    torch.set_num_threads(1)
+    spec = load_net(name, num_classes=7, image_size=size)
+    model = build_torch(spec).eval()
+    with torch.no_grad():
+        out = model(torch.randn(2, 3, size, size))
+    assert out.shape == (2, 7)
+    assert spec.layers[-1].out_shape == (7,)
+
+
+def test_resnet50_is_v1_5_with_the_stride_on_the_3x3_convolution():
+    layers = {layer.name: layer for layer in load_net("resnet50").layers}
+    assert layers["res3a_branch2a"].params["stride"] == 1
+    assert layers["res3a_branch2b"].params["stride"] == 2
+    assert layers["res3a_branch1"].params["stride"] == 2
+    assert layers["res3b_branch2b"].params["stride"] == 1
+    assert [name for name in layers if name.startswith("res") and name[4:] in "abcdef" and len(name) == 5] == [
+        "res2a", "res2b", "res2c", "res3a", "res3b", "res3c", "res3d",
+        "res4a", "res4b", "res4c", "res4d", "res4e", "res4f", "res5a", "res5b", "res5c"]
+
+
+def test_blocks_expand_to_a_flat_list_with_shortcuts_to_the_block_input():
+    data = {
+        "input": {"channels": 3, "size": 8},
+        "blocks": {
+            "res": [
+                {"type": "Convolution", "name": "{p}_conv", "num_output": "{c}", "kernel_size": 3, "pad": 1},
+                {"type": "Eltwise", "name": "{p}", "bottom": ["{input}", "{p}_conv"]},
+            ],
+        },
+        "layers": [
+            {"type": "Convolution", "name": "stem", "num_output": 4, "kernel_size": 1},
+            {"repeat": "res", "times": 3, "p": "r", "c": 4},
+            {"type": "InnerProduct", "name": "fc", "num_output": "classes"},
+        ],
+    }
+    spec = build_spec("toy", data, (3, 8, 8), 5)
+    assert [l.name for l in spec.layers] == ["stem", "ra_conv", "ra", "rb_conv", "rb", "rc_conv", "rc", "fc"]
+    assert spec.layers[2].bottom == ("stem", "ra_conv")
+    assert spec.layers[4].bottom == ("ra", "rb_conv")
+    assert spec.layers[1].params["num_output"] == 4  # "{c}" keeps the int type
+    assert all("use" not in l.params and "repeat" not in l.params for l in spec.layers)
+
+
+def test_a_block_variable_left_out_is_named_in_the_error():
+    data = {"blocks": {"b": [{"type": "ReLU", "name": "{missing}_relu"}]}, "layers": [{"use": "b"}]}
+    with pytest.raises(HpcdlError, match="'missing'"):
+        build_spec("toy", data, (3, 8, 8), 5)
+
+
+def test_caffe_lr_and_decay_multipliers_reach_each_parameter():
+    mults = {name: (lr, decay) for name, _, lr, decay in parameter_multipliers(build_torch(load_net("caffenet", image_size=67)))}
+    assert mults["conv1.weight"] == (1.0, 1.0)
+    assert mults["conv1.bias"] == (2.0, 0.0)
+    assert mults["fc8.bias"] == (2.0, 0.0)
+
+
+def test_caffe_pooling_rounds_up():
+    # 32 -> conv 5 pad 2 -> 32 -> pool 3/2: floor gives 15, Caffe's ceil gives 16
+    assert load_net("cifar10_quick").layers[1].out_shape == (32, 16, 16)
+
+
+def test_hpcdl_nets_json_lists_every_net_with_its_parameter_count():
+    proc = hpcdl("nets", "--json", check=True)
+    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+    assert {name: r["parameters"] for name, r in rows.items()} == PUBLISHED
+    assert rows["googlenet"]["parameters_with_aux_heads"] == GOOGLENET_WITH_AUX_HEADS
+    assert rows["resnet50"]["input"] == [3, 224, 224] and rows["resnet50"]["classes"] == 1000
+
+
+def test_googlenet_trains_its_aux_heads_with_loss_weight_and_tests_on_the_main_head():
+    from hpcdl.train.recipe import recipe_from_dict
+    from hpcdl.train.torch_backend import criterion
+
+    torch.set_num_threads(1)
+    spec = load_net("googlenet", num_classes=5, image_size=64, aux_heads=True)
+    model = build_torch(spec)
+    x, y = torch.randn(2, 3, 64, 64), torch.tensor([1, 3])
+    main, aux = model.train()(x)
+    assert main.shape == (2, 5) and [a.shape for a in aux] == [(2, 5), (2, 5)]
+    r = recipe_from_dict({"net": "googlenet", "batch_size": 2, "base_lr": 0.01, "max_iter": 1}, "t")
+    expected = sum(w * torch.nn.functional.cross_entropy(o, y) for w, o in zip((1.0, 0.3, 0.3), (main, *aux)))
+    assert torch.allclose(criterion((main, aux), y, spec, r), expected)
+    with torch.no_grad():
+        assert model.eval()(x).shape == (2, 5)

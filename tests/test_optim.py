@@ -1,0 +1,140 @@
+"""Caffe's SGD update, LARS and LARC against updates computed by hand on a tiny model.
+
+The model is one weight row w = [3, 4] (norm 5) and one bias b = [1], with gradients
+g_w = [0.6, 0.8] (norm 1) and g_b = [0.5]; momentum 0.9, weight decay 0.01.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hpcdl.train.optim import CaffeSGD, ParamSlot
+from hpcdl.train.recipe import recipe_from_dict
+from hpcdl.train.schedule import Schedule
+
+
+def tiny(rule="sgd", **kw):
+    w = torch.nn.Parameter(torch.tensor([[3.0, 4.0]], dtype=torch.float64))
+    b = torch.nn.Parameter(torch.tensor([1.0], dtype=torch.float64))
+    # Caffe's usual multipliers: weights lr 1 decay 1, biases lr 2 decay 0
+    slots = [ParamSlot("ip.weight", w, 1.0, 1.0), ParamSlot("ip.bias", b, 2.0, 0.0)]
+    opt = CaffeSGD(slots, momentum=0.9, weight_decay=0.01, rule=rule, **kw)
+    return w, b, opt
+
+
+def set_grads(w, b):
+    w.grad = torch.tensor([[0.6, 0.8]], dtype=torch.float64)
+    b.grad = torch.tensor([0.5], dtype=torch.float64)
+
+
+def test_caffe_sgd_puts_the_rate_inside_the_velocity_with_lr_and_decay_multipliers():
+    w, b, opt = tiny()
+    set_grads(w, b)
+    opt.step(lr=0.1)
+    # d = g + 0.01 w = [0.63, 0.84]; v = 0.1 d; w = w - v
+    assert w.flatten().tolist() == pytest.approx([2.937, 3.916])
+    # bias: lr_mult 2, decay_mult 0: v = 0.2 * 0.5
+    assert b.tolist() == pytest.approx([0.9])
+    set_grads(w, b)
+    opt.step(lr=0.05)
+    # d = [0.6 + 0.02937, 0.8 + 0.03916]; v = 0.9 [0.063, 0.084] + 0.05 d
+    assert w.flatten().tolist() == pytest.approx([2.937 - 0.0881685, 3.916 - 0.117558])
+    assert b.tolist() == pytest.approx([0.9 - (0.9 * 0.1 + 0.1 * 0.5)])
+
+
+def test_momentum_correction_scales_the_velocity_by_the_rate_ratio():
+    w, b, opt = tiny(momentum_correction=True)
+    set_grads(w, b)
+    opt.step(lr=0.1)
+    set_grads(w, b)
+    opt.step(lr=0.05)
+    # v = 0.9 * (0.05 / 0.1) * [0.063, 0.084] + 0.05 d  (Goyal et al. 2.1)
+    assert w.flatten().tolist() == pytest.approx([2.937 - 0.0598185, 3.916 - 0.079758])
+
+
+def test_caffe_and_pytorch_momentum_agree_at_a_constant_rate_and_differ_after_a_change():
+    w, b, opt = tiny()
+    w2 = torch.nn.Parameter(w.detach().clone())
+    ref = torch.optim.SGD([w2], lr=0.1, momentum=0.9, weight_decay=0.01)
+    for lr in (0.1, 0.1, 0.1):
+        set_grads(w, b)
+        opt.step(lr)
+        w2.grad = torch.tensor([[0.6, 0.8]], dtype=torch.float64)
+        ref.step()
+    assert torch.allclose(w, w2)
+    set_grads(w, b)
+    opt.step(0.01)
+    for group in ref.param_groups:
+        group["lr"] = 0.01
+    w2.grad = torch.tensor([[0.6, 0.8]], dtype=torch.float64)
+    ref.step()
+    assert not torch.allclose(w, w2)
+
+
+def test_lars_scales_each_weight_tensor_by_trust_times_weight_over_gradient_norm():
+    w, b, opt = tiny("lars", trust=0.001)
+    set_grads(w, b)
+    opt.step(lr=0.1)
+    local = 0.001 * 5 / (1 + 0.01 * 5)       # You et al.: eta ||w|| / (||g|| + beta ||w||)
+    assert w.flatten().tolist() == pytest.approx([3 - 0.1 * local * 0.63, 4 - 0.1 * local * 0.84])
+    assert b.tolist() == pytest.approx([0.9])  # a bias keeps the global rate
+
+
+def test_larc_clip_takes_the_smaller_of_global_and_local_rate():
+    local = 0.02 * 5 / (1 + 0.01 * 5 + 0.0)  # apex LARC: trust ||w|| / (||g|| + wd ||w|| + eps) = 0.0952
+    w, b, opt = tiny("larc_clip", trust=0.02)
+    set_grads(w, b)
+    opt.step(lr=0.1)                          # 0.1 > local: clipped to the local rate
+    assert w.flatten().tolist() == pytest.approx([3 - local * 0.63, 4 - local * 0.84])
+    w, b, opt = tiny("larc_clip", trust=0.02)
+    set_grads(w, b)
+    opt.step(lr=0.05)                         # 0.05 < local: the global rate stands
+    assert w.flatten().tolist() == pytest.approx([3 - 0.05 * 0.63, 4 - 0.05 * 0.84])
+
+
+def test_larc_scale_multiplies_global_and_local_rate():
+    local = 0.02 * 5 / 1.05
+    w, b, opt = tiny("larc_scale", trust=0.02)
+    set_grads(w, b)
+    opt.step(lr=0.1)
+    assert w.flatten().tolist() == pytest.approx([3 - 0.1 * local * 0.63, 4 - 0.1 * local * 0.84])
+
+
+def test_warmup_with_larc_on_the_tiny_model_follows_the_hand_computed_rates():
+    r = recipe_from_dict({"net": "cifar10_quick", "batch_size": 1, "base_lr": 0.2, "max_iter": 10, "warmup_iter": 4,
+                          "warmup_start_lr": 0.0, "type": "LARC"}, "test")
+    schedule = Schedule.from_recipe(r, 10)
+    w, b, opt = tiny(r.rule, trust=r.trust)
+    expected_w = [3.0, 4.0]
+    v = [0.0, 0.0]
+    for it in range(3):
+        lr = schedule.rate(it)                 # 0, 0.05, 0.1
+        assert lr == pytest.approx(0.05 * it)
+        norm_w = (expected_w[0] ** 2 + expected_w[1] ** 2) ** 0.5
+        rate = min(lr, 0.02 * norm_w / (1 + 0.01 * norm_w))
+        d = [0.6 + 0.01 * expected_w[0], 0.8 + 0.01 * expected_w[1]]
+        v = [0.9 * v[i] + rate * d[i] for i in range(2)]
+        expected_w = [expected_w[i] - v[i] for i in range(2)]
+        set_grads(w, b)
+        opt.step(lr)
+        assert w.flatten().tolist() == pytest.approx(expected_w)
+
+
+def test_clip_gradients_bounds_the_global_norm_as_caffe():
+    w, b, opt = tiny(clip_gradients=0.5)
+    w.data.zero_()
+    set_grads(w, b)
+    opt.step(lr=1.0)
+    scale = 0.5 / (1.0**2 + 0.5**2) ** 0.5
+    assert (-w).flatten().tolist() == pytest.approx([0.6 * scale, 0.8 * scale])
+
+
+def test_velocity_survives_a_state_dict_round_trip():
+    w, b, opt = tiny()
+    set_grads(w, b)
+    opt.step(0.1)
+    state = opt.state_dict()
+    w2, b2, opt2 = tiny()
+    opt2.load_state_dict(state)
+    assert torch.equal(opt2.velocity[0], opt.velocity[0]) and opt2.last_lr == 0.1

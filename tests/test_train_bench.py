@@ -1,0 +1,33 @@
+"""The benchmark report: figures, ratios and the plot come out of one results dict (no timing here)."""
+
+from __future__ import annotations
+
+from hpcdl.bench import Case, trainer, write_report
+
+
+def test_the_report_states_each_ratio_and_links_its_plot(tmp_path):
+    results = {
+        "machine": "2 CPUs (test)", "started": "t0", "finished": "t1", "load_before": 3.2, "load_after": 4.1,
+        "trainer_vs_bare": [
+            {"net": "cifar10_quick", "image_size": 32, "batch": 64, "threads": 2, "bare": [100.0, 104.0, 98.0],
+             "trainer": [99.0, 101.0, 97.0], "ratio": 99.0 / 100.0},
+            {"net": "resnet50", "image_size": 64, "batch": 16, "threads": 2, "bare": [20.0, 21.0],
+             "trainer": [20.5, 20.0], "ratio": 0.98},
+        ],
+        "channels_last": {"net": "resnet50", "image_size": 64, "batch": 16, "threads": 2, "nchw": [20.0], "channels_last": [25.0],
+                          "ratio": 1.25},
+        "ranks_vs_threads": {"one_rank_two_threads": [100.0], "two_ranks_one_thread": [150.0], "ratio": 1.5},
+    }
+    out = tmp_path / "performance.md"
+    write_report(results, out)
+    text = out.read_text()
+    assert "**0.990**" in text and "**0.980**" in text and "**1.25x**" in text and "**1.50x**" in text
+    assert "load average" in text.lower() and "shared" in text
+    assert "![trainer throughput](performance.png)" in text
+    assert (tmp_path / "performance.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_trainer_side_of_a_ratio_is_timed_between_its_own_records(tmp_path):
+    """A tiny real run: the measured rate is positive and comes from the records after the warm-up."""
+    rate = trainer(Case("cifar10_quick", 16, 8, 1, warmup=2, timed=4), tmp_path)
+    assert rate > 0
