@@ -17,12 +17,14 @@ def train(
     plan: Optional[Path] = typer.Option(None, "--plan", help="plan.json from hpcdl render"),
     results: Optional[Path] = typer.Option(None, "--results", help="JSON-lines results (rank 0)"),
     max_iter: Optional[int] = typer.Option(None, "--max-iter", min=1, help="override the recipe's max_iter"),
+    framework: Optional[str] = typer.Option(None, "--framework", help="pytorch, tensorflow or mxnet (default: the plan's)"),
+    dist: Optional[str] = typer.Option(None, "--dist", help="gloo, nccl, mpi, horovod (PyTorch); mwms (TF); kvstore (MXNet)"),
 ) -> None:
     """Train a recipe in this process (one rank; launchers start one per rank)."""
     from hpcdl.train.main import run_training
 
     run_training(str(recipe), str(plan) if plan else None, str(results) if results else None,
-                 {"max_iter": max_iter} if max_iter else None)
+                 {"max_iter": max_iter} if max_iter else None, framework, dist)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

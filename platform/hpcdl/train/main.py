@@ -14,7 +14,7 @@ from hpcdl.train.results import ResultsWriter
 
 
 def run_training(recipe_path: str, plan_path: str | None = None, results_path: str | None = None,
-                 overrides: dict | None = None) -> dict:
+                 overrides: dict | None = None, framework: str | None = None, dist: str | None = None) -> dict:
     recipe = load_recipe(recipe_path)
     if overrides:
         recipe = recipe.model_copy(update=overrides)
@@ -24,10 +24,10 @@ def run_training(recipe_path: str, plan_path: str | None = None, results_path: s
     context = {
         "site": plan["site"] if plan else "none",
         "nodes": plan["nodes"] if plan else 1,
-        "distributed": (plan or {}).get("distributed", "gloo"),
+        "distributed": dist or (plan or {}).get("distributed", "gloo"),
         "plan_summary": _plan_summary(plan),
     }
-    from hpcdl.train.torch_backend import train
+    train = backend_for(framework or (plan or {}).get("framework", "pytorch"), context["distributed"])
 
     writer = ResultsWriter(results_path, enabled=me.rank == 0)
     try:
@@ -37,6 +37,21 @@ def run_training(recipe_path: str, plan_path: str | None = None, results_path: s
     if me.world_size > 1:
         exit_rank(0)
     return summary
+
+
+def backend_for(framework: str, distributed: str):
+    """The backend's train(recipe, me, results, context), imported only when chosen."""
+    if framework == "pytorch" and distributed == "horovod":
+        from hpcdl.train.horovod_torch import train
+    elif framework == "pytorch":
+        from hpcdl.train.torch_backend import train
+    elif framework == "tensorflow":
+        from hpcdl.train.tf_backend import train
+    elif framework == "mxnet":
+        from hpcdl.train.mxnet_backend import train
+    else:
+        raise HpcdlError(f"framework: {framework!r} is not one of pytorch, tensorflow, mxnet")
+    return train
 
 
 def exit_rank(status: int) -> None:
@@ -63,10 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", help="plan.json written by hpcdl render")
     parser.add_argument("--results", help="JSON-lines results file (rank 0 writes it)")
     parser.add_argument("--max-iter", type=int, help="override the recipe's max_iter")
+    parser.add_argument("--framework", choices=("pytorch", "tensorflow", "mxnet"), help="backend (default: the plan's, else pytorch)")
+    parser.add_argument("--dist", help="distribution (default: the plan's): gloo, nccl, mpi or horovod (PyTorch); "
+                        "mwms (TensorFlow); kvstore (MXNet)")
     args = parser.parse_args(argv)
     overrides = {"max_iter": args.max_iter} if args.max_iter else None
     try:
-        run_training(args.recipe, args.plan, args.results, overrides)
+        run_training(args.recipe, args.plan, args.results, overrides, args.framework, args.dist)
     except HpcdlError as exc:
         print(f"hpcdl train: error: {exc}", file=sys.stderr)
         return exc.exit_code

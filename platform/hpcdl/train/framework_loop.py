@@ -1,0 +1,174 @@
+"""The training loop the TensorFlow, MXNet and Horovod backends share, framework-free.
+
+A backend supplies a few verbs (one SGD iteration, predict, sum/max over ranks, its
+state as arrays); this loop supplies everything the results must agree on across
+frameworks: the Caffe schedule, the data order (one shuffle per epoch dealt to the
+ranks), iter_size accumulation, display/test intervals, the JSON-lines records
+(start/step/test/final, as the PyTorch backend writes them), and snapshots with resume.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import re
+import time
+import zipfile
+from typing import Protocol
+
+import numpy as np
+
+from hpcdl.nets.spec import NetSpec
+from hpcdl.train.data import Dataset, epoch_order
+from hpcdl.train.ranks import RankInfo
+from hpcdl.train.recipe import Recipe
+from hpcdl.train.results import ResultsWriter
+from hpcdl.train.schedule import learning_rate
+
+
+class FrameworkTrainer(Protocol):
+    framework: str
+
+    def train_step(self, xs: np.ndarray, ys: np.ndarray, lr: float) -> float:
+        """One SGD iteration over iter_size micro-batches xs[k], ys[k]; this rank's mean loss."""
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The net's output blob (logits, or probabilities if it ends in Softmax)."""
+
+    def sum(self, values: list[float]) -> list[float]: ...
+
+    def max(self, value: float) -> float: ...
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Weights and optimizer state, equal on every rank, as named arrays."""
+
+    def load_state(self, arrays: dict[str, np.ndarray]) -> None: ...
+
+
+def run_loop(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict, data: Dataset, spec: NetSpec,
+             trainer: FrameworkTrainer) -> dict:
+    global_batch = recipe.batch_size * me.world_size * recipe.iter_size
+    max_iter = recipe.max_iter or max(1, math.ceil(recipe.epochs * len(data.train_x) / global_batch))
+    iters_per_epoch = max(1, len(data.train_x) // (recipe.batch_size * me.world_size))
+    start_iter, epoch, cursor = 0, 0, 0
+    resumed = restore_snapshot(recipe, trainer)
+    if resumed:
+        start_iter, epoch, cursor = resumed
+    results.record(
+        "start", net=spec.name, parameters=spec.parameter_count, data=data.name, ranks=me.world_size,
+        nodes=context.get("nodes", 1), global_batch=global_batch, max_iter=max_iter, site=context.get("site"),
+        framework=trainer.framework, distributed=context.get("distributed"), resumed_from=start_iter or None,
+    )
+
+    order = epoch_order(len(data.train_x), epoch, recipe.random_seed, me.rank, me.world_size)
+    started = time.perf_counter()
+    window_start, window_images = started, 0
+    accuracy, test_loss, loss = float("nan"), float("nan"), float("nan")
+    for it in range(start_iter, max_iter):
+        lr = learning_rate(recipe, it, max_iter)
+        batches = []
+        for _ in range(recipe.iter_size):
+            if cursor + recipe.batch_size > len(order):
+                epoch += 1
+                order, cursor = epoch_order(len(data.train_x), epoch, recipe.random_seed, me.rank, me.world_size), 0
+            batches.append(order[cursor : cursor + recipe.batch_size])
+            cursor += recipe.batch_size
+        idx = np.stack(batches)
+        loss = trainer.train_step(data.train_x[idx], data.train_y[idx], lr)
+        window_images += recipe.batch_size * recipe.iter_size
+
+        last = it + 1 == max_iter
+        if (it + 1) % recipe.display == 0 or last:
+            elapsed = time.perf_counter() - window_start
+            total_images, loss_sum = trainer.sum([float(window_images), float(loss)])
+            slowest = trainer.max(elapsed)
+            results.record(
+                "step", iter=it + 1, epoch=round((it + 1) / iters_per_epoch, 3), loss=loss_sum / me.world_size, lr=lr,
+                images_per_sec_rank=window_images / elapsed, images_per_sec_total=total_images / slowest,
+            )
+            window_start, window_images = time.perf_counter(), 0
+        if (recipe.test_interval and (it + 1) % recipe.test_interval == 0) or last:
+            accuracy, test_loss = evaluate(trainer, data, recipe, me, spec)
+            results.record("test", iter=it + 1, accuracy=accuracy, loss=test_loss)
+            window_start = time.perf_counter()  # testing is not training throughput
+        if recipe.snapshot and recipe.snapshot_prefix and (it + 1) % recipe.snapshot == 0:
+            write_snapshot(recipe, trainer, me, it + 1, epoch, cursor)
+
+    wall = time.perf_counter() - started
+    done = max_iter - start_iter
+    images = trainer.sum([float(done * recipe.batch_size * recipe.iter_size)])[0]
+    slowest = trainer.max(wall)
+    summary = dict(
+        iter=max_iter, accuracy=accuracy, test_loss=test_loss, images_per_sec_total=images / slowest,
+        images_per_sec_rank=done * recipe.batch_size * recipe.iter_size / wall, time_to_solution_s=slowest,
+        nodes=context.get("nodes", 1), ranks=me.world_size, site=context.get("site"), net=spec.name,
+        framework=trainer.framework, distributed=context.get("distributed"), global_batch=global_batch,
+        plan=context.get("plan_summary"),
+    )
+    results.record("final", **summary)
+    return summary
+
+
+def evaluate(trainer: FrameworkTrainer, data: Dataset, recipe: Recipe, me: RankInfo, spec: NetSpec) -> tuple[float, float]:
+    """Held-out accuracy and loss; each rank scores every world_size-th image, the sums are reduced."""
+    idx = np.arange(len(data.test_x))[me.rank :: me.world_size]
+    x, y = data.test_x[idx], data.test_y[idx]
+    ends_in_softmax = spec.layers[-1].type == "Softmax"
+    correct, loss_sum = 0.0, 0.0
+    step = recipe.test_batch_size or 256
+    for i in range(0, len(x), step):
+        out = trainer.predict(x[i : i + step]).astype(np.float64)
+        labels = y[i : i + step]
+        correct += float((out.argmax(1) == labels).sum())
+        log_p = np.log(np.maximum(out, 1e-12)) if ends_in_softmax else _log_softmax(out)
+        loss_sum += float(-log_p[np.arange(len(labels)), labels].sum())
+    correct, loss_sum, n = trainer.sum([correct, loss_sum, float(len(x))])
+    return correct / n, loss_sum / n
+
+
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+
+# Snapshots: rank 0 writes `<prefix>_<framework>_iter_<N>.npz` (weights, optimizer state and
+# where the data order stood) to a temporary name and renames it, so a snapshot file is
+# whole or absent. Every rank resumes from the newest one that reads back cleanly.
+
+def snapshot_path(recipe: Recipe, framework: str, iteration: int) -> str:
+    return f"{recipe.snapshot_prefix}_{framework}_iter_{iteration}.npz"
+
+
+def write_snapshot(recipe: Recipe, trainer: FrameworkTrainer, me: RankInfo, iteration: int, epoch: int, cursor: int) -> None:
+    arrays = trainer.state()  # every rank takes part: some frameworks gather state collectively
+    if me.rank != 0:
+        return
+    path = snapshot_path(recipe, trainer.framework, iteration)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        np.savez(f, __iter=iteration, __epoch=epoch, __cursor=cursor, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def restore_snapshot(recipe: Recipe, trainer: FrameworkTrainer) -> tuple[int, int, int] | None:
+    if not (recipe.snapshot and recipe.snapshot_prefix):
+        return None
+    pattern = re.compile(re.escape(f"{recipe.snapshot_prefix}_{trainer.framework}_iter_") + r"(\d+)\.npz$")
+    found = sorted(
+        ((int(m.group(1)), p) for p in glob.glob(f"{glob.escape(recipe.snapshot_prefix)}_{trainer.framework}_iter_*.npz")
+         if (m := pattern.search(p))),
+        reverse=True,
+    )
+    for _, path in found:
+        try:
+            with np.load(path) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError):
+            continue  # truncated or corrupt: fall back to the one before
+        trainer.load_state({k: v for k, v in arrays.items() if not k.startswith("__")})
+        return int(arrays["__iter"]), int(arrays["__epoch"]), int(arrays["__cursor"])
+    return None
