@@ -42,3 +42,25 @@ def in_mxnet(code: str, payload: dict, timeout: float = 300) -> dict:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def final_record(path: Path) -> dict:
+    recs = records(path)
+    assert recs and recs[-1]["event"] == "final", recs[-1:]
+    return recs[-1]
+
+
+# One thread per rank: the ranks of a test share this machine's cores.
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "HPCDL_INTRA_OP_THREADS": "1", "HPCDL_INTER_OP_THREADS": "1",
+              "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
+
+
+def run(argv: list[str], timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env={**os.environ, **ONE_THREAD, **(env or {})})
+    assert proc.returncode == 0, f"{argv} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc

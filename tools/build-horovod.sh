@@ -38,4 +38,4 @@ if [ -z "$wheel" ]; then
   wheel=$(find "$wheels" -name "horovod-$version-*.whl" -print -quit)
 fi
 "$python" -m pip install -q "$wheel"
-"$python" -c 'import horovod.torch as hvd; assert hvd.gloo_built() and hvd.mpi_built(); print("horovod", hvd.__version__, "with gloo and MPI")'
+"$python" -c 'import horovod, horovod.torch as hvd; assert hvd.gloo_built() and hvd.mpi_built(); print("horovod", horovod.__version__, "for PyTorch, with Gloo and MPI")'

@@ -15,7 +15,7 @@ import os
 import re
 import time
 import zipfile
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -45,9 +45,13 @@ class FrameworkTrainer(Protocol):
 
     def load_state(self, arrays: dict[str, np.ndarray]) -> None: ...
 
+    def weights(self) -> list[np.ndarray]:
+        """This rank's learned parameters (to check that the ranks agree)."""
+
 
 def run_loop(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict, data: Dataset, spec: NetSpec,
-             trainer: FrameworkTrainer) -> dict:
+             trainer: FrameworkTrainer, final_fields: Callable[[], dict] | None = None) -> dict:
+    """Train to max_iter (resuming from the newest snapshot); `final_fields` adds to the final record."""
     global_batch = recipe.batch_size * me.world_size * recipe.iter_size
     max_iter = recipe.max_iter or max(1, math.ceil(recipe.epochs * len(data.train_x) / global_batch))
     iters_per_epoch = max(1, len(data.train_x) // (recipe.batch_size * me.world_size))
@@ -106,8 +110,25 @@ def run_loop(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict
         framework=trainer.framework, distributed=context.get("distributed"), global_batch=global_batch,
         plan=context.get("plan_summary"),
     )
+    summary["weights_digest_by_rank"] = digests_by_rank(trainer, me)
+    summary["weights_equal"] = all(d == summary["weights_digest_by_rank"][0] for d in summary["weights_digest_by_rank"])
+    if final_fields:
+        summary.update(final_fields())
     results.record("final", **summary)
     return summary
+
+
+def digests_by_rank(trainer: FrameworkTrainer, me: RankInfo) -> list[list[float]]:
+    """Each rank's (sum, sum of squares) of its weights, in float64, gathered through sum().
+
+    Data-parallel ranks must hold bit-identical weights; a rank that drifted shows here.
+    Every other rank's slots are zero, so the sum carries each digest exactly.
+    """
+    flat = np.concatenate([np.asarray(w, dtype=np.float64).ravel() for w in trainer.weights()])
+    slots = [0.0] * (2 * me.world_size)
+    slots[2 * me.rank : 2 * me.rank + 2] = [float(flat.sum()), float((flat * flat).sum())]
+    gathered = trainer.sum(slots)
+    return [gathered[2 * r : 2 * r + 2] for r in range(me.world_size)]
 
 
 def evaluate(trainer: FrameworkTrainer, data: Dataset, recipe: Recipe, me: RankInfo, spec: NetSpec) -> tuple[float, float]:

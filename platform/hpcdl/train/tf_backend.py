@@ -191,6 +191,9 @@ class KerasTrainer:
         values[self.rank] = float(value)
         return max(self.sum(values))
 
+    def weights(self):
+        return [np.asarray(v.numpy()) for v in self.model.trainable_weights]
+
     def state(self):
         arrays = {f"w{i}": np.asarray(v.numpy()) for i, v in enumerate(self.model.weights)}
         arrays.update({f"o{i}": np.asarray(v.numpy()) for i, v in enumerate(self.optimizer.variables)})
