@@ -110,6 +110,18 @@ def thread_counts(environ) -> tuple[int, int]:
     return int(intra), int(inter)
 
 
+def configure_threads(tf, intra: int, inter: int) -> None:
+    """Size TensorFlow's pools; possible only before its runtime starts (a second run in
+    one process keeps the first run's pools, which is what the caller asked for then)."""
+    try:
+        if intra:
+            tf.config.threading.set_intra_op_parallelism_threads(intra)
+        if inter:
+            tf.config.threading.set_inter_op_parallelism_threads(inter)
+    except RuntimeError:
+        pass
+
+
 # --- training ---------------------------------------------------------------------------
 
 class KerasTrainer:
@@ -220,11 +232,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     from hpcdl.train.data import load_dataset
     from hpcdl.train.framework_loop import run_loop
 
-    intra, inter = thread_counts(os.environ)
-    if intra:
-        tf.config.threading.set_intra_op_parallelism_threads(intra)
-    if inter:
-        tf.config.threading.set_inter_op_parallelism_threads(inter)
+    configure_threads(tf, *thread_counts(os.environ))
     if me.world_size > 1:
         strategy = tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=tf.distribute.experimental.CommunicationOptions(
