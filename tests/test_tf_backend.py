@@ -84,3 +84,14 @@ def test_tensorflow_resume_from_a_snapshot_continues_as_the_uninterrupted_run(tm
         assert a.files == b.files
         for key in a.files:
             np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_a_recipe_rule_the_backend_lacks_is_refused_naming_the_field():
+    """LARS, LARC and friends live in the PyTorch optimizer; another backend must not skip them quietly."""
+    from types import SimpleNamespace
+
+    from hpcdl.train.framework_loop import refuse_unsupported
+
+    refuse_unsupported(SimpleNamespace(name="plain"), "tensorflow")  # a recipe without those fields
+    with pytest.raises(HpcdlError, match="type: 'LARS'.*tensorflow"):
+        refuse_unsupported(SimpleNamespace(name="lars", type="LARS"), "tensorflow")

@@ -57,11 +57,11 @@ class CaffePooling(layers.Layer):
 
     def call(self, x):
         if self.pool == "MAX":
-            x = tf.pad(x, self.paddings, constant_values=float("-inf"))
+            x = tf.pad(x, self.paddings, constant_values=tf.constant(float("-inf"), x.dtype))
             return tf.nn.max_pool2d(x, self.kernel, self.stride, "VALID")
         x = tf.pad(x, self.paddings)
         window_sums = tf.nn.avg_pool2d(x, self.kernel, self.stride, "VALID") * float(self.kernel[0] * self.kernel[1])
-        return window_sums / self.divisor
+        return window_sums / tf.cast(self.divisor, x.dtype)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], *self.out_hw, input_shape[-1])

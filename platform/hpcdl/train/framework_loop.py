@@ -10,6 +10,7 @@ ranks), iter_size accumulation, display/test intervals, the JSON-lines records
 from __future__ import annotations
 
 import glob
+import inspect
 import math
 import os
 import re
@@ -19,6 +20,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from hpcdl.errors import HpcdlError
 from hpcdl.nets.spec import NetSpec
 from hpcdl.train.data import Dataset, epoch_order
 from hpcdl.train.ranks import RankInfo
@@ -49,12 +51,44 @@ class FrameworkTrainer(Protocol):
         """This rank's learned parameters (to check that the ranks agree)."""
 
 
+# Recipe fields whose rules are implemented in the PyTorch optimizer only: a TensorFlow or
+# MXNet run that asks for one is refused rather than trained without it. Read with
+# getattr, so recipes from before these fields existed pass.
+PYTORCH_ONLY = {
+    "type": "SGD",  # LARS, LARC
+    "label_smoothing": 0.0,
+    "no_bias_decay": False,
+    "clip_gradients": None,
+    "momentum_correction": False,
+    "aux_heads": False,
+}
+
+
+def refuse_unsupported(recipe: Recipe, framework: str) -> None:
+    for name, plain in PYTORCH_ONLY.items():
+        value = getattr(recipe, name, plain)
+        if value != plain:
+            raise HpcdlError(
+                f"recipe {recipe.name}: {name}: {value!r} is implemented in the PyTorch trainer with torch.distributed "
+                f"only, not in {framework}"
+            )
+
+
+def schedule(recipe: Recipe, max_iter: int, global_batch: int, iters_per_epoch: int) -> Callable[[int], float]:
+    """The shared Caffe schedule; linear scaling and warm-up where schedule.py offers them."""
+    accepted = inspect.signature(learning_rate).parameters
+    extra = {k: v for k, v in (("global_batch", global_batch), ("iters_per_epoch", iters_per_epoch)) if k in accepted}
+    return lambda it: learning_rate(recipe, it, max_iter, **extra)
+
+
 def run_loop(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict, data: Dataset, spec: NetSpec,
              trainer: FrameworkTrainer, final_fields: Callable[[], dict] | None = None) -> dict:
     """Train to max_iter (resuming from the newest snapshot); `final_fields` adds to the final record."""
+    refuse_unsupported(recipe, "pytorch with horovod" if context.get("distributed") == "horovod" else trainer.framework)
     global_batch = recipe.batch_size * me.world_size * recipe.iter_size
     max_iter = recipe.max_iter or max(1, math.ceil(recipe.epochs * len(data.train_x) / global_batch))
     iters_per_epoch = max(1, len(data.train_x) // (recipe.batch_size * me.world_size))
+    rate = schedule(recipe, max_iter, global_batch, iters_per_epoch)
     start_iter, epoch, cursor = 0, 0, 0
     resumed = restore_snapshot(recipe, trainer)
     if resumed:
@@ -70,7 +104,7 @@ def run_loop(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict
     window_start, window_images = started, 0
     accuracy, test_loss, loss = float("nan"), float("nan"), float("nan")
     for it in range(start_iter, max_iter):
-        lr = learning_rate(recipe, it, max_iter)
+        lr = rate(it)
         batches = []
         for _ in range(recipe.iter_size):
             if cursor + recipe.batch_size > len(order):
