@@ -35,6 +35,29 @@ def test_mxnet_dist_sync_kvstore_trains_two_workers_with_equal_weights(tmp_path)
     assert final["weights_equal"], final["weights_digest_by_rank"]
 
 
+@pytest.mark.slow
+def test_mxnet_resume_from_a_snapshot_continues_as_the_uninterrupted_run(tmp_path):
+    import json
+
+    import numpy as np
+
+    python = mxnet_python()
+    base = (RECIPES / "cifar10-quick.yaml").read_text() + "snapshot: 10\n"
+    parts, whole = tmp_path / "parts.yaml", tmp_path / "whole.yaml"
+    parts.write_text(base + f"snapshot_prefix: {tmp_path}/parts/quick\n")
+    whole.write_text(base + f"snapshot_prefix: {tmp_path}/whole/quick\n")
+    train = [python, "-m", "hpcdl.train", "--framework", "mxnet"]
+    run([*train, whole, "--max-iter", "20"])
+    run([*train, parts, "--max-iter", "10"])
+    resumed = tmp_path / "resumed.jsonl"
+    run([*train, parts, "--max-iter", "20", "--results", resumed])
+    assert json.loads(resumed.read_text().splitlines()[0])["resumed_from"] == 10
+    with np.load(tmp_path / "whole/quick_mxnet_iter_20.npz") as a, np.load(tmp_path / "parts/quick_mxnet_iter_20.npz") as b:
+        assert a.files == b.files and any(k.startswith("m:") for k in a.files)  # momentum is saved too
+        for key in a.files:
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
 def test_mxnet_refuses_several_ranks_without_the_parameter_server_roles():
     from hpcdl.errors import HpcdlError
     from hpcdl.train.mxnet_backend import kvstore_kind

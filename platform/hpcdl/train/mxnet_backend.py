@@ -114,24 +114,23 @@ class GluonTrainer:
         return [p.data().asnumpy() for p in self.params.values() if p.grad_req != "null"]
 
     def state(self):
+        # the updater keeps momentum by the parameter's index in the Trainer's own list
         arrays = {f"p:{name}": p.data().asnumpy() for name, p in self.params.items()}
-        for index, st in self.trainer._updaters[0].states.items():
-            if st is not None:
-                arrays[f"m:{index}"] = st.asnumpy()
+        states = self.trainer._updaters[0].states
+        for index, param in enumerate(self.trainer._params):
+            if states.get(index) is not None:
+                arrays[f"m:{param.name}"] = states[index].asnumpy()
         return arrays
 
     def load_state(self, arrays):
+        mx = self.mx
         for name, p in self.params.items():
-            p.set_data(self.mx.nd.array(arrays[f"p:{name}"]))
+            p.set_data(mx.nd.array(arrays[f"p:{name}"]))
         updater = self.trainer._updaters[0]
-        for key, value in arrays.items():
-            if key.startswith("m:"):
-                index = int(key[2:])
-                weight = list(self.params.values())[index].data()
-                if index not in updater.states:
-                    updater.states[index] = updater.optimizer.create_state_multi_precision(index, weight)
-                    updater.states_synced[index] = True
-                updater.states[index][:] = self.mx.nd.array(value)
+        for index, param in enumerate(self.trainer._params):
+            if f"m:{param.name}" in arrays:
+                updater.states[index] = mx.nd.array(arrays[f"m:{param.name}"])
+                updater.states_synced[index] = True
 
 
 def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:
