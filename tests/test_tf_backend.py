@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import numpy as np
 import pytest
 
-from conftest import RECIPES
+from conftest import RECIPES, hpcdl
 from framework_tools import final_record, run
 from hpcdl.errors import HpcdlError
 from hpcdl.train.ranks import RankInfo
@@ -38,8 +39,15 @@ def test_tf_config_under_hpcdl_launch_uses_ports_after_master_port():
 
 
 def test_tf_config_under_mpi_numbers_ports_per_host():
-    cfg = tf_config({}, RankInfo(2, 3, 0, "openmpi"), mpi_hosts=["a", "a", "b"])
+    env = {"OMPI_COMM_WORLD_LOCAL_SIZE": "2", "MASTER_ADDR": "a"}
+    cfg = tf_config(env, RankInfo(2, 3, 0, "openmpi"), mpi_hosts=["a", "a", "b"])
     assert cfg["cluster"]["worker"] == ["a:20000", "a:20001", "b:20000"]
+
+
+def test_tf_config_under_mpirun_on_one_node_needs_no_host_exchange():
+    env = {"OMPI_COMM_WORLD_LOCAL_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "4000"}
+    cfg = tf_config(env, RankInfo(0, 2, 0, "openmpi"))
+    assert cfg["cluster"]["worker"] == ["127.0.0.1:4001", "127.0.0.1:4002"]
 
 
 def test_an_explicit_tf_config_wins_and_a_multi_node_master_addr_alone_is_refused():
@@ -47,6 +55,8 @@ def test_an_explicit_tf_config_wins_and_a_multi_node_master_addr_alone_is_refuse
     assert tf_config({"TF_CONFIG": json.dumps(given)}, RankInfo(0, 2, 0, "srun")) == given
     with pytest.raises(HpcdlError, match="several nodes"):
         tf_config({"MASTER_ADDR": "n1", "LOCAL_WORLD_SIZE": "2"}, RankInfo(0, 4, 0, "torchrun"))
+    with pytest.raises(HpcdlError, match="several nodes"):
+        tf_config({"OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, RankInfo(0, 4, 0, "openmpi"))  # no host list given
 
 
 def test_thread_pools_follow_the_plans_intra_and_inter_op_counts():
@@ -55,15 +65,23 @@ def test_thread_pools_follow_the_plans_intra_and_inter_op_counts():
 
 
 @pytest.mark.slow
-def test_tensorflow_trains_cifar10_quick_on_digits_with_two_workers(tmp_path):
-    results = tmp_path / "results.jsonl"
-    run([sys.executable, "-m", "hpcdl", "launch", "-n", "2", "--", sys.executable, "-m", "hpcdl.train",
-         RECIPES / "cifar10-quick.yaml", "--framework", "tensorflow", "--max-iter", "200", "--results", results])
-    final = final_record(results)
-    assert final["framework"] == "tensorflow" and final["ranks"] == 2
+def test_hpcdl_run_trains_cifar10_quick_with_tensorflow_on_two_workers_with_the_plans_threads(tmp_path, isolated_jobs):
+    """The whole path: plan (framework tensorflow) -> job script -> hpcdl launch -> TF_CONFIG -> training."""
+    recipe = tmp_path / "quick.yaml"
+    recipe.write_text(re.sub(r"(?m)^max_iter: .*$", "max_iter: 200", (RECIPES / "cifar10-quick.yaml").read_text()))
+    run_dir = tmp_path / "run"
+    proc = hpcdl("run", "--site", "local", "--framework", "tensorflow", recipe, "--out", run_dir, cwd=tmp_path,
+                 env={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    plan = json.loads((run_dir / "plan.json").read_text())
+    final = final_record(run_dir / "results.jsonl")
+    assert final["framework"] == "tensorflow" and final["ranks"] == 2 == plan["world_size"]
     assert final["accuracy"] >= ACCURACY
     assert final["weights_equal"], final["weights_digest_by_rank"]
     assert final["images_per_sec_total"] > 0
+    # TensorFlow's pools were sized by the plan before its runtime started
+    assert final["intra_op_threads"] == int(plan["env"]["HPCDL_INTRA_OP_THREADS"])
+    assert final["inter_op_threads"] == int(plan["env"]["HPCDL_INTER_OP_THREADS"])
 
 
 @pytest.mark.slow

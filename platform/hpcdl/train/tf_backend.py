@@ -58,6 +58,17 @@ def slurm_base_port(environ) -> int:
     return 20000 + 10 * (int(environ.get("SLURM_JOB_ID", "0")) % 4000)
 
 
+MPI_LAUNCHERS = ("openmpi", "mpich", "mvapich2", "jsrun")
+
+
+def local_world_size(environ, me: RankInfo) -> int:
+    """How many ranks share this node, as the launcher tells it (all of them when it does not)."""
+    for name in ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"):
+        if environ.get(name):
+            return int(environ[name])
+    return me.world_size
+
+
 def tf_config(environ, me: RankInfo, mpi_hosts: list[str] | None = None) -> dict:
     """The TF_CONFIG cluster spec of this rank: {"cluster": {"worker": [host:port,...]}, "task": ...}.
 
@@ -72,6 +83,11 @@ def tf_config(environ, me: RankInfo, mpi_hosts: list[str] | None = None) -> dict
         base = int(override) if override else slurm_base_port(environ)
         # srun's default block distribution: node 0 holds ranks 0..n0-1, and so on
         workers = [f"{host}:{base + i}" for host, n in zip(hosts, per_node) for i in range(n)]
+    elif local_world_size(environ, me) == me.world_size:
+        # one node (hpcdl launch, torchrun, or mpirun on one host): ports after MASTER_PORT
+        host = environ.get("MASTER_ADDR", "127.0.0.1")
+        base = int(override) if override else int(environ.get("MASTER_PORT", "19999")) + 1
+        workers = [f"{host}:{base + i}" for i in range(me.world_size)]
     elif mpi_hosts is not None:
         base = int(override or 20000)
         seen: dict[str, int] = {}
@@ -79,28 +95,29 @@ def tf_config(environ, me: RankInfo, mpi_hosts: list[str] | None = None) -> dict
         for host in mpi_hosts:
             workers.append(f"{host}:{base + seen.get(host, 0)}")
             seen[host] = seen.get(host, 0) + 1
-    elif "MASTER_ADDR" in environ:
-        local_world = int(environ.get("LOCAL_WORLD_SIZE", me.world_size))
-        if local_world != me.world_size:
-            raise HpcdlError(
-                "tensorflow: ranks on several nodes need Slurm (srun), MPI or an explicit TF_CONFIG for the "
-                "worker list; MASTER_ADDR names only the first node"
-            )
-        base = int(override) if override else int(environ.get("MASTER_PORT", "29500")) + 1
-        workers = [f"{environ['MASTER_ADDR']}:{base + i}" for i in range(me.world_size)]
     else:
-        raise HpcdlError(f"tensorflow: cannot tell the other workers' addresses under launcher {me.launcher!r}; set TF_CONFIG")
+        raise HpcdlError(
+            f"tensorflow: ranks on several nodes under launcher {me.launcher!r} need Slurm (srun), MPI or an "
+            "explicit TF_CONFIG for the worker list"
+        )
     if len(workers) != me.world_size:
         raise HpcdlError(f"tensorflow: the launcher describes {len(workers)} workers but WORLD_SIZE is {me.world_size}")
     return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": me.rank}}
 
 
 def _mpi_hosts(me: RankInfo) -> list[str] | None:
-    if me.launcher not in ("openmpi", "mpich", "mvapich2", "jsrun"):
+    """Every rank's host name, exchanged over MPI only when the ranks span several nodes.
+
+    MPI is finalized straight after: TensorFlow does not use it, and ranks leave through
+    os._exit, which mpirun would otherwise report as an improper exit.
+    """
+    if me.launcher not in MPI_LAUNCHERS or os.environ.get("TF_CONFIG") or local_world_size(os.environ, me) == me.world_size:
         return None
     from mpi4py import MPI
 
-    return MPI.COMM_WORLD.allgather(socket.gethostname())
+    hosts = MPI.COMM_WORLD.allgather(socket.gethostname())
+    MPI.Finalize()
+    return hosts
 
 
 def thread_counts(environ) -> tuple[int, int]:
@@ -253,4 +270,6 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     with strategy.scope():
         model = build_keras(spec)
     trainer = KerasTrainer(tf, keras, strategy, model, recipe, me, from_logits=spec.layers[-1].type != "Softmax")
-    return run_loop(recipe, me, results, context, data, spec, trainer)
+    pools = {"intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+             "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
+    return run_loop(recipe, me, results, context, data, spec, trainer, final_fields=lambda: pools)
