@@ -86,8 +86,9 @@ def run_loop(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict
     """Train to max_iter (resuming from the newest snapshot); `final_fields` adds to the final record."""
     refuse_unsupported(recipe, "pytorch with horovod" if context.get("distributed") == "horovod" else trainer.framework)
     global_batch = recipe.batch_size * me.world_size * recipe.iter_size
-    max_iter = recipe.max_iter or max(1, math.ceil(recipe.epochs * len(data.train_x) / global_batch))
-    iters_per_epoch = max(1, len(data.train_x) // (recipe.batch_size * me.world_size))
+    n_train = len(data.train_y)
+    max_iter = recipe.max_iter or max(1, math.ceil(recipe.epochs * n_train / global_batch))
+    iters_per_epoch = max(1, n_train // (recipe.batch_size * me.world_size))
     rate = schedule(recipe, max_iter, global_batch, iters_per_epoch)
     start_iter, epoch, cursor = 0, 0, 0
     resumed = restore_snapshot(recipe, trainer)
@@ -99,7 +100,7 @@ def run_loop(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict
         framework=trainer.framework, distributed=context.get("distributed"), resumed_from=start_iter or None,
     )
 
-    order = epoch_order(len(data.train_x), epoch, recipe.random_seed, me.rank, me.world_size)
+    order = epoch_order(n_train, epoch, recipe.random_seed, me.rank, me.world_size)
     started = time.perf_counter()
     window_start, window_images = started, 0
     accuracy, test_loss, loss = float("nan"), float("nan"), float("nan")
@@ -109,11 +110,11 @@ def run_loop(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict
         for _ in range(recipe.iter_size):
             if cursor + recipe.batch_size > len(order):
                 epoch += 1
-                order, cursor = epoch_order(len(data.train_x), epoch, recipe.random_seed, me.rank, me.world_size), 0
+                order, cursor = epoch_order(n_train, epoch, recipe.random_seed, me.rank, me.world_size), 0
             batches.append(order[cursor : cursor + recipe.batch_size])
             cursor += recipe.batch_size
         idx = np.stack(batches)
-        loss = trainer.train_step(data.train_x[idx], data.train_y[idx], lr)
+        loss = trainer.train_step(_images(data, "train", idx), data.train_y[idx], lr)
         window_images += recipe.batch_size * recipe.iter_size
 
         last = it + 1 == max_iter
@@ -167,8 +168,8 @@ def digests_by_rank(trainer: FrameworkTrainer, me: RankInfo) -> list[list[float]
 
 def evaluate(trainer: FrameworkTrainer, data: Dataset, recipe: Recipe, me: RankInfo, spec: NetSpec) -> tuple[float, float]:
     """Held-out accuracy and loss; each rank scores every world_size-th image, the sums are reduced."""
-    idx = np.arange(len(data.test_x))[me.rank :: me.world_size]
-    x, y = data.test_x[idx], data.test_y[idx]
+    idx = np.arange(len(data.test_y))[me.rank :: me.world_size]
+    x, y = _images(data, "test", idx), data.test_y[idx]
     ends_in_softmax = spec.layers[-1].type == "Softmax"
     correct, loss_sum = 0.0, 0.0
     step = recipe.test_batch_size or 256
@@ -180,6 +181,14 @@ def evaluate(trainer: FrameworkTrainer, data: Dataset, recipe: Recipe, me: RankI
         loss_sum += float(-log_p[np.arange(len(labels)), labels].sum())
     correct, loss_sum, n = trainer.sum([correct, loss_sum, float(len(x))])
     return correct / n, loss_sum / n
+
+
+def _images(data: Dataset, part: str, idx: np.ndarray) -> np.ndarray:
+    """Images by index: from memory, or decoded from files where the data set's split can."""
+    split = getattr(data, part, None)
+    if split is not None and hasattr(split, "take"):
+        return np.stack([split.take(row) for row in idx]) if idx.ndim > 1 else split.take(idx)
+    return getattr(data, f"{part}_x")[idx]
 
 
 def _log_softmax(z: np.ndarray) -> np.ndarray:
