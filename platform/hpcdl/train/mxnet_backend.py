@@ -5,8 +5,8 @@ numpy < 1.24, so this backend runs from its own venv (.venv-mxnet). One process 
 with a `local` kvstore. Several processes use `dist_sync`: a parameter-server job whose
 scheduler and server roles are started beside the workers (hpcdl.train.mxnet_kvstore does
 that on one node; DMLC_* variables name the roles). Workers push gradients, which the
-servers sum, and pull the sum back; each worker then takes the same SGD step, so the
-weights stay equal without ever being broadcast.
+servers sum, and pull the sum back; each worker then takes the same SGD step from the
+same initial weights, so the weights stay equal.
 """
 
 from __future__ import annotations
@@ -33,6 +33,13 @@ def kvstore_kind(environ, world_size: int) -> str:
     return "local"
 
 
+GRADIENT_KEYS = 0  # kvstore keys 0..n-1 carry the learned parameters' gradients
+
+
+def world_size_of(kvstore) -> int:
+    return kvstore.num_workers if kvstore is not None else 1
+
+
 class GluonTrainer:
     """The verbs framework_loop needs, on a Gluon block and gluon.Trainer."""
 
@@ -48,12 +55,21 @@ class GluonTrainer:
             if param.grad_req != "null":
                 param.grad_req = "add"  # iter_size micro-batches accumulate; zeroed after each step
         # MXNet's sgd keeps Caffe's update: mom = momentum*mom - lr*(g + wd*w); w += mom.
-        # update_on_kvstore=False: the servers only sum gradients and the learning rate
-        # can change every iteration on the workers (the Caffe schedule).
+        # The Trainer updates locally (no kvstore of its own); gradients are summed through
+        # the kvstore below with a separate push and pull per parameter. Gluon's fused
+        # pushpull in dist_sync let the ranks' weights drift apart in about one run of two
+        # here, and the servers only summing keeps the Caffe schedule on the workers.
         self.trainer = gluon.Trainer(
             self.params, "sgd", {"learning_rate": recipe.base_lr, "momentum": recipe.momentum, "wd": recipe.weight_decay},
-            kvstore=kvstore, update_on_kvstore=False,
+            kvstore=None,
         )
+        self.learned = [p for p in self.params.values() if p.grad_req != "null"]
+        if world_size_of(kvstore) > 1:
+            # one source of initial weights: kvstore init keeps the first worker's values
+            keys = [GRADIENT_KEYS + i for i in range(len(self.learned))]
+            kvstore.init(keys, [p.data() for p in self.learned])
+            kvstore.pull(keys, out=[p.data() for p in self.learned])
+            mx.nd.waitall()
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=True)  # takes logits
         self.from_logits = from_logits
 
@@ -73,8 +89,13 @@ class GluonTrainer:
                 loss = self._loss(self.net(x), y)
             loss.backward()  # the sum over the batch; step() divides by the global batch
             total += float(loss.mean().asscalar()) / len(xs)
-        # gradients are summed over workers by the kvstore, then divided by this count
-        self.trainer.step(len(xs) * len(xs[0]) * self.world_size)
+        if self.world_size > 1:
+            for i, param in enumerate(self.learned):
+                self.kvstore.push(GRADIENT_KEYS + i, param.grad(), priority=-i)
+            for i, param in enumerate(self.learned):
+                self.kvstore.pull(GRADIENT_KEYS + i, out=param.grad(), priority=-i)
+        # the summed gradients are divided by the global batch
+        self.trainer.update(len(xs) * len(xs[0]) * self.world_size)
         for param in self.params.values():
             if param.grad_req != "null":
                 param.zero_grad()
