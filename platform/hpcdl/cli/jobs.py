@@ -23,7 +23,7 @@ from hpcdl.train.recipe import load_recipe
 
 SiteOpt = typer.Option(..., "--site", "-s", help="site profile name (see `hpcdl sites`)")
 NodesOpt = typer.Option(1, "--nodes", "-N", min=1, help="number of nodes")
-FrameworkOpt = typer.Option("pytorch", "--framework", "-f", help="pytorch, tensorflow or mxnet")
+FrameworkOpt = typer.Option(None, "--framework", "-f", help="pytorch, tensorflow or mxnet (default: the recipe's, else pytorch)")
 RpnOpt = typer.Option(None, "--ranks-per-node", "-r", min=1, help="ranks per node (default: from the mode)")
 ThreadsOpt = typer.Option(None, "--threads-per-rank", "-t", min=1, help="OpenMP threads per rank")
 ModeOpt = typer.Option("auto", "--mode", "-m", help="auto, per-gpu, per-nic, per-socket, per-node or per-core")
@@ -64,7 +64,7 @@ def print_node_map(plan: Plan, console: Console | None = None) -> None:
 
 @app.command()
 def plan(
-    site: str = SiteOpt, nodes: int = NodesOpt, framework: str = FrameworkOpt,
+    site: str = SiteOpt, nodes: int = NodesOpt, framework: Optional[str] = FrameworkOpt,
     ranks_per_node: Optional[int] = RpnOpt, threads_per_rank: Optional[int] = ThreadsOpt,
     mode: str = ModeOpt, node_kind: Optional[str] = KindOpt, dist: str = DistOpt,
     gpus: Optional[bool] = typer.Option(None, "--gpus/--no-gpus", help="use the GPUs (default: when the node has them)"),
@@ -73,7 +73,7 @@ def plan(
     picture: Optional[Path] = typer.Option(None, "--picture", help="draw one node's layout to this PNG"),
 ) -> None:
     """Show where every rank runs: node map, environment and launch line (before anything is submitted)."""
-    s, p = build_plan(site, nodes, framework, ranks_per_node, threads_per_rank, mode, node_kind, dist,
+    s, p = build_plan(site, nodes, framework or "pytorch", ranks_per_node, threads_per_rank, mode, node_kind, dist,
                       use_gpus=gpus, precision=precision)
     if picture:
         # drawn first, so a bad path fails before anything is printed; written atomically
@@ -126,6 +126,10 @@ def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_
             partition, name, scheduler=None, constraint=None, exclusive=None, requeue=False,
             warning=DEFAULT_WARNING_SECONDS, output_dir=None, extra_args=()) -> tuple:
     r = load_recipe(recipe)
+    # the recipe says which framework and distribution it was written for; the command line wins
+    framework = framework or r.framework
+    if dist == "auto" and r.distributed != "auto":
+        dist = r.distributed
     s, p = build_plan(site, nodes, framework, ranks_per_node, threads, mode, node_kind, dist)
     options = JobOptions(
         name=name or r.name, time=time, account=account, partition=partition, image=image,
@@ -140,7 +144,7 @@ def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_
 def render(
     ctx: typer.Context,
     recipe: Path = typer.Argument(..., help="training recipe (YAML)"),
-    site: str = SiteOpt, nodes: int = NodesOpt, framework: str = FrameworkOpt,
+    site: str = SiteOpt, nodes: int = NodesOpt, framework: Optional[str] = FrameworkOpt,
     ranks_per_node: Optional[int] = RpnOpt, threads_per_rank: Optional[int] = ThreadsOpt,
     mode: str = ModeOpt, node_kind: Optional[str] = KindOpt, dist: str = DistOpt,
     image: Optional[str] = ImageOpt, time: Optional[str] = TimeOpt, account: Optional[str] = AccountOpt,
@@ -177,7 +181,7 @@ def submit(
     ctx: typer.Context,
     source: Path = typer.Argument(..., help="training recipe (YAML), or a job script rendered before"),
     site: Optional[str] = typer.Option(None, "--site", "-s", help="site profile (needed with a recipe)"),
-    nodes: int = NodesOpt, framework: str = FrameworkOpt,
+    nodes: int = NodesOpt, framework: Optional[str] = FrameworkOpt,
     ranks_per_node: Optional[int] = RpnOpt, threads_per_rank: Optional[int] = ThreadsOpt,
     mode: str = ModeOpt, node_kind: Optional[str] = KindOpt, dist: str = DistOpt,
     image: Optional[str] = ImageOpt, time: Optional[str] = TimeOpt, account: Optional[str] = AccountOpt,
@@ -302,7 +306,7 @@ def stage(
 @app.command()
 def run(
     recipe: Path = typer.Argument(..., help="training recipe (YAML)"),
-    site: str = SiteOpt, nodes: int = NodesOpt, framework: str = FrameworkOpt,
+    site: str = SiteOpt, nodes: int = NodesOpt, framework: Optional[str] = FrameworkOpt,
     ranks_per_node: Optional[int] = RpnOpt, threads_per_rank: Optional[int] = ThreadsOpt,
     mode: str = ModeOpt, node_kind: Optional[str] = KindOpt, dist: str = DistOpt,
     name: Optional[str] = typer.Option(None, "--name", help="job name"),

@@ -19,6 +19,8 @@ def train(
     max_iter: Optional[int] = typer.Option(None, "--max-iter", min=1, help="override the recipe's max_iter"),
     snapshot_prefix: Optional[str] = typer.Option(None, "--snapshot-prefix",
                                                   help="override snapshot_prefix; an existing snapshot is resumed"),
+    framework: Optional[str] = typer.Option(None, "--framework", help="pytorch, tensorflow or mxnet (default: the plan's)"),
+    dist: Optional[str] = typer.Option(None, "--dist", help="gloo, nccl, mpi, horovod (PyTorch); mwms (TF); kvstore (MXNet)"),
 ) -> None:
     """Train a recipe in this process (one rank; launchers start one per rank).
 
@@ -28,7 +30,7 @@ def train(
     from hpcdl.train.main import run_training
 
     summary = run_training(str(recipe), str(plan) if plan else None, str(results) if results else None,
-                           {"max_iter": max_iter, "snapshot_prefix": snapshot_prefix})
+                           {"max_iter": max_iter, "snapshot_prefix": snapshot_prefix}, framework=framework, dist=dist)
     status = int(summary.get("exit_status", 0))
     if status:
         raise typer.Exit(status)

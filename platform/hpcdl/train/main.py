@@ -13,17 +13,10 @@ from hpcdl.train.ranks import rank_info
 from hpcdl.train.recipe import load_recipe
 from hpcdl.train.results import ResultsWriter
 
-# One module per framework, each with train(recipe, me, results, context) -> summary dict.
-# The TensorFlow and MXNet modules come from the frameworks issue; a missing one is a clear error.
-BACKENDS = {
-    "pytorch": "hpcdl.train.torch_backend",
-    "tensorflow": "hpcdl.train.tf_backend",
-    "mxnet": "hpcdl.train.mxnet_backend",
-}
-
 
 def run_training(recipe_path: str, plan_path: str | None = None, results_path: str | None = None,
-                 overrides: dict | None = None, exit_ranks: bool = True) -> dict:
+                 overrides: dict | None = None, exit_ranks: bool = True,
+                 framework: str | None = None, dist: str | None = None) -> dict:
     recipe = load_recipe(recipe_path)
     if overrides:
         from hpcdl.train.recipe import recipe_from_dict
@@ -36,24 +29,43 @@ def run_training(recipe_path: str, plan_path: str | None = None, results_path: s
     context = {
         "site": plan["site"] if plan else "none",
         "nodes": plan["nodes"] if plan else 1,
-        "distributed": (plan or {}).get("distributed"),
+        "distributed": dist or (plan or {}).get("distributed"),
         "plan_summary": _plan_summary(plan),
         "binding": applied,
     }
-    try:
-        backend = importlib.import_module(BACKENDS[recipe.framework])
-    except ImportError as exc:
-        raise HpcdlError(f"framework: {recipe.framework} backend is not available here ({exc})") from None
+    framework = framework or (plan or {}).get("framework") or recipe.framework
+    train = backend_for(framework, context["distributed"] or recipe.distributed)
 
     writer = ResultsWriter(results_path, enabled=me.rank == 0)
     try:
-        summary = backend.train(recipe, me, writer, context)
+        summary = train(recipe, me, writer, context)
     finally:
         writer.close()
     status = int(summary.get("exit_status", 0))
     if me.world_size > 1 and exit_ranks:
         exit_rank(status)
     return summary
+
+
+# One module per framework, each with train(recipe, me, results, context) -> summary dict;
+# Horovod on PyTorch is a backend of its own (hvd.DistributedOptimizer, not DDP).
+BACKENDS = {
+    ("pytorch", "horovod"): "hpcdl.train.horovod_torch",
+    ("pytorch", None): "hpcdl.train.torch_backend",
+    ("tensorflow", None): "hpcdl.train.tf_backend",
+    ("mxnet", None): "hpcdl.train.mxnet_backend",
+}
+
+
+def backend_for(framework: str, distributed: str | None):
+    """The backend's train(recipe, me, results, context), imported only when chosen."""
+    key = (framework, "horovod") if (framework, "horovod") in BACKENDS and distributed == "horovod" else (framework, None)
+    if key not in BACKENDS:
+        raise HpcdlError(f"framework: {framework!r} is not one of pytorch, tensorflow, mxnet")
+    try:
+        return importlib.import_module(BACKENDS[key]).train
+    except ImportError as exc:
+        raise HpcdlError(f"framework: the {framework} backend cannot start here ({exc})") from None
 
 
 def exit_rank(status: int) -> None:
@@ -82,10 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", help="JSON-lines results file (rank 0 writes it)")
     parser.add_argument("--max-iter", type=int, help="override the recipe's max_iter")
     parser.add_argument("--snapshot-prefix", help="override the recipe's snapshot_prefix (resumes from it)")
+    parser.add_argument("--framework", choices=("pytorch", "tensorflow", "mxnet"),
+                        help="backend (default: the plan's, else the recipe's)")
+    parser.add_argument("--dist", help="distribution (default: the plan's): gloo, nccl, mpi or horovod (PyTorch); "
+                        "mwms (TensorFlow); kvstore (MXNet)")
     args = parser.parse_args(argv)
     overrides = {"max_iter": args.max_iter, "snapshot_prefix": args.snapshot_prefix}
     try:
-        summary = run_training(args.recipe, args.plan, args.results, overrides)
+        summary = run_training(args.recipe, args.plan, args.results, overrides, framework=args.framework, dist=args.dist)
     except HpcdlError as exc:
         print(f"hpcdl train: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -19,6 +19,7 @@ class RankInfo:
 # resource manager (srun sets SLURM_* also around an mpirun it did not start itself).
 _SOURCES = (
     ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("horovodrun", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK"),  # horovodrun --gloo
     ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
     ("mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
     ("jsrun", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK"),

@@ -1,0 +1,156 @@
+"""Build a NetSpec as an MXNet Gluon block (the MXNet backend of the one net definition).
+
+MXNet is NCHW like Caffe and its pooling has Caffe's round-up rule built in
+(`pooling_convention='full'`, which Gluon calls ceil_mode), so most layers map one to
+one. Every layer is given its input size from the spec, so parameters exist (and can be
+counted) before the first forward pass and equal the PyTorch build's.
+"""
+
+from __future__ import annotations
+
+import mxnet as mx
+from mxnet.gluon import HybridBlock, nn
+
+from hpcdl.nets.spec import Layer, NetSpec, _pair
+
+
+def _initializer(layer: Layer):
+    filler = layer.p("weight_filler") or {}
+    kind = filler.get("type", "msra")
+    if kind == "gaussian":
+        return mx.init.Normal(filler.get("std", 0.01))
+    if kind == "xavier":
+        return mx.init.Xavier(rnd_type="uniform", factor_type="avg", magnitude=3)
+    # He et al. (fan_out), as the PyTorch build's kaiming_normal_(mode="fan_out")
+    return mx.init.MSRAPrelu(factor_type="out", slope=0.0)
+
+
+def _bias_initializer(layer: Layer):
+    return mx.init.Constant(float((layer.p("bias_filler") or {}).get("value", 0.0)))
+
+
+class CaffeScale(HybridBlock):
+    """Caffe's Scale layer: a per-channel gamma (and beta) on axis 1."""
+
+    def __init__(self, channels: int, bias_term: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.bias_term = bias_term
+        with self.name_scope():
+            self.gamma = self.params.get("gamma", shape=(1, channels, 1, 1), init=mx.init.One())
+            self.beta = self.params.get("beta", shape=(1, channels, 1, 1), init=mx.init.Zero()) if bias_term else None
+
+    def hybrid_forward(self, F, x, gamma, beta=None):
+        y = F.broadcast_mul(x, gamma)
+        return F.broadcast_add(y, beta) if beta is not None else y
+
+
+class CaffeLRN(HybridBlock):
+    """Across-channel LRN; MXNet's LRN uses Caffe's formula (alpha divided by nsize)."""
+
+    def __init__(self, local_size: int, alpha: float, beta: float, k: float, **kwargs):
+        super().__init__(**kwargs)
+        self.local_size, self.alpha, self.beta, self.k = local_size, alpha, beta, k
+
+    def hybrid_forward(self, F, x):
+        return F.LRN(x, alpha=self.alpha, beta=self.beta, knorm=self.k, nsize=self.local_size)
+
+
+class _Softmax(HybridBlock):
+    def hybrid_forward(self, F, x):
+        return F.softmax(x, axis=1)
+
+
+def _block(layer: Layer):
+    t, p = layer.type, layer.params
+    prefix = f"{layer.name}_"
+    if t == "Convolution":
+        return nn.Conv2D(
+            p["num_output"], _pair(p["kernel_size"]), strides=_pair(p.get("stride", 1)), padding=_pair(p.get("pad", 0)),
+            groups=p.get("group", 1), use_bias=p.get("bias_term", True), in_channels=layer.in_channels,
+            weight_initializer=_initializer(layer), bias_initializer=_bias_initializer(layer), prefix=prefix,
+        )
+    if t == "Pooling":
+        pool = p.get("pool", "MAX")
+        if p.get("global_pooling"):
+            return (nn.GlobalMaxPool2D if pool == "MAX" else nn.GlobalAvgPool2D)(prefix=prefix)
+        args = dict(pool_size=_pair(p["kernel_size"]), strides=_pair(p.get("stride", 1)), padding=_pair(p.get("pad", 0)),
+                    ceil_mode=True, prefix=prefix)
+        if pool == "MAX":
+            return nn.MaxPool2D(**args)
+        return nn.AvgPool2D(count_include_pad=True, **args)
+    if t == "ReLU":
+        return nn.Activation("relu", prefix=prefix)
+    if t == "LRN":
+        return CaffeLRN(p.get("local_size", 5), p.get("alpha", 1e-4), p.get("beta", 0.75), p.get("k", 1.0), prefix=prefix)
+    if t == "InnerProduct":
+        return nn.Dense(
+            p["num_output"], use_bias=p.get("bias_term", True), flatten=True, in_units=layer.in_channels,
+            weight_initializer=_initializer(layer), bias_initializer=_bias_initializer(layer), prefix=prefix,
+        )
+    if t == "Dropout":
+        return nn.Dropout(p.get("dropout_ratio", 0.5), prefix=prefix)
+    if t == "BatchNorm":
+        affine = p.get("affine", False)
+        return nn.BatchNorm(
+            axis=1, momentum=p.get("moving_average_fraction", 0.9), epsilon=p.get("eps", 1e-5),
+            center=affine, scale=affine, in_channels=layer.in_channels, prefix=prefix,
+        )
+    if t == "Scale":
+        return CaffeScale(layer.in_channels, p.get("bias_term", True), prefix=prefix)
+    if t == "Softmax":
+        return _Softmax(prefix=prefix)
+    if t == "Flatten":
+        return nn.Flatten(prefix=prefix)
+    if t in ("Concat", "Eltwise"):
+        return None  # combined in _route
+    raise ValueError(f"layer type {t} has no Gluon builder")
+
+
+class CaffeNet(HybridBlock):
+    """Runs the layers of a NetSpec in order, routing blobs by name (bottom/top)."""
+
+    def __init__(self, spec: NetSpec, **kwargs):
+        super().__init__(prefix=f"{spec.name}_", **kwargs)
+        self.spec = spec
+        self.blocks = {}
+        with self.name_scope():
+            for layer in spec.layers:
+                block = _block(layer)
+                if block is not None:
+                    self.register_child(block, layer.name)
+                    self.blocks[layer.name] = block
+
+    def route(self, F, x) -> dict:
+        """Every blob of the net by its top name (the trainer uses only the output)."""
+        blobs = {"data": x}
+        for layer in self.spec.layers:
+            ins = [blobs[b] for b in layer.bottom]
+            if layer.type == "Concat":
+                out = F.concat(*ins, dim=1)
+            elif layer.type == "Eltwise":
+                out = ins[0]
+                for other in ins[1:]:
+                    out = out + other if layer.p("operation", "SUM") == "SUM" else out * other
+            else:
+                out = self.blocks[layer.name](ins[0])
+            blobs[layer.top] = out
+        return blobs
+
+    def hybrid_forward(self, F, x):
+        return self.route(F, x)[self.spec.output]
+
+
+def build_gluon(spec: NetSpec) -> CaffeNet:
+    return CaffeNet(spec)
+
+
+def trainable_parameter_count(net: CaffeNet) -> int:
+    """Learned parameters only (grad_req 'null' marks running statistics and fixed gamma/beta)."""
+    total = 0
+    for param in net.collect_params().values():
+        if param.grad_req != "null":
+            size = 1
+            for d in param.shape:
+                size *= d
+            total += size
+    return total

@@ -1,0 +1,205 @@
+"""Build a NetSpec as a Keras model (the TensorFlow backend of the one net definition).
+
+Images are NHWC inside the model: TensorFlow's CPU kernels implement Conv2D and pooling
+for channels-last only. The model takes the trainer's NCHW arrays and transposes once at
+the input, so every backend is fed the same data. Shapes of the spec's (C, H, W) are
+(H, W, C) here; channel-wise layers (Concat, Softmax, BatchNorm, Scale, LRN) use the last
+axis. Layer sizes come from the spec, so parameter counts equal the PyTorch build's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+import keras
+from keras import layers
+
+from hpcdl.nets.spec import Layer, NetSpec, _pair
+
+
+def _initializer(layer: Layer):
+    filler = layer.p("weight_filler") or {}
+    kind = filler.get("type", "msra")
+    if kind == "gaussian":
+        return keras.initializers.RandomNormal(0.0, filler.get("std", 0.01))
+    if kind == "xavier":
+        return keras.initializers.GlorotUniform()
+    # He et al. (fan_out), as the PyTorch build's kaiming_normal_(mode="fan_out")
+    return keras.initializers.VarianceScaling(2.0, mode="fan_out", distribution="untruncated_normal")
+
+
+def _bias_initializer(layer: Layer):
+    return keras.initializers.Constant(float((layer.p("bias_filler") or {}).get("value", 0.0)))
+
+
+class CaffePooling(layers.Layer):
+    """Caffe's pooling: output sizes rounded up (pooling_layer.cpp), padding made explicit.
+
+    Keras pooling rounds down ('valid') or pads to 'same'; neither is Caffe's rule. The
+    input is padded by `pad` on the top/left and by `pad` plus whatever the rounded-up
+    last window needs on the bottom/right, then pooled 'valid'. MAX pads with -inf, so a
+    padded cell never wins. AVE divides each window by Caffe's pool size: the window
+    clipped to the input plus `pad`, so the round-up cells do not count but `pad` does.
+    """
+
+    def __init__(self, pool: str, kernel, stride, pad, in_hw, out_hw, **kwargs):
+        super().__init__(**kwargs)
+        self.pool, self.kernel, self.stride, self.pad = pool, tuple(kernel), tuple(stride), tuple(pad)
+        self.in_hw, self.out_hw = tuple(in_hw), tuple(out_hw)
+        extra = [
+            (o - 1) * s + k - (i + 2 * p)
+            for o, s, k, i, p in zip(self.out_hw, self.stride, self.kernel, self.in_hw, self.pad)
+        ]
+        self.paddings = [[0, 0], [self.pad[0], self.pad[0] + max(0, extra[0])],
+                         [self.pad[1], self.pad[1] + max(0, extra[1])], [0, 0]]
+        if pool == "AVE":
+            self.divisor = tf.constant(_caffe_pool_sizes(self.kernel, self.stride, self.pad, self.in_hw, self.out_hw))
+
+    def call(self, x):
+        if self.pool == "MAX":
+            x = tf.pad(x, self.paddings, constant_values=tf.constant(float("-inf"), x.dtype))
+            return tf.nn.max_pool2d(x, self.kernel, self.stride, "VALID")
+        x = tf.pad(x, self.paddings)
+        window_sums = tf.nn.avg_pool2d(x, self.kernel, self.stride, "VALID") * float(self.kernel[0] * self.kernel[1])
+        return window_sums / tf.cast(self.divisor, x.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], *self.out_hw, input_shape[-1])
+
+
+def _caffe_pool_sizes(kernel, stride, pad, in_hw, out_hw) -> np.ndarray:
+    """Caffe's AVE divisor per output cell: hend = min(hstart + k, H + pad), hstart = o*s - pad."""
+    sizes = []
+    for k, s, p, i, o in zip(kernel, stride, pad, in_hw, out_hw):
+        start = np.arange(o) * s - p
+        sizes.append(np.minimum(start + k, i + p) - start)
+    return (sizes[0][:, None] * sizes[1][None, :]).astype(np.float32)[None, :, :, None]
+
+
+class CaffeScale(layers.Layer):
+    """Caffe's Scale layer: a per-channel gamma (and beta)."""
+
+    def __init__(self, bias_term: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.bias_term = bias_term
+
+    def build(self, input_shape):
+        channels = input_shape[-1]
+        self.gamma = self.add_weight(shape=(channels,), initializer="ones", name="gamma")
+        self.beta = self.add_weight(shape=(channels,), initializer="zeros", name="beta") if self.bias_term else None
+
+    def call(self, x):
+        return x * self.gamma + self.beta if self.bias_term else x * self.gamma
+
+
+class CaffeLRN(layers.Layer):
+    """Caffe's across-channel LRN. Caffe divides alpha by local_size; tf.nn.lrn does not."""
+
+    def __init__(self, local_size: int, alpha: float, beta: float, k: float, **kwargs):
+        super().__init__(**kwargs)
+        self.local_size, self.alpha, self.beta, self.k = local_size, alpha, beta, k
+
+    def call(self, x):
+        return tf.nn.local_response_normalization(
+            x, depth_radius=(self.local_size - 1) // 2, bias=self.k, alpha=self.alpha / self.local_size, beta=self.beta
+        )
+
+
+class GroupedConv2D(layers.Layer):
+    """Caffe's grouped convolution (AlexNet's two towers) as one Conv2D per group.
+
+    Keras' Conv2D(groups=...) has no CPU kernel in TensorFlow; splitting the channels is
+    the same arithmetic with the same parameter count.
+    """
+
+    def __init__(self, groups: int, filters: int, **conv_args):
+        super().__init__(name=conv_args.pop("name"))
+        self.groups = groups
+        self.convs = [layers.Conv2D(filters // groups, name=f"{self.name}_g{g}", **conv_args) for g in range(groups)]
+
+    def call(self, x):
+        parts = tf.split(x, self.groups, axis=-1)
+        return tf.concat([conv(part) for conv, part in zip(self.convs, parts)], axis=-1)
+
+
+def _flatten_caffe_order(x):
+    """Flatten in Caffe's (C, H, W) order, so InnerProduct sees features as Caffe does."""
+    if len(x.shape) == 4:
+        x = tf.transpose(x, (0, 3, 1, 2))
+    return tf.reshape(x, (-1, int(np.prod(x.shape[1:]))))
+
+
+def _apply(layer: Layer, ins: list):
+    t, p, name = layer.type, layer.params, layer.name
+    x = ins[0]
+    if t == "Convolution":
+        pad = _pair(p.get("pad", 0))
+        if any(pad):
+            x = layers.ZeroPadding2D(pad, name=f"{name}_pad")(x)
+        conv_args = dict(
+            kernel_size=_pair(p["kernel_size"]), strides=_pair(p.get("stride", 1)), padding="valid",
+            use_bias=p.get("bias_term", True), kernel_initializer=_initializer(layer),
+            bias_initializer=_bias_initializer(layer), name=name,
+        )
+        if p.get("group", 1) > 1:
+            return GroupedConv2D(p["group"], p["num_output"], **conv_args)(x)
+        return layers.Conv2D(p["num_output"], **conv_args)(x)
+    if t == "Pooling":
+        pool = p.get("pool", "MAX")
+        if p.get("global_pooling"):
+            return (layers.GlobalMaxPooling2D if pool == "MAX" else layers.GlobalAveragePooling2D)(keepdims=True, name=name)(x)
+        return CaffePooling(
+            pool, _pair(p["kernel_size"]), _pair(p.get("stride", 1)), _pair(p.get("pad", 0)),
+            layer.in_shape[1:], layer.out_shape[1:], name=name,
+        )(x)
+    if t == "ReLU":
+        return layers.ReLU(name=name)(x)
+    if t == "LRN":
+        return CaffeLRN(p.get("local_size", 5), p.get("alpha", 1e-4), p.get("beta", 0.75), p.get("k", 1.0), name=name)(x)
+    if t == "InnerProduct":
+        if len(x.shape) > 2:
+            x = layers.Lambda(_flatten_caffe_order, name=f"{name}_flatten")(x)
+        return layers.Dense(
+            p["num_output"], use_bias=p.get("bias_term", True), kernel_initializer=_initializer(layer),
+            bias_initializer=_bias_initializer(layer), name=name,
+        )(x)
+    if t == "Dropout":
+        return layers.Dropout(p.get("dropout_ratio", 0.5), name=name)(x)
+    if t == "BatchNorm":
+        affine = p.get("affine", False)
+        return layers.BatchNormalization(
+            axis=-1, momentum=p.get("moving_average_fraction", 0.9), epsilon=p.get("eps", 1e-5),
+            center=affine, scale=affine, name=name,
+        )(x)
+    if t == "Scale":
+        return CaffeScale(p.get("bias_term", True), name=name)(x)
+    if t == "Softmax":
+        return layers.Softmax(axis=-1, name=name)(x)
+    if t == "Flatten":
+        return layers.Lambda(_flatten_caffe_order, name=name)(x)
+    if t == "Concat":
+        return layers.Concatenate(axis=-1, name=name)(ins)
+    if t == "Eltwise":
+        op = p.get("operation", "SUM")
+        return (layers.Add if op == "SUM" else layers.Multiply)(name=name)(ins)
+    raise ValueError(f"layer type {t} has no Keras builder")
+
+
+def build_keras(spec: NetSpec) -> keras.Model:
+    """A functional Keras model taking (N, C, H, W) float32 and giving the spec's output blob."""
+    inputs = keras.Input(shape=spec.input_shape, name="data")
+    blobs = {"data": layers.Permute((2, 3, 1), name="to_nhwc")(inputs)}
+    for layer in spec.layers:
+        blobs[layer.top] = _apply(layer, [blobs[b] for b in layer.bottom])
+    return keras.Model(inputs, blobs[spec.output], name=spec.name)
+
+
+def trainable_parameter_count(model: keras.Model) -> int:
+    """Learned parameters only: Caffe and PyTorch do not count batch-norm running statistics."""
+    return int(sum(np.prod(w.shape) for w in model.trainable_weights))
+
+
+def nchw_shape(keras_shape) -> tuple[int, ...]:
+    """A Keras activation shape (without batch) in the spec's (C, H, W) convention."""
+    shape = tuple(int(d) for d in keras_shape)
+    return (shape[2], shape[0], shape[1]) if len(shape) == 3 else shape

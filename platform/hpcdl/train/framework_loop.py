@@ -1,0 +1,238 @@
+"""The training loop the TensorFlow, MXNet and Horovod backends share, framework-free.
+
+A backend supplies a few verbs (one SGD iteration, predict, sum/max over ranks, its
+state as arrays); this loop supplies everything the results must agree on across
+frameworks: the Caffe schedule, the data order (one shuffle per epoch dealt to the
+ranks), iter_size accumulation, display/test intervals, the JSON-lines records
+(start/step/test/final, as the PyTorch backend writes them), and snapshots with resume.
+"""
+
+from __future__ import annotations
+
+import glob
+import inspect
+import math
+import os
+import re
+import time
+import zipfile
+from typing import Callable, Protocol
+
+import numpy as np
+
+from hpcdl.errors import HpcdlError
+from hpcdl.nets.spec import NetSpec
+from hpcdl.train.data import Dataset, epoch_order
+from hpcdl.train.ranks import RankInfo
+from hpcdl.train.recipe import Recipe
+from hpcdl.train.results import ResultsWriter
+from hpcdl.train.schedule import learning_rate
+
+
+class FrameworkTrainer(Protocol):
+    framework: str
+
+    def train_step(self, xs: np.ndarray, ys: np.ndarray, lr: float) -> float:
+        """One SGD iteration over iter_size micro-batches xs[k], ys[k]; this rank's mean loss."""
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The net's output blob (logits, or probabilities if it ends in Softmax)."""
+
+    def sum(self, values: list[float]) -> list[float]: ...
+
+    def max(self, value: float) -> float: ...
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Weights and optimizer state, equal on every rank, as named arrays."""
+
+    def load_state(self, arrays: dict[str, np.ndarray]) -> None: ...
+
+    def weights(self) -> list[np.ndarray]:
+        """This rank's learned parameters (to check that the ranks agree)."""
+
+
+# Recipe fields whose rules are implemented in the PyTorch optimizer only: a TensorFlow or
+# MXNet run that asks for one is refused rather than trained without it. Read with
+# getattr, so recipes from before these fields existed pass.
+PYTORCH_ONLY = {
+    "type": "SGD",  # LARS, LARC
+    "label_smoothing": 0.0,
+    "no_bias_decay": False,
+    "clip_gradients": None,
+    "momentum_correction": False,
+    "aux_heads": False,
+}
+
+
+def refuse_unsupported(recipe: Recipe, framework: str) -> None:
+    for name, plain in PYTORCH_ONLY.items():
+        value = getattr(recipe, name, plain)
+        if value != plain:
+            raise HpcdlError(
+                f"recipe {recipe.name}: {name}: {value!r} is implemented in the PyTorch trainer with torch.distributed "
+                f"only, not in {framework}"
+            )
+
+
+def schedule(recipe: Recipe, max_iter: int, global_batch: int, iters_per_epoch: int) -> Callable[[int], float]:
+    """The shared Caffe schedule; linear scaling and warm-up where schedule.py offers them."""
+    accepted = inspect.signature(learning_rate).parameters
+    extra = {k: v for k, v in (("global_batch", global_batch), ("iters_per_epoch", iters_per_epoch)) if k in accepted}
+    return lambda it: learning_rate(recipe, it, max_iter, **extra)
+
+
+def run_loop(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict, data: Dataset, spec: NetSpec,
+             trainer: FrameworkTrainer, final_fields: Callable[[], dict] | None = None) -> dict:
+    """Train to max_iter (resuming from the newest snapshot); `final_fields` adds to the final record."""
+    refuse_unsupported(recipe, "pytorch with horovod" if context.get("distributed") == "horovod" else trainer.framework)
+    global_batch = recipe.batch_size * me.world_size * recipe.iter_size
+    n_train = len(data.train_y)
+    max_iter = recipe.max_iter or max(1, math.ceil(recipe.epochs * n_train / global_batch))
+    iters_per_epoch = max(1, n_train // (recipe.batch_size * me.world_size))
+    rate = schedule(recipe, max_iter, global_batch, iters_per_epoch)
+    start_iter, epoch, cursor = 0, 0, 0
+    resumed = restore_snapshot(recipe, trainer)
+    if resumed:
+        start_iter, epoch, cursor = resumed
+    results.record(
+        "start", net=spec.name, parameters=spec.parameter_count, data=data.name, ranks=me.world_size,
+        nodes=context.get("nodes", 1), global_batch=global_batch, max_iter=max_iter, site=context.get("site"),
+        framework=trainer.framework, distributed=context.get("distributed"), resumed_from=start_iter or None,
+    )
+
+    order = epoch_order(n_train, epoch, recipe.random_seed, me.rank, me.world_size)
+    started = time.perf_counter()
+    window_start, window_images = started, 0
+    accuracy, test_loss, loss = float("nan"), float("nan"), float("nan")
+    for it in range(start_iter, max_iter):
+        lr = rate(it)
+        batches = []
+        for _ in range(recipe.iter_size):
+            if cursor + recipe.batch_size > len(order):
+                epoch += 1
+                order, cursor = epoch_order(n_train, epoch, recipe.random_seed, me.rank, me.world_size), 0
+            batches.append(order[cursor : cursor + recipe.batch_size])
+            cursor += recipe.batch_size
+        idx = np.stack(batches)
+        loss = trainer.train_step(_images(data, "train", idx), data.train_y[idx], lr)
+        window_images += recipe.batch_size * recipe.iter_size
+
+        last = it + 1 == max_iter
+        if (it + 1) % recipe.display == 0 or last:
+            elapsed = time.perf_counter() - window_start
+            total_images, loss_sum = trainer.sum([float(window_images), float(loss)])
+            slowest = trainer.max(elapsed)
+            results.record(
+                "step", iter=it + 1, epoch=round((it + 1) / iters_per_epoch, 3), loss=loss_sum / me.world_size, lr=lr,
+                images_per_sec_rank=window_images / elapsed, images_per_sec_total=total_images / slowest,
+            )
+            window_start, window_images = time.perf_counter(), 0
+        if (recipe.test_interval and (it + 1) % recipe.test_interval == 0) or last:
+            accuracy, test_loss = evaluate(trainer, data, recipe, me, spec)
+            results.record("test", iter=it + 1, accuracy=accuracy, loss=test_loss)
+            window_start = time.perf_counter()  # testing is not training throughput
+        if recipe.snapshot and recipe.snapshot_prefix and (it + 1) % recipe.snapshot == 0:
+            write_snapshot(recipe, trainer, me, it + 1, epoch, cursor)
+
+    wall = time.perf_counter() - started
+    done = max_iter - start_iter
+    images = trainer.sum([float(done * recipe.batch_size * recipe.iter_size)])[0]
+    slowest = trainer.max(wall)
+    summary = dict(
+        iter=max_iter, accuracy=accuracy, test_loss=test_loss, images_per_sec_total=images / slowest,
+        images_per_sec_rank=done * recipe.batch_size * recipe.iter_size / wall, time_to_solution_s=slowest,
+        nodes=context.get("nodes", 1), ranks=me.world_size, site=context.get("site"), net=spec.name,
+        framework=trainer.framework, distributed=context.get("distributed"), global_batch=global_batch,
+        plan=context.get("plan_summary"),
+    )
+    summary["weights_digest_by_rank"] = digests_by_rank(trainer, me)
+    summary["weights_equal"] = all(d == summary["weights_digest_by_rank"][0] for d in summary["weights_digest_by_rank"])
+    if final_fields:
+        summary.update(final_fields())
+    results.record("final", **summary)
+    return summary
+
+
+def digests_by_rank(trainer: FrameworkTrainer, me: RankInfo) -> list[list[float]]:
+    """Each rank's (sum, sum of squares) of its weights, in float64, gathered through sum().
+
+    Data-parallel ranks must hold bit-identical weights; a rank that drifted shows here.
+    Every other rank's slots are zero, so the sum carries each digest exactly.
+    """
+    flat = np.concatenate([np.asarray(w, dtype=np.float64).ravel() for w in trainer.weights()])
+    slots = [0.0] * (2 * me.world_size)
+    slots[2 * me.rank : 2 * me.rank + 2] = [float(flat.sum()), float((flat * flat).sum())]
+    gathered = trainer.sum(slots)
+    return [gathered[2 * r : 2 * r + 2] for r in range(me.world_size)]
+
+
+def evaluate(trainer: FrameworkTrainer, data: Dataset, recipe: Recipe, me: RankInfo, spec: NetSpec) -> tuple[float, float]:
+    """Held-out accuracy and loss; each rank scores every world_size-th image, the sums are reduced."""
+    idx = np.arange(len(data.test_y))[me.rank :: me.world_size]
+    x, y = _images(data, "test", idx), data.test_y[idx]
+    ends_in_softmax = spec.layers[-1].type == "Softmax"
+    correct, loss_sum = 0.0, 0.0
+    step = recipe.test_batch_size or 256
+    for i in range(0, len(x), step):
+        out = trainer.predict(x[i : i + step]).astype(np.float64)
+        labels = y[i : i + step]
+        correct += float((out.argmax(1) == labels).sum())
+        log_p = np.log(np.maximum(out, 1e-12)) if ends_in_softmax else _log_softmax(out)
+        loss_sum += float(-log_p[np.arange(len(labels)), labels].sum())
+    correct, loss_sum, n = trainer.sum([correct, loss_sum, float(len(x))])
+    return correct / n, loss_sum / n
+
+
+def _images(data: Dataset, part: str, idx: np.ndarray) -> np.ndarray:
+    """Images by index: from memory, or decoded from files where the data set's split can."""
+    split = getattr(data, part, None)
+    if split is not None and hasattr(split, "take"):
+        return np.stack([split.take(row) for row in idx]) if idx.ndim > 1 else split.take(idx)
+    return getattr(data, f"{part}_x")[idx]
+
+
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+
+# Snapshots: rank 0 writes `<prefix>_<framework>_iter_<N>.npz` (weights, optimizer state and
+# where the data order stood) to a temporary name and renames it, so a snapshot file is
+# whole or absent. Every rank resumes from the newest one that reads back cleanly.
+
+def snapshot_path(recipe: Recipe, framework: str, iteration: int) -> str:
+    return f"{recipe.snapshot_prefix}_{framework}_iter_{iteration}.npz"
+
+
+def write_snapshot(recipe: Recipe, trainer: FrameworkTrainer, me: RankInfo, iteration: int, epoch: int, cursor: int) -> None:
+    arrays = trainer.state()  # every rank takes part: some frameworks gather state collectively
+    if me.rank != 0:
+        return
+    path = snapshot_path(recipe, trainer.framework, iteration)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        np.savez(f, __iter=iteration, __epoch=epoch, __cursor=cursor, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def restore_snapshot(recipe: Recipe, trainer: FrameworkTrainer) -> tuple[int, int, int] | None:
+    if not (recipe.snapshot and recipe.snapshot_prefix):
+        return None
+    pattern = re.compile(re.escape(f"{recipe.snapshot_prefix}_{trainer.framework}_iter_") + r"(\d+)\.npz$")
+    found = sorted(
+        ((int(m.group(1)), p) for p in glob.glob(f"{glob.escape(recipe.snapshot_prefix)}_{trainer.framework}_iter_*.npz")
+         if (m := pattern.search(p))),
+        reverse=True,
+    )
+    for _, path in found:
+        try:
+            with np.load(path) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError):
+            continue  # truncated or corrupt: fall back to the one before
+        trainer.load_state({k: v for k, v in arrays.items() if not k.startswith("__")})
+        return int(arrays["__iter"]), int(arrays["__epoch"]), int(arrays["__cursor"])
+    return None

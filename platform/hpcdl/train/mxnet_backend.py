@@ -1,0 +1,186 @@
+"""The MXNet backend: Gluon blocks, MXNet's own kvstore across ranks.
+
+MXNet 1.9.1 (2022, the last release; Apache retired the project in 2023) imports only with
+numpy < 1.24, so this backend runs from its own venv (.venv-mxnet). One process trains
+with a `local` kvstore. Several processes use `dist_sync`: a parameter-server job whose
+scheduler and server roles are started beside the workers (hpcdl.train.mxnet_kvstore does
+that on one node; DMLC_* variables name the roles). Workers push gradients, which the
+servers sum, and pull the sum back; each worker then takes the same SGD step from the
+same initial weights, so the weights stay equal.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from hpcdl.errors import HpcdlError
+from hpcdl.train.ranks import RankInfo
+from hpcdl.train.recipe import Recipe
+from hpcdl.train.results import ResultsWriter
+
+
+def kvstore_kind(environ, world_size: int) -> str:
+    """`dist_sync` for a worker of a parameter-server job, `local` for one process."""
+    if environ.get("DMLC_ROLE") == "worker" and int(environ.get("DMLC_NUM_WORKER", "1")) > 1:
+        return "dist_sync"
+    if world_size > 1:
+        raise HpcdlError(
+            "mxnet: several ranks need MXNet's parameter-server roles (DMLC_ROLE, DMLC_PS_ROOT_URI, ...); "
+            "start them with python -m hpcdl.train.mxnet_kvstore"
+        )
+    return "local"
+
+
+GRADIENT_KEYS = 0  # kvstore keys 0..n-1 carry the learned parameters' gradients
+
+
+def world_size_of(kvstore) -> int:
+    return kvstore.num_workers if kvstore is not None else 1
+
+
+class GluonTrainer:
+    """The verbs framework_loop needs, on a Gluon block and gluon.Trainer."""
+
+    framework = "mxnet"
+
+    def __init__(self, mx, net, recipe: Recipe, kvstore, me: RankInfo, from_logits: bool):
+        from mxnet import autograd, gluon
+
+        self.mx, self.net, self.autograd = mx, net, autograd
+        self.recipe, self.rank, self.world_size, self.kvstore = recipe, me.rank, me.world_size, kvstore
+        self.params = net.collect_params()
+        for param in self.params.values():
+            if param.grad_req != "null":
+                param.grad_req = "add"  # iter_size micro-batches accumulate; zeroed after each step
+        # MXNet's sgd keeps Caffe's update: mom = momentum*mom - lr*(g + wd*w); w += mom.
+        # The Trainer updates locally (no kvstore of its own); gradients are summed through
+        # the kvstore below with a separate push and pull per parameter. Gluon's fused
+        # pushpull in dist_sync let the ranks' weights drift apart in about one run of two
+        # here, and the servers only summing keeps the Caffe schedule on the workers.
+        self.trainer = gluon.Trainer(
+            self.params, "sgd", {"learning_rate": recipe.base_lr, "momentum": recipe.momentum, "wd": recipe.weight_decay},
+            kvstore=None,
+        )
+        self.learned = [p for p in self.params.values() if p.grad_req != "null"]
+        if world_size_of(kvstore) > 1:
+            # one source of initial weights: kvstore init keeps the first worker's values
+            keys = [GRADIENT_KEYS + i for i in range(len(self.learned))]
+            kvstore.init(keys, [p.data() for p in self.learned])
+            kvstore.pull(keys, out=[p.data() for p in self.learned])
+            mx.nd.waitall()
+        self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=True)  # takes logits
+        self.from_logits = from_logits
+
+    def _loss(self, out, labels):
+        if self.from_logits:
+            return self.loss_fn(out, labels)
+        mx = self.mx
+        return -mx.nd.log(mx.nd.maximum(mx.nd.pick(out, labels, axis=1), 1e-12))
+
+    def train_step(self, xs, ys, lr):
+        mx = self.mx
+        self.trainer.set_learning_rate(lr)
+        total = 0.0
+        for k in range(len(xs)):
+            x, y = mx.nd.array(xs[k]), mx.nd.array(ys[k])
+            with self.autograd.record():
+                loss = self._loss(self.net(x), y)
+            loss.backward()  # the sum over the batch; step() divides by the global batch
+            total += float(loss.mean().asscalar()) / len(xs)
+        if self.world_size > 1:
+            for i, param in enumerate(self.learned):
+                self.kvstore.push(GRADIENT_KEYS + i, param.grad(), priority=-i)
+            for i, param in enumerate(self.learned):
+                self.kvstore.pull(GRADIENT_KEYS + i, out=param.grad(), priority=-i)
+        # the summed gradients are divided by the global batch
+        self.trainer.update(len(xs) * len(xs[0]) * self.world_size)
+        for param in self.params.values():
+            if param.grad_req != "null":
+                param.zero_grad()
+        return total
+
+    def predict(self, x):
+        return self.net(self.mx.nd.array(x)).asnumpy()
+
+    def sum(self, values):
+        if self.world_size == 1:
+            return [float(v) for v in values]
+        mx = self.mx
+        if not hasattr(self, "_sum_key"):
+            self._sum_key = 1_000_003  # a key no parameter uses
+            self.kvstore.init(self._sum_key, mx.nd.zeros(len(values) or 1, dtype="float64"))
+            self._sum_width = len(values) or 1
+        width = max(self._sum_width, len(values))
+        if width != self._sum_width:
+            self._sum_key += 1
+            self.kvstore.init(self._sum_key, mx.nd.zeros(width, dtype="float64"))
+            self._sum_width = width
+        padded = np.zeros(width)
+        padded[: len(values)] = values
+        out = mx.nd.zeros(width, dtype="float64")
+        self.kvstore.push(self._sum_key, mx.nd.array(padded, dtype="float64"))
+        self.kvstore.pull(self._sum_key, out=out)
+        return [float(v) for v in out.asnumpy()[: len(values)]]
+
+    def max(self, value):
+        if self.world_size == 1:
+            return float(value)
+        values = [0.0] * self.world_size
+        values[self.rank] = float(value)
+        return max(self.sum(values))
+
+    def weights(self):
+        return [p.data().asnumpy() for p in self.params.values() if p.grad_req != "null"]
+
+    def state(self):
+        # the updater keeps momentum by the parameter's index in the Trainer's own list
+        arrays = {f"p:{name}": p.data().asnumpy() for name, p in self.params.items()}
+        states = self.trainer._updaters[0].states
+        for index, param in enumerate(self.trainer._params):
+            if states.get(index) is not None:
+                arrays[f"m:{param.name}"] = states[index].asnumpy()
+        return arrays
+
+    def load_state(self, arrays):
+        mx = self.mx
+        for name, p in self.params.items():
+            p.set_data(mx.nd.array(arrays[f"p:{name}"]))
+        updater = self.trainer._updaters[0]
+        for index, param in enumerate(self.trainer._params):
+            if f"m:{param.name}" in arrays:
+                updater.states[index] = mx.nd.array(arrays[f"m:{param.name}"])
+                updater.states_synced[index] = True
+
+
+def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:
+    if context.get("distributed") == "horovod":
+        raise HpcdlError(
+            "mxnet: Horovod here is built for PyTorch only (HOROVOD_WITHOUT_MXNET); the tested MXNet "
+            "distribution is its kvstore (dist_sync)"
+        )
+    if recipe.precision != "fp32":
+        raise HpcdlError(f"precision: the MXNet backend trains fp32 only on CPU, not {recipe.precision}")
+    kind = kvstore_kind(os.environ, me.world_size)
+    context = {**context, "distributed": f"kvstore:{kind}"}
+    import mxnet as mx
+
+    from hpcdl.nets import load_net
+    from hpcdl.nets.gluon_build import build_gluon
+    from hpcdl.train.data import load_dataset
+    from hpcdl.train.framework_loop import run_loop
+
+    mx.random.seed(recipe.random_seed)
+    np.random.seed(recipe.random_seed)
+    kvstore = mx.kv.create(kind)
+    spec0 = load_net(recipe.net)
+    size = recipe.data.image_size or spec0.input_shape[1]
+    shape = (spec0.input_shape[0], size, size)
+    data = load_dataset(recipe.data, shape, recipe.random_seed)
+    spec = load_net(recipe.net, num_classes=data.num_classes, image_size=size, channels=shape[0])
+    net = build_gluon(spec)
+    net.initialize()  # the same seed on every worker gives the same initial weights
+    net.hybridize(static_alloc=True)
+    trainer = GluonTrainer(mx, net, recipe, kvstore, me, from_logits=spec.layers[-1].type != "Softmax")
+    return run_loop(recipe, me, results, context, data, spec, trainer)

@@ -1,0 +1,275 @@
+"""The TensorFlow backend: Keras layers, tf.distribute.MultiWorkerMirroredStrategy across ranks.
+
+Each rank is one MultiWorkerMirroredStrategy worker with one (CPU) replica. Its cluster
+spec (TF_CONFIG) is built from whatever started the ranks: Slurm's node list and task
+counts, hpcdl launch / torchrun's MASTER_ADDR and WORLD_SIZE on one node, or the host
+names MPI ranks exchange. TensorFlow's thread pools take the plan's intra-op and
+inter-op counts, set before the runtime starts. Horovod is not offered: Horovod 0.28.1
+(the last release) fails with Keras 3, i.e. TensorFlow >= 2.16 (horovod#4290).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+
+import numpy as np
+
+from hpcdl.errors import HpcdlError
+from hpcdl.train.ranks import RankInfo
+from hpcdl.train.recipe import Recipe
+from hpcdl.train.results import ResultsWriter
+
+HOROVOD_TF_PROBLEM = (
+    "Horovod with TensorFlow is not available: Horovod 0.28.1, its last release, fails with Keras 3 "
+    "(TensorFlow >= 2.16; horovod#4290, open upstream) and does not build against TensorFlow 2.21's headers; "
+    "use --dist mwms (tf.distribute.MultiWorkerMirroredStrategy), or Horovod with PyTorch"
+)
+
+
+# --- cluster spec -----------------------------------------------------------------------
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """Slurm's compressed host list ('nid[001-003,007],login1') as host names, in order."""
+    hosts: list[str] = []
+    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", nodelist):
+        if plain:
+            hosts.append(plain)
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            for n in range(int(lo), int(hi or lo) + 1):
+                hosts.append(f"{prefix}{n:0{len(lo)}d}")
+    return hosts
+
+
+def expand_tasks_per_node(spec: str) -> list[int]:
+    """Slurm's SLURM_STEP_TASKS_PER_NODE ('2(x3),1') as one count per node."""
+    counts: list[int] = []
+    for count, repeat in re.findall(r"(\d+)(?:\(x(\d+)\))?", spec):
+        counts += [int(count)] * int(repeat or 1)
+    return counts
+
+
+def slurm_base_port(environ) -> int:
+    """Ports per job, so two jobs sharing a node do not collide: 20000 + 10 * (job id mod 4000)."""
+    return 20000 + 10 * (int(environ.get("SLURM_JOB_ID", "0")) % 4000)
+
+
+MPI_LAUNCHERS = ("openmpi", "mpich", "mvapich2", "jsrun")
+
+
+def local_world_size(environ, me: RankInfo) -> int:
+    """How many ranks share this node, as the launcher tells it (all of them when it does not)."""
+    for name in ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"):
+        if environ.get(name):
+            return int(environ[name])
+    return me.world_size
+
+
+def tf_config(environ, me: RankInfo, mpi_hosts: list[str] | None = None) -> dict:
+    """The TF_CONFIG cluster spec of this rank: {"cluster": {"worker": [host:port,...]}, "task": ...}.
+
+    Worker i is rank i. An explicit TF_CONFIG wins; HPCDL_TF_PORT overrides the first port.
+    """
+    if environ.get("TF_CONFIG"):
+        return json.loads(environ["TF_CONFIG"])
+    override = environ.get("HPCDL_TF_PORT")
+    if me.launcher == "srun":
+        hosts = expand_nodelist(environ.get("SLURM_STEP_NODELIST") or environ["SLURM_JOB_NODELIST"])
+        per_node = expand_tasks_per_node(environ.get("SLURM_STEP_TASKS_PER_NODE") or environ["SLURM_TASKS_PER_NODE"])
+        base = int(override) if override else slurm_base_port(environ)
+        # srun's default block distribution: node 0 holds ranks 0..n0-1, and so on
+        workers = [f"{host}:{base + i}" for host, n in zip(hosts, per_node) for i in range(n)]
+    elif local_world_size(environ, me) == me.world_size:
+        # one node (hpcdl launch, torchrun, or mpirun on one host): ports after MASTER_PORT
+        host = environ.get("MASTER_ADDR", "127.0.0.1")
+        base = int(override) if override else int(environ.get("MASTER_PORT", "19999")) + 1
+        workers = [f"{host}:{base + i}" for i in range(me.world_size)]
+    elif mpi_hosts is not None:
+        base = int(override or 20000)
+        seen: dict[str, int] = {}
+        workers = []
+        for host in mpi_hosts:
+            workers.append(f"{host}:{base + seen.get(host, 0)}")
+            seen[host] = seen.get(host, 0) + 1
+    else:
+        raise HpcdlError(
+            f"tensorflow: ranks on several nodes under launcher {me.launcher!r} need Slurm (srun), MPI or an "
+            "explicit TF_CONFIG for the worker list"
+        )
+    if len(workers) != me.world_size:
+        raise HpcdlError(f"tensorflow: the launcher describes {len(workers)} workers but WORLD_SIZE is {me.world_size}")
+    return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": me.rank}}
+
+
+def _mpi_hosts(me: RankInfo) -> list[str] | None:
+    """Every rank's host name, exchanged over MPI only when the ranks span several nodes.
+
+    MPI is finalized straight after: TensorFlow does not use it, and ranks leave through
+    os._exit, which mpirun would otherwise report as an improper exit.
+    """
+    if me.launcher not in MPI_LAUNCHERS or os.environ.get("TF_CONFIG") or local_world_size(os.environ, me) == me.world_size:
+        return None
+    from mpi4py import MPI
+
+    hosts = MPI.COMM_WORLD.allgather(socket.gethostname())
+    MPI.Finalize()
+    return hosts
+
+
+def thread_counts(environ) -> tuple[int, int]:
+    """(intra-op, inter-op) from the plan's settings; 0 lets TensorFlow choose."""
+    intra = environ.get("HPCDL_INTRA_OP_THREADS") or environ.get("TF_NUM_INTRAOP_THREADS") or environ.get("OMP_NUM_THREADS") or 0
+    inter = environ.get("HPCDL_INTER_OP_THREADS") or environ.get("TF_NUM_INTEROP_THREADS") or 0
+    return int(intra), int(inter)
+
+
+def configure_threads(tf, intra: int, inter: int) -> None:
+    """Size TensorFlow's pools; possible only before its runtime starts (a second run in
+    one process keeps the first run's pools, which is what the caller asked for then)."""
+    try:
+        if intra:
+            tf.config.threading.set_intra_op_parallelism_threads(intra)
+        if inter:
+            tf.config.threading.set_inter_op_parallelism_threads(inter)
+    except RuntimeError:
+        pass
+
+
+# --- training ---------------------------------------------------------------------------
+
+class KerasTrainer:
+    """The verbs framework_loop needs, on a Keras model under a tf.distribute strategy."""
+
+    framework = "tensorflow"
+
+    def __init__(self, tf, keras, strategy, model, recipe: Recipe, me: RankInfo, from_logits: bool):
+        self.tf, self.strategy, self.model = tf, strategy, model
+        self.rank, self.world_size = me.rank, me.world_size
+        world_size = me.world_size
+        with strategy.scope():
+            # Keras' SGD keeps Caffe's update: v = momentum*v - lr*g; w += v (sgd_solver.cpp)
+            self.optimizer = keras.optimizers.SGD(learning_rate=recipe.base_lr, momentum=recipe.momentum)
+            if recipe.precision == "fp16":
+                self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
+            self.optimizer.build(model.trainable_variables)
+        def loss_fn(labels, out):
+            # the mean over this replica's batch; Keras' own losses divide again by the replica
+            # count under a tf.distribute strategy, which would halve the gradient on 2 ranks
+            out = tf.cast(out, tf.float32)
+            if from_logits:
+                return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, out))
+            return -tf.reduce_mean(tf.math.log(tf.maximum(tf.gather(out, labels, batch_dims=1), 1e-12)))
+
+        weight_decay = recipe.weight_decay
+        iter_size = recipe.iter_size
+        scaled = recipe.precision == "fp16"
+
+        def replica_step(xs, ys):
+            variables = model.trainable_variables
+            grads = [tf.zeros_like(v) for v in variables]
+            total = 0.0
+            for k in range(iter_size):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(ys[k], model(xs[k], training=True))
+                    # the optimizer sums gradients over replicas: divide here to average them
+                    scaled_loss = loss / (iter_size * world_size)
+                    if scaled:
+                        scaled_loss = self.optimizer.scale_loss(scaled_loss)
+                grads = [a + b for a, b in zip(grads, tape.gradient(scaled_loss, variables))]
+                total += loss / iter_size
+            if weight_decay:
+                # Caffe's L2 decay (regularization_type L2), split over the replicas that sum it
+                grads = [g + (weight_decay / world_size) * tf.cast(v, g.dtype) for g, v in zip(grads, variables)]
+            self.optimizer.apply_gradients(zip(grads, variables))
+            return total
+
+        @tf.function
+        def step(xs, ys):
+            per_replica = strategy.run(replica_step, args=(xs, ys))
+            return strategy.experimental_local_results(per_replica)[0]
+
+        self._step = step
+
+    def train_step(self, xs, ys, lr):
+        self.optimizer.learning_rate.assign(lr)
+        return float(self._step(self.tf.constant(xs), self.tf.constant(ys)))
+
+    def predict(self, x):
+        return np.asarray(self.model(x, training=False), dtype=np.float32)
+
+    def _reduce(self, values, op):
+        tf = self.tf
+        if self.world_size == 1:
+            return [float(v) for v in values]
+        tensor = tf.constant(values, dtype=tf.float64)
+        reduced = self.strategy.reduce(op, self.strategy.run(lambda: tf.identity(tensor)), axis=None)
+        return [float(v) for v in reduced.numpy()]
+
+    def sum(self, values):
+        return self._reduce(values, self.tf.distribute.ReduceOp.SUM)
+
+    def max(self, value):
+        if self.world_size == 1:
+            return float(value)
+        # tf.distribute reduces by SUM or MEAN only: gather every rank's value and take the largest
+        values = [0.0] * self.world_size
+        values[self.rank] = float(value)
+        return max(self.sum(values))
+
+    def weights(self):
+        return [np.asarray(v.numpy()) for v in self.model.trainable_weights]
+
+    def state(self):
+        arrays = {f"w{i}": np.asarray(v.numpy()) for i, v in enumerate(self.model.weights)}
+        arrays.update({f"o{i}": np.asarray(v.numpy()) for i, v in enumerate(self.optimizer.variables)})
+        return arrays
+
+    def load_state(self, arrays):
+        for i, v in enumerate(self.model.weights):
+            v.assign(arrays[f"w{i}"])
+        for i, v in enumerate(self.optimizer.variables):
+            v.assign(arrays[f"o{i}"])
+
+
+def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:
+    if context.get("distributed") == "horovod":
+        raise HpcdlError(HOROVOD_TF_PROBLEM)
+    if me.world_size > 1:
+        os.environ["TF_CONFIG"] = json.dumps(tf_config(os.environ, me, _mpi_hosts(me)))
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep the rank's log to hpcdl's lines
+    import tensorflow as tf
+    import keras
+
+    from hpcdl.nets import load_net
+    from hpcdl.nets.keras_build import build_keras
+    from hpcdl.train.data import load_dataset
+    from hpcdl.train.framework_loop import run_loop
+
+    configure_threads(tf, *thread_counts(os.environ))
+    if me.world_size > 1:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                implementation=tf.distribute.experimental.CommunicationImplementation.RING
+            )
+        )
+    else:
+        strategy = tf.distribute.get_strategy()
+    if recipe.precision in ("bf16", "fp16"):
+        keras.mixed_precision.set_global_policy("mixed_bfloat16" if recipe.precision == "bf16" else "mixed_float16")
+    keras.utils.set_random_seed(recipe.random_seed)
+
+    spec0 = load_net(recipe.net)
+    size = recipe.data.image_size or spec0.input_shape[1]
+    shape = (spec0.input_shape[0], size, size)
+    data = load_dataset(recipe.data, shape, recipe.random_seed)
+    spec = load_net(recipe.net, num_classes=data.num_classes, image_size=size, channels=shape[0])
+    with strategy.scope():
+        model = build_keras(spec)
+    trainer = KerasTrainer(tf, keras, strategy, model, recipe, me, from_logits=spec.layers[-1].type != "Softmax")
+    pools = {"intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+             "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
+    return run_loop(recipe, me, results, context, data, spec, trainer, final_fields=lambda: pools)
