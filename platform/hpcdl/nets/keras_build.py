@@ -129,8 +129,13 @@ def _flatten_caffe_order(x):
     return tf.reshape(x, (-1, int(np.prod(x.shape[1:]))))
 
 
+def keras_name(name: str) -> str:
+    """Keras refuses '/' in layer names, which BVLC GoogLeNet uses (inception_3a/1x1)."""
+    return name.replace("/", "__")
+
+
 def _apply(layer: Layer, ins: list):
-    t, p, name = layer.type, layer.params, layer.name
+    t, p, name = layer.type, layer.params, keras_name(layer.name)
     x = ins[0]
     if t == "Convolution":
         pad = _pair(p.get("pad", 0))

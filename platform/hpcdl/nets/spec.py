@@ -131,6 +131,9 @@ def build_spec(name: str, data: dict, input_shape: tuple[int, int, int], classes
             continue
         if ltype not in LAYER_TYPES:
             raise HpcdlError(f"net {name}: layer {lname}: unknown type {ltype!r}")
+        if any(layer.name == lname for layer in layers):
+            # backends key modules and weights by layer name; a repeat would silently share them
+            raise HpcdlError(f"net {name}: layer name {lname!r} is used twice")
         bottom = raw.pop("bottom", previous if is_aux else main_previous)
         bottom = tuple(bottom) if isinstance(bottom, list) else (bottom,)
         top = raw.pop("top", lname)
