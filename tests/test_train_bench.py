@@ -31,3 +31,24 @@ def test_the_trainer_side_of_a_ratio_is_timed_between_its_own_records(tmp_path):
     """A tiny real run: the measured rate is positive and comes from the records after the warm-up."""
     rate = trainer(Case("cifar10_quick", 16, 8, 1, warmup=2, timed=4), tmp_path)
     assert rate > 0
+
+
+def test_the_report_carries_the_tensorflow_and_mxnet_rows_when_measured(tmp_path):
+    results = {
+        "machine": "2 CPUs (test)", "started": "t0", "finished": "t1", "load_before": 1.0, "load_after": 1.0,
+        "trainer_vs_bare": [{"net": "cifar10_quick", "image_size": 32, "batch": 64, "threads": 1, "bare": [100.0],
+                             "trainer": [99.0], "ratio": 0.99}],
+        "channels_last": {"net": "resnet50", "image_size": 64, "batch": 16, "threads": 1, "nchw": [20.0],
+                          "channels_last": [25.0], "ratio": 1.25},
+        "ranks_vs_threads": {"one_rank_two_threads": [100.0], "two_ranks_one_thread": [150.0], "ratio": 1.5},
+        "frameworks": [
+            {"framework": "tensorflow", "net": "cifar10_quick", "batch": 32, "threads": 1,
+             "trainer_images_per_sec": 1500.0, "bare_images_per_sec": 1600.0, "ratio": 0.938},
+            {"framework": "mxnet", "error": "No module named 'mxnet'"},
+        ],
+    }
+    out = tmp_path / "performance.md"
+    write_report(results, out)
+    text = out.read_text()
+    assert "| tensorflow | 1 | 1500.0 | 1600.0 | 0.938 |" in text
+    assert "not measured: No module named 'mxnet'" in text

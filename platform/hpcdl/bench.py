@@ -129,7 +129,7 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
-def run(out: Path, quick: bool = False) -> dict:
+def run(out: Path, quick: bool = False, frameworks: bool = True) -> dict:
     # one thread per process for the ratios: on a loaded machine a 2-thread process loses whole
     # time slices when one of its threads is descheduled, which swamps the difference measured
     threads = 1
@@ -164,6 +164,11 @@ def run(out: Path, quick: bool = False) -> dict:
         results["ranks_vs_threads"] = {"one_rank_two_threads": a, "two_ranks_one_thread": b,
                                        "ratio": max(b) / max(a)}
         print(f"  1x2 {a}  2x1 {b}", flush=True)
+    if frameworks:
+        from hpcdl.bench_frameworks import framework_rows
+
+        print("bench: TensorFlow and MXNet trainers vs bare loops", flush=True)
+        results["frameworks"] = framework_rows()
     results["load_after"] = load()
     results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -249,6 +254,10 @@ def write_report(r: dict, out: Path) -> None:
         f"![trainer throughput]({plot.name})",
         "",
     ]
+    if r.get("frameworks"):
+        from hpcdl.bench_frameworks import markdown_table
+
+        lines += [markdown_table(r["frameworks"])]
     write_atomically(out, "\n".join(lines))
 
 
