@@ -86,6 +86,12 @@ def test_the_local_suite_scripts_pass_shellcheck(tmp_path):
 
 
 SHIPPED_SITES = [name for name in list_sites() if name != "local"]
+DIRECTIVE = {"slurm": "#SBATCH --nodes=", "lsf": "#BSUB -", "pbs": "#PBS -l select="}
+
+
+def test_the_sites_the_issue_names_are_among_the_shipped_ones_rendered_below():
+    # an empty parameter list would skip the test below quietly
+    assert {"summit", "stampede2-knl", "perlmutter"} <= set(SHIPPED_SITES)
 
 
 @pytest.mark.parametrize("site_name", SHIPPED_SITES)
@@ -93,10 +99,16 @@ def test_every_shipped_site_renders_the_full_suite_with_its_own_scheduler(site_n
     """summit, stampede2-knl, perlmutter and the rest: rendered (not run here) and linted."""
     site = load_site(site_name)
     ctx = build_context(site_name, "full", (1, 2))
-    for job in suite_jobs(ctx, select_checks(None)):
+    jobs = suite_jobs(ctx, select_checks(None))
+    assert {j.kind for j in jobs} == {"environment", "collectives", "train"}
+    assert any(j.request.nodes == 2 for j in jobs if j.kind == "collectives")  # across nodes too
+    for job in jobs:
         path = tmp_path / f"{job.key}.sh"
-        path.write_text(render_validation_job(site, job))
+        text = render_validation_job(site, job)
+        path.write_text(text)
         shellcheck(path)
+        assert DIRECTIVE[site.scheduler] in text, f"{site_name}: no {site.scheduler} directives"
+        assert f"hpcdl probe {job.kind} recipe.json" in text
 
 
 def test_the_best_placement_is_written_into_a_profile_keeping_its_comments(tmp_path):
