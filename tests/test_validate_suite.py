@@ -62,6 +62,21 @@ def test_collectives_run_across_nodes_only_when_several_nodes_are_asked_for():
     assert "inter-node" not in one and 2 in two
 
 
+def test_a_two_node_point_whose_ranks_all_ran_on_one_node_fails_naming_the_node():
+    """Two node names that are one (pretend nodes reporting the host name) must not pass as scaling."""
+    from hpcdl.validate.checks import JobOutcome, checks
+
+    ctx = context(knl_site(), nodes=(1, 2))
+    scaling = checks.get("scaling")
+    final = {"event": "final", "images_per_sec_total": 100.0, "time_to_solution_s": 1.0, "ranks": 1}
+    outcomes = {j.key: JobOutcome(j, "COMPLETED", 0, [final], ("c401-001",)) for j in scaling.jobs(ctx)}
+    _, verdicts = scaling.evaluate(ctx, outcomes)
+    spread = {v.name: v for v in verdicts if v.name.endswith("/nodes")}
+    assert set(spread) == {"scaling/weak/2/nodes", "scaling/strong/2/nodes"}
+    assert spread["scaling/weak/2/nodes"].result == "fail"
+    assert spread["scaling/weak/2/nodes"].message == "asked for 2 node(s), the ranks ran on 1: c401-001"
+
+
 def test_bad_node_lists_and_check_names_are_refused():
     from hpcdl.errors import HpcdlError
 
