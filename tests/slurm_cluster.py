@@ -1,7 +1,11 @@
 """A real Slurm cluster on this machine for the tests: munge, slurmctld and one slurmd per node.
 
 Everything it writes (slurm.conf, state, spool, logs, per-node TmpFS) lives in a folder of
-its own, and clients find it through SLURM_CONF, so /etc/slurm is never touched. Shapes:
+its own, and clients find it through SLURM_CONF, so /etc/slurm is never touched. Several
+clusters may run on one machine at once (two test sessions side by side): each picks free
+TCP ports for slurmctld and every slurmd, runs its own munged on its own socket and key
+(`AuthInfo=socket=...`, so one cluster's tear-down never stops another's munged), and
+starts its job ids at a random number (jobs derive MASTER_PORT from the job id). Shapes:
 
   nodes=1  one node `localhost`, TaskPlugin task/affinity (the measured single-node set-up);
   nodes=2  two pretend nodes n1, n2, both slurmd on 127.0.0.1 with their own ports, each
@@ -13,23 +17,29 @@ The commands and their pitfalls were measured in shared/research/local-stack.md.
 
     cluster = SlurmCluster(folder, nodes=2); cluster.up(); ...; cluster.down()
 
-`down()` is safe to call twice and after a failed `up()`; it stops munged only when `up()`
-started it.
+`down()` is safe to call twice and after a failed `up()`; it stops only what `up()` started.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import os
+import random
 import shutil
+import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
-SLURMCTLD_PORT = 16817  # away from the default 6817, in case a real Slurm is configured here
-SLURMD_PORT = 16818
-PRETEND_NODE_PORTS = 17001
-MUNGE_PID = Path("/run/munge/munged.pid")
+# Ports come from here, below Linux's ephemeral range (32768+, where outgoing connections and
+# the jobs' MASTER_PORT = 20000 + job id % 20000 may land) and away from Slurm's default 6817.
+PORT_RANGE = (10000, 19999)
+# the fixed ports of earlier versions of this harness, still used by older checkouts
+LEGACY_PORTS = frozenset({16817, 16818, *range(17001, 17009)})
+BRING_UP_LOCK = Path(tempfile.gettempdir()) / "hpcdl-slurm-harness.lock"
 
 
 class SlurmError(RuntimeError):
@@ -43,14 +53,43 @@ def _run(argv, env=None, check=True, timeout=60) -> subprocess.CompletedProcess:
     return proc
 
 
-def munge_works() -> bool:
+def munge_works(sock: Path | None = None) -> bool:
+    where = ["-S", str(sock)] if sock else []
     try:
-        cred = subprocess.run(["munge", "-n"], capture_output=True, timeout=10)
+        cred = subprocess.run(["munge", "-n", *where], capture_output=True, timeout=10)
         if cred.returncode != 0:
             return False
-        return subprocess.run(["unmunge"], input=cred.stdout, capture_output=True, timeout=10).returncode == 0
+        return subprocess.run(["unmunge", *where], input=cred.stdout, capture_output=True, timeout=10).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
+
+
+def free_ports(count: int, exclude=()) -> list[int]:
+    """`count` distinct TCP ports nothing listens on now (checked by binding them on every address)."""
+    chosen: list[int] = []
+    candidates = [p for p in range(PORT_RANGE[0], PORT_RANGE[1] + 1) if p not in LEGACY_PORTS and p not in exclude]
+    random.shuffle(candidates)
+    for port in candidates:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        chosen.append(port)
+        if len(chosen) == count:
+            return chosen
+    raise SlurmError(f"no {count} free TCP ports in {PORT_RANGE[0]}-{PORT_RANGE[1]}")
+
+
+@contextlib.contextmanager
+def _bring_up_lock():
+    """One cluster at a time picks its ports and starts its daemons, so two never pick the same port."""
+    with open(BRING_UP_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class SlurmCluster:
@@ -58,8 +97,9 @@ class SlurmCluster:
         self.root = Path(root)
         self.nodes = nodes
         self.conf = self.root / "slurm.conf"
-        self.started_munge = False
         self.running = False
+        self.ctld_port = 0
+        self.node_ports: dict[str, int] = {}
 
     @property
     def node_names(self) -> list[str]:
@@ -71,39 +111,51 @@ class SlurmCluster:
 
     # ---- bring-up
 
+    @property
+    def munge_dir(self) -> Path | None:
+        """The private munged's folder (socket, key, pid), outside the 0700 test folders: the
+        socket's folder and every folder above it must be searchable by all (munged checks)."""
+        record = self.root / "munge-dir"
+        return Path(record.read_text().strip()) if record.exists() else None
+
+    @property
+    def munge_socket(self) -> Path:
+        assert self.munge_dir is not None, "up() first"
+        return self.munge_dir / "munge.socket"
+
     def up(self) -> "SlurmCluster":
         atexit.register(self.down)  # also when the test session is interrupted
         try:
+            self.root.mkdir(parents=True, exist_ok=True)
             self._start_munge()
-            self._write_conf()
-            _run(["/usr/sbin/slurmctld", "-i", "-f", str(self.conf)], env=self.env)
-            self.running = True
-            for name in self.node_names:
-                _run(["/usr/sbin/slurmd", "-N", name, "-f", str(self.conf)], env=self.env)
-            self._wait_idle()
+            with _bring_up_lock():
+                self._write_conf()
+                _run(["/usr/sbin/slurmctld", "-i", "-f", str(self.conf)], env=self.env)
+                self.running = True
+                for name in self.node_names:
+                    _run(["/usr/sbin/slurmd", "-N", name, "-f", str(self.conf)], env=self.env)
+                self._wait_idle()
         except BaseException:
             self.down()
             raise
         return self
 
     def _start_munge(self) -> None:
-        if munge_works():
-            return
-        key = Path("/etc/munge/munge.key")
-        if not key.exists() or key.stat().st_size == 0:
-            _run(["mungekey", "--create", "--force"])
-            shutil.chown(key, "munge", "munge")
-            key.chmod(0o400)
-        _run(["install", "-d", "-o", "munge", "-g", "munge", "-m", "0755", "/run/munge"])
-        _run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"])
-        self.started_munge = True
-        (self.root / "started-munge").parent.mkdir(parents=True, exist_ok=True)
-        (self.root / "started-munge").touch()  # so that `down` from another process stops it too
+        """A munged of our own: its own key, socket and pid file (AuthInfo=socket=... in slurm.conf)."""
+        folder = Path(tempfile.mkdtemp(prefix="hpcdl-munge-"))
+        folder.chmod(0o755)
+        (self.root / "munge-dir").write_text(f"{folder}\n")
+        key = folder / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        _run(["/usr/sbin/munged", f"--socket={folder / 'munge.socket'}", f"--key-file={key}",
+              f"--pid-file={folder / 'munged.pid'}", f"--log-file={folder / 'munged.log'}",
+              f"--seed-file={folder / 'munged.seed'}"])
         for _ in range(50):
-            if munge_works():
+            if munge_works(self.munge_socket):
                 return
             time.sleep(0.1)
-        raise SlurmError("munged did not come up")
+        raise SlurmError(f"munged did not come up: {(folder / 'munged.log').read_text(errors='replace')[-2000:]}")
 
     def _write_conf(self) -> None:
         cpus = os.cpu_count() or 1
@@ -113,26 +165,32 @@ class SlurmCluster:
         for name in self.node_names:
             (self.root / "spool" / f"slurmd-{name}").mkdir(exist_ok=True)
             (self.root / "tmp" / name).mkdir(exist_ok=True)
+        self.ctld_port, *ports = free_ports(1 + len(self.node_names))
+        self.node_ports = dict(zip(self.node_names, ports))
         if self.nodes == 1:
-            node_lines = [f"NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={mem} State=UNKNOWN"]
-            task_plugin, part_nodes, slurmd_port = "task/affinity", "localhost", f"SlurmdPort={SLURMD_PORT}"
+            node_lines = [f"NodeName=localhost NodeAddr=127.0.0.1 Port={ports[0]} CPUs={cpus} RealMemory={mem} "
+                          "State=UNKNOWN"]
+            task_plugin, part_nodes = "task/affinity", "localhost"
         else:
-            last = PRETEND_NODE_PORTS + self.nodes - 1
+            # one line per pretend node: each slurmd listens on a port of its own
             node_lines = [
-                f"NodeName=n[1-{self.nodes}] NodeHostname=localhost NodeAddr=127.0.0.1 "
-                f"Port=[{PRETEND_NODE_PORTS}-{last}] CPUs={cpus} RealMemory={mem // self.nodes} State=UNKNOWN"
+                f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs={cpus} "
+                f"RealMemory={mem // self.nodes} State=UNKNOWN"
+                for name, port in self.node_ports.items()
             ]
             # pretend nodes share the real cores, which task/affinity refuses to lay out twice
-            task_plugin, part_nodes, slurmd_port = "task/none", f"n[1-{self.nodes}]", f"SlurmdPort={SLURMD_PORT}"
+            task_plugin, part_nodes = "task/none", f"n[1-{self.nodes}]"
         r = self.root
         self.conf.write_text("\n".join([
             "ClusterName=hpcdltest",
             "SlurmctldHost=localhost",
-            f"SlurmctldPort={SLURMCTLD_PORT}",
-            slurmd_port,
+            f"SlurmctldPort={self.ctld_port}",
             "SlurmUser=root",
             "SlurmdUser=root",
             "AuthType=auth/munge",
+            f"AuthInfo=socket={self.munge_socket}",
+            # jobs take MASTER_PORT from the job id: two clusters here should not count alike
+            f"FirstJobId={random.randrange(1000, 19000)}",
             f"StateSaveLocation={r}/state",
             f"SlurmdSpoolDir={r}/spool/slurmd-%n",
             # one TmpFS per node: PMIx makes the same folder name on every node it starts a step on
@@ -182,17 +240,24 @@ class SlurmCluster:
             _run(["scontrol", "shutdown"], env=self.env, check=False)  # stops slurmctld and every slurmd
             self.running = False
         self._wait_for_pidfiles()
-        if self.started_munge and MUNGE_PID.exists():
+        self._stop_munge()
+
+    def _stop_munge(self) -> None:
+        folder = self.munge_dir
+        if folder is None:
+            return
+        pidfile = folder / "munged.pid"
+        if _alive(pidfile):
             try:
-                os.kill(int(MUNGE_PID.read_text().strip()), 15)
+                os.kill(int(pidfile.read_text().strip()), 15)
             except (ProcessLookupError, ValueError):
                 pass
             for _ in range(50):  # munged removes its pid file on exit
-                if not MUNGE_PID.exists():
+                if not _alive(pidfile):
                     break
                 time.sleep(0.1)
-            self.started_munge = False
-            (self.root / "started-munge").unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        (self.root / "munge-dir").unlink(missing_ok=True)
 
     def _wait_for_pidfiles(self, timeout: float = 15) -> None:
         """The daemons remove their pid files on exit; those still alive after the wait are killed."""
@@ -233,7 +298,7 @@ def _real_memory_mb() -> int:
 
 
 class SlurmClusters:
-    """At most one cluster up at a time (they share munge and the controller port); the
+    """One cluster up at a time per test session (the jobs share the machine's cores); the
     session fixture asks for a shape and gets it, and tears the last one down at the end."""
 
     def __init__(self, root: Path):
@@ -270,7 +335,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"export SLURM_CONF={cluster.conf}")
     else:
         cluster.running = cluster.conf.exists()
-        cluster.started_munge = (root / "started-munge").exists()
         cluster.down()
     return 0
 

@@ -62,6 +62,21 @@ def test_collectives_run_across_nodes_only_when_several_nodes_are_asked_for():
     assert "inter-node" not in one and 2 in two
 
 
+def test_a_two_node_point_whose_ranks_all_ran_on_one_node_fails_naming_the_node():
+    """Two node names that are one (pretend nodes reporting the host name) must not pass as scaling."""
+    from hpcdl.validate.checks import JobOutcome, checks
+
+    ctx = context(knl_site(), nodes=(1, 2))
+    scaling = checks.get("scaling")
+    final = {"event": "final", "images_per_sec_total": 100.0, "time_to_solution_s": 1.0, "ranks": 1}
+    outcomes = {j.key: JobOutcome(j, "COMPLETED", 0, [final], ("c401-001",)) for j in scaling.jobs(ctx)}
+    _, verdicts = scaling.evaluate(ctx, outcomes)
+    spread = {v.name: v for v in verdicts if v.name.endswith("/nodes")}
+    assert set(spread) == {"scaling/weak/2/nodes", "scaling/strong/2/nodes"}
+    assert spread["scaling/weak/2/nodes"].result == "fail"
+    assert spread["scaling/weak/2/nodes"].message == "asked for 2 node(s), the ranks ran on 1: c401-001"
+
+
 def test_bad_node_lists_and_check_names_are_refused():
     from hpcdl.errors import HpcdlError
 
@@ -86,6 +101,12 @@ def test_the_local_suite_scripts_pass_shellcheck(tmp_path):
 
 
 SHIPPED_SITES = [name for name in list_sites() if name != "local"]
+DIRECTIVE = {"slurm": "#SBATCH --nodes=", "lsf": "#BSUB -", "pbs": "#PBS -l select="}
+
+
+def test_the_sites_the_issue_names_are_among_the_shipped_ones_rendered_below():
+    # an empty parameter list would skip the test below quietly
+    assert {"summit", "stampede2-knl", "perlmutter"} <= set(SHIPPED_SITES)
 
 
 @pytest.mark.parametrize("site_name", SHIPPED_SITES)
@@ -93,10 +114,16 @@ def test_every_shipped_site_renders_the_full_suite_with_its_own_scheduler(site_n
     """summit, stampede2-knl, perlmutter and the rest: rendered (not run here) and linted."""
     site = load_site(site_name)
     ctx = build_context(site_name, "full", (1, 2))
-    for job in suite_jobs(ctx, select_checks(None)):
+    jobs = suite_jobs(ctx, select_checks(None))
+    assert {j.kind for j in jobs} == {"environment", "collectives", "train"}
+    assert any(j.request.nodes == 2 for j in jobs if j.kind == "collectives")  # across nodes too
+    for job in jobs:
         path = tmp_path / f"{job.key}.sh"
-        path.write_text(render_validation_job(site, job))
+        text = render_validation_job(site, job)
+        path.write_text(text)
         shellcheck(path)
+        assert DIRECTIVE[site.scheduler] in text, f"{site_name}: no {site.scheduler} directives"
+        assert f"hpcdl probe {job.kind} recipe.json" in text
 
 
 def test_the_best_placement_is_written_into_a_profile_keeping_its_comments(tmp_path):

@@ -177,6 +177,10 @@ class CollectivesCheck(Check):
                 verdicts.append(self.failed_job(outcome, f"collectives/{scope}"))
                 continue
             points = [r for r in outcome.records if r["event"] == "collective"]
+            spread = _spread(self.name, f"collectives/{scope}/nodes", outcome, job.request.nodes,
+                             points[0] if points else None)
+            if spread:
+                verdicts.append(spread)  # an "inter-node" time measured inside one node is not one
             for r in points:
                 fields = {k: r[k] for k in ("op", "backend", "scope", "bytes", "time_us", "algbw_GBps", "busbw_GBps", "ranks")}
                 measurements.append(_measurement(self.name, "collective", outcome, r, **fields))
@@ -188,6 +192,16 @@ class CollectivesCheck(Check):
                 verdicts.append(judge(self.name, f"collectives/{backend}/{scope}/busbw_GBps", large["busbw_GBps"], "GB/s",
                                       "higher", ctx.references, **_verdict_where(outcome, large)))
         return measurements, verdicts
+
+
+def _spread(check: str, name: str, outcome: JobOutcome, asked: int, record: dict | None = None) -> Verdict | None:
+    """A failure when the ranks ran on fewer (or more) nodes than the job asked for, as measured."""
+    where = _verdict_where(outcome, record)
+    if not where["nodelist"] or len(where["nodelist"]) == asked:
+        return None
+    return Verdict(check, name, "fail", len(where["nodelist"]), "nodes",
+                   message=f"asked for {asked} node(s), the ranks ran on {len(where['nodelist'])}: "
+                           f"{', '.join(where['nodelist'])}", **where)
 
 
 def _verdict_where(outcome: JobOutcome, record: dict | None = None) -> dict:
@@ -295,6 +309,9 @@ class ScalingCheck(Check):
                     images_per_sec=x, time_to_solution_s=final["time_to_solution_s"], efficiency=efficiency,
                     baseline_images_per_sec=baseline, baseline_from=where_from,
                 ))
+                if unit == "node" and (spread := _spread(self.name, f"scaling/{mode}/{p}/nodes", outcome,
+                                                         job.request.nodes)):
+                    verdicts.append(spread)
                 if p == 1:
                     continue
                 v = judge(self.name, f"scaling/{mode}/{p}/efficiency", efficiency, "", "higher", ctx.references,

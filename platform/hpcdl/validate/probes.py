@@ -46,11 +46,22 @@ def _init_torch_distributed(me: RankInfo, backend: str):
     return dist
 
 
+def node_name() -> str:
+    """The scheduler's name for the node this rank runs on, else the host name.
+
+    Slurm gives every task SLURMD_NODENAME (sbatch/srun man pages); it is what `scontrol`
+    and `NodeList` show, and it tells apart nodes that share a host (the test cluster's
+    pretend nodes n1, n2 all run on localhost, and on some clusters host names differ from
+    node names).
+    """
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
 def _hosts(dist, me: RankInfo) -> list[str]:
     if me.world_size == 1:
-        return [socket.gethostname()]
+        return [node_name()]
     gathered = [None] * me.world_size
-    dist.all_gather_object(gathered, socket.gethostname())
+    dist.all_gather_object(gathered, node_name())
     return list(gathered)
 
 
@@ -62,7 +73,7 @@ def _where(hosts: list[str]) -> dict:
 def probe_environment(params: dict, results: str | None) -> None:
     """Frameworks at their versions, the CPU/GPU math libraries, and MPI agreeing with the launcher."""
     me = rank_info()
-    mine: dict = {"rank": me.rank, "world_size": me.world_size, "launcher_env": me.launcher, "host": socket.gethostname()}
+    mine: dict = {"rank": me.rank, "world_size": me.world_size, "launcher_env": me.launcher, "host": node_name()}
     use_mpi = params.get("launcher") in MPI_LAUNCHERS
     if use_mpi:
         try:
@@ -211,11 +222,11 @@ def _mpi_allreduce():
 
 
 def probe_train(recipe_path: str, plan_path: str | None, results: str | None) -> None:
-    """The trainer, after each node's first rank has left its host name in nodes/ (the node list)."""
+    """The trainer, after each node's first rank has left its node's name in nodes/ (the node list)."""
     me = rank_info()
     if me.local_rank == 0:
         Path("nodes").mkdir(exist_ok=True)
-        Path("nodes", socket.gethostname()).write_text(f"{me.rank}\n")
+        Path("nodes", node_name()).write_text(f"{me.rank}\n")
     from hpcdl.train.main import run_training
 
     run_training(recipe_path, plan_path, results)

@@ -1,0 +1,98 @@
+"""The quick suite through the real local Slurm: two pretend nodes n1, n2 for scaling and collectives.
+
+`hpcdl validate --site ci-slurm --suite quick --nodes 1,2 --max-jobs 1` renders the suite's
+jobs for the test cluster, submits them with the Slurm executor (sbatch, then squeue /
+scontrol until they finish) and judges them against tests/fixtures/sites/references/ci-slurm.yaml.
+One job at a time (--max-jobs 1): both pretend nodes share this machine's two cores, so jobs
+side by side would measure each other. The cluster comes from the session fixture
+`slurm_clusters` (tests/slurm_cluster.py) and is torn down after the tests.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import FIXTURE_SITES, hpcdl
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def slurm_quick_run(slurm_clusters, tmp_path_factory):
+    cluster = slurm_clusters.ensure(2)
+    tmp = tmp_path_factory.mktemp("validate-slurm")
+    out = tmp / "out"
+    env = {"SLURM_CONF": str(cluster.conf), "HPCDL_SITE_PATH": str(FIXTURE_SITES),
+           "HPCDL_LOCAL_JOBS": str(tmp / "local-jobs")}
+    proc = hpcdl("validate", "--site", "ci-slurm", "--suite", "quick", "--nodes", "1,2", "--max-jobs", "1",
+                 "-o", out, env=env, cwd=tmp, timeout=1200)
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()] if out.exists() else []
+    return proc, out, records
+
+
+def test_the_quick_suite_passes_through_slurm_against_the_test_sites_references(slurm_quick_run):
+    proc, out, records = slurm_quick_run
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr
+    assert "FAIL" not in proc.stdout and f"HTML report: {out / 'report' / 'index.html'}" in proc.stdout
+    suite = records[0]
+    assert suite["event"] == "suite" and suite["scheduler"] == "slurm" and suite["launcher"] == "srun"
+    assert suite["references"] == str(FIXTURE_SITES / "references" / "ci-slurm.yaml")
+    verdicts = [r for r in records if r["event"] == "verdict"]
+    assert {v["check"] for v in verdicts} == {"environment", "collectives", "threads", "throughput", "scaling",
+                                             "convergence"}
+    # judged, not only logged: the fixture site's references cover every timing the suite measures
+    judged = {v["name"] for v in verdicts if v["result"] == "pass" and v["reference"] is not None}
+    assert {"threads/best/images_per_sec", "throughput/cifar10_quick/pytorch/images_per_sec",
+            "scaling/weak/2/efficiency", "scaling/strong/2/efficiency",
+            "collectives/gloo/inter-node/busbw_GBps", "collectives/mpi/inter-node/busbw_GBps"} <= judged
+
+
+def test_every_job_was_a_slurm_batch_job_launched_by_srun_with_pmix(slurm_quick_run):
+    _, out, _ = slurm_quick_run
+    scripts = sorted((out / "jobs").glob("*/job.sh"))
+    assert len(scripts) >= 8
+    for script in scripts:
+        text = script.read_text()
+        assert "#SBATCH --partition=debug" in text and " --mpi=pmix hpcdl probe " in text, script
+        assert "export OMPI_MCA_btl=self,tcp" in text  # the site's fix for Open MPI across pretend nodes
+
+
+def test_the_two_node_scaling_records_carry_both_pretend_nodes(slurm_quick_run):
+    _, _, records = slurm_quick_run
+    points = {(r["mode"], r["p"]): r for r in records if r.get("series") == "scaling"}
+    assert set(points) == {("weak", 1), ("weak", 2), ("strong", 1), ("strong", 2)}
+    for mode in ("weak", "strong"):
+        one, two = points[(mode, 1)], points[(mode, 2)]
+        assert one["unit"] == "node" and one["nodes"] == 1 and len(one["nodelist"]) == 1
+        assert two["nodes"] == 2 and two["nodelist"] == ["n1", "n2"]
+        assert two["ranks"] == 2 * two["ranks_per_node"]
+        # the measured aggregate against the one-node baseline of the same run
+        assert two["efficiency"] == pytest.approx(two["images_per_sec"] / (2 * one["images_per_sec"]))
+        assert two["baseline_from"] == "measured in this run"
+    verdicts = {r["name"]: r for r in records if r["event"] == "verdict"}
+    assert verdicts["scaling/weak/2/efficiency"]["nodelist"] == ["n1", "n2"]
+    assert not any(name.endswith("/nodes") for name in verdicts)  # every job ran on the nodes it asked for
+
+
+def test_the_collectives_ran_across_the_two_nodes_with_gloo_and_mpi(slurm_quick_run):
+    _, _, records = slurm_quick_run
+    across = [r for r in records if r.get("series") == "collective" and r["scope"] == "inter-node"]
+    assert {r["backend"] for r in across} == {"gloo", "mpi"}
+    for r in across:
+        assert r["nodes"] == 2 and r["nodelist"] == ["n1", "n2"] and r["ranks"] == 2
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 2 * (2 - 1) / 2)
+    assert len({r["bytes"] for r in across}) >= 8
+
+
+def test_the_report_has_its_plots_with_the_two_node_points(slurm_quick_run):
+    _, out, _ = slurm_quick_run
+    report = out / "report"
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["passed"] is True
+    assert set(summary["plots"]) == {"scaling.png", "threads.png", "collectives.png", "throughput.png"}
+    html = (report / "index.html").read_text()
+    for png in summary["plots"]:
+        assert f'src="{png}"' in html and (report / png).stat().st_size > 10_000
+    assert "n1, n2" in html  # the node list in the summary table
