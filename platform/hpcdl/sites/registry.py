@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from hpcdl.errors import HpcdlError, validation_message
+from hpcdl.files import read_yaml_mapping
 from hpcdl.sites.schema import Site
 
 SHIPPED = Path(__file__).parent / "profiles"
@@ -46,14 +46,7 @@ def list_sites() -> dict[str, str]:
 
 
 def load_site_file(path: Path) -> Site:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise HpcdlError(f"{path}: not valid YAML: {exc}") from None
-    except OSError as exc:
-        raise HpcdlError(f"{path}: cannot read: {exc.strerror}") from None
-    if not isinstance(data, dict):
-        raise HpcdlError(f"{path}: a site profile must be a YAML mapping")
+    data = read_yaml_mapping(path, "a site profile")
     data.setdefault("name", path.stem)
     try:
         site = Site.model_validate(data)

@@ -18,8 +18,9 @@ import os
 import re
 import struct
 import sys
-import tempfile
 from pathlib import Path
+
+from hpcdl.files import write_atomically
 
 MAGIC = b"HPCDLCK1"
 HEADER = struct.Struct("<8sQ32s16x")  # magic, payload length, sha256, padding to 64 bytes
@@ -51,19 +52,7 @@ def save(state: dict, path: Path) -> Path:
     payload = buffer.getvalue()
     header = HEADER.pack(MAGIC, len(payload), hashlib.sha256(payload).digest())
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(header)
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, header + payload, durable=True)
     _fsync_dir(path.parent)
     return path
 

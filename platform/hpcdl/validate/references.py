@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-import yaml
 
 from hpcdl.errors import HpcdlError
+from hpcdl.files import read_yaml_mapping
 from hpcdl.sites.registry import site_search_path
 
 SHIPPED = Path(__file__).parent / "references"
@@ -109,14 +109,7 @@ def load_references(site: str, path: Path | None = None) -> References:
     path = path or find_references(site)
     if path is None:
         return References(site, {}, {}, "none (values are logged, not judged)")
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise HpcdlError(f"{path}: not valid YAML: {exc}") from None
-    except OSError as exc:
-        raise HpcdlError(f"{path}: cannot read: {exc.strerror}") from None
-    if not isinstance(data, dict):
-        raise HpcdlError(f"{path}: a references file must be a YAML mapping")
+    data = read_yaml_mapping(Path(path), "a references file", empty_ok=True)
     unknown = set(data) - {"site", "description", "sources", "expect", "references"}
     if unknown:
         raise HpcdlError(f"{path}: {sorted(unknown)[0]}: unknown field (known: site, description, sources, expect, references)")
