@@ -16,8 +16,9 @@ from hpcdl.modules import DEFAULT_PREFIX, ImageFrameworks, render_site, site_mod
 from hpcdl.modules.shipped import shipped_site_names
 from hpcdl.modules.render import lua_long_string, sh_expanding
 from hpcdl.sites import load_site
+from hpcdl.sites.registry import SHIPPED
 
-FIXTURE_SITES = ROOT / "tests" / "fixtures" / "sites"
+FIXTURE_SITES = ROOT / "tests" / "fixtures" / "sites"  # job-script test sites; shipped ones still found
 GOLDEN = ROOT / "tests" / "golden" / "modules"
 CONTAINER_SITES = ("summit", "stampede2-knl")
 
@@ -45,11 +46,14 @@ def test_summit_pytorch_runs_in_the_volta_image_with_nv_and_one_rank_of_cpu_tuni
     assert fm.image == f"{DEFAULT_PREFIX}/images/volta-cuda.sif"
     python = next(w for w in fm.wrappers if w.command == "python")
     assert python.argv[:3] == ("apptainer", "exec", "--nv")
-    assert python.binds == (("--bind", "/gpfs/alpine", "/gpfs/alpine"), ("--bind", "/mnt/bb/$USER", "/mnt/bb/$USER"))
+    assert python.binds == (
+        ("--bind", "/gpfs/alpine/scratch/$USER", "/gpfs/alpine/scratch/$USER"), ("--bind", "/mnt/bb/$USER", "/mnt/bb/$USER"),
+    )
     # the planner's one rank on a Summit node: 21 of socket 0's 22 cores (one left to the OS)
     assert fm.module.env["OMP_NUM_THREADS"] == "21"
     assert "KMP_AFFINITY" not in fm.module.env, "POWER9 has no Intel OpenMP runtime settings"
     assert {w.command for w in fm.wrappers} == {"python", "hpcdl", "torchrun"}
+    assert fm.module.depends_on == (), "apptainer is on Summit's default PATH: no runtime module to load"
 
 
 def test_stampede2_knl_modules_load_tacc_singularity_and_set_the_knl_openmp_defaults():
@@ -61,7 +65,7 @@ def test_stampede2_knl_modules_load_tacc_singularity_and_set_the_knl_openmp_defa
         assert fm.module.env["OMP_NUM_THREADS"] == "64"
         assert fm.module.env["KMP_AFFINITY"] == "granularity=fine,compact,1,0"
         assert fm.module.env["KMP_BLOCKTIME"] == "1"
-        assert fm.image == "/work/apps/hpcdl/images/knl-mkldnn.sif"
+        assert fm.image == f"{DEFAULT_PREFIX}/images/knl-mkldnn.sif"
         assert all("--nv" not in w.argv and "--rocm" not in w.argv for w in fm.wrappers), "no GPUs on KNL"
     assert {w.command for w in framework(modules, "tensorflow").wrappers} == {"python", "hpcdl"}
 
@@ -81,7 +85,7 @@ def test_the_image_table_is_an_input_of_the_generator():
 
 
 def test_an_unknown_image_names_the_field(tmp_path, monkeypatch):
-    text = (FIXTURE_SITES / "summit.yaml").read_text().replace("image: volta-cuda", "image: no-such-image")
+    text = (SHIPPED / "summit.yaml").read_text().replace("defaults:\n", "defaults:\n  image: no-such-image\n")
     (tmp_path / "summit.yaml").write_text(text)
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
     with pytest.raises(HpcdlError, match="defaults.image"):
@@ -190,10 +194,11 @@ def test_shipped_renders_every_shipped_profile_and_leaves_out_the_detected_local
 
     monkeypatch.delenv("HPCDL_SITE_PATH")
     monkeypatch.setattr(hpcdl.sites.registry, "USER_DIR", tmp_path / "no-user-sites")
-    monkeypatch.setattr(hpcdl.sites.registry, "SHIPPED", FIXTURE_SITES)  # as if these shipped
     result = CliRunner().invoke(app, ["modulefiles", "render", "--shipped", "--prefix", "/opt/hpcdl", "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["stampede2-knl", "summit"]
+    profiles = sorted(p.stem for p in SHIPPED.glob("*.yaml"))
+    assert "summit" in profiles and "local" not in profiles
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == profiles
 
 
 # --- the command line -------------------------------------------------------------------------
@@ -233,8 +238,9 @@ def test_cli_bad_input_is_one_line_exit_2_and_no_files(tmp_path, args, words):
 
 def test_a_gpu_site_without_a_fitting_image_gets_only_the_hpcdl_module(tmp_path, monkeypatch):
     # A100 (sm_80): hopper-cuda is built for sm_90, so no image fits until the profile names one
-    text = (FIXTURE_SITES / "summit.yaml").read_text().replace("Tesla V100-SXM2-16GB", "NVIDIA A100-SXM4-40GB")
-    (tmp_path / "summit.yaml").write_text(text.replace("  image: volta-cuda\n", ""))
+    text = (SHIPPED / "summit.yaml").read_text().replace("Tesla V100-SXM2-16GB", "NVIDIA A100-SXM4-40GB")
+    assert "image:" not in text, "the shipped Summit profile picks its image by hardware"
+    (tmp_path / "summit.yaml").write_text(text)
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
     modules = site_modules(load_site("summit"))
     assert modules.frameworks == ()
@@ -244,8 +250,8 @@ def test_a_gpu_site_without_a_fitting_image_gets_only_the_hpcdl_module(tmp_path,
 
 @pytest.mark.parametrize("runtime, flag, value", [("podman-hpc", "--volume", "/scratch:/scratch"), ("charliecloud", "-b", "/scratch:/scratch")])
 def test_volume_style_binds_test_the_folder_and_pass_the_runtimes_own_form(tmp_path, monkeypatch, runtime, flag, value):
-    text = (FIXTURE_SITES / "summit.yaml").read_text().replace("runtime: apptainer", f"runtime: {runtime}")
-    (tmp_path / "summit.yaml").write_text(text.replace("scratch: /gpfs/alpine", "scratch: /scratch"))
+    text = (SHIPPED / "summit.yaml").read_text().replace("runtime: apptainer", f"runtime: {runtime}")
+    (tmp_path / "summit.yaml").write_text(text.replace("scratch: /gpfs/alpine/scratch/$USER", "scratch: /scratch"))
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
     python = next(f for f in render_site(load_site("summit")) if f.relpath == "wrappers/pytorch-2.13.0/python")
     assert f'if [ -d "/scratch" ]; then binds+=({flag} "{value}"); fi' in python.text
@@ -254,7 +260,7 @@ def test_volume_style_binds_test_the_folder_and_pass_the_runtimes_own_form(tmp_p
 
 
 def test_amd_gpu_sites_get_rocm_from_the_runtime_registry(tmp_path, monkeypatch):
-    text = (FIXTURE_SITES / "summit.yaml").read_text().replace("{model: Tesla V100-SXM2-16GB,", "{model: AMD MI250X GCD, vendor: amd,")
+    text = (SHIPPED / "summit.yaml").read_text().replace("{model: Tesla V100-SXM2-16GB,", "{model: AMD MI250X GCD, vendor: amd,")
     (tmp_path / "summit.yaml").write_text(text)
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
     modules = site_modules(load_site("summit"), images=ImageFrameworks("rocm-test", {"pytorch": "2.13.0"}))

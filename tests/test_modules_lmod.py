@@ -163,7 +163,7 @@ def test_summit_python_runs_inside_the_volta_image_with_nv_and_only_the_binds_th
     node = LoginNode("summit", tmp_path)
     login_session(node, while_loaded="python -c 'print(1)' 'two words'")
     image = node.framework("pytorch").image
-    # no /gpfs/alpine or /mnt/bb/ann on this machine: apptainer would refuse a missing bind source
+    # no /gpfs/alpine/scratch/ann or /mnt/bb/ann on this machine: apptainer would refuse a missing bind source
     assert node.recorded_argv() == ["apptainer", "exec", "--nv", image, "python", "-c", "print(1)", "two words"]
 
 
