@@ -172,12 +172,12 @@ def test_the_drift_check_catches_a_hand_edit_a_stale_file_and_a_lost_exec_bit(tm
     write_tree(render_site(load_site("summit")), tmp_path / "want")
     write_tree(render_site(load_site("summit")), tmp_path / "have")
     assert tree_differences(tmp_path / "want", tmp_path / "have") == []
-    lua = tmp_path / "have" / "pytorch" / "2.13.0.lua"
+    lua = tmp_path / "have" / "pytorch" / "2.8.0.lua"
     lua.write_text(lua.read_text().replace('"21"', '"16"'))
     (tmp_path / "have" / "pytorch" / "1.0.lua").write_text("-- stale\n")
-    (tmp_path / "have" / "wrappers" / "pytorch-2.13.0" / "python").chmod(0o644)
+    (tmp_path / "have" / "wrappers" / "pytorch-2.8.0" / "python").chmod(0o644)
     assert tree_differences(tmp_path / "want", tmp_path / "have") == [
-        "extra pytorch/1.0.lua", "changed pytorch/2.13.0.lua", "exec bit wrappers/pytorch-2.13.0/python",
+        "extra pytorch/1.0.lua", "changed pytorch/2.8.0.lua", "exec bit wrappers/pytorch-2.8.0/python",
     ]
 
 
@@ -209,7 +209,7 @@ def test_cli_renders_a_site_tree_with_the_given_prefix(tmp_path):
     assert "module use" in out
     tree = tmp_path / "summit"
     assert (tree / "hpcdl" / "0.1.0.lua").read_text().count('"/sw/hpcdl/bin"') == 1
-    assert os.access(tree / "wrappers" / "pytorch-2.13.0" / "torchrun", os.X_OK)
+    assert os.access(tree / "wrappers" / "pytorch-2.8.0" / "torchrun", os.X_OK)
 
 
 def test_cli_takes_the_prefix_from_hpcdl_prefix(tmp_path):
@@ -253,7 +253,7 @@ def test_volume_style_binds_test_the_folder_and_pass_the_runtimes_own_form(tmp_p
     text = (SHIPPED / "summit.yaml").read_text().replace("runtime: apptainer", f"runtime: {runtime}")
     (tmp_path / "summit.yaml").write_text(text.replace("scratch: /gpfs/alpine/scratch/$USER", "scratch: /scratch"))
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
-    python = next(f for f in render_site(load_site("summit")) if f.relpath == "wrappers/pytorch-2.13.0/python")
+    python = next(f for f in render_site(load_site("summit")) if f.relpath == "wrappers/pytorch-2.8.0/python")
     assert f'if [ -d "/scratch" ]; then binds+=({flag} "{value}"); fi' in python.text
     write_tree([python], tmp_path / "tree")
     shellcheck(tmp_path / "tree" / python.relpath)
@@ -267,3 +267,46 @@ def test_amd_gpu_sites_get_rocm_from_the_runtime_registry(tmp_path, monkeypatch)
     python = framework(modules, "pytorch").wrappers[0]
     assert python.argv[:3] == ("apptainer", "exec", "--rocm")
     assert framework(modules, "pytorch").image == f"{DEFAULT_PREFIX}/images/rocm-test.sif"
+
+
+# --- the image facts come from containers/images.yaml ------------------------------------------
+
+def test_framework_versions_are_the_pins_of_the_sites_image_in_images_yaml():
+    from hpcdl.images.spec import load_images
+
+    specs = load_images()
+    summit = site_modules(load_site("summit"))
+    assert {fm.module.name: fm.module.version for fm in summit.frameworks} == {
+        "pytorch": specs["volta-cuda"].environments["main"].version_of("torch"),
+        "tensorflow": specs["volta-cuda"].environments["tensorflow"].version_of("tensorflow"),
+    }
+    knl = {fm.module.name: fm.module.version for fm in site_modules(load_site("stampede2-knl")).frameworks}
+    assert knl["tensorflow"] == specs["knl-mkldnn"].environments["main"].version_of("tensorflow-cpu")
+    assert knl["mxnet"] == specs["knl-mkldnn"].environments["mxnet"].version_of("mxnet")
+
+
+def test_a_framework_outside_the_images_main_environment_runs_from_its_own_environment():
+    summit = site_modules(load_site("summit"))
+    tensorflow, pytorch = framework(summit, "tensorflow"), framework(summit, "pytorch")
+    # volta-cuda keeps TensorFlow's CUDA 12 wheels apart from torch's: /opt/envs/tensorflow
+    assert [w.argv[-1] for w in tensorflow.wrappers] == ["/opt/envs/tensorflow/bin/python", "/opt/envs/tensorflow/bin/hpcdl"]
+    assert [w.argv[-1] for w in pytorch.wrappers] == ["python", "hpcdl", "torchrun"], "main is on the image's PATH"
+    mxnet = framework(site_modules(load_site("stampede2-knl")), "mxnet")
+    assert mxnet.wrappers[0].argv[-1] == "/opt/envs/mxnet/bin/python"
+
+
+def test_the_environments_folder_is_the_one_the_image_generator_builds():
+    from hpcdl.images.generate import ENVS
+    from hpcdl.modules.images import ENVS as MODULE_ENVS
+
+    assert MODULE_ENVS == ENVS
+
+
+def test_the_image_is_chosen_by_hardware_unless_the_profile_names_one():
+    from hpcdl.modules.images import image_name_for_site
+
+    assert image_name_for_site(load_site("summit")) == "volta-cuda"  # V100, no defaults.image
+    assert image_name_for_site(load_site("stampede2-knl")) == "knl-mkldnn"  # CPU only
+    # a registry reference with a tag names the image too
+    assert load_site("test-slurm-a100").defaults.image == "registry.nersc.gov/hpcdl/volta-cuda:0.1"
+    assert image_name_for_site(load_site("test-slurm-a100")) == "volta-cuda"
