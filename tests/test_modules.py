@@ -16,8 +16,9 @@ from hpcdl.modules import DEFAULT_PREFIX, ImageFrameworks, render_site, site_mod
 from hpcdl.modules.shipped import shipped_site_names
 from hpcdl.modules.render import lua_long_string, sh_expanding
 from hpcdl.sites import load_site
+from hpcdl.sites.registry import SHIPPED
 
-FIXTURE_SITES = ROOT / "tests" / "fixtures" / "sites"
+FIXTURE_SITES = ROOT / "tests" / "fixtures" / "sites"  # job-script test sites; shipped ones still found
 GOLDEN = ROOT / "tests" / "golden" / "modules"
 CONTAINER_SITES = ("summit", "stampede2-knl")
 
@@ -45,11 +46,14 @@ def test_summit_pytorch_runs_in_the_volta_image_with_nv_and_one_rank_of_cpu_tuni
     assert fm.image == f"{DEFAULT_PREFIX}/images/volta-cuda.sif"
     python = next(w for w in fm.wrappers if w.command == "python")
     assert python.argv[:3] == ("apptainer", "exec", "--nv")
-    assert python.binds == (("--bind", "/gpfs/alpine", "/gpfs/alpine"), ("--bind", "/mnt/bb/$USER", "/mnt/bb/$USER"))
+    assert python.binds == (
+        ("--bind", "/gpfs/alpine/scratch/$USER", "/gpfs/alpine/scratch/$USER"), ("--bind", "/mnt/bb/$USER", "/mnt/bb/$USER"),
+    )
     # the planner's one rank on a Summit node: 21 of socket 0's 22 cores (one left to the OS)
     assert fm.module.env["OMP_NUM_THREADS"] == "21"
     assert "KMP_AFFINITY" not in fm.module.env, "POWER9 has no Intel OpenMP runtime settings"
     assert {w.command for w in fm.wrappers} == {"python", "hpcdl", "torchrun"}
+    assert fm.module.depends_on == (), "apptainer is on Summit's default PATH: no runtime module to load"
 
 
 def test_stampede2_knl_modules_load_tacc_singularity_and_set_the_knl_openmp_defaults():
@@ -61,7 +65,7 @@ def test_stampede2_knl_modules_load_tacc_singularity_and_set_the_knl_openmp_defa
         assert fm.module.env["OMP_NUM_THREADS"] == "64"
         assert fm.module.env["KMP_AFFINITY"] == "granularity=fine,compact,1,0"
         assert fm.module.env["KMP_BLOCKTIME"] == "1"
-        assert fm.image == "/work/apps/hpcdl/images/knl-mkldnn.sif"
+        assert fm.image == f"{DEFAULT_PREFIX}/images/knl-mkldnn.sif"
         assert all("--nv" not in w.argv and "--rocm" not in w.argv for w in fm.wrappers), "no GPUs on KNL"
     assert {w.command for w in framework(modules, "tensorflow").wrappers} == {"python", "hpcdl"}
 
@@ -81,7 +85,7 @@ def test_the_image_table_is_an_input_of_the_generator():
 
 
 def test_an_unknown_image_names_the_field(tmp_path, monkeypatch):
-    text = (FIXTURE_SITES / "summit.yaml").read_text().replace("image: volta-cuda", "image: no-such-image")
+    text = (SHIPPED / "summit.yaml").read_text().replace("defaults:\n", "defaults:\n  image: no-such-image\n")
     (tmp_path / "summit.yaml").write_text(text)
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
     with pytest.raises(HpcdlError, match="defaults.image"):
@@ -168,12 +172,12 @@ def test_the_drift_check_catches_a_hand_edit_a_stale_file_and_a_lost_exec_bit(tm
     write_tree(render_site(load_site("summit")), tmp_path / "want")
     write_tree(render_site(load_site("summit")), tmp_path / "have")
     assert tree_differences(tmp_path / "want", tmp_path / "have") == []
-    lua = tmp_path / "have" / "pytorch" / "2.13.0.lua"
+    lua = tmp_path / "have" / "pytorch" / "2.8.0.lua"
     lua.write_text(lua.read_text().replace('"21"', '"16"'))
     (tmp_path / "have" / "pytorch" / "1.0.lua").write_text("-- stale\n")
-    (tmp_path / "have" / "wrappers" / "pytorch-2.13.0" / "python").chmod(0o644)
+    (tmp_path / "have" / "wrappers" / "pytorch-2.8.0" / "python").chmod(0o644)
     assert tree_differences(tmp_path / "want", tmp_path / "have") == [
-        "extra pytorch/1.0.lua", "changed pytorch/2.13.0.lua", "exec bit wrappers/pytorch-2.13.0/python",
+        "extra pytorch/1.0.lua", "changed pytorch/2.8.0.lua", "exec bit wrappers/pytorch-2.8.0/python",
     ]
 
 
@@ -190,10 +194,11 @@ def test_shipped_renders_every_shipped_profile_and_leaves_out_the_detected_local
 
     monkeypatch.delenv("HPCDL_SITE_PATH")
     monkeypatch.setattr(hpcdl.sites.registry, "USER_DIR", tmp_path / "no-user-sites")
-    monkeypatch.setattr(hpcdl.sites.registry, "SHIPPED", FIXTURE_SITES)  # as if these shipped
     result = CliRunner().invoke(app, ["modulefiles", "render", "--shipped", "--prefix", "/opt/hpcdl", "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["stampede2-knl", "summit"]
+    profiles = sorted(p.stem for p in SHIPPED.glob("*.yaml"))
+    assert "summit" in profiles and "local" not in profiles
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == profiles
 
 
 # --- the command line -------------------------------------------------------------------------
@@ -204,7 +209,7 @@ def test_cli_renders_a_site_tree_with_the_given_prefix(tmp_path):
     assert "module use" in out
     tree = tmp_path / "summit"
     assert (tree / "hpcdl" / "0.1.0.lua").read_text().count('"/sw/hpcdl/bin"') == 1
-    assert os.access(tree / "wrappers" / "pytorch-2.13.0" / "torchrun", os.X_OK)
+    assert os.access(tree / "wrappers" / "pytorch-2.8.0" / "torchrun", os.X_OK)
 
 
 def test_cli_takes_the_prefix_from_hpcdl_prefix(tmp_path):
@@ -233,8 +238,9 @@ def test_cli_bad_input_is_one_line_exit_2_and_no_files(tmp_path, args, words):
 
 def test_a_gpu_site_without_a_fitting_image_gets_only_the_hpcdl_module(tmp_path, monkeypatch):
     # A100 (sm_80): hopper-cuda is built for sm_90, so no image fits until the profile names one
-    text = (FIXTURE_SITES / "summit.yaml").read_text().replace("Tesla V100-SXM2-16GB", "NVIDIA A100-SXM4-40GB")
-    (tmp_path / "summit.yaml").write_text(text.replace("  image: volta-cuda\n", ""))
+    text = (SHIPPED / "summit.yaml").read_text().replace("Tesla V100-SXM2-16GB", "NVIDIA A100-SXM4-40GB")
+    assert "image:" not in text, "the shipped Summit profile picks its image by hardware"
+    (tmp_path / "summit.yaml").write_text(text)
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
     modules = site_modules(load_site("summit"))
     assert modules.frameworks == ()
@@ -244,20 +250,63 @@ def test_a_gpu_site_without_a_fitting_image_gets_only_the_hpcdl_module(tmp_path,
 
 @pytest.mark.parametrize("runtime, flag, value", [("podman-hpc", "--volume", "/scratch:/scratch"), ("charliecloud", "-b", "/scratch:/scratch")])
 def test_volume_style_binds_test_the_folder_and_pass_the_runtimes_own_form(tmp_path, monkeypatch, runtime, flag, value):
-    text = (FIXTURE_SITES / "summit.yaml").read_text().replace("runtime: apptainer", f"runtime: {runtime}")
-    (tmp_path / "summit.yaml").write_text(text.replace("scratch: /gpfs/alpine", "scratch: /scratch"))
+    text = (SHIPPED / "summit.yaml").read_text().replace("runtime: apptainer", f"runtime: {runtime}")
+    (tmp_path / "summit.yaml").write_text(text.replace("scratch: /gpfs/alpine/scratch/$USER", "scratch: /scratch"))
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
-    python = next(f for f in render_site(load_site("summit")) if f.relpath == "wrappers/pytorch-2.13.0/python")
+    python = next(f for f in render_site(load_site("summit")) if f.relpath == "wrappers/pytorch-2.8.0/python")
     assert f'if [ -d "/scratch" ]; then binds+=({flag} "{value}"); fi' in python.text
     write_tree([python], tmp_path / "tree")
     shellcheck(tmp_path / "tree" / python.relpath)
 
 
 def test_amd_gpu_sites_get_rocm_from_the_runtime_registry(tmp_path, monkeypatch):
-    text = (FIXTURE_SITES / "summit.yaml").read_text().replace("{model: Tesla V100-SXM2-16GB,", "{model: AMD MI250X GCD, vendor: amd,")
+    text = (SHIPPED / "summit.yaml").read_text().replace("{model: Tesla V100-SXM2-16GB,", "{model: AMD MI250X GCD, vendor: amd,")
     (tmp_path / "summit.yaml").write_text(text)
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
     modules = site_modules(load_site("summit"), images=ImageFrameworks("rocm-test", {"pytorch": "2.13.0"}))
     python = framework(modules, "pytorch").wrappers[0]
     assert python.argv[:3] == ("apptainer", "exec", "--rocm")
     assert framework(modules, "pytorch").image == f"{DEFAULT_PREFIX}/images/rocm-test.sif"
+
+
+# --- the image facts come from containers/images.yaml ------------------------------------------
+
+def test_framework_versions_are_the_pins_of_the_sites_image_in_images_yaml():
+    from hpcdl.images.spec import load_images
+
+    specs = load_images()
+    summit = site_modules(load_site("summit"))
+    assert {fm.module.name: fm.module.version for fm in summit.frameworks} == {
+        "pytorch": specs["volta-cuda"].environments["main"].version_of("torch"),
+        "tensorflow": specs["volta-cuda"].environments["tensorflow"].version_of("tensorflow"),
+    }
+    knl = {fm.module.name: fm.module.version for fm in site_modules(load_site("stampede2-knl")).frameworks}
+    assert knl["tensorflow"] == specs["knl-mkldnn"].environments["main"].version_of("tensorflow-cpu")
+    assert knl["mxnet"] == specs["knl-mkldnn"].environments["mxnet"].version_of("mxnet")
+
+
+def test_a_framework_outside_the_images_main_environment_runs_from_its_own_environment():
+    summit = site_modules(load_site("summit"))
+    tensorflow, pytorch = framework(summit, "tensorflow"), framework(summit, "pytorch")
+    # volta-cuda keeps TensorFlow's CUDA 12 wheels apart from torch's: /opt/envs/tensorflow
+    assert [w.argv[-1] for w in tensorflow.wrappers] == ["/opt/envs/tensorflow/bin/python", "/opt/envs/tensorflow/bin/hpcdl"]
+    assert [w.argv[-1] for w in pytorch.wrappers] == ["python", "hpcdl", "torchrun"], "main is on the image's PATH"
+    mxnet = framework(site_modules(load_site("stampede2-knl")), "mxnet")
+    assert mxnet.wrappers[0].argv[-1] == "/opt/envs/mxnet/bin/python"
+
+
+def test_the_environments_folder_is_the_one_the_image_generator_builds():
+    from hpcdl.images.generate import ENVS
+    from hpcdl.modules.images import ENVS as MODULE_ENVS
+
+    assert MODULE_ENVS == ENVS
+
+
+def test_the_image_is_chosen_by_hardware_unless_the_profile_names_one():
+    from hpcdl.modules.images import image_name_for_site
+
+    assert image_name_for_site(load_site("summit")) == "volta-cuda"  # V100, no defaults.image
+    assert image_name_for_site(load_site("stampede2-knl")) == "knl-mkldnn"  # CPU only
+    # a registry reference with a tag names the image too
+    assert load_site("test-slurm-a100").defaults.image == "registry.nersc.gov/hpcdl/volta-cuda:0.1"
+    assert image_name_for_site(load_site("test-slurm-a100")) == "volta-cuda"

@@ -2,10 +2,10 @@
 run python, hpcdl and torchrun inside the site's image (or from a native install)."""
 
 from hpcdl.modules.generator import DEFAULT_PREFIX, SiteModules, site_modules
-from hpcdl.modules.images import IMAGES, NATIVE, ImageFrameworks
+from hpcdl.modules.images import NATIVE, ImageFrameworks, images_table
 from hpcdl.modules.render import RenderedFile, render_site, write_tree
 
 __all__ = [
-    "DEFAULT_PREFIX", "IMAGES", "NATIVE", "ImageFrameworks", "RenderedFile", "SiteModules",
-    "render_site", "site_modules", "write_tree",
+    "DEFAULT_PREFIX", "NATIVE", "ImageFrameworks", "RenderedFile", "SiteModules",
+    "images_table", "render_site", "site_modules", "write_tree",
 ]

@@ -116,7 +116,8 @@ def _framework_module(site: Site, prefix: str, images: ImageFrameworks, framewor
         where = f"in the {images.name} image, run with {site.runtime}"
         env["HPCDL_IMAGE"] = image
         argv, binds = container_argv(site)
-        wrappers = tuple(Wrapper(command=c, argv=(*argv, c), binds=binds) for c in commands)
+        # a framework outside the image's `main` environment runs from its own environment's bin
+        wrappers = tuple(Wrapper(command=c, argv=(*argv, images.command(framework, c)), binds=binds) for c in commands)
     depends = (site.modules.runtime,) if site.modules.runtime and site.runtime != "none" else ()
     help_text = (
         f"{title} {version} on {site.name}, {where}.\n"

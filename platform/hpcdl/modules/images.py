@@ -1,17 +1,27 @@
 """Which image a site's framework modules wrap, and the framework versions inside it.
 
-This is the seam to containers/images.yaml (issue 5): until that lands, the table below
-is the generator's input. To wire it up, build `IMAGES` from images.yaml; nothing else
-in hpcdl.modules reads image facts.
+The facts come from containers/images.yaml through hpcdl.images.spec (issue 5): each image's
+environments pin the frameworks, so a module's version is the version that image really holds.
+Nothing else in hpcdl.modules reads image facts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import PurePosixPath
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path, PurePosixPath
 
 from hpcdl.errors import HpcdlError
+from hpcdl.images.spec import IMAGES_YAML, ImageSpec, load_images
 from hpcdl.sites.schema import Site
+
+# Where an image's virtual environments live; equals hpcdl.images.generate.ENVS (a test checks),
+# repeated here so rendering modules does not import hpccm.
+ENVS = "/opt/envs"
+
+# pip package -> framework module; tensorflow-cpu is the CPU build of the same framework
+FRAMEWORK_PACKAGES = {"torch": "pytorch", "tensorflow": "tensorflow", "tensorflow-cpu": "tensorflow", "mxnet": "mxnet"}
+FRAMEWORK_ORDER = ("pytorch", "tensorflow", "mxnet")
 
 
 @dataclass(frozen=True)
@@ -20,18 +30,46 @@ class ImageFrameworks:
 
     name: str
     frameworks: dict[str, str]  # framework -> version, e.g. {"pytorch": "2.13.0"}
+    # framework -> the image's bin folder that holds it, where that is not the `main` environment
+    # on the image's PATH (TensorFlow and MXNet get their own environments where their pins clash)
+    bin_dirs: dict[str, str] = field(default_factory=dict)
+
+    def command(self, framework: str, program: str) -> str:
+        """How a wrapper names `program` inside the image: bare when on PATH, else its full path."""
+        folder = self.bin_dirs.get(framework)
+        return f"{folder}/{program}" if folder else program
 
 
-# Versions follow pyproject.toml's pins (torch 2.13.0, tensorflow-cpu 2.21.0) where the image
-# holds the same build; MXNet's last release is 1.9.1 and lives in its own environment in
-# knl-mkldnn (issue 5). The CUDA images carry the GPU builds of the same versions.
-IMAGES: dict[str, ImageFrameworks] = {
-    "knl-mkldnn": ImageFrameworks("knl-mkldnn", {"pytorch": "2.13.0", "tensorflow": "2.21.0", "mxnet": "1.9.1"}),
-    "volta-cuda": ImageFrameworks("volta-cuda", {"pytorch": "2.13.0", "tensorflow": "2.21.0"}),
-    "hopper-cuda": ImageFrameworks("hopper-cuda", {"pytorch": "2.13.0", "tensorflow": "2.21.0"}),
-}
+def image_frameworks(spec: ImageSpec) -> ImageFrameworks:
+    """The frameworks an image spec pins, each with the environment it lives in."""
+    found: dict[str, tuple[str, str]] = {}
+    # `main` first, so a framework pinned in main and elsewhere is run from the PATH one
+    for env_name in sorted(spec.environments, key=lambda n: n != "main"):
+        for package, version in spec.environments[env_name].packages.items():
+            framework = FRAMEWORK_PACKAGES.get(package)
+            if framework and framework not in found:
+                found[framework] = (env_name, version)
+    ordered = sorted(found, key=lambda f: FRAMEWORK_ORDER.index(f))
+    return ImageFrameworks(
+        name=spec.name,
+        frameworks={f: found[f][1] for f in ordered},
+        bin_dirs={f: f"{ENVS}/{found[f][0]}/bin" for f in ordered if found[f][0] != "main"},
+    )
 
-# Runtime `none`: the frameworks installed in the prefix (pip install '.[torch,tensorflow]').
+
+@lru_cache(maxsize=4)
+def load_image_table(path: Path | str = IMAGES_YAML) -> dict[str, ImageFrameworks]:
+    """Image name -> its frameworks, read from containers/images.yaml (hpcdl.images.spec.IMAGES_YAML:
+    the checkout's, which an editable install finds)."""
+    return {name: image_frameworks(spec) for name, spec in load_images(path).items()}
+
+
+def images_table() -> dict[str, ImageFrameworks]:
+    return load_image_table(IMAGES_YAML)
+
+
+# Runtime `none`: the frameworks installed in the prefix (pip install '.[torch,tensorflow]'),
+# pinned in pyproject.toml (torch 2.13.0, tensorflow-cpu 2.21.0); one environment, so all on PATH.
 NATIVE = ImageFrameworks("native", {"pytorch": "2.13.0", "tensorflow": "2.21.0"})
 
 
@@ -39,7 +77,8 @@ def image_name_for_site(site: Site) -> str | None:
     """defaults.image (a name, or a path whose stem is the name); else chosen from the hardware;
     None when no image is built for it (e.g. AMD GPUs, or A100s: hopper-cuda is built for sm_90)."""
     if site.defaults.image:
-        return PurePosixPath(site.defaults.image).name.split(".")[0]
+        # registry/path/volta-cuda:0.1, /sw/images/volta-cuda.sif -> volta-cuda
+        return PurePosixPath(site.defaults.image).name.split(":")[0].split(".")[0]
     _, node = site.node_kind()
     # KNL/Xeon CPUs: the oneDNN image. GPUs: the CUDA image built for their architecture
     # (CUDA 13 dropped Volta, sm_70, so V100 nodes need volta-cuda on CUDA 12).
@@ -62,6 +101,8 @@ def frameworks_for_site(site: Site) -> ImageFrameworks | None:
     name = image_name_for_site(site)
     if name is None:
         return None
-    if name not in IMAGES:
-        raise HpcdlError(f"defaults.image: {name!r} (site {site.name!r}) is not one of {', '.join(sorted(IMAGES))}")
-    return IMAGES[name]
+    images = images_table()
+    if name not in images:
+        raise HpcdlError(f"defaults.image: {name!r} (site {site.name!r}) is not one of {', '.join(sorted(images))} "
+                         f"({IMAGES_YAML})")
+    return images[name]
