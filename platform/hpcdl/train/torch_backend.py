@@ -40,8 +40,9 @@ class Distributed:
     """The process group, or a stand-in for one process.
 
     The verbs a backend of distribution offers the loop: wrap(model), sum(values),
-    max(value), any_async(flag) -> handle with .wait() -> bool, close(). A Horovod
-    implementation (hpcdl.train.horovod_torch) offers the same verbs.
+    max(value), any_async(flag) -> handle with .wait() -> bool, close(). Horovod is not
+    one of these: it is a backend of its own (hpcdl.train.horovod_torch, chosen by
+    hpcdl.train.main.backend_for), since it replaces the optimizer, not the process group.
     """
 
     def __init__(self, me: RankInfo, backend: str, timeout_s: float = 300):
@@ -134,11 +135,7 @@ def choose_backend(recipe: Recipe, device: torch.device) -> str:
 
 def make_comm(recipe: Recipe, me: RankInfo, backend: str):
     if backend == "horovod":
-        try:
-            from hpcdl.train.horovod_torch import HorovodComm  # the frameworks issue's module
-        except ImportError as exc:
-            raise HpcdlError(f"distributed: horovod is not usable here ({exc}); use gloo, nccl or mpi") from None
-        return HorovodComm(me)
+        raise HpcdlError("distributed: horovod is trained by hpcdl.train.horovod_torch; start it with `hpcdl train`")
     if backend == "mpi" and not dist.is_mpi_available():
         raise HpcdlError("distributed: mpi, but this PyTorch was built without MPI; use gloo or nccl")
     return Distributed(me, backend, recipe.collective_timeout_s)
