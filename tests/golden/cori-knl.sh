@@ -54,7 +54,7 @@ hpcdl_launcher_pid=
 trap 'hpcdl_signal=USR1; [ -z "$hpcdl_launcher_pid" ] || kill -s USR1 "$hpcdl_launcher_pid" 2>/dev/null || true' USR1
 trap 'hpcdl_signal=TERM; [ -z "$hpcdl_launcher_pid" ] || kill -s TERM "$hpcdl_launcher_pid" 2>/dev/null || true' TERM
 
-srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=256 --cpu-bind=cores shifter --image=hpcdl:latest hpcdl train recipe.json --plan plan.json --results results.jsonl &
+srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=256 --cpu-bind=cores shifter --image=hpcdl/knl-mkldnn:latest hpcdl train recipe.json --plan plan.json --results results.jsonl &
 hpcdl_launcher_pid=$!
 hpcdl_status=0
 while :; do

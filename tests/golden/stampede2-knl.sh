@@ -50,6 +50,9 @@ export OMP_PLACES=cores
 export OMP_PROC_BIND=close
 export PSM2_SHAREDCONTEXTS=1
 
+# The image is the one the site's framework modules run, in the folder `module load hpcdl` names.
+: "${HPCDL_IMAGE_DIR:?is not set: module load hpcdl first, or render with --image}"
+
 # Rank 0 runs on the allocation's first node, where Slurm also runs this batch step.
 MASTER_ADDR=$(hostname)
 export MASTER_ADDR
@@ -63,7 +66,7 @@ hpcdl_launcher_pid=
 trap 'hpcdl_signal=USR1; [ -z "$hpcdl_launcher_pid" ] || kill -s USR1 "$hpcdl_launcher_pid" 2>/dev/null || true' USR1
 trap 'hpcdl_signal=TERM; [ -z "$hpcdl_launcher_pid" ] || kill -s TERM "$hpcdl_launcher_pid" 2>/dev/null || true' TERM
 
-ibrun singularity exec --bind "${SCRATCH}" --bind /tmp hpcdl.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
+ibrun singularity exec --bind "${SCRATCH}" --bind /tmp "${HPCDL_IMAGE_DIR}"/knl-mkldnn.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
 hpcdl_launcher_pid=$!
 hpcdl_status=0
 while :; do

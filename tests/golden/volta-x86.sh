@@ -45,6 +45,9 @@ export OMP_NUM_THREADS=10
 export OMP_PLACES=cores
 export OMP_PROC_BIND=close
 
+# The image is the one the site's framework modules run, in the folder `module load hpcdl` names.
+: "${HPCDL_IMAGE_DIR:?is not set: module load hpcdl first, or render with --image}"
+
 # Rank 0 runs on the allocation's first node, where Slurm also runs this batch step.
 MASTER_ADDR=$(hostname)
 export MASTER_ADDR
@@ -58,7 +61,7 @@ hpcdl_launcher_pid=
 trap 'hpcdl_signal=USR1; [ -z "$hpcdl_launcher_pid" ] || kill -s USR1 "$hpcdl_launcher_pid" 2>/dev/null || true' USR1
 trap 'hpcdl_signal=TERM; [ -z "$hpcdl_launcher_pid" ] || kill -s TERM "$hpcdl_launcher_pid" 2>/dev/null || true' TERM
 
-srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=20 --cpu-bind=cores --mpi=pmix --gpus-per-node=4 --gpu-bind=map_gpu:0,1,2,3 apptainer exec --nv --bind /scratch/"${USER}" --bind /tmp hpcdl.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
+srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=20 --cpu-bind=cores --mpi=pmix --gpus-per-node=4 --gpu-bind=map_gpu:0,1,2,3 apptainer exec --nv --bind /scratch/"${USER}" --bind /tmp "${HPCDL_IMAGE_DIR}"/volta-cuda.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
 hpcdl_launcher_pid=$!
 hpcdl_status=0
 while :; do

@@ -22,7 +22,7 @@ from hpcdl import __version__
 from hpcdl.errors import HpcdlError
 from hpcdl.plan.model import Plan
 from hpcdl.render.shell import (
-    env_name, join, one_line, path_with_variables, plain_word, quote, slurm_directive_value,
+    Expanding, env_name, join, one_line, path_with_variables, plain_word, quote, slurm_directive_value,
 )
 from hpcdl.runtimes import runtime_for
 from hpcdl.sites.schema import Site
@@ -75,6 +75,27 @@ _env.filters["join"] = join
 _env.filters["sbatch"] = slurm_directive_value
 
 
+def default_image(site: Site) -> str | None:
+    """The image the site's framework modules run (hpcdl.modules), so scripts and modules agree.
+
+    An image file lives in the folder the `hpcdl` module names in $HPCDL_IMAGE_DIR unless the
+    profile names image_dir; a registry runtime gets the tag the modules use. None where no
+    shipped image fits the site (then the runtime's placeholder name is used).
+    """
+    from hpcdl.modules.generator import IMAGE_FILE_SUFFIX, image_reference
+    from hpcdl.modules.images import image_name_for_site
+
+    if site.runtime == "none":
+        return None
+    name = image_name_for_site(site)
+    if name is None:
+        return None
+    suffix = IMAGE_FILE_SUFFIX.get(site.runtime)
+    if suffix and not site.defaults.image_dir:
+        return Expanding(f"${{HPCDL_IMAGE_DIR}}/{name}{suffix}")
+    return image_reference(site, "", name)
+
+
 def render_job_script(
     site: Site, plan: Plan, recipe: dict, options: JobOptions, scheduler: str | None = None,
     program: Sequence[str] | None = None,
@@ -98,7 +119,7 @@ def render_job_script(
     for r in plan.ranks:
         for k in r.env:
             env_name(k)
-    image = options.image or site.defaults.image
+    image = options.image or site.defaults.image or default_image(site)
     if image and site.defaults.image_dir and not image.startswith(("/", "docker:", "docker://", "oras://")) \
             and site.runtime in ("apptainer", "singularity", "charliecloud"):
         image = str(PurePosixPath(site.defaults.image_dir) / image)
@@ -119,6 +140,7 @@ def render_job_script(
         plan_json=json.dumps(plan.to_dict(), sort_keys=True),
         recipe_json=_heredoc_safe(json.dumps(recipe, sort_keys=True)),
         launch=[*plan.launcher_argv, *runtime_argv, *program],
+        image_from_module="${HPCDL_IMAGE_DIR}" in str(image or ""),
         stage=staging(site, plan, recipe, scheduler),
         node_map=node_map_lines(plan),
         job_slug=slug(options.name),
