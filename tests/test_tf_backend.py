@@ -105,11 +105,17 @@ def test_tensorflow_resume_from_a_snapshot_continues_as_the_uninterrupted_run(tm
 
 
 def test_a_recipe_rule_the_backend_lacks_is_refused_naming_the_field():
-    """LARS, LARC and friends live in the PyTorch optimizer; another backend must not skip them quietly."""
+    """GoogLeNet's auxiliary heads live in the PyTorch trainer; another backend must not skip them quietly.
+
+    LARS, LARC and the other optimizer rules are shared (tests/test_framework_optim.py); Horovod's
+    torch.optim.SGD still lacks them."""
     from types import SimpleNamespace
 
     from hpcdl.train.framework_loop import refuse_unsupported
 
     refuse_unsupported(SimpleNamespace(name="plain"), "tensorflow")  # a recipe without those fields
-    with pytest.raises(HpcdlError, match="type: 'LARS'.*tensorflow"):
-        refuse_unsupported(SimpleNamespace(name="lars", type="LARS"), "tensorflow")
+    refuse_unsupported(SimpleNamespace(name="lars", type="LARS", label_smoothing=0.1), "tensorflow")
+    with pytest.raises(HpcdlError, match="aux_heads: True.*tensorflow"):
+        refuse_unsupported(SimpleNamespace(name="aux", aux_heads=True), "tensorflow")
+    with pytest.raises(HpcdlError, match="type: 'LARS'.*horovod"):
+        refuse_unsupported(SimpleNamespace(name="lars", type="LARS"), "pytorch with horovod")

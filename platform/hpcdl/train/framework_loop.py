@@ -51,21 +51,27 @@ class FrameworkTrainer(Protocol):
         """This rank's learned parameters (to check that the ranks agree)."""
 
 
-# Recipe fields whose rules are implemented in the PyTorch optimizer only: a TensorFlow or
-# MXNet run that asks for one is refused rather than trained without it. Read with
-# getattr, so recipes from before these fields existed pass.
-PYTORCH_ONLY = {
+# Recipe fields a backend does not implement, with their plain values: a run that asks for
+# one is refused rather than trained without it. TensorFlow and MXNet take their step with
+# hpcdl.train.update_rule (LARS/LARC, clipping, momentum correction, no_bias_decay) and
+# smooth labels in their own loss; Horovod wraps torch.optim.SGD, so it has none of them.
+# Read with getattr, so recipes from before these fields existed pass.
+_OPTIMIZER_FIELDS = {
     "type": "SGD",  # LARS, LARC
     "label_smoothing": 0.0,
     "no_bias_decay": False,
     "clip_gradients": None,
     "momentum_correction": False,
-    "aux_heads": False,
+}
+UNSUPPORTED = {
+    "tensorflow": {"aux_heads": False},
+    "mxnet": {"aux_heads": False},
+    "pytorch with horovod": {**_OPTIMIZER_FIELDS, "aux_heads": False},
 }
 
 
 def refuse_unsupported(recipe: Recipe, framework: str) -> None:
-    for name, plain in PYTORCH_ONLY.items():
+    for name, plain in UNSUPPORTED.get(framework, {}).items():
         value = getattr(recipe, name, plain)
         if value != plain:
             raise HpcdlError(

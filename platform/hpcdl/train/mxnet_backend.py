@@ -41,12 +41,12 @@ def world_size_of(kvstore) -> int:
 
 
 class GluonTrainer:
-    """The verbs framework_loop needs, on a Gluon block and gluon.Trainer."""
+    """The verbs framework_loop needs, on a Gluon block with hpcdl.train.update_rule taking the step."""
 
     framework = "mxnet"
 
     def __init__(self, mx, net, recipe: Recipe, kvstore, me: RankInfo, from_logits: bool):
-        from mxnet import autograd, gluon
+        from mxnet import autograd
 
         self.mx, self.net, self.autograd = mx, net, autograd
         self.recipe, self.rank, self.world_size, self.kvstore = recipe, me.rank, me.world_size, kvstore
@@ -54,15 +54,11 @@ class GluonTrainer:
         for param in self.params.values():
             if param.grad_req != "null":
                 param.grad_req = "add"  # iter_size micro-batches accumulate; zeroed after each step
-        # MXNet's sgd keeps Caffe's update: mom = momentum*mom - lr*(g + wd*w); w += mom.
-        # The Trainer updates locally (no kvstore of its own); gradients are summed through
-        # the kvstore below with a separate push and pull per parameter. Gluon's fused
-        # pushpull in dist_sync let the ranks' weights drift apart in about one run of two
-        # here, and the servers only summing keeps the Caffe schedule on the workers.
-        self.trainer = gluon.Trainer(
-            self.params, "sgd", {"learning_rate": recipe.base_lr, "momentum": recipe.momentum, "wd": recipe.weight_decay},
-            kvstore=None,
-        )
+        # The update is hpcdl.train.update_rule (Caffe's momentum convention, LARS/LARC,
+        # clipping, no_bias_decay), shared with TensorFlow; gradients are summed through the
+        # kvstore below with a separate push and pull per parameter (Gluon's fused pushpull in
+        # dist_sync let the ranks' weights drift apart in about one run of two here), and the
+        # servers only summing keeps the Caffe schedule on the workers.
         self.learned = [p for p in self.params.values() if p.grad_req != "null"]
         if world_size_of(kvstore) > 1:
             # one source of initial weights: kvstore init keeps the first worker's values
@@ -70,18 +66,23 @@ class GluonTrainer:
             kvstore.init(keys, [p.data() for p in self.learned])
             kvstore.pull(keys, out=[p.data() for p in self.learned])
             mx.nd.waitall()
-        self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=True)  # takes logits
+        from hpcdl.train.update_rule import SGDRule
+
+        self.rule = SGDRule.from_recipe(recipe, [tuple(p.shape) for p in self.learned])
         self.from_logits = from_logits
 
     def _loss(self, out, labels):
-        if self.from_logits:
-            return self.loss_fn(out, labels)
+        """Each image's cross-entropy, with label smoothing as torch's cross_entropy has it."""
         mx = self.mx
-        return -mx.nd.log(mx.nd.maximum(mx.nd.pick(out, labels, axis=1), 1e-12))
+        log_p = mx.nd.log_softmax(out, axis=1) if self.from_logits else mx.nd.log(mx.nd.maximum(out, 1e-12))
+        nll = -mx.nd.pick(log_p, labels, axis=1)
+        e = self.recipe.label_smoothing
+        if e:
+            nll = (1.0 - e) * nll - e * mx.nd.mean(log_p, axis=1)
+        return nll
 
     def train_step(self, xs, ys, lr):
         mx = self.mx
-        self.trainer.set_learning_rate(lr)
         total = 0.0
         for k in range(len(xs)):
             x, y = mx.nd.array(xs[k]), mx.nd.array(ys[k])
@@ -95,7 +96,11 @@ class GluonTrainer:
             for i, param in enumerate(self.learned):
                 self.kvstore.pull(GRADIENT_KEYS + i, out=param.grad(), priority=-i)
         # the summed gradients are divided by the global batch
-        self.trainer.update(len(xs) * len(xs[0]) * self.world_size)
+        images = len(xs) * len(xs[0]) * self.world_size
+        grads = [p.grad().asnumpy().astype(np.float64) / images for p in self.learned]
+        new = self.rule.step([p.data().asnumpy() for p in self.learned], grads, lr)
+        for p, w in zip(self.learned, new):
+            p.data()[:] = w.astype(p.dtype)
         for param in self.params.values():
             if param.grad_req != "null":
                 param.zero_grad()
@@ -135,23 +140,15 @@ class GluonTrainer:
         return [p.data().asnumpy() for p in self.params.values() if p.grad_req != "null"]
 
     def state(self):
-        # the updater keeps momentum by the parameter's index in the Trainer's own list
         arrays = {f"p:{name}": p.data().asnumpy() for name, p in self.params.items()}
-        states = self.trainer._updaters[0].states
-        for index, param in enumerate(self.trainer._params):
-            if states.get(index) is not None:
-                arrays[f"m:{param.name}"] = states[index].asnumpy()
+        arrays.update(self.rule.state("m:"))
         return arrays
 
     def load_state(self, arrays):
         mx = self.mx
         for name, p in self.params.items():
             p.set_data(mx.nd.array(arrays[f"p:{name}"]))
-        updater = self.trainer._updaters[0]
-        for index, param in enumerate(self.trainer._params):
-            if f"m:{param.name}" in arrays:
-                updater.states[index] = mx.nd.array(arrays[f"m:{param.name}"])
-                updater.states_synced[index] = True
+        self.rule.load_state(arrays, len(self.learned), "m:")
 
 
 def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:

@@ -147,56 +147,76 @@ class KerasTrainer:
     framework = "tensorflow"
 
     def __init__(self, tf, keras, strategy, model, recipe: Recipe, me: RankInfo, from_logits: bool):
+        from hpcdl.train.update_rule import SGDRule
+
         self.tf, self.strategy, self.model = tf, strategy, model
         self.rank, self.world_size = me.rank, me.world_size
         world_size = me.world_size
-        with strategy.scope():
-            # Keras' SGD keeps Caffe's update: v = momentum*v - lr*g; w += v (sgd_solver.cpp)
-            self.optimizer = keras.optimizers.SGD(learning_rate=recipe.base_lr, momentum=recipe.momentum)
-            if recipe.precision == "fp16":
-                self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
-            self.optimizer.build(model.trainable_variables)
+        self.variables = list(model.trainable_variables)
+        # the update itself is hpcdl.train.update_rule, shared with MXNet: Caffe's momentum
+        # convention, LARS/LARC, clipping and no_bias_decay as the PyTorch optimizer has them
+        self.rule = SGDRule.from_recipe(recipe, [tuple(v.shape) for v in self.variables])
+        # fp16: dynamic loss scaling as hpcdl.train.torch_backend.Precision does it
+        self.scaling = recipe.precision == "fp16"
+        self.dynamic = recipe.loss_scale == "dynamic"
+        self.scale = 65536.0 if self.dynamic else float(recipe.loss_scale)
+        self.good_steps = 0
+        smoothing = recipe.label_smoothing
+
         def loss_fn(labels, out):
             # the mean over this replica's batch; Keras' own losses divide again by the replica
             # count under a tf.distribute strategy, which would halve the gradient on 2 ranks
             out = tf.cast(out, tf.float32)
-            if from_logits:
-                return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, out))
-            return -tf.reduce_mean(tf.math.log(tf.maximum(tf.gather(out, labels, batch_dims=1), 1e-12)))
+            log_p = tf.nn.log_softmax(out) if from_logits else tf.math.log(tf.maximum(out, 1e-12))
+            nll = -tf.gather(log_p, labels, batch_dims=1)
+            if smoothing:
+                # as torch's cross_entropy(label_smoothing=e): (1 - e) * nll + e * mean over classes of -log p
+                nll = (1.0 - smoothing) * nll - smoothing * tf.reduce_mean(log_p, axis=1)
+            return tf.reduce_mean(nll)
 
-        weight_decay = recipe.weight_decay
         iter_size = recipe.iter_size
-        scaled = recipe.precision == "fp16"
+        variables = self.variables
 
-        def replica_step(xs, ys):
-            variables = model.trainable_variables
+        def replica_step(xs, ys, scale):
             grads = [tf.zeros_like(v) for v in variables]
             total = 0.0
             for k in range(iter_size):
                 with tf.GradientTape() as tape:
                     loss = loss_fn(ys[k], model(xs[k], training=True))
-                    # the optimizer sums gradients over replicas: divide here to average them
-                    scaled_loss = loss / (iter_size * world_size)
-                    if scaled:
-                        scaled_loss = self.optimizer.scale_loss(scaled_loss)
-                grads = [a + b for a, b in zip(grads, tape.gradient(scaled_loss, variables))]
+                    # summed over replicas below: divide here to average them
+                    scaled_loss = loss * scale / (iter_size * world_size)
+                grads = [a + tf.cast(b, a.dtype) for a, b in zip(grads, tape.gradient(scaled_loss, variables))]
                 total += loss / iter_size
-            if weight_decay:
-                # Caffe's L2 decay (regularization_type L2), split over the replicas that sum it
-                grads = [g + (weight_decay / world_size) * tf.cast(v, g.dtype) for g, v in zip(grads, variables)]
-            self.optimizer.apply_gradients(zip(grads, variables))
-            return total
+            if world_size > 1:
+                grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
+            return total, grads
 
         @tf.function
-        def step(xs, ys):
-            per_replica = strategy.run(replica_step, args=(xs, ys))
-            return strategy.experimental_local_results(per_replica)[0]
+        def step(xs, ys, scale):
+            per_replica = strategy.run(replica_step, args=(xs, ys, scale))
+            loss, grads = strategy.experimental_local_results(per_replica)[0]
+            return loss, grads
 
         self._step = step
 
     def train_step(self, xs, ys, lr):
-        self.optimizer.learning_rate.assign(lr)
-        return float(self._step(self.tf.constant(xs), self.tf.constant(ys)))
+        tf = self.tf
+        scale = self.scale if self.scaling else 1.0
+        loss, grads = self._step(tf.constant(xs), tf.constant(ys), tf.constant(scale, tf.float32))
+        grads = [np.asarray(g, dtype=np.float64) / scale for g in grads]
+        if self.scaling:
+            if not all(np.isfinite(g).all() for g in grads):
+                if self.dynamic:  # skip the step, halve the scale (NVIDIA's mixed-precision guide)
+                    self.scale /= 2.0
+                    self.good_steps = 0
+                return float(loss)
+            self.good_steps += 1
+            if self.dynamic and self.good_steps % 2000 == 0:
+                self.scale *= 2.0
+        new = self.rule.step([v.numpy() for v in self.variables], grads, lr)
+        for v, w in zip(self.variables, new):
+            v.assign(w.astype(np.dtype(getattr(v.dtype, "as_numpy_dtype", v.dtype))))  # Keras 3 names dtypes as strings
+        return float(loss)
 
     def predict(self, x):
         return np.asarray(self.model(x, training=False), dtype=np.float32)
@@ -225,14 +245,15 @@ class KerasTrainer:
 
     def state(self):
         arrays = {f"w{i}": np.asarray(v.numpy()) for i, v in enumerate(self.model.weights)}
-        arrays.update({f"o{i}": np.asarray(v.numpy()) for i, v in enumerate(self.optimizer.variables)})
+        arrays.update(self.rule.state("v"))
+        arrays["loss_scale"] = np.float64(self.scale)
         return arrays
 
     def load_state(self, arrays):
         for i, v in enumerate(self.model.weights):
             v.assign(arrays[f"w{i}"])
-        for i, v in enumerate(self.optimizer.variables):
-            v.assign(arrays[f"o{i}"])
+        self.rule.load_state(arrays, len(self.variables), "v")
+        self.scale = float(arrays.get("loss_scale", self.scale))
 
 
 def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:
