@@ -17,6 +17,7 @@ import socket
 
 import numpy as np
 
+from hpcdl.train.framework_loop import max_by_sum
 from hpcdl.errors import HpcdlError
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import Recipe
@@ -233,12 +234,7 @@ class KerasTrainer:
         return self._reduce(values, self.tf.distribute.ReduceOp.SUM)
 
     def max(self, value):
-        if self.world_size == 1:
-            return float(value)
-        # tf.distribute reduces by SUM or MEAN only: gather every rank's value and take the largest
-        values = [0.0] * self.world_size
-        values[self.rank] = float(value)
-        return max(self.sum(values))
+        return max_by_sum(self, value)
 
     def weights(self):
         return [np.asarray(v.numpy()) for v in self.model.trainable_weights]
