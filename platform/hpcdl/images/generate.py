@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import hpccm
-from hpcdl.templating import template_environment
+import jinja2
 from hpccm.building_blocks import generic_autotools, mpich, nccl, ofed, openmpi, packages, pmix, python, slurm_pmi2, ucx
 from hpccm.primitives import baseimage, comment, copy, environment, label, raw, runscript, shell
 
@@ -39,7 +39,14 @@ ARCH_FLAGS = {
     "ppc64le": "-mcpu=power8",
 }
 
-_templates = template_environment("hpcdl.images", keep_trailing_newline=False, q=quote)
+_templates = jinja2.Environment(
+    loader=jinja2.PackageLoader("hpcdl.images", "templates"),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=False,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_templates.filters["q"] = quote
 
 
 def _lines(template: str, **context) -> list[str]:

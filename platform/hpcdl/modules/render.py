@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcdl.templating import template_environment
+import jinja2
 
 from hpcdl import __version__
 from hpcdl.errors import HpcdlError
@@ -79,9 +79,18 @@ def wrapper_line(w: Wrapper) -> str:
     return " ".join(words)
 
 
-_env = template_environment(
-    "hpcdl.modules", lua=lua_string, lua_long=lua_long_string, sh_expanding=sh_expanding, q=quote,
+_env = jinja2.Environment(
+    loader=jinja2.PackageLoader("hpcdl.modules", "templates"),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    autoescape=False,
 )
+_env.filters["lua"] = lua_string
+_env.filters["lua_long"] = lua_long_string
+_env.filters["sh_expanding"] = sh_expanding
+_env.filters["q"] = quote
 
 
 def render_modules(modules: SiteModules) -> list[RenderedFile]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Sequence
 
-from hpcdl.templating import template_environment
+import jinja2
 
 from hpcdl import __version__
 from hpcdl.errors import HpcdlError
@@ -62,7 +62,17 @@ class JobOptions:
     warning_seconds: int = DEFAULT_WARNING_SECONDS
 
 
-_env = template_environment("hpcdl.render", q=quote, join=join, sbatch=slurm_directive_value)
+_env = jinja2.Environment(
+    loader=jinja2.PackageLoader("hpcdl.render", "templates"),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    autoescape=False,
+)
+_env.filters["q"] = quote
+_env.filters["join"] = join
+_env.filters["sbatch"] = slurm_directive_value
 
 
 def default_image(site: Site) -> str | None:

@@ -29,16 +29,6 @@ from hpcdl.train.results import ResultsWriter
 from hpcdl.train.schedule import learning_rate
 
 
-def max_by_sum(trainer: "FrameworkTrainer", value: float) -> float:
-    """The largest of every rank's `value`, for collectives that only sum (tf.distribute, a
-    kvstore): each rank fills its own slot of a zero vector, the sum gathers them all."""
-    if trainer.world_size == 1:
-        return float(value)
-    values = [0.0] * trainer.world_size
-    values[trainer.rank] = float(value)
-    return max(trainer.sum(values))
-
-
 class FrameworkTrainer(Protocol):
     framework: str
 

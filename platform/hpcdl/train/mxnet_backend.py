@@ -15,7 +15,6 @@ import os
 
 import numpy as np
 
-from hpcdl.train.framework_loop import max_by_sum
 from hpcdl.errors import HpcdlError
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import Recipe
@@ -131,7 +130,11 @@ class GluonTrainer:
         return [float(v) for v in out.asnumpy()[: len(values)]]
 
     def max(self, value):
-        return max_by_sum(self, value)
+        if self.world_size == 1:
+            return float(value)
+        values = [0.0] * self.world_size
+        values[self.rank] = float(value)
+        return max(self.sum(values))
 
     def weights(self):
         return [p.data().asnumpy() for p in self.params.values() if p.grad_req != "null"]

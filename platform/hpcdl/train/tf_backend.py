@@ -17,7 +17,6 @@ import socket
 
 import numpy as np
 
-from hpcdl.train.framework_loop import max_by_sum
 from hpcdl.errors import HpcdlError
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import Recipe
@@ -234,7 +233,12 @@ class KerasTrainer:
         return self._reduce(values, self.tf.distribute.ReduceOp.SUM)
 
     def max(self, value):
-        return max_by_sum(self, value)
+        if self.world_size == 1:
+            return float(value)
+        # tf.distribute reduces by SUM or MEAN only: gather every rank's value and take the largest
+        values = [0.0] * self.world_size
+        values[self.rank] = float(value)
+        return max(self.sum(values))
 
     def weights(self):
         return [np.asarray(v.numpy()) for v in self.model.trainable_weights]
