@@ -88,6 +88,9 @@ def build_report(paths: list[Path], out_dir: Path) -> Path:
         "suites": [{k: v for k, v in s.items() if k not in ("event", "file")} for s in results.suites],
         "verdicts": [{k: v for k, v in vd.to_record().items() if k != "event"} for vd in results.verdicts],
         "plots": [f["file"] for f in figures],
+        "predictions": [{k: m.get(k) for k in ("mode", "p", "unit", "images_per_sec", "predicted_images_per_sec",
+                                                "prediction_error", "prediction_within", "cpu_share")}
+                        for m in results.series("scaling") if m.get("predicted_images_per_sec") is not None],
     }
     write_atomically(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n", mode=0o644)
     rows = [
@@ -97,6 +100,28 @@ def build_report(paths: list[Path], out_dir: Path) -> Path:
          "bound": format_value(v.bound, v.unit), "nodelist": ", ".join(v.nodelist)}
         for v in results.verdicts
     ]
-    html = _env.get_template("report.html.j2").render(summary=summary, rows=rows, figures=figures, suites=results.suites)
+    predictions = _predictions(results.series("scaling"))
+    html = _env.get_template("report.html.j2").render(summary=summary, rows=rows, figures=figures, suites=results.suites,
+                                                      predictions=predictions, agreement=f"{_agreement():.0%}")
     write_atomically(out_dir / "index.html", html, mode=0o644)
     return out_dir
+
+
+def _agreement() -> float:
+    from hpcdl.predict.validation import AGREEMENT
+
+    return AGREEMENT
+
+
+def _predictions(points: list[dict]) -> list[dict]:
+    """Scaling points with hpcdl predict's figure beside the measured one (hpcdl.predict.validation)."""
+    def pct(x):
+        return f"{x:+.0%}" if x is not None else "-"
+
+    return [{"mode": m["mode"], "p": m["p"], "unit": m.get("unit", "node"), "measured": f"{m['images_per_sec']:,.0f}",
+             "predicted": f"{m['predicted_images_per_sec']:,.0f}", "error": pct(m.get("prediction_error")),
+             "measured_e": f"{m['efficiency']:.2f}" if m.get("efficiency") is not None else "-",
+             "predicted_e": f"{m['predicted_efficiency']:.2f}" if m.get("predicted_efficiency") is not None else "-",
+             "share": f"{m['cpu_share']:.2f}" if m.get("cpu_share") is not None else "1 (not shared)",
+             "within": bool(m.get("prediction_within"))}
+            for m in sorted(points, key=lambda m: (m["mode"], m["p"])) if m.get("predicted_images_per_sec") is not None]

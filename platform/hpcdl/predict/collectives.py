@@ -1,0 +1,164 @@
+"""Allreduce time: the alpha-beta (latency-bandwidth) models of the algorithms libraries use.
+
+Notation: p ranks, n bytes per rank, alpha seconds per message, beta seconds per byte of the
+link a rank sends on, gamma seconds per byte the rank reduces (adds into its buffer). Costs
+follow Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in
+MPICH" (IJHPCA 2005; MPICH's allreduce.c cost comments) and Patarasuk & Yuan 2009
+(bandwidth-optimal ring). gamma matters where one CPU core does the adding (an MPI or gloo
+rank); a GPU adds at its memory speed, so NCCL's gamma is near zero.
+
+- ring:                 2(p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma   (NCCL Ring, gloo, MPI long)
+- recursive doubling:   lg p (alpha + n beta + n gamma)                      (MPI short messages)
+- Rabenseifner:         2 lg p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma    (MPI long, halving/doubling)
+- double binary tree:   2 lg p alpha + 2 n beta + n gamma                    (NCCL Tree, Sanders et al. 2009; each
+  rank sends about 2n over the two pipelined trees, so bandwidth as the ring but without (p-1)/p,
+  latency logarithmic: LLNL Aluminum's point that at scale the ring's linear latency dominates)
+- hierarchical:         reduce-scatter inside the node (ring over g local ranks), allreduce of n/g
+  across the N nodes (best inter-node algorithm, all g local ranks at once on the node's NICs),
+  allgather inside the node (Horovod HOROVOD_HIERARCHICAL_ALLREDUCE; NCCL's inter-node pattern).
+
+A library picks the fastest of the algorithms it has for the message size (NCCL's tuner,
+MPICH/Open MPI decision tables); so does `best_allreduce`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+ALGORITHMS = ("ring", "recursive_doubling", "rabenseifner", "tree", "hierarchical")
+
+# which algorithms each communication library has (torch.distributed's gloo allreduce is a ring;
+# Horovod runs NCCL inside and MPI across nodes when hierarchical, else NCCL or MPI flat)
+LIBRARY_ALGORITHMS = {
+    "nccl": ("ring", "tree"),
+    "mpi": ("ring", "recursive_doubling", "rabenseifner", "hierarchical"),
+    "gloo": ("ring",),
+    "horovod": ("ring", "tree", "hierarchical"),
+}
+
+
+@dataclass(frozen=True)
+class Link:
+    """One level of the network as one rank sees it: latency per message and seconds per byte."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+    gamma_s_per_byte: float = 0.0
+
+    @classmethod
+    def of(cls, latency_us: float, gbyte_s: float, reduce_gbyte_s: float | None = None) -> "Link":
+        return cls(latency_us * 1e-6, 1.0 / (gbyte_s * 1e9), 1.0 / (reduce_gbyte_s * 1e9) if reduce_gbyte_s else 0.0)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Ranks laid out as `nodes` x `ranks_per_node`; `intra` joins ranks of a node, `inter` the nodes.
+
+    `inter` is one NIC as one rank sees it; `rails` NICs per node carry the node's traffic
+    side by side (Summit: 4 virtual ports; Stampede2 KNL: 1 Omni-Path HFI).
+    """
+
+    nodes: int
+    ranks_per_node: int
+    intra: Link
+    inter: Link
+    rails: int = 1
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    def inter_per_rank(self, ranks_sharing: int) -> Link:
+        """The inter-node link when `ranks_sharing` ranks of a node send at once over its rails."""
+        share = max(1.0, ranks_sharing / self.rails)
+        return Link(self.inter.alpha_s, self.inter.beta_s_per_byte * share, self.inter.gamma_s_per_byte)
+
+    def flat_link(self) -> Link:
+        """The slowest link a flat algorithm over all ranks waits on at each step."""
+        if self.nodes == 1:
+            return self.intra
+        if self.ranks_per_node == 1:
+            return self.inter
+        # the ranks of a node cross the network together; one rail each at most
+        inter = self.inter_per_rank(min(self.ranks_per_node, self.rails))
+        return Link(max(self.intra.alpha_s, inter.alpha_s), max(self.intra.beta_s_per_byte, inter.beta_s_per_byte),
+                    max(self.intra.gamma_s_per_byte, inter.gamma_s_per_byte))
+
+
+def _lg(p: int) -> int:
+    return math.ceil(math.log2(p)) if p > 1 else 0
+
+
+def ring(n: float, p: int, link: Link) -> float:
+    if p <= 1:
+        return 0.0
+    share = (p - 1) / p * n
+    return 2 * (p - 1) * link.alpha_s + 2 * share * link.beta_s_per_byte + share * link.gamma_s_per_byte
+
+
+def recursive_doubling(n: float, p: int, link: Link) -> float:
+    if p <= 1:
+        return 0.0
+    return _lg(p) * (link.alpha_s + n * link.beta_s_per_byte + n * link.gamma_s_per_byte)
+
+
+def rabenseifner(n: float, p: int, link: Link) -> float:
+    if p <= 1:
+        return 0.0
+    if p & (p - 1):
+        # not a power of two: MPICH first folds the extra ranks in (one more exchange each way)
+        return ((2 * math.floor(math.log2(p)) + 2) * link.alpha_s + (2 * (p - 1) / p + 2) * n * link.beta_s_per_byte
+                + (1 + (p - 1) / p) * n * link.gamma_s_per_byte)
+    share = (p - 1) / p * n
+    return 2 * _lg(p) * link.alpha_s + 2 * share * link.beta_s_per_byte + share * link.gamma_s_per_byte
+
+
+def tree(n: float, p: int, link: Link) -> float:
+    if p <= 1:
+        return 0.0
+    return 2 * _lg(p) * link.alpha_s + 2 * n * link.beta_s_per_byte + n * link.gamma_s_per_byte
+
+
+FLAT = {"ring": ring, "recursive_doubling": recursive_doubling, "rabenseifner": rabenseifner, "tree": tree}
+
+
+def ring_reduce_scatter(n: float, p: int, link: Link) -> float:
+    """Half a ring allreduce: each rank ends with the sum of its 1/p share (also the allgather's cost)."""
+    return ring(n, p, link) / 2
+
+
+def hierarchical(n: float, topo: Topology, inter_algorithms: tuple[str, ...] = ("ring", "rabenseifner", "tree",
+                                                                                  "recursive_doubling")) -> tuple[float, str]:
+    """Reduce-scatter inside, allreduce of each 1/g share across nodes, allgather inside."""
+    g = topo.ranks_per_node
+    inside = 2 * ring_reduce_scatter(n, g, topo.intra)
+    across_link = topo.inter_per_rank(g)
+    across, name = min((FLAT[a](n / g, topo.nodes, across_link), a) for a in inter_algorithms)
+    return inside + across, name
+
+
+def allreduce_time(n: float, topo: Topology, algorithm: str) -> float:
+    if topo.ranks <= 1 or n <= 0:
+        return 0.0
+    if algorithm == "hierarchical":
+        if topo.nodes == 1 or topo.ranks_per_node == 1:
+            return math.inf  # nothing to make hierarchical: the flat algorithms cover it
+        return hierarchical(n, topo)[0]
+    return FLAT[algorithm](n, topo.ranks, topo.flat_link())
+
+
+def best_allreduce(n: float, topo: Topology, algorithms: tuple[str, ...]) -> tuple[float, str]:
+    """The fastest of `algorithms` for an n-byte allreduce: (seconds, name)."""
+    if topo.ranks <= 1 or n <= 0:
+        return 0.0, "none"
+    return min((allreduce_time(n, topo, a), a) for a in algorithms)
+
+
+def ring_tree_crossover_bytes(p: int, link: Link) -> float:
+    """Message size above which a ring beats the double binary tree on one flat level of p ranks.
+
+    2(p-1) a + 2(p-1)/p n b = 2 lg p a + 2 n b  =>  n* = p a ((p-1) - lg p) / b.
+    Below n* the tree's logarithmic latency wins; above it the ring's (p-1)/p bandwidth term.
+    """
+    return p * link.alpha_s * ((p - 1) - _lg(p)) / link.beta_s_per_byte

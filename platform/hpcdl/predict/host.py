@@ -1,0 +1,96 @@
+"""How much of a core the job's threads get on a host shared with other work (reads /proc).
+
+Linux's fair scheduler with autogroup (kernel.sched_autogroup_enabled=1, the default on
+desktop and many VM kernels) shares the cores between *sessions* first, then between the
+threads of a session. On a development machine shared by several people, the cores a job
+can have therefore depend on how many other sessions want a core at that moment, not on how
+many threads they run. `share_of_core` samples it: every runnable thread on the host, grouped
+by autogroup (by thread without autogroup), and water-fills the cores over the groups, each
+group asking for as many cores as it has runnable threads and ours for all our threads.
+
+The validation runner samples it while each job runs (hpcdl.validate.runner), and hpcdl
+predict divides a rank's compute rate by it: that is the machine's state, measured beside the
+job, never the job's own speed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROC = Path("/proc")
+OURS = b"hpcdl probe"  # what every rank of a validation job runs (hpcdl.validate.jobs)
+
+
+def _autogroup_enabled() -> bool:
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def _group_of(pid: str, tid: str, grouped: bool) -> str:
+    if not grouped:
+        return tid
+    try:
+        return (PROC / pid / "autogroup").read_text().split()[0]
+    except (OSError, IndexError):  # kernel threads have none
+        return f"pid-{pid}"
+
+
+def waterfill(cores: float, demands: list[float]) -> list[float]:
+    """Share `cores` among groups fairly: none gets more than it asks, the rest is split evenly."""
+    left, alloc = float(cores), [0.0] * len(demands)
+    pending = sorted(range(len(demands)), key=lambda i: demands[i])
+    while pending:
+        fair = left / len(pending)
+        i = pending[0]
+        if demands[i] <= fair:
+            alloc[i] = demands[i]
+            left -= demands[i]
+            pending.pop(0)
+        else:
+            for j in pending:
+                alloc[j] = fair
+            break
+    return alloc
+
+
+def share_of_core(our_threads: int, cores: int | None = None) -> float | None:
+    """The fraction of a core each of our `our_threads` threads would get now, from the host's runnable threads."""
+    cores = cores or os.cpu_count() or 1
+    grouped = _autogroup_enabled()
+    me = str(os.getpid())
+    others: dict[str, int] = {}
+    our_groups: set[str] = set()
+    try:
+        pids = [p.name for p in PROC.iterdir() if p.name.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        if pid == me:
+            continue
+        try:
+            cmdline = (PROC / pid / "cmdline").read_bytes().replace(b"\0", b" ")
+            tids = [t.name for t in (PROC / pid / "task").iterdir()]
+        except OSError:
+            continue
+        ours = OURS in cmdline
+        for tid in tids:
+            try:
+                stat = (PROC / pid / "task" / tid / "stat").read_text()
+            except OSError:
+                continue
+            state = stat.rsplit(")", 1)[-1].split()[0]
+            group = _group_of(pid, tid, grouped)
+            if ours:
+                our_groups.add(group)
+            elif state == "R":
+                others[group] = others.get(group, 0) + 1
+    for g in our_groups:
+        others.pop(g, None)  # our own groups' other threads are part of our demand
+    groups = max(1, len(our_groups)) if grouped else our_threads
+    per_group = our_threads / groups
+    demands = [per_group] * groups + list(others.values())
+    alloc = waterfill(cores, demands)
+    return min(1.0, sum(alloc[:groups]) / our_threads)

@@ -1,0 +1,186 @@
+"""One training iteration, predicted: compute, gradient allreduce per bucket, overlap, data, update.
+
+Pure functions of data: the machine (rates and links), the placement (nodes x ranks per
+node) and the workload (net costs, batch, how gradients are bucketed). No I/O.
+
+    time per iteration = data (the part prefetching does not hide)
+                       + forward + backward
+                       + exposed communication (what is left of the allreduce after backward ends)
+                       + optimizer update
+
+Backward produces gradients from the last layer to the first; the framework packs them into
+buckets (PyTorch DDP, 25 MiB) or fusion buffers (Horovod, HOROVOD_FUSION_THRESHOLD) or
+sends each layer's (Caffe with Intel MLSL). A bucket's allreduce starts when its last
+gradient is ready and the previous bucket's allreduce is done, so the allreduce overlaps the
+rest of backward; the model follows that timeline bucket by bucket, because at scale a
+stream of small buckets is latency-bound (ring latency grows with p, a tree's with lg p).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+from hpcdl.predict.collectives import LIBRARY_ALGORITHMS, Link, Topology, best_allreduce
+from hpcdl.predict.costs import NetCost
+
+DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25
+HOROVOD_FUSION_BYTES = 128 * 2**20  # HOROVOD_FUSION_THRESHOLD default (horovod/common/common.h)
+UPDATE_BYTES_PER_PARAMETER = 20  # SGD with momentum: read w, g, v and write w, v, fp32
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What one rank can do and how ranks reach each other."""
+
+    rank_flops_per_s: float  # sustained training FLOP/s of one rank at a large batch
+    batch_half: float  # per-rank batch at which a rank runs at half that rate
+    memory_gbyte_s: float  # what the optimizer update streams through
+    intra: Link
+    inter: Link
+    rails: int = 1
+    host_cores: int = 0  # cores of one physical host, for pretend nodes sharing it (0: no sharing)
+    nodes_per_host: int = 1
+    threads_per_rank: int = 1
+    measured_cpu_share: float | None = None  # share of a core per thread measured on a shared host
+    compute_source: str = ""
+    network_source: str = ""
+
+
+@dataclass(frozen=True)
+class Workload:
+    net: NetCost
+    batch_per_rank: int
+    library: str = "nccl"  # nccl, gloo, mpi or horovod: which algorithms are on offer
+    bucket_bytes: float = DDP_BUCKET_BYTES  # 0: one allreduce per layer
+    gradient_bytes_per_parameter: float = 4.0  # 2 with fp16 gradient compression
+    overlap: bool = True
+    per_bucket_wait_s: float = 0.0  # Horovod: half a background cycle before each fused buffer
+    cycle_s: float = 0.0  # Horovod's background cycle (HOROVOD_CYCLE_TIME): fusion closes each cycle
+    data_s: float = 0.0  # input pipeline time per iteration not hidden by prefetching
+    spatial_ways: int = 1  # ranks sharing each sample, one slab each (spatial parallelism)
+
+
+@dataclass(frozen=True)
+class Iteration:
+    nodes: int
+    ranks: int
+    ranks_per_node: int
+    batch_per_rank: int
+    global_batch: int
+    compute_s: float
+    comm_s: float  # all allreduces end to end, as if nothing overlapped
+    exposed_comm_s: float
+    data_s: float
+    update_s: float
+    time_per_iter_s: float
+    images_per_sec: float
+    buckets: int
+    algorithm: str
+    efficiency: float | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def compute_time(machine: Machine, net: NetCost, batch: int, nodes: int, ranks_per_node: int) -> float:
+    at_batch = batch / (batch + machine.batch_half)
+    t = batch * net.train_flops / (machine.rank_flops_per_s * at_batch)
+    return t / cpu_share(machine, nodes, ranks_per_node)
+
+
+def cpu_share(machine: Machine, nodes: int, ranks_per_node: int) -> float:
+    """The fraction of a core each thread gets where ranks share a host's cores.
+
+    Measured, where the validation runner sampled the host while the job ran (other people's
+    work on a development machine; hpcdl.predict.host). Else pretend nodes on one host: with
+    more threads than cores the fair scheduler gives each cores/threads of one.
+    """
+    if machine.measured_cpu_share is not None:
+        return max(1e-3, min(1.0, machine.measured_cpu_share))
+    if not machine.host_cores:
+        return 1.0
+    on_host = min(nodes, machine.nodes_per_host) * ranks_per_node * machine.threads_per_rank
+    return min(1.0, machine.host_cores / on_host)
+
+
+def buckets(net: NetCost, bucket_bytes: float, bytes_per_parameter: float,
+            cycle_fraction: float = 0.0) -> list[tuple[float, float]]:
+    """(fraction of backward done when the bucket is ready, its bytes), in the order they are sent.
+
+    A bucket closes when it holds `bucket_bytes` (DDP's bucket, Horovod's fusion threshold;
+    0: every layer alone). With `cycle_fraction` (Horovod's background cycle as a fraction of
+    the backward pass) a buffer also closes at the end of each cycle with whatever is ready:
+    Horovod fuses only the tensors that became ready within one cycle.
+    """
+    out: list[tuple[float, float]] = []
+    filled, ready = 0.0, 0.0
+    for fraction, params in net.gradient_ready():
+        if filled and cycle_fraction and int(fraction / cycle_fraction) > int(ready / cycle_fraction):
+            out.append((ready, filled))
+            filled = 0.0
+        filled += params * bytes_per_parameter
+        ready = fraction
+        if filled >= bucket_bytes:
+            out.append((ready, filled))
+            filled = 0.0
+    if filled:
+        out.append((ready, filled))
+    return out
+
+
+def predict_iteration(machine: Machine, work: Workload, nodes: int, ranks_per_node: int) -> Iteration:
+    ranks = nodes * ranks_per_node
+    # a spatial group's ranks each compute one slab of every sample: 1/ways of the work, on a
+    # device still filled by whole samples' worth of parallel work (the halo exchange between
+    # slabs is not modelled)
+    compute = compute_time(machine, work.net, work.batch_per_rank, nodes, ranks_per_node) / work.spatial_ways
+    backward = compute * 2 / 3
+    topo = Topology(nodes, ranks_per_node, machine.intra, machine.inter, machine.rails)
+    algorithms = LIBRARY_ALGORITHMS[work.library]
+    comm_end, comm_total, chosen = 0.0, 0.0, {}
+    cycle = work.cycle_s / backward if work.cycle_s and backward else 0.0
+    plan = buckets(work.net, work.bucket_bytes, work.gradient_bytes_per_parameter, cycle) if ranks > 1 else []
+    for fraction, size in plan:
+        t, name = best_allreduce(size, topo, algorithms)
+        t += work.per_bucket_wait_s
+        ready = fraction * backward if work.overlap else backward
+        comm_end = max(comm_end, ready) + t
+        comm_total += t
+        chosen[name] = chosen.get(name, 0.0) + size
+    exposed = max(0.0, comm_end - backward) if plan else 0.0
+    update = work.net.parameters * UPDATE_BYTES_PER_PARAMETER / (machine.memory_gbyte_s * 1e9)
+    total = work.data_s + compute + exposed + update
+    global_batch = ranks * work.batch_per_rank // work.spatial_ways
+    return Iteration(
+        nodes=nodes, ranks=ranks, ranks_per_node=ranks_per_node, batch_per_rank=work.batch_per_rank,
+        global_batch=global_batch, compute_s=compute, comm_s=comm_total, exposed_comm_s=exposed, data_s=work.data_s,
+        update_s=update, time_per_iter_s=total, images_per_sec=global_batch / total, buckets=len(plan),
+        algorithm=max(chosen, key=chosen.get) if chosen else "none",
+    )
+
+
+def scaling(machine: Machine, work: Workload, ranks_per_node: int, nodes: list[int], mode: str,
+            global_batch: int | None = None) -> list[Iteration]:
+    """Weak (batch per rank fixed) or strong (global batch fixed) scaling over `nodes`.
+
+    Efficiency is per node against the smallest node count: E(N) = (X(N)/N) / (X(N0)/N0),
+    with N0 = 1 when it is in the list (the validation suite's and the papers' definition).
+    Strong scaling keeps the global batch of the smallest count (or `global_batch`) and splits
+    it over the ranks, at least one image each.
+    """
+    if mode not in ("weak", "strong"):
+        raise ValueError(f"scaling mode {mode!r}: weak or strong")
+    nodes = sorted(set(nodes))
+    base_nodes = nodes[0]
+    total = global_batch or work.batch_per_rank * base_nodes * ranks_per_node
+    out = []
+    for n in nodes:
+        w = work if mode == "weak" else replace(work, batch_per_rank=max(1, total // (n * ranks_per_node)))
+        out.append(predict_iteration(machine, w, n, ranks_per_node))
+    base = out[0].images_per_sec / base_nodes
+    return [replace(it, efficiency=(it.images_per_sec / it.nodes) / base) for it in out]
+
+
+def time_to_solution(it: Iteration, images: float) -> float:
+    return images / it.images_per_sec if it.images_per_sec else math.inf

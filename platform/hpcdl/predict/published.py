@@ -1,0 +1,128 @@
+"""Published scaling studies, predicted from published hardware facts (never fitted to their curves).
+
+Each case names the machine (a shipped site profile, or one written here from the paper's
+hardware description), the net, the batch per node or rank, how gradients travelled, and
+the published figure with its source. `docs/predict.md` shows each case predicted beside
+published, and tests/test_predict_published.py holds the model to the stated tolerance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hpcdl.plan import JobRequest
+from hpcdl.predict import Options, predict
+from hpcdl.sites import load_site
+from hpcdl.sites.schema import Site
+
+# Facebook's Big Basin server as Goyal et al. (arXiv:1706.02677, section 5) describe it: 8 NVIDIA
+# Tesla P100 (SXM2, NVLink), one 50 Gbit Ethernet NIC per server, Gloo across servers.
+# NVLink 1: 4 links of 20 GB/s per direction per P100 (NVIDIA DGX-1 white paper); a NCCL ring
+# uses one link per hop.
+BIG_BASIN = {
+    "name": "bigbasin", "description": "Big Basin (Goyal et al. 2017): 8 x P100 NVLink, 50 GbE", "scheduler": "slurm",
+    "launcher": "mpirun", "node_kinds": {"bigbasin": {
+        "sockets": 2, "cores_per_socket": 14, "memory_gb": 256, "cpu_target": "broadwell",
+        "gpus": [{"model": "Tesla P100-SXM2-16GB", "socket": s} for s in (0, 0, 0, 0, 1, 1, 1, 1)],
+        "nics": [{"kind": "ethernet", "device": "eth0", "socket": 0, "gbit_s": 50}],
+        "intra_node_link": {"kind": "nvlink", "gbyte_s": 20, "latency_us": 5}}},
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    key: str
+    title: str
+    site: str | dict
+    net: str
+    batch_per_rank: int
+    nodes: tuple[int, ...]
+    mode: str
+    request: dict
+    options: Options
+    published: dict[int, float]  # nodes -> published efficiency (or speed-up ratio, see `measure`)
+    tolerance: float  # absolute, on efficiency
+    source: str
+    facts: str  # the hardware facts the prediction used
+    global_batch: int | None = None
+    notes: tuple[str, ...] = field(default=())
+
+
+# Caffe on CPU nodes: the solver reduces the gradients after the backward pass. BVLC Caffe's
+# layer-wise reduce (SolverParameter.layer_wise_reduce) overlaps only NCCL on a CUDA stream;
+# on a CPU rank the adding and (Omni-Path being onload) the copying run on the host's cores.
+CAFFE_ON_CPU = Options(bucket_mb=0, library="mpi", overlap=False)
+TOLERANCE = 0.10  # absolute, on efficiency: the spread between runs and frameworks in these studies
+
+
+STAMPEDE2_FACTS = ("Xeon Phi 7250 (68 cores at 1.4 GHz, AVX-512: 6.1 TF fp32 peak), 64 cores for MKL-DNN, one rank "
+                   "per node; Intel Omni-Path 100 Gb/s, about 1 us MPI latency")
+CASES: tuple[Case, ...] = (
+    *(Case(f"stampede2-weak-{net}", f"TACC Caffe on Stampede2 KNL, weak scaling, {net}", "stampede2-knl", net, batch,
+           (1, 128, 256, 512, 1024), "weak", {}, CAFFE_ON_CPU, {512: 0.80}, TOLERANCE,
+           "TACC's Caffe (MKL-DNN, Intel MPI) weak-scaling study on Stampede2 KNL, 128-1,024 nodes: about 80 % at "
+           "512 nodes", STAMPEDE2_FACTS + f"; batch {batch} per node (the BVLC solver's batch)",
+           notes=("efficiency read against one node",))
+      for net, batch in (("cifar10_quick", 100), ("caffenet", 256), ("alexnet", 256), ("googlenet", 32))),
+    Case("stampede2-strong-caffenet", "TACC Caffe on Stampede2 KNL, strong scaling at fixed mini-batch, CaffeNet",
+         "stampede2-knl", "caffenet", 256, (1, 2, 4, 8), "strong", {}, CAFFE_ON_CPU, {4: 0.50}, TOLERANCE,
+         "TACC's Caffe strong-scaling study on Stampede2 KNL (mini-batch fixed, 1-8 nodes): about 50 % at 4 nodes",
+         STAMPEDE2_FACTS + "; global batch 256 (the BVLC CaffeNet solver's) split over the nodes"),
+    Case("summit-horovod-resnet50", "Keras + Horovod ResNet-50 on Summit, weak scaling", "summit", "resnet50", 32,
+         (1, 2, 4, 8, 16, 32, 64), "weak", {"distributed": "horovod"}, Options(), {64: 0.95}, TOLERANCE,
+         "OLCF's Keras + Horovod ResNet-50 on Summit: near-ideal weak scaling to 64 nodes (384 V100)",
+         "6 x V100 per node (DeepLearningExamples: 367 images/s fp32 per V100), NVLink 2 inside the node, dual-rail "
+         "EDR InfiniBand (4 x 50 Gb/s ports) across; Horovod: 128 MiB fusion, 1 ms cycle, NCCL"),
+    Case("goyal-resnet50-8k", "Goyal et al.: ResNet-50, 8k mini-batch on 256 P100 (32 Big Basin servers)", BIG_BASIN,
+         "resnet50", 32, (1, 2, 4, 8, 16, 32), "weak", {"distributed": "mpi"}, Options(bucket_mb=0, library="mpi"),
+         {32: 0.90}, TOLERANCE,
+         "Goyal et al., arXiv:1706.02677: about 90 % scaling efficiency from 8 to 256 GPUs (1 to 32 servers), "
+         "32 images per GPU",
+         "8 x P100 per server (tf_cnn_benchmarks: 219 images/s fp32 per P100), NVLink 1 (20 GB/s per link), one "
+         "50 Gbit Ethernet NIC per server (TCP: a host core copies each byte); per-layer allreduce overlapped with "
+         "backward (the paper's section 4): NCCL inside, Gloo recursive halving/doubling across"),
+)
+
+
+def site_of(case: Case) -> Site:
+    return Site.model_validate(case.site) if isinstance(case.site, dict) else load_site(case.site)
+
+
+def run_case(case: Case):
+    site = site_of(case)
+    request = JobRequest(**case.request)
+    return predict(site, case.net, case.batch_per_rank, list(case.nodes), case.mode, request, None, case.options,
+                   case.global_batch)
+
+
+def compare(case: Case) -> list[dict]:
+    """Per published point: nodes, published, predicted efficiency (against the case's smallest count)."""
+    rows = {r.nodes: r for r in run_case(case).rows}
+    return [{"nodes": n, "published": e, "predicted": rows[n].efficiency,
+             "within": abs(rows[n].efficiency - e) <= case.tolerance} for n, e in sorted(case.published.items())]
+
+
+def markdown_table(case: Case) -> str:
+    """The case as docs/predict.md shows it: every node count predicted, the published points beside."""
+    rows = run_case(case).rows
+    lines = ["| nodes | ranks | images/s | compute (ms) | allreduce (ms) | exposed (ms) | algorithm | predicted E | "
+             "published E |", "| ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+    for r in rows:
+        published = f"{case.published[r.nodes]:.0%}" if r.nodes in case.published else ""
+        lines.append(f"| {r.nodes} | {r.ranks} | {r.images_per_sec:,.0f} | {r.compute_s * 1e3:.1f} | "
+                     f"{r.comm_s * 1e3:.1f} | {r.exposed_comm_s * 1e3:.1f} | {r.algorithm} | {r.efficiency:.1%} | "
+                     f"{published} |")
+    return "\n".join(lines)
+
+
+def markdown() -> str:
+    """Every case: what was published, the facts used, and the table (generated; see docs/predict.md)."""
+    parts = []
+    for case in CASES:
+        verdict = ", ".join(f"{c['nodes']} nodes: predicted {c['predicted']:.0%}, published {c['published']:.0%} "
+                            f"({'within' if c['within'] else 'outside'} +/-{case.tolerance:.0%})"
+                            for c in compare(case))
+        parts.append(f"### {case.title}\n\nPublished: {case.source}.\n\nHardware facts used: {case.facts}.\n\n"
+                     + "".join(f"Note: {n}.\n\n" for n in case.notes)
+                     + f"{markdown_table(case)}\n\nResult: {verdict}.\n")
+    return "\n".join(parts)

@@ -1,0 +1,116 @@
+"""From a site, a plan and a net to the model's Machine and Workload (pure: no I/O).
+
+The rank's compute rate: the site's calibration (its validation throughput check) where
+there is one for this kind of rank, else the reference table (hpcdl.predict.devices). The
+links: the calibration's (its collectives check) where measured, else the profile's fabric
+facts (hpcdl.predict.fabric).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from hpcdl.plan.model import Plan
+from hpcdl.predict.calibration import Calibration
+from hpcdl.predict.costs import NetCost, net_cost
+from hpcdl.predict.devices import cpu_rate, gpu_rate
+from hpcdl.predict.fabric import HOROVOD_CYCLE_S, fabric_of, host_limited, with_library
+from hpcdl.predict.model import DDP_BUCKET_BYTES, HOROVOD_FUSION_BYTES, Machine, Workload
+from hpcdl.errors import HpcdlError
+from hpcdl.nets import load_net
+from hpcdl.sites.schema import Site
+
+
+@dataclass(frozen=True)
+class Options:
+    """How gradients travel; None means the framework's default for the plan's distribution."""
+
+    bucket_mb: float | None = None  # 0: one allreduce per layer (Caffe with Intel MLSL)
+    fp16_allreduce: bool = False  # Horovod's Compression.fp16: half the bytes on the wire
+    overlap: bool = True
+    library: str | None = None  # nccl, gloo, mpi, horovod (default: the plan's distribution)
+    hierarchical: bool | None = None
+    cpu_share: float | None = None  # of a core per thread on a shared host (measured by hpcdl validate)
+    spatial_ways: int = 1  # ranks sharing each sample (the recipe's spatial.ways)
+    notes: tuple[str, ...] = field(default=())
+
+
+@functools.lru_cache(maxsize=1)
+def train_flops_table() -> dict[str, float]:
+    from hpcdl.nets import list_nets
+
+    return {n: net_cost(load_net(n)).train_flops for n in list_nets()}
+
+
+def library_of(plan: Plan, options: Options) -> str:
+    if options.library:
+        return options.library
+    return plan.distributed if plan.distributed in ("nccl", "gloo", "mpi", "horovod") else "gloo"
+
+
+def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, options: Options = Options()) -> Machine:
+    _, node = site.node_kind(plan.node_kind)
+    rank = plan.local_ranks()[0]
+    library = library_of(plan, options)
+    fabric = fabric_of(node)
+    core = cpu_rate(node.cpu_model, node.cpu_target).core_stream_gbyte_s
+    if core:
+        fabric = host_limited(fabric, core, cpu_reduces=not rank.gpus)
+    intra, inter = fabric.intra, fabric.inter
+    wire = "nccl" if library == "horovod" and rank.gpus else library
+    intra, inter = with_library(intra, wire), with_library(inter, wire)
+    network_source = f"inside: {fabric.intra_source}; across: {fabric.inter_source}"
+    measured = calibration.links_for(library) if calibration else {}
+    if "intra-node" in measured:
+        intra = measured["intra-node"]
+    if "inter-node" in measured:
+        inter = measured["inter-node"]
+    if measured:
+        network_source = f"{calibration.source}: {library} collectives ({', '.join(sorted(measured))}); " + network_source
+    threads = plan.threads_per_rank
+    host_cores = node.sockets * node.usable_cores_per_socket
+    gpu = gpu_rate(node.gpus[rank.gpus[0]].model, plan.precision) if rank.gpus else None
+    cpu = cpu_rate(node.cpu_model, node.cpu_target)
+    memory = gpu.memory_gbyte_s if gpu else cpu.memory_gbyte_s  # what the optimizer update streams through
+    compute = calibration.compute_for(bool(rank.gpus)) if calibration else None
+    if compute is not None:
+        # measured per rank of `threads` threads (CPU) or per GPU: the same work per thread or GPU here
+        scale = 1.0 if rank.gpus else threads / compute.threads_per_rank
+        flops, half, source = compute.flops_per_s * scale, compute.batch_half(threads), compute.source
+    elif rank.gpus:
+        if gpu is None:
+            model = node.gpus[rank.gpus[0]].model
+            raise HpcdlError(f"no reference rate for GPU {model!r} at {plan.precision}; run `hpcdl validate` on the "
+                             "site and predict with --calibration")
+        flops = gpu.train_flops_per_s(train_flops_table()) * len(rank.gpus)
+        half, source = gpu.batch_half, f"{gpu.key}: {gpu.source}"
+    else:
+        cores = min(threads, len(rank.cores)) if threads else len(rank.cores)
+        flops = cpu.peak_tflops * 1e12 * (cpu.efficiency or 0.4) * cores
+        half = max(1.0, threads / 4)
+        source = f"{cpu.key}: {cpu.source} x {cores} core(s)"
+    shared = node.nodes_per_host > 1
+    return Machine(
+        rank_flops_per_s=flops, batch_half=half, memory_gbyte_s=memory, intra=intra, inter=inter,
+        rails=fabric.rails, host_cores=host_cores if shared and not rank.gpus else 0,
+        nodes_per_host=node.nodes_per_host, threads_per_rank=threads, measured_cpu_share=options.cpu_share,
+        compute_source=source, network_source=network_source,
+    )
+
+
+def workload_for(plan: Plan, net: NetCost, batch_per_rank: int, options: Options = Options()) -> Workload:
+    library = library_of(plan, options)
+    if options.bucket_mb is not None:
+        bucket = options.bucket_mb * 2**20
+    else:
+        bucket = HOROVOD_FUSION_BYTES if library == "horovod" else DDP_BUCKET_BYTES
+    algorithms_library = library
+    if library == "horovod" and options.hierarchical is False:
+        algorithms_library = "nccl"
+    return Workload(
+        net=net, batch_per_rank=batch_per_rank, library=algorithms_library, bucket_bytes=bucket,
+        gradient_bytes_per_parameter=2.0 if options.fp16_allreduce else 4.0, overlap=options.overlap,
+        per_bucket_wait_s=HOROVOD_CYCLE_S / 2 if library == "horovod" else 0.0,
+        cycle_s=HOROVOD_CYCLE_S if library == "horovod" else 0.0, spatial_ways=options.spatial_ways,
+    )

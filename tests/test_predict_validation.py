@@ -1,0 +1,110 @@
+"""The validation suite's scaling points, measured beside predicted (hpcdl.predict.validation).
+
+The prediction for p > 1 is made from the same run's p = 1 point and collectives check only.
+The stored run (tests/fixtures/predict/) is a real `hpcdl validate --site local --checks
+collectives,scaling` on the 2-core development machine while other sessions loaded it; the
+slow test below runs it again and holds the model to the stated 15 %.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import FIXTURE_SITES, ROOT, hpcdl
+from hpcdl.predict.calibration import calibrate, fit_link
+from hpcdl.predict.validation import AGREEMENT, with_predictions
+from hpcdl.sites import load_site
+from hpcdl.sites.registry import load_site_file
+
+RUN = ROOT / "tests" / "fixtures" / "predict" / "local-collectives-scaling.jsonl"
+
+
+def _records():
+    return [json.loads(line) for line in RUN.read_text().splitlines()]
+
+
+def _split(records):
+    scaling = [r for r in records if r.get("series") == "scaling"]
+    collectives = [r for r in records if r.get("series") == "collective"]
+    return scaling, collectives
+
+
+def test_every_point_beyond_the_first_gets_a_prediction_and_its_error():
+    scaling, collectives = _split(_records())
+    out = with_predictions(load_site("local"), scaling, collectives)
+    later = [m for m in out if m["series"] == "scaling" and m["p"] > 1]
+    assert later and all(m["predicted_images_per_sec"] > 0 for m in later)
+    for m in later:
+        assert m["prediction_error"] == pytest.approx((m["predicted_images_per_sec"] - m["images_per_sec"])
+                                                      / m["images_per_sec"])
+        assert m["prediction_within"] == (abs(m["prediction_error"]) <= AGREEMENT)
+
+
+def test_the_measured_throughput_at_p_above_1_is_never_an_input_to_its_prediction():
+    scaling, collectives = _split(_records())
+    site = load_site("local")
+    before = {(m["mode"], m["p"]): m.get("predicted_images_per_sec") for m in with_predictions(site, scaling, collectives)}
+    doctored = [{**m, "images_per_sec": m["images_per_sec"] * (10 if m["p"] > 1 else 1)} for m in scaling]
+    after = {(m["mode"], m["p"]): m.get("predicted_images_per_sec") for m in with_predictions(site, doctored, collectives)}
+    assert before == after
+
+
+def test_a_busier_host_during_the_p_2_job_predicts_less_and_a_slower_p_1_rank_predicts_less():
+    scaling, collectives = _split(_records())
+    site = load_site("local")
+
+    def predicted(points):
+        return next(m["predicted_images_per_sec"] for m in with_predictions(site, points, collectives)
+                    if m["mode"] == "weak" and m["p"] == 2)
+
+    base = predicted(scaling)
+    busier = [{**m, "cpu_share": m["cpu_share"] / 2} if m["p"] == 2 else m for m in scaling]
+    slower = [{**m, "images_per_sec": m["images_per_sec"] / 2} if m["p"] == 1 else m for m in scaling]
+    assert predicted(busier) < base and predicted(slower) < base
+
+
+def test_the_collectives_sweep_calibrates_alpha_and_beta_through_the_ring_cost():
+    points = [{"backend": "gloo", "scope": "intra-node", "ranks": 2, "bytes": n, "time_us": 100 + n / 1e3}
+              for n in (8, 1024, 1 << 20)]  # 100 us + 1 GB/s
+    link = fit_link(points)
+    assert link.latency_us == pytest.approx(100.5 / 2, rel=0.01)  # 2(p-1) alpha = the small-message time
+    assert link.gbyte_s == pytest.approx(1.0, rel=0.01)  # 2(p-1)/p n / (t - small) with p = 2
+    cal = calibrate(_records(), "local", str(RUN))
+    assert {(m.library, m.scope) for m in cal.links} == {("gloo", "intra-node"), ("mpi", "intra-node")}
+    assert cal.compute and cal.compute[0].flops_per_s > 0
+
+
+def test_pretend_nodes_on_one_host_share_its_cores():
+    from hpcdl.plan import JobRequest, make_plan
+    from hpcdl.predict.model import cpu_share
+    from hpcdl.predict.scenario import machine_for
+
+    site = load_site_file(FIXTURE_SITES / "ci-slurm.yaml")
+    machine = machine_for(site, make_plan(site, JobRequest(nodes=1)))
+    assert cpu_share(machine, nodes=1, ranks_per_node=2) == 1.0  # 2 ranks on the host's 2 cores
+    assert cpu_share(machine, nodes=2, ranks_per_node=2) == 0.5  # 4 ranks, 2 pretend nodes, the same 2 cores
+
+
+@pytest.mark.slow
+def test_the_two_rank_run_here_is_predicted_within_the_stated_bound(tmp_path):
+    out = tmp_path / "out"
+    proc = hpcdl("validate", "--site", "local", "--checks", "collectives,scaling", "-o", out,
+                 env={"HPCDL_LOCAL_JOBS": str(tmp_path / "local-jobs")}, cwd=tmp_path, timeout=1200)
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    later = [r for r in records if r.get("series") == "scaling" and r["p"] > 1]
+    assert later, proc.stdout[-3000:] + proc.stderr
+    errors = [(r["mode"], r["p"], r["images_per_sec"], r["predicted_images_per_sec"], r["cpu_share"]) for r in later]
+    assert all(r["prediction_within"] for r in later), f"measured vs predicted beyond {AGREEMENT:.0%}: {errors}"
+    assert "Measured and predicted" in (out / "report" / "index.html").read_text()
+
+
+def test_the_stored_two_pretend_node_run_is_predicted_within_the_stated_bound():
+    # a real `hpcdl validate --site ci-slurm --suite quick --nodes 1,2` (tests/test_validate_slurm.py) on
+    # this machine under load: 2 ranks on one pretend node, then 4 on two that share the same 2 cores
+    run = ROOT / "tests" / "fixtures" / "predict" / "ci-slurm-collectives-scaling.jsonl"
+    scaling, collectives = _split([json.loads(line) for line in run.read_text().splitlines()])
+    site = load_site_file(FIXTURE_SITES / "ci-slurm.yaml")
+    two = [m for m in with_predictions(site, scaling, collectives) if m["series"] == "scaling" and m["p"] == 2]
+    assert len(two) == 2 and all(m["prediction_within"] for m in two), two
