@@ -82,3 +82,19 @@ def slurm_clusters(tmp_path_factory):
         yield clusters
     finally:
         clusters.down()
+
+
+def pytest_runtest_setup(item):
+    """Tests marked `gpu` run where CUDA sees a GPU; elsewhere they are skipped and say so.
+
+    A GPU node's CI sets HPCDL_REQUIRE_GPU=1, so a GPU that went missing fails there instead.
+    """
+    if item.get_closest_marker("gpu") is None:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    if os.environ.get("HPCDL_REQUIRE_GPU"):
+        pytest.fail("HPCDL_REQUIRE_GPU is set but PyTorch sees no CUDA GPU")
+    pytest.skip("no CUDA GPU on this machine (test marked gpu; run it on a GPU node)")

@@ -138,3 +138,55 @@ def test_velocity_survives_a_state_dict_round_trip():
     w2, b2, opt2 = tiny()
     opt2.load_state_dict(state)
     assert torch.equal(opt2.velocity[0], opt.velocity[0]) and opt2.last_lr == 0.1
+
+
+def _forbid_host_reads(monkeypatch):
+    """Reading a tensor's value on the host is what synchronises a GPU stream: make it an error."""
+    def refuse(*_a, **_k):
+        raise AssertionError("the optimizer step read a tensor back to the host")
+
+    for name in ("item", "tolist", "__float__", "__bool__", "__int__", "numpy"):
+        monkeypatch.setattr(torch.Tensor, name, refuse)
+
+
+@pytest.mark.parametrize("rule", ["sgd", "lars", "larc_clip", "larc_scale"])
+def test_a_step_reads_nothing_back_to_the_host_under_every_rule_with_clipping(monkeypatch, rule):
+    w, b, opt = tiny(rule, trust=0.02, clip_gradients=0.5, momentum_correction=True)
+    set_grads(w, b)
+    opt.step(0.1)
+    expected_w = w.detach().clone()
+    w, b, opt = tiny(rule, trust=0.02, clip_gradients=0.5, momentum_correction=True)
+    set_grads(w, b)
+    _forbid_host_reads(monkeypatch)
+    opt.step(0.1)
+    monkeypatch.undo()
+    assert torch.equal(w.detach(), expected_w)
+
+
+def test_a_weight_with_zero_norm_keeps_the_global_rate_under_lars():
+    w, b, opt = tiny("lars", trust=0.001)
+    w.data.zero_()
+    set_grads(w, b)
+    opt.step(lr=0.1)
+    assert w.flatten().tolist() == pytest.approx([-0.06, -0.08])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rule", ["lars", "larc_clip"])
+def test_on_a_gpu_a_larc_step_never_synchronises_and_equals_the_cpu_step(rule):
+    w, b, opt = tiny(rule, trust=0.02, clip_gradients=0.5)
+    set_grads(w, b)
+    opt.step(0.1)
+    wc = torch.nn.Parameter(torch.tensor([[3.0, 4.0]], dtype=torch.float64, device="cuda"))
+    bc = torch.nn.Parameter(torch.tensor([1.0], dtype=torch.float64, device="cuda"))
+    gpu = CaffeSGD([ParamSlot("ip.weight", wc, 1.0, 1.0), ParamSlot("ip.bias", bc, 2.0, 0.0)],
+                   momentum=0.9, weight_decay=0.01, rule=rule, trust=0.02, clip_gradients=0.5)
+    wc.grad = torch.tensor([[0.6, 0.8]], dtype=torch.float64, device="cuda")
+    bc.grad = torch.tensor([0.5], dtype=torch.float64, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # any device-to-host wait raises
+    try:
+        gpu.step(0.1)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.allclose(wc.detach().cpu(), w.detach())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hpcdl.bench import Case, trainer, write_report
 
 
@@ -52,3 +54,50 @@ def test_the_report_carries_the_tensorflow_and_mxnet_rows_when_measured(tmp_path
     text = out.read_text()
     assert "| tensorflow | 1 | 1500.0 | 1600.0 | 0.938 |" in text
     assert "not measured: No module named 'mxnet'" in text
+
+
+def test_the_report_carries_spatial_against_sample_parallelism_and_memory_per_way(tmp_path):
+    results = {
+        "machine": "2 CPUs (test)", "started": "t0", "finished": "t1", "load_before": 1.0, "load_after": 1.0,
+        "trainer_vs_bare": [{"net": "cifar10_quick", "image_size": 32, "batch": 64, "threads": 1, "bare": [100.0],
+                             "trainer": [99.0], "ratio": 0.99}],
+        "channels_last": {"net": "resnet50", "image_size": 64, "batch": 16, "threads": 1, "nchw": [20.0],
+                          "channels_last": [25.0], "ratio": 1.25},
+        "ranks_vs_threads": {"one_rank_two_threads": [100.0], "two_ranks_one_thread": [150.0], "ratio": 1.5},
+        "spatial": {"measured": "t2", "load": 2.0, "net": "mesh", "image_size": 192, "mini_batch": 2,
+                    "sample_parallel": [1.0, 1.2], "spatial_2way": [0.9], "ratio": 0.75, "memory_image_size": 256,
+                    "activation_mib": {"1": 200.0, "2": 104.0, "4": 55.0}},
+    }
+    out = tmp_path / "performance.md"
+    write_report(results, out)
+    text = out.read_text()
+    assert "**0.75x**" in text
+    assert "| 2 | 104.0 | 0.520 | 0.500 |" in text and "| 4 | 55.0 | 0.275 | 0.250 |" in text
+    assert "still to be measured on GPUs" in text
+
+
+def test_without_a_gpu_the_report_says_the_gpu_section_was_skipped_and_what_is_left_to_measure(tmp_path):
+    from hpcdl.bench_gpu import gpu_rows, markdown
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the section is measured, not skipped")
+    gpu = gpu_rows()
+    assert gpu == {"skipped": "no CUDA GPU on this machine"}
+    text = markdown(gpu)
+    assert "Skipped: no CUDA GPU" in text and "still to be measured" in text
+
+
+def test_the_gpu_section_reports_device_ratios_and_goals(tmp_path):
+    from hpcdl.bench_gpu import markdown
+
+    gpu = {"device": {"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.1, "driver": "570.1", "cuda": "12.8",
+                      "cudnn": 91000, "torch": "2.11"},
+           "rows": [{"precision": "bf16", "bare": 3000.0, "trainer": 2950.0, "ratio": 0.983}],
+           "loader": {"hpcdl_loader": 3100.0, "torch_dataloader": 3000.0, "ratio": 1.03},
+           "jpeg_vs_synthetic": {"jpeg": 2800.0, "synthetic": 2950.0, "ratio": 0.95},
+           "larc_vs_sgd": {"sgd_ms": 2.0, "larc_ms": 2.06, "ratio": 1.03}}
+    text = markdown(gpu)
+    assert "NVIDIA H100 80GB HBM3" in text and "driver 570.1" in text
+    assert "| bf16 | 3000 | 2950 | **0.983** |" in text and "**1.03x**, goal <= 1.05" in text

@@ -20,6 +20,7 @@ app = typer.Typer(
 from hpcdl.cli import jobs, modules, sites, training  # noqa: E402,F401  (registers the verbs)
 from hpcdl.cli import validate  # noqa: E402,F401  (validate, report, probe)
 from hpcdl.cli import images  # noqa: E402,F401
+from hpcdl.cli import predict  # noqa: E402,F401  (predict)
 
 
 def main(argv: list[str] | None = None) -> None:

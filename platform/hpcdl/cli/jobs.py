@@ -32,7 +32,7 @@ DistOpt = typer.Option("auto", "--dist", help="auto, gloo, nccl, mpi or horovod"
 
 
 def build_plan(site_name, nodes, framework, ranks_per_node, threads, mode, node_kind, dist,
-               use_gpus=None, precision="fp32") -> tuple:
+               use_gpus=None, precision="fp32", spatial_ways=1, spatial_split="rows") -> tuple:
     from pydantic import ValidationError
 
     from hpcdl.errors import HpcdlError, validation_message
@@ -42,6 +42,7 @@ def build_plan(site_name, nodes, framework, ranks_per_node, threads, mode, node_
         request = JobRequest(
             nodes=nodes, framework=framework, ranks_per_node=ranks_per_node, threads_per_rank=threads,
             mode=mode, node_kind=node_kind, distributed=dist, use_gpus=use_gpus, precision=precision,
+            spatial_ways=spatial_ways, spatial_split=spatial_split,
         )
     except ValidationError as exc:
         raise HpcdlError(validation_message(exc, "request")) from None
@@ -54,10 +55,20 @@ def print_node_map(plan: Plan, console: Console | None = None) -> None:
         "rank", "node", "socket", "cores", "GPU", "NIC", "threads",
         title=f"{plan.site}: {plan.nodes} node(s) x {plan.ranks_per_node} rank(s) ({plan.mode}, {plan.distributed})",
     )
+    if plan.spatial:
+        table.add_column("spatial group / slab")
     for r in plan.local_ranks():
-        table.add_row(str(r.rank), str(r.node), str(r.socket), _ranges(r.cores),
-                      ",".join(map(str, r.gpus)) or "-", r.nic or "-", str(r.omp_num_threads))
+        row = [str(r.rank), str(r.node), str(r.socket), _ranges(r.cores),
+               ",".join(map(str, r.gpus)) or "-", r.nic or "-", str(r.omp_num_threads)]
+        if plan.spatial:
+            group, slab = plan.spatial.group_of(r.rank)
+            row.append(f"{group} / {slab}")
+        table.add_row(*row)
     console.print(table)
+    if plan.spatial:
+        s = plan.spatial
+        console.print(f"spatial: {s.ways}-way ({s.split}, {s.grid[0]} x {s.grid[1]} slabs) x "
+                      f"{s.data_parallel_groups} data-parallel group(s)", highlight=False)
     if plan.nodes > 1:
         console.print(f"(nodes 1..{plan.nodes - 1} repeat this layout: ranks n*{plan.ranks_per_node} + local rank)")
 
@@ -69,19 +80,26 @@ def plan(
     mode: str = ModeOpt, node_kind: Optional[str] = KindOpt, dist: str = DistOpt,
     gpus: Optional[bool] = typer.Option(None, "--gpus/--no-gpus", help="use the GPUs (default: when the node has them)"),
     precision: str = typer.Option("fp32", "--precision", help="fp32, bf16 or fp16"),
+    spatial_ways: int = typer.Option(1, "--spatial-ways", min=1, help="ranks that share each sample (spatial parallelism)"),
+    spatial_split: str = typer.Option("rows", "--spatial-split", help="rows or rows_and_columns"),
     as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
     picture: Optional[Path] = typer.Option(None, "--picture", help="draw one node's layout to this PNG"),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="also predict images/s and efficiency for this recipe"),
 ) -> None:
     """Show where every rank runs: node map, environment and launch line (before anything is submitted)."""
     s, p = build_plan(site, nodes, framework or "pytorch", ranks_per_node, threads_per_rank, mode, node_kind, dist,
-                      use_gpus=gpus, precision=precision)
+                      use_gpus=gpus, precision=precision, spatial_ways=spatial_ways, spatial_split=spatial_split)
+    prediction = _prediction(s, p, recipe) if recipe else None
     if picture:
         # drawn first, so a bad path fails before anything is printed; written atomically
         from hpcdl.plan.picture import draw_node
 
         draw_node(s, p, picture)
     if as_json:
-        typer.echo(json.dumps(p.to_dict(), indent=2))
+        data = p.to_dict()
+        if prediction:
+            data["prediction"] = prediction.to_list()
+        typer.echo(json.dumps(data, indent=2))
         return
     console = Console(width=160)
     print_node_map(p, console)
@@ -98,6 +116,23 @@ def plan(
         console.print(f"  - {note}", highlight=False)
     if picture:
         console.print(f"picture: {picture}", highlight=False)
+    if prediction:
+        from hpcdl.cli.predict import prediction_table
+
+        console.print(prediction_table(prediction, f"predicted for {prediction.net} (hpcdl predict; docs/predict.md)"))
+
+
+def _prediction(site, plan: Plan, recipe: Path):
+    """The weak-scaling prediction for this request's node count against one node (hpcdl predict)."""
+    from hpcdl.predict import predict
+    from hpcdl.predict.calibration import load_calibration
+
+    r = load_recipe(recipe)
+    request = JobRequest(framework=plan.framework, ranks_per_node=plan.ranks_per_node,
+                         threads_per_rank=plan.threads_per_rank, mode=plan.mode, node_kind=plan.node_kind,
+                         distributed=plan.distributed, precision=plan.precision)
+    return predict(site, r.net, r.batch_size * r.iter_size, sorted({1, plan.nodes}), "weak", request,
+                   load_calibration(site.name))
 
 
 def _per_rank_env_lines(p: Plan) -> list[str]:
@@ -130,7 +165,9 @@ def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_
     framework = framework or r.framework
     if dist == "auto" and r.distributed != "auto":
         dist = r.distributed
-    s, p = build_plan(site, nodes, framework, ranks_per_node, threads, mode, node_kind, dist)
+    ways, split = (r.spatial.ways, r.spatial.split) if r.spatial else (1, "rows")
+    s, p = build_plan(site, nodes, framework, ranks_per_node, threads, mode, node_kind, dist,
+                      spatial_ways=ways, spatial_split=split)
     options = JobOptions(
         name=name or r.name, time=time, account=account, partition=partition, image=image,
         constraint=constraint, exclusive=exclusive, requeue=requeue, warning_seconds=warning,
@@ -293,12 +330,13 @@ def stage(
     dest: Path = typer.Argument(..., help="node-local folder to copy it into"),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="point this recipe.json's data.path at the copy"),
     no_copy: bool = typer.Option(False, "--no-copy", help="only rewrite --recipe (the copy is made per node)"),
+    shard: Optional[str] = typer.Option(None, "--shard", help="copy only this node's shard: NODE/NODES or auto/NODES"),
 ) -> None:
     """Copy a data set to node-local storage and check the copy (job scripts run this once per node)."""
-    from hpcdl.executors.staging import point_recipe_at, stage as stage_data
+    from hpcdl.executors.staging import parse_shard, point_recipe_at, stage as stage_data
 
     if not no_copy:
-        stage_data(source, dest)
+        stage_data(source, dest, parse_shard(shard))
     if recipe is not None:
         point_recipe_at(recipe, source, dest)
 

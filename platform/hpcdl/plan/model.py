@@ -22,6 +22,32 @@ class RankPlacement:
 
 
 @dataclass(frozen=True)
+class SpatialLayout:
+    """Ranks as a grid of data-parallel groups x spatial groups (Dryden, Maruyama et al. 2019).
+
+    Each spatial group shares every sample, one slab per rank, and sits inside one node on
+    neighbouring ranks (the nearest GPUs: halo exchange every layer wants the fastest links);
+    the groups are data-parallel replicas, whose gradient all-reduce crosses the nodes.
+    """
+
+    ways: int
+    split: str  # rows | rows_and_columns
+    grid: tuple[int, int]  # slabs: rows x columns
+    groups: tuple[tuple[int, ...], ...]  # the global ranks of each spatial group, in slab order
+
+    @property
+    def data_parallel_groups(self) -> int:
+        return len(self.groups)
+
+    def group_of(self, rank: int) -> tuple[int, int]:
+        """(spatial group, slab index) of a rank."""
+        for g, members in enumerate(self.groups):
+            if rank in members:
+                return g, members.index(rank)
+        raise ValueError(f"rank {rank} is in no spatial group")
+
+
+@dataclass(frozen=True)
 class Plan:
     site: str
     node_kind: str
@@ -37,6 +63,7 @@ class Plan:
     launcher: str
     launcher_argv: tuple[str, ...]  # the launch line up to (not including) the program
     notes: tuple[str, ...] = ()  # why each choice was made, in words
+    spatial: SpatialLayout | None = None  # spatial parallelism: who shares a sample
 
     @property
     def world_size(self) -> int:
@@ -49,6 +76,8 @@ class Plan:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["world_size"] = self.world_size
+        if self.spatial is None:
+            data.pop("spatial")  # plans without spatial parallelism read as they always have
         return data
 
     @classmethod
@@ -59,6 +88,11 @@ class Plan:
             RankPlacement(**{**r, "cores": tuple(r["cores"]), "cpus": tuple(r["cpus"]), "gpus": tuple(r["gpus"])})
             for r in data.pop("ranks")
         )
+        spatial = data.pop("spatial", None)
+        if spatial:
+            spatial = SpatialLayout(spatial["ways"], spatial["split"], tuple(spatial["grid"]),
+                                    tuple(tuple(g) for g in spatial["groups"]))
         return cls(
-            **{**data, "ranks": ranks, "launcher_argv": tuple(data["launcher_argv"]), "notes": tuple(data.get("notes", ()))}
+            **{**data, "ranks": ranks, "launcher_argv": tuple(data["launcher_argv"]), "notes": tuple(data.get("notes", ())),
+               "spatial": spatial}
         )

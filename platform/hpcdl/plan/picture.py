@@ -81,7 +81,8 @@ def draw_node(site: Site, plan: Plan, path: Path) -> Path:
             colours)
 
     handles = [Patch(fc=colours[r.local_rank], ec="#555555",
-                     label=f"rank {r.local_rank}: {len(r.cores)} cores, {r.omp_num_threads} threads") for r in local]
+                     label=f"rank {r.local_rank}: {len(r.cores)} cores, {r.omp_num_threads} threads{_slab(plan, r.rank)}")
+               for r in local]
     handles.append(Patch(fc=RESERVED, ec="#555555", hatch="///", label="left to the system"))
     if any(c not in owner for c in usable):
         handles.append(Patch(fc=IDLE, ec="#555555", label="idle"))
@@ -90,7 +91,7 @@ def draw_node(site: Site, plan: Plan, path: Path) -> Path:
     ax.set_title(
         f"{site.name} ({plan.node_kind}): {plan.ranks_per_node} rank(s) per node, {plan.mode}, "
         f"{plan.threads_per_rank} thread(s) each\n{_short(plan.launcher_argv)}\n"
-        f"{node.threads_per_core} hardware thread(s) per core, {node.cpu_numbering} numbering",
+        f"{node.threads_per_core} hardware thread(s) per core, {node.cpu_numbering} numbering{_spatial_line(plan)}",
         fontsize=10,
     )
     ax.set_xlim(-0.3, node.sockets * (sock_w + 0.6) - 0.3)
@@ -99,6 +100,22 @@ def draw_node(site: Site, plan: Plan, path: Path) -> Path:
     ax.axis("off")
     fig.tight_layout()
     return _save_atomically(fig, Path(path))
+
+
+def _slab(plan: Plan, rank: int) -> str:
+    if not plan.spatial:
+        return ""
+    group, slab = plan.spatial.group_of(rank)
+    return f", spatial group {group} slab {slab}"
+
+
+def _spatial_line(plan: Plan) -> str:
+    s = plan.spatial
+    if not s:
+        return ""
+    groups = " ".join("{" + ",".join(map(str, g)) + "}" for g in s.groups if g[0] < plan.ranks_per_node)
+    return (f"\nspatial: {s.ways}-way {s.split} ({s.grid[0]} x {s.grid[1]} slabs); groups on this node {groups}; "
+            f"{s.data_parallel_groups} data-parallel group(s)")
 
 
 def _columns(node: NodeKind) -> int:

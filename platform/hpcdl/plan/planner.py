@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from hpcdl.errors import HpcdlError
 from hpcdl.plan.env import communication_env, rank_env, threading_env
-from hpcdl.plan.model import Plan, RankPlacement
+from hpcdl.plan.model import Plan, RankPlacement, SpatialLayout
 from hpcdl.plan.request import JobRequest
 from hpcdl.sites.schema import Gpu, Nic, NodeKind, Site
 
@@ -85,10 +85,46 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         launcher=site.launcher,
         launcher_argv=(),
         notes=tuple(notes),
+        spatial=_spatial_layout(site, kind_name, request, ranks, ranks_per_node, notes),
     )
+    plan = replace(plan, notes=tuple(notes))
     from hpcdl.launchers import launcher_for
 
     return replace(plan, launcher_argv=tuple(launcher_for(site.launcher).command(plan, site)))
+
+
+def _spatial_layout(site: Site, kind_name: str, request: JobRequest, ranks: tuple[RankPlacement, ...],
+                    ranks_per_node: int, notes: list[str]) -> SpatialLayout | None:
+    """Consecutive local ranks share a sample: a spatial group never leaves its node.
+
+    Halos are exchanged at every layer, forward and backward, so the group takes the
+    nearest GPUs (NVLink inside a node; the LLNL work measured 4-way spatial parallelism on
+    Lassen, 4 NVLink-connected V100s per node, Dryden et al. 2019); only the gradient
+    all-reduce between groups crosses the network.
+    """
+    ways = request.spatial_ways
+    if ways == 1:
+        return None
+    if ranks_per_node % ways:
+        raise HpcdlError(
+            f"spatial_ways: {ways} ranks share a sample (--spatial-ways, or the recipe's spatial.ways) but a "
+            f"{site.name} {kind_name} node runs {ranks_per_node} rank(s); a spatial group must fit inside one node, "
+            f"so ask for ways that divide {ranks_per_node}, or a multiple of {ways} ranks per node"
+        )
+    from hpcdl.train.spatial.geometry import Grid
+
+    grid = Grid.of(ways, request.spatial_split)
+    groups = tuple(tuple(range(g * ways, (g + 1) * ways)) for g in range(len(ranks) // ways))
+    per_node = ranks_per_node // ways
+    notes.append(
+        f"spatial parallelism: {ways}-way ({grid.rows} x {grid.cols} slabs), {per_node} spatial group(s) per node "
+        f"on neighbouring ranks, {len(groups)} data-parallel group(s) in all; halos stay inside a node, "
+        "gradients are all-reduced across groups"
+    )
+    socket_of = {r.rank: r.socket for r in ranks}
+    if any(len({socket_of[m] for m in group}) > 1 for group in groups):
+        notes.append("a spatial group spans both sockets: its halos cross the inter-socket link")
+    return SpatialLayout(ways, request.spatial_split, (grid.rows, grid.cols), groups)
 
 
 def _port(nic: Nic) -> str:

@@ -10,6 +10,7 @@ Framework = Literal["pytorch", "tensorflow", "mxnet"]
 Mode = Literal["auto", "per-gpu", "per-nic", "per-socket", "per-node", "per-core"]
 Precision = Literal["fp32", "bf16", "fp16"]
 Distributed = Literal["auto", "gloo", "nccl", "mpi", "horovod"]
+SpatialSplit = Literal["rows", "rows_and_columns"]
 
 
 class JobRequest(BaseModel):
@@ -26,3 +27,5 @@ class JobRequest(BaseModel):
     precision: Precision = "fp32"
     distributed: Distributed = "auto"
     use_gpus: bool | None = Field(default=None, description="None: use GPUs when the node has them")
+    spatial_ways: int = Field(default=1, ge=1, description="ranks that share each sample (spatial parallelism)")
+    spatial_split: SpatialSplit = Field(default="rows", description="the image axes a sample is cut along")

@@ -329,7 +329,16 @@ def staging(site: Site, plan: Plan, recipe: dict, scheduler: str) -> dict | None
     if not site.filesystems.node_local:
         raise HpcdlError(f"data.stage: site {site.name!r} names no filesystems.node_local to stage to")
     one_line("data.path", source)
-    prefix = once_per_node(plan, scheduler)
+    bb = site.filesystems.burst_buffer
+    if bb and scheduler != "slurm":
+        raise HpcdlError(f"filesystems.burst_buffer: site {site.name!r}: DataWarp's #DW jobdw is a Slurm request")
+    shared = bb is not None and bb.access_mode == "striped"  # one namespace for all nodes: copy once
+    # per-node shards: each node copies only what its ranks read (data.shuffle: node)
+    shard = data.get("shuffle") == "node" and plan.nodes > 1
+    if shard and shared:
+        raise HpcdlError(f"data.shuffle: node stages a shard per node, but site {site.name!r}'s burst buffer is "
+                         "striped (one namespace for all nodes); use access_mode: private")
+    prefix = [] if shared else once_per_node(plan, scheduler)
     if prefix[:1] == ["blaunch"]:
         prefix = ["blaunch", "-u"]  # the host file is added in the template, as a variable
     return {
@@ -337,6 +346,8 @@ def staging(site: Site, plan: Plan, recipe: dict, scheduler: str) -> dict | None
         "node_local": path_with_variables(site.filesystems.node_local),
         "per_node": prefix,
         "lsf_hostfile": scheduler == "lsf" and prefix[:1] == ["blaunch"],
+        "shard": f"auto/{plan.nodes}" if shard else None,
+        "datawarp": bb.model_dump() if bb else None,
     }
 
 

@@ -57,6 +57,17 @@ class Nic(_Strict):
     )
     netdev: str | None = Field(default=None, description="IP interface on this NIC, e.g. ib0, hsn0")
     gbit_s: float | None = Field(default=None, gt=0)
+    latency_us: float | None = Field(
+        default=None, gt=0, description="published MPI small-message latency across the fabric (hpcdl predict)"
+    )
+
+
+class IntraNodeLink(_Strict):
+    """How the ranks of one node reach each other (hpcdl predict's inside-the-node level)."""
+
+    kind: Literal["nvlink", "infinity-fabric", "pcie", "shared-memory"]
+    gbyte_s: float = Field(gt=0, description="bandwidth one rank sees per direction in a ring over the node's ranks")
+    latency_us: float = Field(gt=0, description="latency of one step of a collective inside the node")
 
 
 class NodeKind(_Strict):
@@ -92,6 +103,11 @@ class NodeKind(_Strict):
     )
     default_ranks_per_socket: int | None = Field(default=None, ge=1)
     default_threads_per_rank: int | None = Field(default=None, ge=1)
+    intra_node_link: IntraNodeLink | None = Field(default=None, description="for hpcdl predict; default by GPU/CPU kind")
+    nodes_per_host: int = Field(
+        default=1, ge=1,
+        description="nodes sharing one physical machine (a test cluster's pretend nodes): they share its cores",
+    )
 
     @property
     def cores(self) -> int:
@@ -165,12 +181,28 @@ class NodeKind(_Strict):
         return self
 
 
+class BurstBuffer(_Strict):
+    """A per-job burst-buffer allocation the job script asks the scheduler for.
+
+    Cray DataWarp under Slurm (NERSC Cori): `#DW jobdw capacity=... access_mode=... type=scratch`
+    (Slurm's burst_buffer.html; NERSC's Cori burst-buffer guide). `private` gives each node
+    its own namespace at $DW_JOB_PRIVATE (a node stages its shard there); `striped` one
+    namespace shared by all nodes at $DW_JOB_STRIPED (the data set is staged there once).
+    """
+
+    kind: Literal["datawarp"] = "datawarp"
+    # whole units only: NERSC notes Slurm misreads a decimal point (3.5TB) as one 20 GB grain
+    capacity: str = Field(pattern=r"^[1-9][0-9]*(GB|TB|GiB|TiB)$", description="allocation size, e.g. 200GB")
+    access_mode: Literal["private", "striped"] = "private"
+
+
 class Filesystems(_Strict):
     scratch: str | None = Field(default=None, description="shared parallel filesystem for data and results")
     node_local: str | None = Field(
         default=None, description="node-local storage for staged data, e.g. /mnt/bb/$USER on Summit"
     )
     node_local_kind: Literal["nvme", "ssd", "tmpfs", "burst-buffer", "ramdisk"] | None = None
+    burst_buffer: BurstBuffer | None = Field(default=None, description="a per-job burst buffer to request (DataWarp)")
 
 
 class Modules(_Strict):

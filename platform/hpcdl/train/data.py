@@ -197,8 +197,9 @@ def _resize_shorter_then_centre(img, size: int):
 
 
 def _file_dataset(name, read_bytes, files: list[str], labels: list[str], spec: DataSpec, shape, seed,
-                  test_files=None, test_labels=None) -> Dataset:
-    classes = sorted(set(labels) | set(test_labels or []))
+                  test_files=None, test_labels=None, folders: tuple[str, ...] = ()) -> Dataset:
+    # a class folder with no image (a node's shard may have none of a rare class) still counts
+    classes = sorted(set(labels) | set(test_labels or []) | set(folders))
     if len(classes) < 2:
         raise HpcdlError(f"data.path: {spec.path} has fewer than 2 classes (one folder per class)")
     index = {c: i for i, c in enumerate(classes)}
@@ -240,8 +241,9 @@ def _imagefolder(spec: DataSpec, shape, seed) -> Dataset:
     test_files = test_labels = None
     if (root / "val").is_dir():
         test_files, test_labels = scan(root / "val")
+    folders = tuple(p.name for p in train_dir.iterdir() if p.is_dir())
     return _file_dataset("imagefolder", lambda f: Path(f).read_bytes(), files, labels, spec, shape, seed,
-                         test_files, test_labels)
+                         test_files, test_labels, folders)
 
 
 def _tar(spec: DataSpec, shape, seed) -> Dataset:
@@ -306,14 +308,21 @@ def epoch_order(n: int, epoch: int, seed: int, rank: int, world: int) -> np.ndar
     return order[:usable][rank::world]
 
 
+def node_seed(seed: int, node: int) -> int:
+    """The seed of one node's own shuffle (data.shuffle: node), independent of the others'."""
+    return int(np.random.SeedSequence((seed, node)).generate_state(1)[0])
+
+
 class Batches:
     """The micro-batches of one rank, addressed by number, with Caffe's crop and mirror."""
 
     def __init__(self, split: Split, batch_size: int, seed: int, rank: int, world: int,
-                 crop: int | None = None, mirror: bool = False):
+                 crop: int | None = None, mirror: bool = False, samples: int | None = None):
+        """`rank` of `world` ranks share `split`; `samples` (at most len(split)) sets the epoch's
+        length, so ranks reading shards of different sizes still take the same number of steps."""
         self.split, self.batch_size, self.seed, self.rank, self.world = split, batch_size, seed, rank, world
         self.crop, self.mirror = crop, mirror
-        self.per_epoch = (len(split) // world) // batch_size
+        self.per_epoch = (min(samples or len(split), len(split)) // world) // batch_size
         if self.per_epoch < 1:
             raise HpcdlError(
                 f"batch_size: {batch_size} per rank x {world} ranks is more than the {len(split)} training images")

@@ -63,10 +63,13 @@ _OPTIMIZER_FIELDS = {
     "clip_gradients": None,
     "momentum_correction": False,
 }
+# gradients on the wire (hpcdl.train.gradients) are torch.distributed's; Horovod compresses
+# to fp16 itself (hvd.Compression.fp16), so only bf16 is refused there (in horovod_torch)
+_WIRE_FIELDS = {"gradient_compression": "none", "gradient_lag": False}
 UNSUPPORTED = {
-    "tensorflow": {"aux_heads": False},
-    "mxnet": {"aux_heads": False},
-    "pytorch with horovod": {**_OPTIMIZER_FIELDS, "aux_heads": False},
+    "tensorflow": {"aux_heads": False, **_WIRE_FIELDS},
+    "mxnet": {"aux_heads": False, **_WIRE_FIELDS},
+    "pytorch with horovod": {**_OPTIMIZER_FIELDS, "aux_heads": False, "gradient_lag": False},
 }
 
 
@@ -91,6 +94,9 @@ def run_loop(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict
              trainer: FrameworkTrainer, final_fields: Callable[[], dict] | None = None) -> dict:
     """Train to max_iter (resuming from the newest snapshot); `final_fields` adds to the final record."""
     refuse_unsupported(recipe, "pytorch with horovod" if context.get("distributed") == "horovod" else trainer.framework)
+    if getattr(recipe.data, "shuffle", "global") != "global":
+        raise HpcdlError(f"recipe {recipe.name}: data.shuffle: node is implemented in the PyTorch trainer with "
+                         f"torch.distributed only, not in {trainer.framework}")
     global_batch = recipe.batch_size * me.world_size * recipe.iter_size
     n_train = len(data.train_y)
     max_iter = recipe.max_iter or max(1, math.ceil(recipe.epochs * n_train / global_batch))

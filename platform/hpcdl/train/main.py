@@ -32,6 +32,7 @@ def run_training(recipe_path: str, plan_path: str | None = None, results_path: s
         "distributed": dist or (plan or {}).get("distributed"),
         "plan_summary": _plan_summary(plan),
         "binding": applied,
+        "plan_spatial": (plan or {}).get("spatial"),
     }
     framework = framework or (plan or {}).get("framework") or recipe.framework
     train = backend_for(framework, context["distributed"] or recipe.distributed)

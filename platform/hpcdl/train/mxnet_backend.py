@@ -95,16 +95,21 @@ class GluonTrainer:
                 self.kvstore.push(GRADIENT_KEYS + i, param.grad(), priority=-i)
             for i, param in enumerate(self.learned):
                 self.kvstore.pull(GRADIENT_KEYS + i, out=param.grad(), priority=-i)
-        # the summed gradients are divided by the global batch
+        # the summed gradients are divided by the global batch inside the fused update
         images = len(xs) * len(xs[0]) * self.world_size
-        grads = [p.grad().asnumpy().astype(np.float64) / images for p in self.learned]
-        new = self.rule.step([p.data().asnumpy() for p in self.learned], grads, lr)
-        for p, w in zip(self.learned, new):
-            p.data()[:] = w.astype(p.dtype)
+        self._fused_update().step(1.0 / images, lr)
         for param in self.params.values():
             if param.grad_req != "null":
                 param.zero_grad()
         return total
+
+    def _fused_update(self):
+        """The rule's step in MXNet's multi-tensor kernels (hpcdl.train.mxnet_update), made once."""
+        if not hasattr(self, "_update"):
+            from hpcdl.train.mxnet_update import FusedUpdate
+
+            self._update = FusedUpdate(self.mx, self.rule, self.learned)
+        return self._update
 
     def predict(self, x):
         return self.net(self.mx.nd.array(x)).asnumpy()
@@ -141,6 +146,7 @@ class GluonTrainer:
 
     def state(self):
         arrays = {f"p:{name}": p.data().asnumpy() for name, p in self.params.items()}
+        self._fused_update().to_rule()
         arrays.update(self.rule.state("m:"))
         return arrays
 
@@ -149,6 +155,8 @@ class GluonTrainer:
         for name, p in self.params.items():
             p.set_data(mx.nd.array(arrays[f"p:{name}"]))
         self.rule.load_state(arrays, len(self.learned), "m:")
+        if self.rule.velocity:
+            self._fused_update().from_rule()
 
 
 def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:

@@ -56,6 +56,7 @@ class CaffeSGD:
         self.momentum_correction = momentum_correction
         self.velocity = [torch.zeros_like(s.tensor, memory_format=torch.preserve_format) for s in self.slots]
         self.last_lr: float | None = None
+        self.lag = None  # a GradientLag whose pending gradients belong in the snapshot
 
     def zero_grad(self) -> None:
         for s in self.slots:
@@ -63,63 +64,79 @@ class CaffeSGD:
 
     @torch.no_grad()
     def step(self, lr: float) -> None:
+        """One update at rate `lr`, all on the parameters' device.
+
+        Nothing is read back to the host: the norms LARS, LARC and clipping need stay
+        tensors (one fused `_foreach_norm` per group), and the choices they make are
+        `torch.where`s, so a GPU step queues its kernels without waiting for any of them.
+        """
         grads = [s.tensor.grad if s.tensor.grad is not None else torch.zeros_like(s.tensor) for s in self.slots]
-        if self.clip_gradients is not None and self.clip_gradients >= 0:
-            # Caffe ClipGradients: scale all gradients so their global L2 norm is at most the bound
-            norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads)).item()
-            if norm > self.clip_gradients > 0:
-                grads = [g * (self.clip_gradients / norm) for g in grads]
+        if self.clip_gradients:
+            grads = self._clip(grads, self.clip_gradients)
         correction = 1.0
         if self.momentum_correction and self.last_lr:
             correction = lr / self.last_lr
-        if self.rule == "sgd":
-            self._sgd_step(lr, grads, correction)
-        else:
-            for slot, g, v in zip(self.slots, grads, self.velocity):
-                w = slot.tensor
-                wd = self.weight_decay * slot.decay_mult
-                rate = lr * slot.lr_mult * self._layer_factor(w, g, wd, lr * slot.lr_mult)
-                d = g.add(w, alpha=wd) if wd else g
-                v.mul_(self.momentum * correction).add_(d, alpha=rate)
-                w.sub_(v)
+        for (lr_mult, decay_mult), (plain, adapted) in self._groups().items():
+            wd = self.weight_decay * decay_mult
+            rate = lr * lr_mult
+            # tensors that keep the global rate: v <- mu v + rate (g + wd w), w <- w - v
+            self._update(plain, grads, wd, correction, rate)
+            if adapted:
+                ws = [self.slots[i].tensor for i in adapted]
+                factors = self._layer_factors(ws, [grads[i] for i in adapted], wd, rate)
+                self._update(adapted, grads, wd, correction, list((factors * rate).unbind()))
         self.last_lr = lr
 
-    def _sgd_step(self, lr: float, grads: list, correction: float) -> None:
-        """The same update as the loop above, as one fused call per (lr_mult, decay_mult) group."""
-        for (lr_mult, decay_mult), members in self._groups().items():
-            ws = [self.slots[i].tensor for i in members]
-            vs = [self.velocity[i] for i in members]
-            gs = [grads[i] for i in members]
-            wd = self.weight_decay * decay_mult
-            ds = torch._foreach_add(gs, ws, alpha=wd) if wd else gs
-            torch._foreach_mul_(vs, self.momentum * correction)
-            torch._foreach_add_(vs, ds, alpha=lr * lr_mult)
-            torch._foreach_sub_(ws, vs)
+    def _update(self, members: list[int], grads: list, wd: float, correction: float, rate) -> None:
+        """Caffe's step for these slots, one fused call per operation; `rate` a number or one 0-d tensor each."""
+        if not members:
+            return
+        ws = [self.slots[i].tensor for i in members]
+        vs = [self.velocity[i] for i in members]
+        gs = [grads[i] for i in members]
+        ds = torch._foreach_add(gs, ws, alpha=wd) if wd else gs
+        torch._foreach_mul_(vs, self.momentum * correction)
+        if isinstance(rate, list):
+            torch._foreach_add_(vs, torch._foreach_mul(ds, rate))
+        else:
+            torch._foreach_add_(vs, ds, alpha=rate)
+        torch._foreach_sub_(ws, vs)
+
+    @staticmethod
+    def _clip(grads: list, bound: float) -> list:
+        """Caffe ClipGradients: scale all gradients so their global L2 norm is at most the bound."""
+        norm = torch.linalg.vector_norm(torch.stack([n.double() for n in torch._foreach_norm(grads)]))
+        scale = torch.where(norm > bound, bound / norm, torch.ones_like(norm))
+        return torch._foreach_mul(grads, [scale.to(g.dtype) for g in grads])
 
     def _groups(self) -> dict:
+        """(lr_mult, decay_mult) -> (slots at the global rate, weight tensors whose rate LARS/LARC adapt)."""
         if not hasattr(self, "_group_index"):
-            groups: dict[tuple[float, float], list[int]] = {}
+            groups: dict[tuple[float, float], tuple[list[int], list[int]]] = {}
             for i, s in enumerate(self.slots):
-                groups.setdefault((s.lr_mult, s.decay_mult), []).append(i)
+                plain, adapted = groups.setdefault((s.lr_mult, s.decay_mult), ([], []))
+                (adapted if self.rule != "sgd" and s.tensor.dim() > 1 else plain).append(i)
             self._group_index = groups
         return self._group_index
 
-    def _layer_factor(self, w: torch.Tensor, g: torch.Tensor, wd: float, rate: float) -> float:
-        if self.rule == "sgd" or w.dim() <= 1:
-            return 1.0
-        w_norm, g_norm = float(w.norm()), float(g.norm())
-        if w_norm == 0.0 or g_norm == 0.0:
-            return 1.0
+    def _layer_factors(self, ws: list, gs: list, wd: float, rate: float) -> torch.Tensor:
+        """Each weight tensor's factor on `rate` (a 1-D tensor on the device)."""
+        w_norm = torch.stack([n.to(ws[0].dtype) for n in torch._foreach_norm(ws)])
+        g_norm = torch.stack([n.to(ws[0].dtype) for n in torch._foreach_norm(gs)])
         local = self.trust * w_norm / (g_norm + wd * w_norm + self.eps)
-        if self.rule == "lars":
-            return local
-        if self.rule == "larc_scale":
-            return local
-        # larc_clip: the layer's rate is min(rate, local); as a factor on rate:
-        return min(local / rate, 1.0) if rate > 0 else 1.0
+        if self.rule == "larc_clip":
+            # the layer's rate is min(rate, local); as a factor on rate:
+            factor = torch.clamp(local / rate, max=1.0) if rate > 0 else torch.ones_like(local)
+        else:  # lars, larc_scale
+            factor = local
+        undefined = (w_norm == 0) | (g_norm == 0)
+        return torch.where(undefined, torch.ones_like(factor), factor)
 
     def state_dict(self) -> dict:
-        return {"velocity": {s.name: v for s, v in zip(self.slots, self.velocity)}, "last_lr": self.last_lr}
+        state = {"velocity": {s.name: v for s, v in zip(self.slots, self.velocity)}, "last_lr": self.last_lr}
+        if getattr(self, "lag", None) is not None:  # hpcdl.train.gradients.GradientLag
+            state["lag"] = self.lag.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         saved = state["velocity"]
@@ -127,3 +144,5 @@ class CaffeSGD:
             if s.name in saved:
                 v.copy_(saved[s.name])
         self.last_lr = state.get("last_lr")
+        if getattr(self, "lag", None) is not None:
+            self.lag.load_state_dict(state.get("lag"))

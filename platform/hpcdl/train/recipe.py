@@ -18,7 +18,7 @@ class _Strict(BaseModel):
 class DataSpec(_Strict):
     """Caffe's data layer and TransformationParameter (crop_size, mirror) in one place."""
 
-    source: Literal["synthetic", "digits", "cifar10", "imagefolder", "tar"] = "synthetic"
+    source: Literal["synthetic", "digits", "cifar10", "imagefolder", "tar", "mesh"] = "synthetic"
     path: str | None = None
     image_size: int | None = Field(default=None, ge=4, description="side the images are resized to")
     crop: int | None = Field(default=None, ge=4, description="Caffe crop_size: random crop in training, centre crop in test")
@@ -27,6 +27,20 @@ class DataSpec(_Strict):
     holdout_fraction: float = Field(default=0.2, gt=0, lt=1)
     synthetic_samples: int = Field(default=1024, ge=1)
     stage: bool = Field(default=False, description="copy the data set to node-local storage first")
+    # global: one shuffle of the whole set each epoch, dealt to all ranks; node: each node
+    # shuffles the shard it staged (executors/staging.py) and deals it to its own ranks
+    shuffle: Literal["global", "node"] = Field(default="global", description="shuffle the whole set, or each node's shard")
+    workers: int | None = Field(default=None, ge=0, description="decode processes per rank; default: the rank's cores - 1 on a GPU, 0 on a CPU")
+
+
+class SpatialSpec(_Strict):
+    """Spatial parallelism: the ranks of a spatial group share each sample, one slab each
+    (Dryden, Maruyama et al., IPDPS 2019). Groups of `ways` consecutive ranks share a sample;
+    the groups are data-parallel replicas, so the global batch is batch_size x ranks / ways."""
+
+    ways: int = Field(default=1, ge=1, description="ranks that share one sample")
+    split: Literal["rows", "rows_and_columns"] = Field(default="rows", description="the image axes cut into slabs")
+    overlap: bool = Field(default=True, description="convolve a slab's interior while its halo is in flight")
 
 
 class Recipe(_Strict):
@@ -67,6 +81,11 @@ class Recipe(_Strict):
     no_bias_decay: bool = Field(default=False, description="no weight decay on biases and batch-norm parameters")
     label_smoothing: float = Field(default=0.0, ge=0, lt=1)
     aux_heads: bool = Field(default=False, description="train with the net's auxiliary classifiers (GoogLeNet)")
+    class_weighting: Literal["none", "inverse_frequency"] = Field(
+        default="none", description="per-pixel loss weight of each class (segmentation): 1/frequency, normalised")
+    spatial: SpatialSpec | None = None
+    activation_budget_mib: float | None = Field(
+        default=None, gt=0, description="stop if a rank keeps more activation memory than this (spatial/per-pixel loop)")
     # How it runs
     framework: Literal["pytorch", "tensorflow", "mxnet"] = "pytorch"
     distributed: Literal["auto", "gloo", "nccl", "mpi", "horovod"] = "auto"
@@ -74,6 +93,21 @@ class Recipe(_Strict):
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     loss_scale: float | Literal["dynamic"] = "dynamic"
     channels_last: bool = False
+    # GPU speed settings (ignored on CPUs). cudnn_benchmark times cuDNN's algorithms for each
+    # new input shape once and keeps the fastest: a trainer feeds one shape, so this pays off
+    # after the first iterations (NVIDIA's performance guide; DeepLearningExamples turn it on).
+    cudnn_benchmark: bool = Field(default=True, description="let cuDNN time and pick its fastest convolution algorithms")
+    # TF32 runs fp32 matmuls and convolutions on Ampere+ tensor cores with a 10-bit mantissa;
+    # NVIDIA and TensorFlow train with it on by default and convergence matches fp32 (NVIDIA
+    # "TF32 in the A100 GPU" blog, 2020). "highest" keeps full fp32 for numerics studies.
+    tf32: Literal["on", "highest"] = Field(default="on", description="TF32 for fp32 matmuls/convolutions on GPUs")
+    # Gradients on the wire (hpcdl.train.gradients)
+    bucket_cap_mb: float | None = Field(default=None, gt=0, description="DDP bucket size in MB (default DDP's 25)")
+    gradient_as_bucket_view: bool = Field(default=True, description="DDP: gradients are views into its buckets")
+    gradient_compression: Literal["none", "fp16", "bf16"] = Field(default="none", description="cast gradients for the allreduce")
+    # a stale gradient adds implicit momentum (Mitliagkas et al. 2016, arXiv:1605.09774): with
+    # gradient_lag lower `momentum` (cifar10_quick on digits: 0.5 at base_lr 0.04, not 0.9 at 0.01)
+    gradient_lag: bool = Field(default=False, description="apply step t-1's averaged gradients at step t (Kurth et al. 2018)")
     snapshot_keep: int = Field(default=3, ge=1, description="snapshots kept on disk (older ones are removed)")
     collective_timeout_s: float = Field(default=300, gt=0, description="a rank waiting longer than this on a peer fails")
 
@@ -91,6 +125,11 @@ class Recipe(_Strict):
             raise ValueError("stepvalue must increase")
         if self.warmup_iter is not None and self.warmup_epochs is not None:
             raise ValueError("give warmup_iter or warmup_epochs, not both")
+        if self.spatial and self.spatial.ways > 1 and (self.framework != "pytorch" or self.distributed == "horovod"):
+            raise ValueError("spatial: spatial parallelism runs on the PyTorch backend with gloo, nccl or mpi")
+        if self.gradient_lag and self.precision == "fp16":
+            raise ValueError("gradient_lag with precision fp16: the lagged gradients would be unscaled by the next "
+                             "step's loss scale; use bf16 or fp32")
         if self.data.crop and self.data.image_size and self.data.crop > self.data.image_size:
             raise ValueError("data.crop is larger than data.image_size")
         return self

@@ -198,24 +198,37 @@ class KerasTrainer:
             return loss, grads
 
         self._step = step
+        self._compile_update()
+
+    def _compile_update(self) -> None:
+        """Gradients and the rule's update in one tf.function (hpcdl.train.tf_update): no host copies."""
+        from hpcdl.train.tf_update import CompiledUpdate
+
+        tf, step = self.tf, self._step
+        self.update = update = CompiledUpdate(tf, self.rule, self.variables, loss_scaling=self.scaling)
+
+        @tf.function
+        def step_and_update(xs, ys, scale, lr, correction):
+            loss, grads = step(xs, ys, scale)
+            return loss, update.apply(grads, scale, lr, correction)
+
+        self._step_and_update = step_and_update
 
     def train_step(self, xs, ys, lr):
         tf = self.tf
         scale = self.scale if self.scaling else 1.0
-        loss, grads = self._step(tf.constant(xs), tf.constant(ys), tf.constant(scale, tf.float32))
-        grads = [np.asarray(g, dtype=np.float64) / scale for g in grads]
+        loss, finite = self._step_and_update(tf.constant(xs), tf.constant(ys), tf.constant(scale, tf.float32),
+                                             tf.constant(lr, tf.float32), tf.constant(self.update.correction(lr), tf.float32))
         if self.scaling:
-            if not all(np.isfinite(g).all() for g in grads):
-                if self.dynamic:  # skip the step, halve the scale (NVIDIA's mixed-precision guide)
+            if not bool(finite):
+                if self.dynamic:  # the step was skipped: halve the scale (NVIDIA's mixed-precision guide)
                     self.scale /= 2.0
                     self.good_steps = 0
                 return float(loss)
             self.good_steps += 1
             if self.dynamic and self.good_steps % 2000 == 0:
                 self.scale *= 2.0
-        new = self.rule.step([v.numpy() for v in self.variables], grads, lr)
-        for v, w in zip(self.variables, new):
-            v.assign(w.astype(np.dtype(getattr(v.dtype, "as_numpy_dtype", v.dtype))))  # Keras 3 names dtypes as strings
+        self.rule.last_lr = lr
         return float(loss)
 
     def predict(self, x):
@@ -245,6 +258,7 @@ class KerasTrainer:
 
     def state(self):
         arrays = {f"w{i}": np.asarray(v.numpy()) for i, v in enumerate(self.model.weights)}
+        self.update.to_rule()
         arrays.update(self.rule.state("v"))
         arrays["loss_scale"] = np.float64(self.scale)
         return arrays
@@ -253,6 +267,7 @@ class KerasTrainer:
         for i, v in enumerate(self.model.weights):
             v.assign(arrays[f"w{i}"])
         self.rule.load_state(arrays, len(self.variables), "v")
+        self.update.from_rule()
         self.scale = float(arrays.get("loss_scale", self.scale))
 
 

@@ -24,7 +24,10 @@ from hpcdl.errors import HpcdlError
 from hpcdl.nets import load_net
 from hpcdl.nets.torch_build import build_torch, parameter_multipliers
 from hpcdl.train import checkpoint
-from hpcdl.train.data import Batches, Dataset, centre_crop, load_dataset
+from hpcdl.train.cuda_settings import apply_cuda_settings
+from hpcdl.train.data import Batches, Dataset, centre_crop, load_dataset, node_seed
+from hpcdl.train.feed import AheadOfTime, DeviceFeed, default_workers
+from hpcdl.train.gradients import GradientLag, ddp_kwargs, register_compression
 from hpcdl.train.optim import CaffeSGD, ParamSlot
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import Recipe
@@ -55,11 +58,14 @@ class Distributed:
             dist.init_process_group(backend, rank=me.rank, world_size=me.world_size,
                                     timeout=timedelta(seconds=timeout_s))
 
-    def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    def wrap(self, model: torch.nn.Module, device: torch.device, recipe: Recipe | None = None) -> torch.nn.Module:
         if not self.active:
             return model
         ids = [device.index] if device.type == "cuda" else None
-        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **(ddp_kwargs(recipe) if recipe else {}))
+        if recipe:
+            register_compression(ddp, recipe)
+        return ddp
 
     def sum(self, values: list[float]) -> list[float]:
         if not self.active:
@@ -142,12 +148,18 @@ def make_comm(recipe: Recipe, me: RankInfo, backend: str):
 
 
 def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:
+    if recipe.spatial is not None or recipe.data.source == "mesh":
+        # samples split into slabs over groups of ranks, or per-pixel targets: its own loop
+        from hpcdl.train.spatial.loop import train as train_spatial
+
+        return train_spatial(recipe, me, results, context)
     started = time.perf_counter()
     threads = int(os.environ.get("HPCDL_INTRA_OP_THREADS", os.environ.get("OMP_NUM_THREADS", "0")) or 0)
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(recipe.random_seed)  # the same initial weights on every rank
     device = choose_device(recipe, me)
+    cuda_settings = apply_cuda_settings(recipe, device)
     # the recipe's choice, else the plan's (the site knows its fabric), else by device
     backend = recipe.distributed if recipe.distributed != "auto" else (
         context.get("distributed") or choose_backend(recipe, device))
@@ -163,19 +175,22 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     net = build_torch(spec)
     memory_format = torch.channels_last if recipe.channels_last else torch.contiguous_format
     net = net.to(device=device, memory_format=memory_format)
-    model = comm.wrap(net, device)
+    # gradient lag averages the gradients itself, a step late; otherwise DDP does, in buckets
+    lag = GradientLag(net.parameters(), me.world_size, recipe.gradient_compression) if recipe.gradient_lag else None
+    model = comm.wrap(net, device, recipe) if lag is None else net
     optimizer = CaffeSGD(param_slots(net, recipe), recipe.momentum, recipe.weight_decay, recipe.rule,
                          trust=recipe.trust, eps=recipe.larc_eps, clip_gradients=recipe.clip_gradients,
                          momentum_correction=recipe.momentum_correction)
+    optimizer.lag = lag  # its lagged gradients travel in the optimizer's snapshot
     precision = Precision(recipe, device)
 
-    batches = Batches(data.train, recipe.batch_size, recipe.random_seed, me.rank, me.world_size,
-                      crop=recipe.data.crop, mirror=recipe.data.mirror)
+    batches = rank_batches(recipe, data, me, comm, context.get("nodes", 1))
     global_batch = recipe.batch_size * me.world_size * recipe.iter_size
     iters_per_epoch = max(1, batches.per_epoch // recipe.iter_size)
     max_iter = recipe.max_iter or max(1, math.ceil(recipe.epochs * iters_per_epoch))
     schedule = Schedule.from_recipe(recipe, max_iter, global_batch, iters_per_epoch)
 
+    workers = default_workers(recipe.data.workers, device)
     first_iter = 0
     if recipe.snapshot_prefix:
         resumed = checkpoint.load_latest(recipe.snapshot_prefix)
@@ -193,8 +208,10 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
         framework="pytorch", distributed=backend, device=str(device), precision=recipe.precision,
         channels_last=recipe.channels_last, iter=first_iter, plan=context.get("plan_summary"),
         launcher=me.launcher, binding=context.get("binding"), threads=torch.get_num_threads(),
+        data_workers=workers, **cuda_settings,
     )
     results.begin_progress(first_iter, max_iter)
+    feed = DeviceFeed(AheadOfTime(batches, first_iter * recipe.iter_size, workers), device, memory_format)
 
     images_per_iter = recipe.batch_size * recipe.iter_size
     window_start, window_images, window_losses = time.perf_counter(), 0, []
@@ -210,9 +227,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
         optimizer.zero_grad()
         loss_sum = 0.0
         for micro in range(recipe.iter_size):
-            x, y = batches.get(it * recipe.iter_size + micro)
-            x = torch.from_numpy(x).to(device, non_blocking=True).contiguous(memory_format=memory_format)
-            y = torch.from_numpy(y).to(device, non_blocking=True)
+            x, y = feed.next()  # micro-batch it * iter_size + micro, already on the device
             last_micro = micro + 1 == recipe.iter_size
             sync = contextlib.nullcontext() if last_micro or not hasattr(model, "no_sync") else model.no_sync()
             with sync:
@@ -220,8 +235,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
                     micro_loss = criterion(model(x), y, spec, recipe) / recipe.iter_size
                 precision.backward(micro_loss)
             loss_sum += micro_loss.detach()
-        if precision.unscale_and_check(optimizer):
-            optimizer.step(lr)
+        take_step(optimizer, precision, lag, lr)
         # losses stay tensors until a display step: reading one waits for a GPU to finish
         window_losses.append(loss_sum)
         window_images += images_per_iter
@@ -258,6 +272,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
                            snapshot=str(checkpoint.snapshot_path(recipe.snapshot_prefix, done)) if recipe.snapshot_prefix else None)
             break
 
+    feed.close()
     wall = time.perf_counter() - started
     total_images, loss_total = comm.sum([float(trained_images), loss])
     loss = loss_total / me.world_size  # the last iteration's loss over the global batch
@@ -283,6 +298,40 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     if preempted:
         summary["exit_status"] = PREEMPTED_EXIT
     return summary
+
+
+def rank_batches(recipe: Recipe, data: Dataset, me: RankInfo, comm: Distributed, nodes: int) -> Batches:
+    """This rank's micro-batches: from one global shuffle, or from its node's shard.
+
+    With `data.shuffle: node` each node holds only its shard (staged with --shard) and
+    shuffles it with its own seed each epoch, dealing to its ranks (placed in blocks, as the
+    rendered launch lines place them). The smallest shard sets every node's epoch length,
+    so all ranks take the same number of steps.
+    """
+    crop, mirror = recipe.data.crop, recipe.data.mirror
+    if recipe.data.shuffle == "global" or nodes <= 1:
+        return Batches(data.train, recipe.batch_size, recipe.random_seed, me.rank, me.world_size, crop, mirror)
+    per_node = me.world_size // nodes
+    if per_node * nodes != me.world_size:
+        raise HpcdlError(f"data.shuffle: node needs the same ranks on every node, not {me.world_size} over {nodes}")
+    node, local = divmod(me.rank, per_node)
+    smallest = int(-comm.max(-float(len(data.train))))
+    if comm.max(float(data.num_classes)) != -comm.max(-float(data.num_classes)):
+        raise HpcdlError("data.shuffle: node: the nodes' shards hold different sets of classes; every shard needs "
+                         "every class (stage image folders with hpcdl stage --shard, which splits each class)")
+    return Batches(data.train, recipe.batch_size, node_seed(recipe.random_seed, node), local, per_node, crop, mirror,
+                   samples=smallest)
+
+
+def take_step(optimizer: CaffeSGD, precision: "Precision", lag: GradientLag | None, lr: float) -> None:
+    """The update, with the gradients of this step or, under gradient lag, of the step before."""
+    if lag is not None:
+        lagged = lag.exchange()
+        if lagged is None:
+            return  # the first step: nothing averaged yet
+        lag.load_into_grads(lagged)
+    if precision.unscale_and_check(optimizer):
+        optimizer.step(lr)
 
 
 def param_slots(net, recipe: Recipe) -> list[ParamSlot]:

@@ -28,6 +28,7 @@ class JobOutcome:
     nodelist: tuple[str, ...] = ()
     job_dir: str = ""
     output: str = ""
+    host_cpu_share: float | None = None  # share of a core per thread on a shared host while it ran (runner.py)
 
     @property
     def ok(self) -> bool:
@@ -305,7 +306,8 @@ class ScalingCheck(Check):
                 efficiency = x / (p * baseline) if baseline else None
                 measurements.append(_measurement(
                     self.name, "scaling", outcome, None, mode=mode, unit=unit, p=p, ranks=final["ranks"],
-                    ranks_per_node=job.request.ranks_per_node, global_batch=final.get("global_batch"),
+                    ranks_per_node=job.request.ranks_per_node, threads_per_rank=job.request.threads_per_rank,
+                    cpu_share=outcome.host_cpu_share, global_batch=final.get("global_batch"),
                     images_per_sec=x, time_to_solution_s=final["time_to_solution_s"], efficiency=efficiency,
                     baseline_images_per_sec=baseline, baseline_from=where_from,
                 ))
@@ -318,7 +320,17 @@ class ScalingCheck(Check):
                           **_verdict_where(outcome))
                 verdicts.append(_with_message(v, f"{p} {unit}s: {x:,.0f} images/s, {final['time_to_solution_s']:.1f} s "
                                                  f"(baseline {where_from})"))
-        return measurements, verdicts
+        return self._predicted(ctx, outcomes, measurements), verdicts
+
+    def _predicted(self, ctx, outcomes, measurements: list[dict]) -> list[dict]:
+        """hpcdl predict's figure beside each measured point, from the p = 1 run and the collectives check."""
+        from hpcdl.predict.validation import with_predictions
+
+        collectives = [_measurement("collectives", "collective", o, r, **{k: r[k] for k in (
+            "op", "backend", "scope", "bytes", "time_us", "algbw_GBps", "busbw_GBps", "ranks")})
+            for o in outcomes.values() if o.ok and o.job.kind == "collectives"
+            for r in o.records if r.get("event") == "collective"]
+        return with_predictions(ctx.site, measurements, collectives)
 
     def _baseline(self, ctx, mode: str, finals: dict) -> tuple[float | None, str]:
         if 1 in finals:

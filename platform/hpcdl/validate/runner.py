@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from hpcdl.cli.output import write_atomically
 from hpcdl.executors import executor_for
 from hpcdl.plan import make_plan
+from hpcdl.predict.host import share_of_core
 from hpcdl.render import JobOptions, render_job_script
 from hpcdl.sites.schema import Site
 from hpcdl.validate.checks import JobOutcome
@@ -29,6 +30,17 @@ def render_validation_job(site: Site, job: ValidationJob, time_limit: str | None
     plan = make_plan(site, job.request)
     options = JobOptions(name=job.name, time=time_limit or site.defaults.time)
     return render_job_script(site, plan, job.payload, options, program=job.program())
+
+
+def jobs_run_on_this_host(site: Site) -> bool:
+    """Local sites, and test clusters whose pretend nodes share this machine."""
+    return site.scheduler == "local" or any(k.nodes_per_host > 1 for k in site.node_kinds.values())
+
+
+def _threads_on_host(site: Site, job: ValidationJob) -> int:
+    plan = make_plan(site, job.request)
+    _, node = site.node_kind(plan.node_kind)
+    return min(plan.nodes, node.nodes_per_host) * plan.ranks_per_node * plan.threads_per_rank
 
 
 def default_max_jobs(site: Site) -> int:
@@ -53,6 +65,12 @@ def run_jobs(
     waiting = list(jobs)
     running: dict[str, tuple[ValidationJob, str, float]] = {}
     outcomes: dict[str, JobOutcome] = {}
+    # on a host the jobs share with other work: the share of a core each rank's thread could have
+    # while the job ran, from the other sessions' runnable threads (hpcdl.predict.host); hpcdl
+    # predict divides a rank's rate by it
+    load: dict[str, list[float]] = {job.key: [] for job in jobs}
+    threads_on_host = {job.key: _threads_on_host(site, job) for job in jobs} if jobs_run_on_this_host(site) else {}
+    next_sample = 0.0
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[state]}"),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
@@ -67,7 +85,12 @@ def run_jobs(
                     running[job.key] = (job, job_id, time.monotonic())
                     progress.start_task(tasks[job.key])
                     progress.update(tasks[job.key], state=f"submitted as {job_id}")
+                sample = bool(threads_on_host) and time.monotonic() >= next_sample
+                if sample:
+                    next_sample = time.monotonic() + 1.0  # a /proc walk costs tens of ms; once a second is plenty
                 for key, (job, job_id, started) in list(running.items()):
+                    if sample and (share := share_of_core(threads_on_host[key])) is not None:
+                        load[key].append(share)
                     state = executor.status(job_id)
                     if not state.finished and time.monotonic() - started > timeout_s:
                         executor.cancel(job_id)
@@ -76,6 +99,8 @@ def run_jobs(
                     if state.finished:
                         del running[key]
                         outcomes[key] = _collect(executor, job, job_id, state, scripts[key][1])
+                        if load[key]:
+                            outcomes[key].host_cpu_share = sum(load[key]) / len(load[key])
                         # one line per finished job also where the output is not a terminal (make, CI logs)
                         progress.console.print(f"  {job.name}: {state.state.lower()} after "
                                                f"{time.monotonic() - started:.0f} s (job {job_id})", highlight=False)

@@ -1,0 +1,88 @@
+"""The data pipeline: worker processes decode ahead, and still hand out exactly the batches
+a pure function of (seed, micro-batch, rank) gives, so resume stays exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hpcdl.errors import HpcdlError
+from hpcdl.train.data import Batches, Split
+from hpcdl.train.feed import AheadOfTime, DeviceFeed, default_workers
+from test_train import records, train_here, write_recipe
+
+
+def split(n=200, size=12):
+    rng = np.random.default_rng(3)
+    return Split(rng.integers(0, 10, n).astype(np.int64), rng.standard_normal((n, 3, size, size), dtype=np.float32))
+
+
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_workers_hand_out_the_very_batches_of_the_pure_function_from_any_starting_micro_batch(workers):
+    batches = Batches(split(), 8, seed=5, rank=1, world=2, crop=8, mirror=True)
+    reference = Batches(split(), 8, seed=5, rank=1, world=2, crop=8, mirror=True)
+    first = 17  # a resumed run starts mid-epoch
+    feed = AheadOfTime(batches, first, workers)
+    try:
+        for k in range(first, first + 30):  # across two epoch boundaries (12 micro-batches an epoch)
+            x, y = feed.next()
+            rx, ry = reference.get(k)
+            assert np.array_equal(x, rx) and np.array_equal(y, ry), k
+    finally:
+        feed.close()
+
+
+def test_a_batch_that_fails_to_decode_in_a_worker_stops_the_loop_with_the_reason():
+    class Broken(Batches):
+        def get(self, k):
+            if k == 3:
+                raise HpcdlError("data.path: image 41 is not a JPEG")
+            return super().get(k)
+
+    feed = AheadOfTime(Broken(split(), 8, 1, 0, 1), 0, 2)
+    try:
+        with pytest.raises(HpcdlError, match="micro-batch 3: data.path: image 41 is not a JPEG"):
+            for _ in range(6):
+                feed.next()
+    finally:
+        feed.close()
+
+
+def test_worker_count_follows_the_ranks_cores_on_a_gpu_and_is_zero_on_a_cpu():
+    assert default_workers(None, torch.device("cpu"), cores=16) == 0
+    assert default_workers(None, torch.device("cuda", 0), cores=7) == 6  # Summit: 42 cores / 6 GPUs
+    assert default_workers(None, torch.device("cuda", 0), cores=1) == 1
+    assert default_workers(4, torch.device("cpu"), cores=16) == 4
+
+
+def test_the_cpu_feed_gives_tensors_in_the_asked_memory_format():
+    feed = DeviceFeed(AheadOfTime(Batches(split(), 8, 1, 0, 1), 0, 0), torch.device("cpu"), torch.channels_last)
+    x, y = feed.next()
+    assert x.is_contiguous(memory_format=torch.channels_last) and y.dtype == torch.int64
+    feed.close()
+
+
+@pytest.mark.slow
+def test_training_with_decode_workers_takes_the_same_steps_as_without(tmp_path):
+    losses = {}
+    for workers in (0, 2):
+        recipe = write_recipe(tmp_path, f"w{workers}", max_iter=6, iter_size=2,
+                              data={"source": "synthetic", "synthetic_samples": 300, "image_size": 36, "crop": 32,
+                                    "mirror": True, "workers": workers})
+        train_here(recipe, tmp_path / f"w{workers}.jsonl")
+        losses[workers] = [r["loss"] for r in records(tmp_path / f"w{workers}.jsonl") if r["event"] == "step"]
+    assert losses[0] == losses[2] and len(losses[0]) == 6
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_next_batch_is_copied_from_pinned_memory_on_a_side_stream():
+    feed = DeviceFeed(AheadOfTime(Batches(split(), 8, 1, 0, 1), 0, 2), torch.device("cuda", 0))
+    reference = Batches(split(), 8, 1, 0, 1)
+    try:
+        assert all(p is None or p[0].is_pinned() for p in feed._pinned)
+        for k in range(5):
+            x, y = feed.next()
+            assert x.is_cuda and torch.equal(x.cpu(), torch.from_numpy(reference.get(k)[0]))
+    finally:
+        feed.close()

@@ -1,0 +1,72 @@
+"""The CUDA paths, run where a GPU is (marked `gpu`: skipped, and reported so, elsewhere)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import RECIPES
+from test_train import final_weights, records, write_recipe
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+
+def train(recipe, results):
+    proc = subprocess.run([sys.executable, "-m", "hpcdl.train", str(recipe), "--results", str(results)],
+                          capture_output=True, text=True, timeout=900, env={**os.environ, "HPCDL_PROGRESS": "plain"})
+    assert proc.returncode == 0, proc.stderr
+    return records(results)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_mixed_precision_on_cuda_converges_on_digits(tmp_path, precision):
+    path = tmp_path / f"{precision}.yaml"
+    text = re.sub(r"(?m)^random_seed: .*$", "", (RECIPES / "cifar10-quick.yaml").read_text())
+    path.write_text(text + f"device: cuda\nprecision: {precision}\nchannels_last: true\nrandom_seed: 1\n")
+    recs = train(path, tmp_path / "r.jsonl")
+    start, final = recs[0], recs[-1]
+    assert start["device"].startswith("cuda") and start["cudnn_benchmark"] is True and start["tf32"] == "on"
+    assert final["event"] == "final" and final["accuracy"] >= 0.95
+
+
+def test_a_run_resumed_on_the_gpu_takes_the_uninterrupted_runs_steps(tmp_path):
+    common = dict(device="cuda", max_iter=20, snapshot=10, display=2, cudnn_benchmark=False, tf32="highest",
+                  data={"source": "synthetic", "synthetic_samples": 500, "image_size": 32, "workers": 2})
+    whole = write_recipe(tmp_path, "whole", snapshot_prefix=str(tmp_path / "whole" / "w"), **common)
+    train(whole, tmp_path / "whole.jsonl")
+    first = write_recipe(tmp_path, "part", snapshot_prefix=str(tmp_path / "part" / "w"), **{**common, "max_iter": 10})
+    train(first, tmp_path / "part.jsonl")
+    rest = write_recipe(tmp_path, "part", snapshot_prefix=str(tmp_path / "part" / "w"), **common)
+    train(rest, tmp_path / "part.jsonl")
+    loss = lambda p: {r["iter"]: r["loss"] for r in records(p) if r["event"] == "step"}  # noqa: E731
+    whole_losses, part_losses = loss(tmp_path / "whole.jsonl"), loss(tmp_path / "part.jsonl")
+    assert whole_losses.keys() == part_losses.keys()
+    assert all(abs(whole_losses[i] - part_losses[i]) <= 1e-4 * abs(whole_losses[i]) for i in whole_losses)
+    a, b = final_weights(tmp_path / "whole" / "w"), final_weights(tmp_path / "part" / "w")
+    assert all((a[k] - b[k]).abs().max() <= 1e-4 for k in a)
+
+
+NCCL_DDP = r"""
+import os, torch, torch.distributed as dist
+from hpcdl.train.gradients import compress_hook
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
+dist.init_process_group("nccl", rank=0, world_size=1)
+torch.cuda.set_device(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 10).cuda(), device_ids=[0], bucket_cap_mb=1,
+                                                  gradient_as_bucket_view=True)
+model.register_comm_hook(None, compress_hook(torch.bfloat16))
+x = torch.randn(32, 64, device="cuda")
+model(x).square().mean().backward()
+assert model.module.weight.grad.dtype == torch.float32 and torch.isfinite(model.module.weight.grad).all()
+dist.destroy_process_group()
+print("ok")
+"""
+
+
+def test_ddp_over_nccl_on_one_gpu_averages_bf16_compressed_buckets():
+    proc = subprocess.run([sys.executable, "-c", NCCL_DDP], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr
