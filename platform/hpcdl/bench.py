@@ -171,6 +171,30 @@ def spatial_section(work: Path, quick: bool) -> dict:
             "memory_image_size": mem_size, "activation_mib": {str(k): v for k, v in memory.items()}}
 
 
+def prediction_section(work: Path) -> dict:
+    """`hpcdl validate --site local --checks collectives,scaling`: each p > 1 point measured beside predicted."""
+    from hpcdl.predict.validation import AGREEMENT
+
+    print("bench: validation scaling on this machine, measured beside hpcdl predict's figure", flush=True)
+    out = work / "predict-run"
+    env = {**os.environ, "HPCDL_LOCAL_JOBS": str(work / "predict-jobs")}
+    subprocess.run([sys.executable, "-m", "hpcdl", "validate", "--site", "local", "--checks", "collectives,scaling",
+                    "-o", str(out)], env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=1800, check=False)
+    points = []
+    results = out / "results.jsonl"
+    for line in results.read_text().splitlines() if results.exists() else []:
+        m = json.loads(line)
+        if m.get("series") == "scaling" and m.get("p", 1) > 1 and m.get("predicted_images_per_sec"):
+            points.append({k: m.get(k) for k in ("mode", "p", "images_per_sec", "predicted_images_per_sec",
+                                                 "prediction_error", "prediction_within", "cpu_share",
+                                                 "core_scaling")})
+            print(f"  {m['mode']} p={m['p']}: measured {m['images_per_sec']:.0f}, predicted "
+                  f"{m['predicted_images_per_sec']:.0f} ({m['prediction_error']:+.0%})", flush=True)
+    return {"measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "load": load(), "agreement": AGREEMENT,
+            "points": points}
+
+
 def interleaved(measure_a, measure_b, repeats: int) -> tuple[list[float], list[float]]:
     a, b = [], []
     for _ in range(repeats):
@@ -219,6 +243,7 @@ def run(out: Path, quick: bool = False, frameworks: bool = True) -> dict:
                                        "ratio": max(b) / max(a)}
         print(f"  1x2 {a}  2x1 {b}", flush=True)
         results["spatial"] = spatial_section(work, quick)
+        results["prediction"] = prediction_section(work)
     if frameworks:
         from hpcdl.bench_frameworks import framework_rows
 
@@ -250,7 +275,10 @@ def run_only(section: str, out: Path) -> dict:
     if not previous.exists():
         raise SystemExit(f"bench --only {section}: no earlier figures in {previous}; run the whole bench first")
     results = json.loads(previous.read_text())
-    if section == "frameworks":
+    if section == "prediction":
+        with tempfile.TemporaryDirectory() as tmp:
+            results["prediction"] = prediction_section(Path(tmp))
+    elif section == "frameworks":
         from hpcdl.bench_frameworks import framework_rows
 
         results["frameworks"] = framework_rows()
@@ -340,6 +368,8 @@ def write_report(r: dict, out: Path) -> None:
     ]
     if r.get("spatial"):
         lines += _spatial_report(r["spatial"])
+    if r.get("prediction"):
+        lines += _prediction_report(r["prediction"])
     if r.get("frameworks"):
         from hpcdl.bench_frameworks import markdown_table
 
@@ -380,6 +410,28 @@ def _spatial_report(sp: dict) -> list[str]:
         "not a speed-up: both layouts keep the same 2 cores busy. The gain the LLNL work measured",
         "(at least 2x for 4-way at a fixed mini-batch on Lassen's V100s, where sample parallelism",
         "runs out of samples per GPU) is still to be measured on GPUs.",
+        "",
+    ]
+
+
+def _prediction_report(pr: dict) -> list[str]:
+    bound = f"{pr['agreement']:.0%}"
+    rows = [f"| {m['mode']} | {m['p']} | {m['images_per_sec']:.0f} | {m['predicted_images_per_sec']:.0f} | "
+            f"{m['prediction_error']:+.1%} | {m['cpu_share'] if m['cpu_share'] is not None else 1:.2f} | "
+            f"{m['core_scaling'] if m.get('core_scaling') is not None else 1:.2f} | "
+            f"{'yes' if m['prediction_within'] else 'no'} |" for m in pr["points"]]
+    return [
+        "## Predicted vs measured (the validation suite's scaling check)",
+        "",
+        f"Measured {pr['measured']}, load average {pr['load']:.2f}. `hpcdl validate --site local --checks "
+        "collectives,scaling`: every point beyond one rank predicted by `hpcdl predict`'s model from the same",
+        "run's one-rank point and collectives check only (the p > 1 throughput is never an input), with the",
+        "share of a core other work left each thread and the host's measured core scaling. The bound the",
+        f"report states is {bound}.",
+        "",
+        f"| scaling | ranks | measured img/s | predicted img/s | error | share of a core | core scaling | within {bound} |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        *(rows or ["| - | - | - | - | the run made no prediction | - | - | - |"]),
         "",
     ]
 
@@ -426,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("docs/performance.md"))
     parser.add_argument("--quick", action="store_true", help="one repeat, fewer steps (a smoke run)")
     parser.add_argument("--from-json", type=Path, help="redraw the report from a earlier run's figures")
-    parser.add_argument("--only", choices=("frameworks", "gpu"), help="measure one section, keep the other figures")
+    parser.add_argument("--only", choices=("frameworks", "gpu", "prediction"), help="measure one section, keep the other figures")
     args = parser.parse_args(argv)
     if args.only:
         r = run_only(args.only, args.out)

@@ -94,3 +94,78 @@ def share_of_core(our_threads: int, cores: int | None = None) -> float | None:
     demands = [per_group] * groups + list(others.values())
     alloc = waterfill(cores, demands)
     return min(1.0, sum(alloc[:groups]) / our_threads)
+
+
+# One core's work for the core-scaling probe: a float32 matrix product on one BLAS thread, as
+# the trainer's convolutions are on one oneDNN thread. Every process starts at the same agreed
+# moment and counts products for the same window.
+_PROBE = r"""
+import sys, time
+import numpy as np
+start, window = float(sys.argv[1]), float(sys.argv[2])
+a = np.random.default_rng(0).random((192, 192), dtype=np.float32)
+b = a.copy()
+while time.time() < start:
+    time.sleep(0.001)
+n = 0
+while time.time() < start + window:
+    a @ b
+    n += 1
+print(n / window)
+"""
+_ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _probe_rates(processes: int, window_s: float) -> list[float]:
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, **_ONE_THREAD}
+    start = time.time() + 1.0  # numpy imports in every process before the window opens
+    procs = [subprocess.Popen([sys.executable, "-c", _PROBE, str(start), str(window_s)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+             for _ in range(processes)]
+    rates = []
+    for p in procs:
+        out, _ = p.communicate(timeout=60)
+        try:
+            rates.append(float(out.strip()))
+        except ValueError:
+            pass
+    return rates
+
+
+def scaling_from(solo: float, solo_share: float, together: list[float], together_share: float) -> float:
+    """Each busy core's rate over one core's alone, the other sessions' load taken out of both.
+
+    `solo_share` and `together_share` are the shares of a core `share_of_core` gave one and
+    len(together) threads just before each window: on a quiet host both are 1 and this is the
+    plain ratio; on a busy one it is what the cores would do without the other work.
+    """
+    if not solo or not together or not solo_share or not together_share:
+        return 1.0
+    per_core_alone = solo / solo_share
+    per_core_together = sum(together) / len(together) / together_share
+    return max(0.05, min(1.0, per_core_together / per_core_alone))
+
+
+def core_scaling(threads: int, window_s: float = 1.5) -> float | None:
+    """How fast each of `threads` cores computes when all are busy at once, against one core alone.
+
+    1.0 on a host whose cores are independent; less where they share what one core had to
+    itself: SMT siblings (a VM's vCPUs are often hyperthreads of fewer physical cores), memory
+    bandwidth, or a clock that drops as more cores turbo. The prediction of a p-rank job on one
+    host from a one-rank job multiplies the rank's rate by it. None: it could not be measured.
+    """
+    cores = os.cpu_count() or 1
+    threads = max(1, min(threads, cores))
+    if threads == 1:
+        return 1.0
+    solo_share = share_of_core(1)
+    solo = _probe_rates(1, window_s)
+    together_share = share_of_core(threads)
+    together = _probe_rates(threads, window_s)
+    if not solo or len(together) != threads or solo_share is None or together_share is None:
+        return None
+    return scaling_from(solo[0], solo_share, together, together_share)

@@ -82,11 +82,25 @@ def _with_share(site: Site, m: dict) -> dict:
     return {**m, "cpu_share": cpu_share(machine, nodes, m["ranks_per_node"])}
 
 
+def _effective_share(m: dict) -> float | None:
+    """The share of a core's one-thread rate each thread gets: other work's load times core scaling.
+
+    `cpu_share` is what the other sessions left the job; `core_scaling` is what the host's
+    cores do when all of them are busy at once against one alone (SMT siblings, memory
+    bandwidth, clocks; hpcdl.predict.host.core_scaling). Runs recorded before core scaling was
+    measured have none, and their cores count as independent.
+    """
+    share, scaling = m.get("cpu_share"), m.get("core_scaling")
+    if scaling is None:
+        return share
+    return (1.0 if share is None else share) * scaling
+
+
 def _predicted(site: Site, m: dict, cal, net, baseline: float) -> dict:
     rpn = m["ranks_per_node"]
     nodes = m["ranks"] // max(1, rpn)
     plan = make_plan(site, JobRequest(nodes=1, ranks_per_node=rpn, threads_per_rank=m.get("threads_per_rank")))
-    options = Options(cpu_share=m.get("cpu_share"))
+    options = Options(cpu_share=_effective_share(_with_share(site, m)))
     machine = machine_for(site, plan, cal, options)
     work = workload_for(plan, net, max(1, m["global_batch"] // m["ranks"]), options)
     it = predict_iteration(machine, work, nodes, rpn)

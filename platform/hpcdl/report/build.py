@@ -89,7 +89,7 @@ def build_report(paths: list[Path], out_dir: Path) -> Path:
         "verdicts": [{k: v for k, v in vd.to_record().items() if k != "event"} for vd in results.verdicts],
         "plots": [f["file"] for f in figures],
         "predictions": [{k: m.get(k) for k in ("mode", "p", "unit", "images_per_sec", "predicted_images_per_sec",
-                                                "prediction_error", "prediction_within", "cpu_share")}
+                                                "prediction_error", "prediction_within", "cpu_share", "core_scaling")}
                         for m in results.series("scaling") if m.get("predicted_images_per_sec") is not None],
     }
     write_atomically(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n", mode=0o644)
@@ -123,5 +123,6 @@ def _predictions(points: list[dict]) -> list[dict]:
              "measured_e": f"{m['efficiency']:.2f}" if m.get("efficiency") is not None else "-",
              "predicted_e": f"{m['predicted_efficiency']:.2f}" if m.get("predicted_efficiency") is not None else "-",
              "share": f"{m['cpu_share']:.2f}" if m.get("cpu_share") is not None else "1 (not shared)",
+             "scaling": f"{m['core_scaling']:.2f}" if m.get("core_scaling") is not None else "-",
              "within": bool(m.get("prediction_within"))}
             for m in sorted(points, key=lambda m: (m["mode"], m["p"])) if m.get("predicted_images_per_sec") is not None]

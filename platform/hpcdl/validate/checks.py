@@ -29,6 +29,7 @@ class JobOutcome:
     job_dir: str = ""
     output: str = ""
     host_cpu_share: float | None = None  # share of a core per thread on a shared host while it ran (runner.py)
+    host_core_scaling: float | None = None  # each busy core's rate over one alone, on this host (runner.py)
 
     @property
     def ok(self) -> bool:
@@ -307,7 +308,7 @@ class ScalingCheck(Check):
                 measurements.append(_measurement(
                     self.name, "scaling", outcome, None, mode=mode, unit=unit, p=p, ranks=final["ranks"],
                     ranks_per_node=job.request.ranks_per_node, threads_per_rank=job.request.threads_per_rank,
-                    cpu_share=outcome.host_cpu_share, global_batch=final.get("global_batch"),
+                    cpu_share=outcome.host_cpu_share, core_scaling=outcome.host_core_scaling, global_batch=final.get("global_batch"),
                     images_per_sec=x, time_to_solution_s=final["time_to_solution_s"], efficiency=efficiency,
                     baseline_images_per_sec=baseline, baseline_from=where_from,
                 ))

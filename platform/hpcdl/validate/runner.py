@@ -19,7 +19,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from hpcdl.cli.output import write_atomically
 from hpcdl.executors import executor_for
 from hpcdl.plan import make_plan
-from hpcdl.predict.host import share_of_core
+from hpcdl.predict.host import core_scaling, share_of_core
 from hpcdl.render import JobOptions, render_job_script
 from hpcdl.sites.schema import Site
 from hpcdl.validate.checks import JobOutcome
@@ -71,6 +71,9 @@ def run_jobs(
     load: dict[str, list[float]] = {job.key: [] for job in jobs}
     threads_on_host = {job.key: _threads_on_host(site, job) for job in jobs} if jobs_run_on_this_host(site) else {}
     next_sample = 0.0
+    # how fast cores compute when as many are busy as the job has threads, against one alone:
+    # measured once per thread count before any job runs, beside the jobs (hpcdl.predict.host)
+    scaling = {n: core_scaling(n) for n in sorted(set(threads_on_host.values())) if n > 1}
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[state]}"),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
@@ -101,6 +104,8 @@ def run_jobs(
                         outcomes[key] = _collect(executor, job, job_id, state, scripts[key][1])
                         if load[key]:
                             outcomes[key].host_cpu_share = sum(load[key]) / len(load[key])
+                        if key in threads_on_host:
+                            outcomes[key].host_core_scaling = scaling.get(threads_on_host[key], 1.0)
                         # one line per finished job also where the output is not a terminal (make, CI logs)
                         progress.console.print(f"  {job.name}: {state.state.lower()} after "
                                                f"{time.monotonic() - started:.0f} s (job {job_id})", highlight=False)
