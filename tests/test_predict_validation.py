@@ -26,6 +26,13 @@ def _records():
     return [json.loads(line) for line in RUN.read_text().splitlines()]
 
 
+def _weak_two_rank_prediction(points: list[dict]) -> float:
+    """The stored run's weak p = 2 point predicted from `points` (its scaling records, doctored)."""
+    _, collectives = _split(_records())
+    return next(m["predicted_images_per_sec"] for m in with_predictions(load_site("local"), points, collectives)
+                if m["mode"] == "weak" and m["p"] == 2)
+
+
 def _split(records):
     scaling = [r for r in records if r.get("series") == "scaling"]
     collectives = [r for r in records if r.get("series") == "collective"]
@@ -53,17 +60,12 @@ def test_the_measured_throughput_at_p_above_1_is_never_an_input_to_its_predictio
 
 
 def test_a_busier_host_during_the_p_2_job_predicts_less_and_a_slower_p_1_rank_predicts_less():
-    scaling, collectives = _split(_records())
-    site = load_site("local")
+    scaling, _ = _split(_records())
 
-    def predicted(points):
-        return next(m["predicted_images_per_sec"] for m in with_predictions(site, points, collectives)
-                    if m["mode"] == "weak" and m["p"] == 2)
-
-    base = predicted(scaling)
+    base = _weak_two_rank_prediction(scaling)
     busier = [{**m, "cpu_share": m["cpu_share"] / 2} if m["p"] == 2 else m for m in scaling]
     slower = [{**m, "images_per_sec": m["images_per_sec"] / 2} if m["p"] == 1 else m for m in scaling]
-    assert predicted(busier) < base and predicted(slower) < base
+    assert _weak_two_rank_prediction(busier) < base and _weak_two_rank_prediction(slower) < base
 
 
 def test_the_collectives_sweep_calibrates_alpha_and_beta_through_the_ring_cost():
@@ -107,17 +109,12 @@ def test_a_live_two_rank_run_reports_measured_beside_predicted_with_its_error(tm
 
 
 def test_cores_that_slow_each_other_down_predict_less_and_one_rank_is_unaffected():
-    scaling, collectives = _split(_records())
-    site = load_site("local")
+    scaling, _ = _split(_records())
 
-    def predicted(points):
-        return next(m["predicted_images_per_sec"] for m in with_predictions(site, points, collectives)
-                    if m["mode"] == "weak" and m["p"] == 2)
-
-    base = predicted(scaling)
+    base = _weak_two_rank_prediction(scaling)
     shared = [{**m, "core_scaling": 0.75 if m["p"] == 2 else 1.0} for m in scaling]
-    assert predicted(shared) == pytest.approx(base * 0.75, rel=0.05)  # compute-bound: nearly in proportion
-    assert predicted([{**m, "core_scaling": 1.0} for m in scaling]) == pytest.approx(base)
+    assert _weak_two_rank_prediction(shared) == pytest.approx(base * 0.75, rel=0.05)  # compute-bound: nearly in proportion
+    assert _weak_two_rank_prediction([{**m, "core_scaling": 1.0} for m in scaling]) == pytest.approx(base)
 
 
 def test_core_scaling_takes_the_other_sessions_load_out_of_both_windows():
