@@ -14,9 +14,10 @@ PIP_EXTRAS := torch,tensorflow,test,mpi,containers
 MXNET_VENV := .venv-mxnet
 MXNET_PINS := mxnet==1.9.1 'numpy<1.24'
 # Horovod 0.28.1 is built from its release source (C++14 -> C++17, see tools/build-horovod.sh);
-# the wheel is cached per torch version, since the extension links against that torch.
+# the wheel is cached per torch version, since the extension links against that torch, outside
+# the checkout so that a fresh clone (CI) reuses it.
 HOROVOD_VERSION := 0.28.1
-WHEEL_CACHE := .cache/wheels
+WHEEL_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/hpcdl/wheels
 
 .PHONY: run test setup apt venv mxnet horovod bench containers images modulefiles golden clean help
 
@@ -25,7 +26,7 @@ help:
 	@echo "make test        the whole test suite (installs what it needs first)"
 	@echo "make bench       benchmarks; writes docs/performance.md"
 	@echo "make mxnet       the MXNet 1.9.1 venv (.venv-mxnet, numpy<1.24)"
-	@echo "make horovod     build (once, cached in .cache/wheels) and install Horovod $(HOROVOD_VERSION) for PyTorch"
+	@echo "make horovod     build (once, cached in $(WHEEL_CACHE)) and install Horovod $(HOROVOD_VERSION) for PyTorch"
 	@echo "make containers  regenerate containers/*.def and *.Dockerfile"
 	@echo "make images      build the images with apptainer/singularity where installed"
 	@echo "make modulefiles regenerate the checked-in modulefiles"
@@ -104,7 +105,7 @@ images: $(STAMPS)/venv
 	done
 
 clean:
-	rm -rf $(STAMPS) runs build *.egg-info  # keeps .cache/wheels: a Horovod build costs minutes
+	rm -rf $(STAMPS) runs build *.egg-info  # the Horovod wheel cache lives outside: a build costs minutes
 
 # After a deliberate change to the job-script templates or the site profiles: rewrite the
 # golden scripts (tests/golden/) and the examples in docs/jobs.md, then review the diff.
