@@ -47,8 +47,20 @@ def test_srun_passes_the_plans_own_masks_when_reserved_cores_sit_between_ranks()
     site, plan = _plan("frontier")
     argv = launcher_for("srun").command(plan, site)
     masks = next(a for a in argv if a.startswith("--cpu-bind=mask_cpu:")).split(":", 1)[1].split(",")
-    # rank 0: cores 49-55 and their second hardware threads 113-119
-    assert int(masks[0], 16) == sum(1 << c for c in [*range(49, 56), *range(113, 120)])
+    # rank 0: cores 49-55, one hardware thread each: Frontier's Slurm hands out physical cores
+    assert int(masks[0], 16) == sum(1 << c for c in range(49, 56))
+
+
+def test_srun_counts_cpus_per_task_in_the_unit_the_sites_slurm_counts():
+    # OLCF Frontier user guide: with --threads-per-core=1, Frontier's default, "-c" counts physical
+    # cores; 8 ranks x -c 7 fill the 56 cores low-noise mode leaves, where -c 14 is never allocated
+    site, plan = _plan("frontier")
+    assert "--cpus-per-task=7" in launcher_for("srun").command(plan, site)
+    assert all(len(r.cpus) == len(r.cores) == 7 for r in plan.ranks)
+    # a Slurm that counts hardware threads (Slurm's default: NERSC's `-c 2 x cores` on Perlmutter)
+    site, plan = _plan("perlmutter")
+    assert "--cpus-per-task=32" in launcher_for("srun").command(plan, site)  # 16 cores x 2 threads
+    assert all(len(r.cpus) == 2 * len(r.cores) for r in plan.ranks)
 
 
 def test_srun_binds_multi_gpu_ranks_by_mask():

@@ -74,7 +74,8 @@ class SrunLauncher(Launcher):
             f"--nodes={plan.nodes}",
             f"--ntasks={plan.world_size}",
             f"--ntasks-per-node={plan.ranks_per_node}",
-            f"--cpus-per-task={cores_per_rank(plan) * _threads_per_core(plan, site)}",
+            # Slurm's unit: CPUs per core as the site's Slurm counts them (schema: scheduler_cpus_per_core)
+            f"--cpus-per-task={cores_per_rank(plan) * site.node_kinds[plan.node_kind].cpus_per_core}",
         ]
         c = cores_per_rank(plan)
         if all(r.cores == tuple(range(i * c, (i + 1) * c)) for i, r in enumerate(local)):

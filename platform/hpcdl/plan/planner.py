@@ -53,7 +53,9 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
             local_rank=lr,
             socket=slot.socket,
             cores=cores[lr],
-            cpus=tuple(cpu for core in cores[lr] for cpu in node.cpus_of_core(core)),
+            # the hardware threads the scheduler hands a rank: all of a core's, or only the first
+            # where it counts physical cores (OLCF Frontier: --threads-per-core=1 by default)
+            cpus=tuple(cpu for core in cores[lr] for cpu in node.cpus_of_core(core)[: node.cpus_per_core]),
             gpus=slot.gpus,
             nic=_port(node.nics[slot.nic]) if slot.nic is not None else None,
             omp_num_threads=threads,
@@ -314,7 +316,8 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
 
 
 def _threads_per_rank(node: NodeKind, request: JobRequest, cores_per_rank: int, notes: list[str]) -> int:
-    hw_threads = cores_per_rank * node.threads_per_core
+    # the hardware threads the batch system gives the rank: Slurm's -c unit (scheduler_cpus_per_core)
+    hw_threads = cores_per_rank * node.cpus_per_core
     if request.threads_per_rank is not None:
         threads = request.threads_per_rank
     elif node.default_threads_per_rank is not None:
@@ -327,7 +330,7 @@ def _threads_per_rank(node: NodeKind, request: JobRequest, cores_per_rank: int, 
         threads = cores_per_rank
     if threads > hw_threads:
         raise HpcdlError(
-            f"threads_per_rank: {threads} threads but each rank has {cores_per_rank} cores x {node.threads_per_core} "
+            f"threads_per_rank: {threads} threads but each rank has {cores_per_rank} cores x {node.cpus_per_core} "
             f"hardware threads = {hw_threads}; ask for at most {cores_per_rank} (one per core, the fastest on "
             "Stampede2 KNL) or fewer ranks per node"
         )

@@ -174,8 +174,10 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "ranks_per_node": plan.ranks_per_node,
         "world_size": plan.world_size,
         "cores_per_rank": cores_per_rank,
-        # Slurm counts logical CPUs: a core with 4 hardware threads is 4 CPUs
-        "cpus_per_rank": cores_per_rank * node.threads_per_core,
+        # in the unit the batch system counts (Slurm -c, PBS ncpus): a core is as many CPUs as
+        # the hardware threads it hands out, all of them by default, 1 where the site schedules
+        # physical cores (OLCF Frontier: "-c" counts physical cores under --threads-per-core=1)
+        "cpus_per_rank": cores_per_rank * node.cpus_per_core,
         "threads_per_rank": plan.threads_per_rank,
         "gpus_per_rank": gpus_per_rank,
         "gpus_per_node": gpus_per_rank * plan.ranks_per_node,

@@ -80,6 +80,16 @@ class NodeKind(_Strict):
     sockets: int = Field(ge=1)
     cores_per_socket: int = Field(ge=1)
     threads_per_core: int = Field(default=1, ge=1)
+    scheduler_cpus_per_core: int | None = Field(
+        default=None, ge=1,
+        description=(
+            "hardware threads of a core the batch system counts as CPUs: the unit of Slurm's "
+            "--cpus-per-task and PBS ncpus. Default: threads_per_core (Slurm's own default on nodes "
+            "configured with ThreadsPerCore). 1 where the site schedules physical cores: its Slurm "
+            "defaults to --threads-per-core=1 or sets the node's CPUs to its core count (OLCF "
+            "Frontier: '-c' counts physical cores)"
+        ),
+    )
     cpu_numbering: Literal["thread-major", "core-major"] = Field(
         default="thread-major",
         description=(
@@ -112,6 +122,11 @@ class NodeKind(_Strict):
     @property
     def cores(self) -> int:
         return self.sockets * self.cores_per_socket
+
+    @property
+    def cpus_per_core(self) -> int:
+        """The CPUs the batch system counts for one core: what a rank's cores are worth in `-c`."""
+        return self.scheduler_cpus_per_core or self.threads_per_core
 
     @property
     def usable_cores_per_socket(self) -> int:
@@ -170,6 +185,11 @@ class NodeKind(_Strict):
         for port in ports:
             if ports.count(port) > 1:
                 raise ValueError(f"nics: {port} is listed twice")
+        if self.scheduler_cpus_per_core is not None and self.scheduler_cpus_per_core > self.threads_per_core:
+            raise ValueError(
+                f"scheduler_cpus_per_core: {self.scheduler_cpus_per_core} but a core has {self.threads_per_core} "
+                "hardware thread(s) (threads_per_core)"
+            )
         for core in self.reserved_cores:
             if not 0 <= core < self.cores:
                 raise ValueError(f"reserved_cores: core {core} is not on the node (cores 0..{self.cores - 1})")

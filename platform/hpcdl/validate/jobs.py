@@ -135,7 +135,7 @@ def thread_sweep_configs(ctx: SuiteContext) -> list[tuple[int, int]]:
         # the planner decides how many cores each of r ranks gets; ask it
         cores = len(make_plan(ctx.site, JobRequest(nodes=1, ranks_per_node=r)).ranks[0].cores)
         for t in sorted({max(1, cores // 2), cores, cores * 2}):
-            if t <= cores * node.threads_per_core:
+            if t <= cores * node.cpus_per_core:  # the hardware threads the scheduler gives a rank
                 pairs.append((r, t))
     return pairs
 
