@@ -9,7 +9,12 @@ starts its job ids at a random number (jobs derive MASTER_PORT from the job id).
 
   nodes=1  one node `localhost`, TaskPlugin task/affinity (the measured single-node set-up);
   nodes=2  two pretend nodes n1, n2, both slurmd on 127.0.0.1 with their own ports, each
-           with its own TmpFS (PMIx step launch fails on a shared one) and TaskPlugin task/none.
+           with its own TmpFS (PMIx step launch fails on a shared one) and TaskPlugin task/none;
+  shape=NodeShape(...)  pretend nodes n1..nN shaped like a machine's node (NodeShape.from_site):
+           its sockets, cores, hardware threads, the CPUs Slurm counts, core specialisation
+           (CoreSpecCount), GPUs as GRES over fake device files, memory, features and partition.
+           `SlurmdParameters=config_overrides` lets this small host pose as the large node;
+           slurmctld then judges every request against that node as it would on the machine.
 
 All pretend nodes are this host, so a job's MASTER_ADDR is the batch host's own name
 (`hostname`, which /etc/hosts maps to 127.0.0.1); /etc/hosts is not edited.
@@ -29,9 +34,11 @@ import os
 import random
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 # Ports come from here, below Linux's ephemeral range (32768+, where outgoing connections and
@@ -92,10 +99,78 @@ def _bring_up_lock():
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@dataclass(frozen=True)
+class NodeShape:
+    """One compute node as slurm.conf describes it (NodeName line, gres.conf, partition).
+
+    cpus_per_core: the hardware threads of a core Slurm counts as CPUs, the unit of
+    `--cpus-per-task`. Slurm's default is all of them (CPUs = sockets x cores x threads);
+    1 poses as a machine whose Slurm counts physical cores (slurm.conf: "CPUs ... can be set
+    to the total number of ... cores ... when you want to schedule only the cores on a
+    hyper-threaded node"; OLCF Frontier, where --threads-per-core=1 is the default).
+    spec_cores: the physical cores (numbered across the node, socket 0 first) reserved for the
+    system on every node: Slurm's core specialisation, written as CpuSpecList so Slurm keeps
+    exactly those cores from jobs (Frontier's low-noise mode: 0, 8, ..., 56; slurm.conf
+    CoreSpecCount would pick the highest-numbered cores instead).
+    """
+
+    sockets: int = 1
+    cores_per_socket: int = 2
+    threads_per_core: int = 1
+    cpus_per_core: int | None = None
+    spec_cores: tuple[int, ...] = ()
+    gpus: int = 0
+    gpu_vendor: str = "nvidia"
+    memory_mb: int = 4096
+    features: tuple[str, ...] = ()
+    partition: str = "debug"
+    max_time: str = "INFINITE"
+
+    @property
+    def cores(self) -> int:
+        return self.sockets * self.cores_per_socket
+
+    @property
+    def cpus(self) -> int:
+        """CPUs= on the NodeName line: every hardware thread, or every core where Slurm counts cores."""
+        return self.cores * (self.cpus_per_core or self.threads_per_core)
+
+    @property
+    def spec_cpu_ids(self) -> list[int]:
+        """CpuSpecList: Slurm's abstract CPU ids of the first CPU of each reserved core (Slurm adds
+        the core's other CPUs), counted in the node's CPUs (one per core when CPUs = cores)."""
+        return [core * (self.cpus // self.cores) for core in self.spec_cores]
+
+    def key(self) -> tuple:
+        return tuple(sorted(self.__dict__.items()))
+
+    @classmethod
+    def from_site(cls, site, kind: str | None = None) -> "NodeShape":
+        """The node of a hpcdl site profile (hpcdl.sites.schema.Site), as that machine's Slurm sees it."""
+        _, node = site.node_kind(kind)
+        features = tuple(f for f in (site.defaults.constraint or "").replace("&", ",").split(",") if f)
+        usable = {c for s in range(node.sockets) for c in node.usable_cores_of_socket(s)}
+        reserved = tuple(c for c in range(node.cores) if c not in usable)
+        return cls(
+            sockets=node.sockets, cores_per_socket=node.cores_per_socket, threads_per_core=node.threads_per_core,
+            cpus_per_core=node.scheduler_cpus_per_core, spec_cores=reserved, gpus=len(node.gpus),
+            gpu_vendor=node.gpus[0].vendor if node.gpus else "nvidia", memory_mb=int(node.memory_gb * 1024),
+            features=features, partition=site.defaults.partition or "debug",
+            max_time=_slurm_minutes(site.defaults.max_time) if site.defaults.max_time else "INFINITE",
+        )
+
+
+def _slurm_minutes(text: str) -> str:
+    from hpcdl.render.jobscript import parse_time
+
+    return str(-(-parse_time(text) // 60))
+
+
 class SlurmCluster:
-    def __init__(self, root: Path, nodes: int = 1):
+    def __init__(self, root: Path, nodes: int = 1, shape: NodeShape | None = None):
         self.root = Path(root)
         self.nodes = nodes
+        self.shape = shape
         self.conf = self.root / "slurm.conf"
         self.running = False
         self.ctld_port = 0
@@ -103,7 +178,7 @@ class SlurmCluster:
 
     @property
     def node_names(self) -> list[str]:
-        return ["localhost"] if self.nodes == 1 else [f"n{i}" for i in range(1, self.nodes + 1)]
+        return ["localhost"] if self.nodes == 1 and self.shape is None else [f"n{i}" for i in range(1, self.nodes + 1)]
 
     @property
     def env(self) -> dict[str, str]:
@@ -167,7 +242,11 @@ class SlurmCluster:
             (self.root / "tmp" / name).mkdir(exist_ok=True)
         self.ctld_port, *ports = free_ports(1 + len(self.node_names))
         self.node_ports = dict(zip(self.node_names, ports))
-        if self.nodes == 1:
+        gres_lines: list[str] = []
+        if self.shape is not None:
+            node_lines, gres_lines = self._shaped_nodes(self.shape, mem)
+            task_plugin, part_nodes = "task/none", f"n[1-{self.nodes}]"
+        elif self.nodes == 1:
             node_lines = [f"NodeName=localhost NodeAddr=127.0.0.1 Port={ports[0]} CPUs={cpus} RealMemory={mem} "
                           "State=UNKNOWN"]
             task_plugin, part_nodes = "task/affinity", "localhost"
@@ -181,6 +260,9 @@ class SlurmCluster:
             # pretend nodes share the real cores, which task/affinity refuses to lay out twice
             task_plugin, part_nodes = "task/none", f"n[1-{self.nodes}]"
         r = self.root
+        partition = self.shape.partition if self.shape else "debug"
+        max_time = self.shape.max_time if self.shape else "INFINITE"
+        (self.root / "gres.conf").write_text("\n".join([*gres_lines, ""]))
         self.conf.write_text("\n".join([
             "ClusterName=hpcdltest",
             "SlurmctldHost=localhost",
@@ -203,7 +285,8 @@ class SlurmCluster:
             f"TaskPlugin={task_plugin}",
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core_Memory",
-            "DefMemPerCPU=1000",
+            # a shaped node shares its memory out over its CPUs, so a whole-node job fits it
+            f"DefMemPerCPU={self.shape.memory_mb // self.shape.cpus if self.shape else 1000}",
             "MpiDefault=none",
             "MailProg=/bin/true",
             "ReturnToService=2",
@@ -212,10 +295,45 @@ class SlurmCluster:
             "KillWait=5",
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
+            *(["GresTypes=gpu"] if gres_lines else []),
             *node_lines,
-            f"PartitionName=debug Nodes={part_nodes} Default=YES MaxTime=INFINITE State=UP",
+            f"PartitionName={partition} Nodes={part_nodes} Default=YES MaxTime={max_time} State=UP",
             "",
         ]))
+
+    def _shaped_nodes(self, shape: NodeShape, host_mem: int) -> tuple[list[str], list[str]]:
+        """NodeName lines posing as `shape`, and gres.conf lines for its GPUs.
+
+        The GPUs are character devices under the cluster's folder (gpu0, gpu1 ..., /dev/null's
+        numbers: slurmd refuses a plain file as "not a valid character or block device"):
+        slurmd takes each one's index from its name and sets CUDA_VISIBLE_DEVICES or
+        ROCR_VISIBLE_DEVICES for the tasks bound to it (gres.conf File=, AutoDetect=off).
+        """
+        devices = self.root / "dev"
+        devices.mkdir(exist_ok=True)
+        for g in range(shape.gpus):
+            # slurmd takes only character or block devices; these are /dev/null's twins
+            device = devices / f"gpu{g}"
+            if not device.exists():
+                os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        lines, gres = [], []
+        if shape.gpus:
+            gres.append("AutoDetect=off")
+        for name, port in self.node_ports.items():
+            words = [f"NodeName={name}", "NodeHostname=localhost", "NodeAddr=127.0.0.1", f"Port={port}",
+                     f"CPUs={shape.cpus}", f"Sockets={shape.sockets}", f"CoresPerSocket={shape.cores_per_socket}",
+                     f"ThreadsPerCore={shape.threads_per_core}", f"RealMemory={shape.memory_mb}"]
+            if shape.spec_cores:
+                words.append(f"CpuSpecList={','.join(map(str, shape.spec_cpu_ids))}")
+            if shape.gpus:
+                words.append(f"Gres=gpu:{shape.gpus}")
+                last = f"[0-{shape.gpus - 1}]" if shape.gpus > 1 else "0"
+                flag = "amd_gpu_env" if shape.gpu_vendor == "amd" else "nvidia_gpu_env"
+                gres.append(f"NodeName={name} Name=gpu File={devices}/gpu{last} Flags={flag}")
+            if shape.features:
+                words.append(f"Features={','.join(shape.features)}")
+            lines.append(" ".join([*words, "State=UNKNOWN"]))
+        return lines, gres
 
     def _wait_idle(self, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -305,11 +423,17 @@ class SlurmClusters:
         self.root = Path(root)
         self.current: SlurmCluster | None = None
 
-    def ensure(self, nodes: int) -> SlurmCluster:
-        if self.current is not None and self.current.nodes == nodes:
-            return self.current
+    def ensure(self, nodes: int, shape: NodeShape | None = None) -> SlurmCluster:
+        """A cluster of `nodes` nodes, shaped like `shape` when given; the one up is reused when it fits."""
+        current = self.current
+        if current is not None and current.nodes == nodes and (
+                current.shape == shape or (shape is not None and current.shape is not None
+                                           and current.shape.key() == shape.key())):
+            return current
         self.down()
-        cluster = SlurmCluster(self.root / f"{nodes}-node", nodes)
+        self.count = getattr(self, "count", 0) + 1
+        folder = f"{nodes}-node" if shape is None else f"{nodes}-shaped-{self.count}"
+        cluster = SlurmCluster(self.root / folder, nodes, shape)
         self.current = cluster.up()
         return cluster
 

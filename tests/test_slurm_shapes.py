@@ -1,0 +1,190 @@
+"""Every Slurm site's rendered job, judged by a real Slurm shaped like that site's node.
+
+For each node kind of each Slurm site profile (the shipped ones and the test fixtures), the
+harness (tests/slurm_cluster.py) starts slurmctld and two slurmd posing as two of the
+machine's nodes: its sockets, cores and hardware threads, the CPUs its Slurm counts (threads,
+or cores where the site schedules cores: Frontier), its core specialisation (the profile's
+reserved cores as CpuSpecList), its GPUs as GRES, its memory, features and partition. Then:
+
+  1. `sbatch --test-only` of the script exactly as rendered for the machine: Slurm itself
+     says whether the directives can ever be allocated there (nodes, tasks, -c, GPUs,
+     partition, constraint, time limit, exclusive);
+  2. the same request with one CPU per task more than the node holds is refused, so the
+     shape has teeth (a Slurm that took anything would pass step 1 too);
+  3. for srun sites, the job itself runs, with a probe in place of the trainer (and no
+     container or modules, which this host lacks): every rank prints where Slurm put it and
+     the GPUs Slurm bound to it, and the plan's cores must lie inside Slurm's allocation.
+
+What this host cannot emulate (CPU binding, real devices) is listed in docs/sites.md,
+"What a real Slurm judges here".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURE_SITES
+from slurm_cluster import NodeShape
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+NODES = 2  # two pretend nodes: enough for a multi-node request and rank numbering across nodes
+
+
+def _slurm_site_kinds() -> list[tuple[Path, str]]:
+    from hpcdl.sites.registry import SHIPPED, load_site_file
+
+    found = []
+    for path in [*sorted(SHIPPED.glob("*.yaml")), *sorted(FIXTURE_SITES.glob("*.yaml"))]:
+        site = load_site_file(path)
+        if site.scheduler == "slurm":
+            found += [(path, kind) for kind in site.node_kinds]
+    return found
+
+
+SITE_KINDS = _slurm_site_kinds()
+
+PROBE = """
+import json, os
+e = os.environ
+print("HPCDL-PROBE " + json.dumps({
+    "rank": int(e["SLURM_PROCID"]), "local": int(e["SLURM_LOCALID"]), "node": int(e["SLURM_NODEID"]),
+    "nodename": e.get("SLURMD_NODENAME"), "cpus_per_task": e.get("SLURM_CPUS_PER_TASK"),
+    "cpu_bind": e.get("SLURM_CPU_BIND_LIST"), "affinity": sorted(os.sched_getaffinity(0)),
+    "cuda": e.get("CUDA_VISIBLE_DEVICES"), "rocr": e.get("ROCR_VISIBLE_DEVICES"),
+}), flush=True)
+"""
+
+
+def render(site, kind, folder: Path, *, runnable: bool) -> tuple[object, Path]:
+    """The job script for two nodes of `kind`; `runnable`: the probe instead of the trainer,
+    without the container runtime and modules this host does not have."""
+    from hpcdl.plan import JobRequest, make_plan
+    from hpcdl.render.jobscript import JobOptions, render_job_script
+    from hpcdl.sites.schema import Modules
+
+    plan = make_plan(site, JobRequest(nodes=NODES, node_kind=kind))
+    program = None
+    if runnable:
+        site = site.model_copy(update={"runtime": "none", "modules": Modules(system="none")})
+        program = [sys.executable, "-c", PROBE]
+    recipe = {"name": "shape-probe", "net": "cifar10_quick", "data": {"source": "digits"}}
+    options = JobOptions(name=f"shape-{site.name}-{kind}", output_dir=str(folder))
+    script = folder / ("probe.sh" if runnable else "job.sh")
+    folder.mkdir(parents=True, exist_ok=True)
+    script.write_text(render_job_script(site, plan, recipe, options, program=program))
+    return plan, script
+
+
+def sbatch(cluster, *args, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(["sbatch", *map(str, args)], capture_output=True, text=True, env=cluster.env, cwd=cwd,
+                          timeout=60)
+
+
+def wait_gone(cluster, job_id: str, timeout: float = 120) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True,
+                              env=cluster.env).stdout.strip():
+            break
+        time.sleep(0.2)
+    else:
+        subprocess.run(["scancel", job_id], env=cluster.env)
+        raise AssertionError(f"job {job_id} still queued or running after {timeout} s")
+    return show_job(cluster, job_id)
+
+
+def show_job(cluster, job_id: str) -> dict[str, str]:
+    text = subprocess.run(["scontrol", "-d", "show", "job", job_id], capture_output=True, text=True,
+                          env=cluster.env).stdout
+    fields = dict(re.findall(r"(\S+?)=(\S*)", text))
+    fields["_text"] = text
+    return fields
+
+
+def allocated_cores(fields: dict[str, str], threads_per_core: int) -> dict[str, set[int]]:
+    """Node name -> the physical cores Slurm allocated there (`scontrol -d show job`'s CPU_IDs are
+    Slurm's abstract ids: core x ThreadsPerCore + thread)."""
+    out: dict[str, set[int]] = {}
+    for nodes, ids in re.findall(r"Nodes=(\S+) CPU_IDs=(\S+)", fields["_text"]):
+        names = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True).stdout.split()
+        cores = {int(i) // threads_per_core for i in _expand(ids)}
+        for name in names:
+            out[name] = cores
+    return out
+
+
+def _expand(ranges: str) -> list[int]:
+    out = []
+    for part in ranges.split(","):
+        a, _, b = part.partition("-")
+        out += list(range(int(a), int(b or a) + 1))
+    return out
+
+
+@pytest.mark.parametrize(("path", "kind"), SITE_KINDS, ids=[f"{p.stem}-{k}" for p, k in SITE_KINDS])
+def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters, tmp_path, path, kind):
+    from hpcdl.sites.registry import load_site_file
+
+    site = load_site_file(path)
+    node = site.node_kinds[kind]
+    shape = NodeShape.from_site(site, kind)
+    cluster = slurm_clusters.ensure(NODES, shape)
+
+    # 1. the script as the machine would get it
+    plan, script = render(site, kind, tmp_path / "as-rendered", runnable=False)
+    proc = sbatch(cluster, "--test-only", script, cwd=tmp_path)
+    assert proc.returncode == 0 and "to start at" in proc.stderr, (
+        f"{site.name} {kind}: Slurm shaped like the node refuses the rendered job:\n{proc.stderr}\n"
+        + "\n".join(line for line in script.read_text().splitlines() if line.startswith("#SBATCH")))
+
+    # 2. one CPU per task more than the node's allocatable CPUs hold is refused
+    allocatable = (node.cores - len(shape.spec_cores)) * node.cpus_per_core
+    too_many = allocatable // plan.ranks_per_node + 1
+    greedy = tmp_path / "greedy.sh"
+    greedy.write_text(re.sub(r"(?m)^#SBATCH --cpus-per-task=\d+$", f"#SBATCH --cpus-per-task={too_many}",
+                             script.read_text()))
+    proc = sbatch(cluster, "--test-only", greedy, cwd=tmp_path)
+    assert proc.returncode != 0 and "Requested node configuration is not available" in proc.stderr, proc.stderr
+
+    # 3. the job step itself, with the probe in place of the trainer
+    if site.launcher != "srun":
+        return  # ibrun/mpirun are not on this host; Slurm judged the allocation above
+    plan, probe_script = render(site, kind, tmp_path / "run", runnable=True)
+    proc = sbatch(cluster, "--parsable", probe_script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().split(";")[0]
+    fields = wait_gone(cluster, job_id)
+    outputs = list((tmp_path / "run").glob("*.out"))
+    output = outputs[0].read_text(errors="replace") if outputs else "(no output file)"
+    assert fields.get("JobState") == "COMPLETED" and fields.get("ExitCode") == "0:0", (
+        f"{fields.get('JobState')} {fields.get('ExitCode')}\n{output[-3000:]}\n{cluster.logs()}")
+
+    seen = {}
+    for line in output.splitlines():
+        if line.startswith("HPCDL-PROBE "):
+            record = json.loads(line.split(" ", 1)[1])
+            seen[record["rank"]] = record
+    assert sorted(seen) == list(range(plan.world_size)), output[-3000:]
+    gpu_var = "rocr" if node.gpus and node.gpus[0].vendor == "amd" else "cuda"
+    for placement in plan.ranks:
+        got = seen[placement.rank]
+        # Slurm numbers the ranks as the plan does: node by node, local rank within a node
+        assert (got["node"], got["local"]) == (placement.node, placement.local_rank), got
+        assert got["cpus_per_task"] == str(len(placement.cores) * node.cpus_per_core)
+        if placement.gpus:
+            # the GPU Slurm bound to the rank (--gpu-bind) is the plan's
+            assert got[gpu_var] == ",".join(map(str, placement.gpus)), (placement, got)
+    if fields.get("OverSubscribe") == "NO" and plan.ranks_per_node > 0 and shape.spec_cores:
+        # a whole node, less its specialised cores: every core the plan uses is one Slurm gave the job
+        for name, cores in allocated_cores(fields, node.threads_per_core).items():
+            planned = {c for r in plan.local_ranks() for c in r.cores}
+            assert planned <= cores, f"{name}: planned cores {sorted(planned - cores)} are not allocated"
+            assert not cores & set(shape.spec_cores), f"{name}: Slurm allocated specialised cores"
