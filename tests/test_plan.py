@@ -127,6 +127,45 @@ def test_frontier_style_node_matches_the_published_map_cpu_49_57_17_25_1_9_33_41
         assert nic.domain == node.gpus[r.gpus[0]].domain
 
 
+def test_frontier_plans_in_physical_cores_the_unit_its_slurm_counts():
+    # OLCF Frontier user guide: --threads-per-core=1 is the default, so "-c" counts physical
+    # cores; 8 x 7 = 56 cores, what low-noise mode leaves of 64 (8 x 14 would never be allocated)
+    plan = plan_for("frontier", nodes=2)
+    assert "--cpus-per-task=7" in plan.launcher_argv
+    node = load_site("frontier").node_kinds["mi250x"]
+    for r in plan.local_ranks():  # one hardware thread per core, the one Slurm hands out
+        assert r.cpus == tuple(node.cpus_of_core(c)[0] for c in r.cores)
+    assert plan.ranks_per_node * 7 == node.cores - len(node.reserved_cores)
+    # more threads than the hardware threads Slurm gives a rank is refused there
+    with pytest.raises(HpcdlError, match=r"threads_per_rank: 14 threads but each rank has 7 cores x 1 hardware"):
+        plan_for("frontier", threads_per_rank=14)
+
+
+def _with_node(site_name: str, kind: str, **fields):
+    site = load_site(site_name)
+    node = site.node_kinds[kind].model_copy(update=fields)
+    return site.model_copy(update={"node_kinds": {**site.node_kinds, kind: node}})
+
+
+def test_a_slurm_that_counts_hardware_threads_gets_cores_times_threads_per_task():
+    # Slurm's default: every hardware thread is a CPU (NERSC Perlmutter: -c 32 for 16 cores)
+    plan = plan_for("perlmutter")
+    assert "--cpus-per-task=32" in plan.launcher_argv
+    assert all(len(r.cpus) == 2 * len(r.cores) for r in plan.ranks)
+    # the same node where the site counts cores: -c 16, one thread per core
+    site = _with_node("perlmutter", "gpu", scheduler_cpus_per_core=1)
+    plan = make_plan(site, JobRequest())
+    assert "--cpus-per-task=16" in plan.launcher_argv
+    assert all(len(r.cpus) == len(r.cores) for r in plan.ranks)
+
+
+def test_more_cpus_per_core_than_hardware_threads_is_refused():
+    from hpcdl.sites.schema import NodeKind
+
+    with pytest.raises(ValueError, match="scheduler_cpus_per_core: 4 but a core has 2 hardware thread"):
+        NodeKind(sockets=1, cores_per_socket=4, threads_per_core=2, scheduler_cpus_per_core=4, memory_gb=8)
+
+
 def test_generic_volta_cluster_gives_each_socket_its_own_hca():
     plan = plan_for("volta-x86")
     assert [(r.socket, r.gpus, r.nic) for r in plan.local_ranks()] == [

@@ -44,6 +44,11 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     slots = _slots(site, kind_name, node, request, mode, use_gpus, notes)
     cores = _cores_of_slots(site, node, slots, notes)
     slots = [_with_nearest_nic(node, slots, i) for i in range(len(slots))]
+    if node.cpus_per_core < node.threads_per_core:
+        notes.append(
+            f"the scheduler counts {node.cpus_per_core} of each core's {node.threads_per_core} hardware threads as "
+            f"CPUs (scheduler_cpus_per_core): -c {len(cores[0]) * node.cpus_per_core} is {len(cores[0])} cores"
+        )
     threads = _threads_per_rank(node, request, len(cores[0]), notes)
     distributed = _resolve_distributed(request, use_gpus)
     ranks_per_node = len(slots)
