@@ -65,7 +65,8 @@ def fixture_sites(monkeypatch):
 def slurm_clusters(tmp_path_factory):
     """The real Slurm the tests start here (tests/slurm_cluster.py); torn down at the end, whatever happened.
 
-    Ask it for a shape: `slurm_clusters.ensure(1)` (one node) or `.ensure(2)` (pretend nodes n1, n2).
+    Ask it for a shape: `slurm_clusters.ensure(1)` (one node) or `.ensure(2)` (pretend nodes n1, n2),
+    or `.ensure(2, NodeShape.from_site(site))`: two pretend nodes posing as the site's node kind.
     """
     for tool in ("slurmctld", "slurmd", "sbatch", "munged"):
         if not (shutil.which(tool) or Path("/usr/sbin", tool).exists()):

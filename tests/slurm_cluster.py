@@ -444,15 +444,26 @@ class SlurmClusters:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """By hand, to look at a failing job: python tests/slurm_cluster.py up|down FOLDER [NODES]."""
+    """By hand, to look at a failing job: python tests/slurm_cluster.py up|down FOLDER [NODES] [SITE[:KIND]].
+
+    SITE (a shipped profile or a YAML file) poses the nodes as that site's node kind.
+    """
     import sys
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2 or args[0] not in ("up", "down"):
-        print("usage: python tests/slurm_cluster.py up|down FOLDER [NODES]", file=sys.stderr)
+        print("usage: python tests/slurm_cluster.py up|down FOLDER [NODES] [SITE[:KIND]]", file=sys.stderr)
         return 2
     root, nodes = Path(args[1]).resolve(), int(args[2]) if len(args) > 2 else 1
-    cluster = SlurmCluster(root, nodes)
+    shape = None
+    if len(args) > 3:
+        from hpcdl.sites import load_site
+        from hpcdl.sites.registry import load_site_file
+
+        name, _, kind = args[3].partition(":")
+        site = load_site_file(Path(name)) if name.endswith((".yaml", ".yml")) else load_site(name)
+        shape = NodeShape.from_site(site, kind or None)
+    cluster = SlurmCluster(root, nodes, shape)
     if args[0] == "up":
         cluster.up()
         atexit.unregister(cluster.down)  # it stays up until `down`
