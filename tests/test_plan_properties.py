@@ -5,6 +5,7 @@ On any node the planner accepts:
   - in one-rank-per-GPU mode no GPU is given twice;
   - a rank's cores lie on its socket, and its GPUs and NIC too whenever the node has one there;
   - a rank runs no more threads than its cores can (one per core unless more were asked for);
+  - a rank's CPUs, and srun's -c, count the hardware threads the scheduler counts per core;
   - ranks = nodes x ranks per node, numbered node by node, spread evenly over the sockets.
 What it refuses, it refuses with an HpcdlError of one line.
 """
@@ -26,6 +27,8 @@ def nodes(draw) -> NodeKind:
     cores_per_socket = domains * draw(st.integers(1, 16))
     reserved = draw(st.integers(0, min(2, cores_per_socket - 1)))
     threads = draw(st.sampled_from([1, 2, 4]))
+    # the CPUs the batch system counts per core: all hardware threads (Slurm's default) or fewer
+    counted = draw(st.one_of(st.none(), st.sampled_from([t for t in (1, 2, 4) if t <= threads])))
 
     def device_place():
         return st.integers(0, sockets - 1).flatmap(
@@ -40,6 +43,7 @@ def nodes(draw) -> NodeKind:
         sockets=sockets,
         cores_per_socket=cores_per_socket,
         threads_per_core=threads,
+        scheduler_cpus_per_core=counted,
         cpu_numbering=draw(st.sampled_from(["thread-major", "core-major"])),
         memory_gb=64,
         domains_per_socket=domains,
@@ -138,7 +142,11 @@ def test_every_plan_keeps_the_placement_rules(site, request):
         assert 1 <= r.omp_num_threads <= len(r.cpus)
         if request.threads_per_rank is None:
             assert r.omp_num_threads <= len(r.cores)
-        assert r.cpus == tuple(cpu for c in r.cores for cpu in node.cpus_of_core(c))
+        # a rank's CPUs are the hardware threads the scheduler counts: -c is cores x that
+        assert r.cpus == tuple(cpu for c in r.cores for cpu in node.cpus_of_core(c)[: node.cpus_per_core])
+        assert len(r.cpus) == len(r.cores) * node.cpus_per_core
+    if plan.launcher == "srun":
+        assert f"--cpus-per-task={len(plan.ranks[0].cpus)}" in plan.launcher_argv
 
 
 @settings(max_examples=100, deadline=None)
