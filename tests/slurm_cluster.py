@@ -12,7 +12,8 @@ starts its job ids at a random number (jobs derive MASTER_PORT from the job id).
            with its own TmpFS (PMIx step launch fails on a shared one) and TaskPlugin task/none;
   shape=NodeShape(...)  pretend nodes n1..nN shaped like a machine's node (NodeShape.from_site):
            its sockets, cores, hardware threads, the CPUs Slurm counts, core specialisation
-           (CoreSpecCount), GPUs as GRES over fake device files, memory, features and partition.
+           (CpuSpecList), GPUs as GRES over stand-in character devices, memory, features,
+           partition and time limit.
            `SlurmdParameters=config_overrides` lets this small host pose as the large node;
            slurmctld then judges every request against that node as it would on the machine.
 
@@ -141,9 +142,6 @@ class NodeShape:
         the core's other CPUs), counted in the node's CPUs (one per core when CPUs = cores)."""
         return [core * (self.cpus // self.cores) for core in self.spec_cores]
 
-    def key(self) -> tuple:
-        return tuple(sorted(self.__dict__.items()))
-
     @classmethod
     def from_site(cls, site, kind: str | None = None) -> "NodeShape":
         """The node of a hpcdl site profile (hpcdl.sites.schema.Site), as that machine's Slurm sees it."""
@@ -244,7 +242,7 @@ class SlurmCluster:
         self.node_ports = dict(zip(self.node_names, ports))
         gres_lines: list[str] = []
         if self.shape is not None:
-            node_lines, gres_lines = self._shaped_nodes(self.shape, mem)
+            node_lines, gres_lines = self._shaped_nodes(self.shape)
             task_plugin, part_nodes = "task/none", f"n[1-{self.nodes}]"
         elif self.nodes == 1:
             node_lines = [f"NodeName=localhost NodeAddr=127.0.0.1 Port={ports[0]} CPUs={cpus} RealMemory={mem} "
@@ -301,7 +299,7 @@ class SlurmCluster:
             "",
         ]))
 
-    def _shaped_nodes(self, shape: NodeShape, host_mem: int) -> tuple[list[str], list[str]]:
+    def _shaped_nodes(self, shape: NodeShape) -> tuple[list[str], list[str]]:
         """NodeName lines posing as `shape`, and gres.conf lines for its GPUs.
 
         The GPUs are character devices under the cluster's folder (gpu0, gpu1 ..., /dev/null's
@@ -426,9 +424,7 @@ class SlurmClusters:
     def ensure(self, nodes: int, shape: NodeShape | None = None) -> SlurmCluster:
         """A cluster of `nodes` nodes, shaped like `shape` when given; the one up is reused when it fits."""
         current = self.current
-        if current is not None and current.nodes == nodes and (
-                current.shape == shape or (shape is not None and current.shape is not None
-                                           and current.shape.key() == shape.key())):
+        if current is not None and current.nodes == nodes and current.shape == shape:
             return current
         self.down()
         self.count = getattr(self, "count", 0) + 1
