@@ -168,12 +168,13 @@ def show_job(cluster, job_id: str) -> dict[str, str]:
     return fields
 
 
-def allocated_cores(fields: dict[str, str], threads_per_core: int) -> dict[str, set[int]]:
+def allocated_cores(cluster, fields: dict[str, str], threads_per_core: int) -> dict[str, set[int]]:
     """Node name -> the physical cores Slurm allocated there (`scontrol -d show job`'s CPU_IDs are
     Slurm's abstract ids: core x ThreadsPerCore + thread)."""
     out: dict[str, set[int]] = {}
     for nodes, ids in re.findall(r"Nodes=(\S+) CPU_IDs=(\S+)", fields["_text"]):
-        names = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True).stdout.split()
+        names = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True,
+                               env=cluster.env, check=True).stdout.split()
         cores = {int(i) // threads_per_core for i in _expand(ids)}
         for name in names:
             out[name] = cores
@@ -243,9 +244,11 @@ def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters
         if placement.gpus:
             # the GPU Slurm bound to the rank (--gpu-bind) is the plan's
             assert got[gpu_var] == ",".join(map(str, placement.gpus)), (placement, got)
-    if fields.get("OverSubscribe") == "NO" and plan.ranks_per_node > 0 and shape.spec_cores:
+    if fields.get("OverSubscribe") == "NO" and shape.spec_cores:
         # a whole node, less its specialised cores: every core the plan uses is one Slurm gave the job
-        for name, cores in allocated_cores(fields, node.threads_per_core).items():
+        allocated = allocated_cores(cluster, fields, node.threads_per_core)
+        assert sorted(allocated) == [f"n{i}" for i in range(1, NODES + 1)], fields["_text"]
+        for name, cores in allocated.items():
             planned = {c for r in plan.local_ranks() for c in r.cores}
             assert planned <= cores, f"{name}: planned cores {sorted(planned - cores)} are not allocated"
             assert not cores & set(shape.spec_cores), f"{name}: Slurm allocated specialised cores"
