@@ -51,9 +51,17 @@ def launch(
     raise typer.Exit(run_ranks(nproc, argv))
 
 
-@app.command()
-def nets(as_json: bool = typer.Option(False, "--json", help="machine-readable list")) -> None:
+nets_app = typer.Typer(help="The bundled networks; Caffe prototxt import and export.", add_completion=False)
+app.add_typer(nets_app, name="nets")
+recipes_app = typer.Typer(help="Training recipes: Caffe solver import.", no_args_is_help=True, add_completion=False)
+app.add_typer(recipes_app, name="recipes")
+
+
+@nets_app.callback(invoke_without_command=True)
+def nets(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="machine-readable list")) -> None:
     """List the bundled networks with their parameter counts (no framework needed)."""
+    if ctx.invoked_subcommand is not None:
+        return
     from hpcdl.nets import list_nets, load_net
 
     rows = []
@@ -72,3 +80,121 @@ def nets(as_json: bool = typer.Option(False, "--json", help="machine-readable li
         for r in rows:
             aux = f" ({r['parameters_with_aux_heads']:,} with aux heads)" if "parameters_with_aux_heads" in r else ""
             typer.echo(f"{r['name']:<16} {r['parameters']:>12,}  {r['description']}{aux}")
+
+
+@nets_app.command("import")
+def nets_import(
+    prototxt: Path = typer.Argument(..., help="Caffe net: train_val.prototxt or deploy.prototxt"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="net YAML to write (default: print it)"),
+    input_size: Optional[int] = typer.Option(None, "--input-size", min=1, help="input side when the file has no crop_size or Input shape"),
+    channels: Optional[int] = typer.Option(None, "--channels", min=1, help="input channels (default: from the file, else 3)"),
+) -> None:
+    """Turn a Caffe prototxt into an hpcdl net definition (a YAML net file)."""
+    from hpcdl.caffe.nets import import_net
+    from hpcdl.caffe.yamlout import net_yaml
+    from hpcdl.files import write_atomically
+    from hpcdl.nets.spec import build_spec
+
+    data, notes = import_net(prototxt, input_size=input_size, channels=channels)
+    inp = data["input"]
+    shape = (inp["channels"], inp.get("height", inp.get("size")), inp.get("width", inp.get("size")))
+    spec = build_spec(prototxt.stem, data, shape, data["classes"], aux_heads=True)  # checks every shape now
+    text = net_yaml(data, source=prototxt.name)
+    for note in notes:
+        typer.echo(f"hpcdl: note: {note}", err=True)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    write_atomically(output, text)
+    typer.echo(f"{output}: {len(spec.layers)} layers, {spec.parameter_count:,} parameters"
+               f"{' (with aux heads)' if spec.aux_outputs else ''}, output {spec.output} {spec.layers[-1].out_shape}")
+
+
+@nets_app.command("export")
+def nets_export(
+    net: str = typer.Argument(..., help="a bundled net's name or a net YAML file"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="prototxt to write (default: print it)"),
+    deploy: bool = typer.Option(False, "--deploy", help="deploy form: an Input layer, no losses, no auxiliary heads"),
+    weights: Optional[Path] = typer.Option(None, "--weights", help="a trained snapshot (PyTorch) whose weights to export"),
+    caffemodel: Optional[Path] = typer.Option(None, "--caffemodel", help="write the weights as this .caffemodel"),
+) -> None:
+    """Write an hpcdl net as a Caffe prototxt (and its weights as a .caffemodel)."""
+    import yaml
+
+    from hpcdl.caffe.nets import export_net
+    from hpcdl.errors import HpcdlError
+    from hpcdl.files import write_atomically
+    from hpcdl.nets import load_net
+    from hpcdl.nets.spec import net_path
+
+    spec = load_net(net, aux_heads=True)
+    caffe = (yaml.safe_load(net_path(net).read_text()) or {}).get("caffe") or {}
+    text = export_net(spec, caffe, deploy=deploy)
+    if caffemodel is not None:
+        from hpcdl.caffe.weights import from_torch, write_caffemodel
+        from hpcdl.nets.torch_build import build_torch
+
+        model = build_torch(spec)
+        if weights is not None:
+            from hpcdl.caffe.snapshot import load_torch_snapshot
+
+            load_torch_snapshot(model, weights)
+        write_caffemodel(caffemodel, caffe.get("name", spec.name), from_torch(model))
+    elif weights is not None:
+        raise HpcdlError("export: --weights needs --caffemodel (the file to write them to)")
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        write_atomically(output, text)
+
+
+@recipes_app.command("import")
+def recipes_import(
+    solvers: list[Path] = typer.Argument(..., help="Caffe solver prototxt; several: a chain, each resuming the last"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="recipe YAML to write (default: print it)"),
+    net: Optional[str] = typer.Option(None, "--net", help="hpcdl net (name or YAML) instead of importing the solver's net"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="images per rank (default: the net's TRAIN data layer)"),
+    name: Optional[str] = typer.Option(None, "--name", help="recipe name (default: the first solver's file name)"),
+) -> None:
+    """Turn a Caffe solver (or a chain of them) into an hpcdl recipe.
+
+    The solver's `net:` file, when it is found, is imported beside the recipe
+    (RECIPE.net.yaml) and gives the batch sizes, crop and mirror.
+    """
+    from hpcdl.caffe.nets import import_net
+    from hpcdl.caffe.solver import data_fields, import_recipe
+    from hpcdl.caffe.yamlout import net_yaml, recipe_yaml
+    from hpcdl.errors import HpcdlError
+    from hpcdl.files import write_atomically
+    from hpcdl.train.recipe import recipe_from_dict
+
+    recipe, notes, net_file = import_recipe(solvers, net=net, name=name)
+    net_text = None
+    if net is None:
+        if net_file is None or not Path(net_file).is_file():
+            raise HpcdlError(f"recipes import: the solver's net {net_file!r} was not found; give --net (and --batch-size)")
+        net_data, net_notes = import_net(net_file)
+        notes.extend(net_notes)
+        extra = data_fields((net_data.get("caffe") or {}).get("data") or {})
+        net_text = net_yaml(net_data, source=Path(net_file).name)
+        net_out = (output.with_suffix(".net.yaml") if output else Path(f"{recipe['name']}.net.yaml"))
+        recipe["net"] = str(net_out)
+        for key, value in extra.items():
+            recipe.setdefault(key, value)
+    if batch_size is not None:
+        recipe["batch_size"] = batch_size
+    if "batch_size" not in recipe:
+        raise HpcdlError("recipes import: batch_size: the net has no TRAIN data layer with a batch_size; give --batch-size")
+    order = ["name", "net", "data", "batch_size", "test_batch_size"]
+    recipe = {**{k: recipe[k] for k in order if k in recipe}, **{k: v for k, v in recipe.items() if k not in order}}
+    recipe_from_dict(dict(recipe), "imported")  # the recipe validates before anything is written
+    for note in notes:
+        typer.echo(f"hpcdl: note: {note}", err=True)
+    text = recipe_yaml(recipe, [str(s) for s in solvers])
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    if net_text is not None:
+        write_atomically(Path(recipe["net"]), net_text)
+    write_atomically(output, text)
+    typer.echo(f"{output}: recipe {recipe['name']}" + (f"; net {recipe['net']}" if net_text else ""))

@@ -46,6 +46,8 @@ NET_DIR = Path(__file__).parent
 LAYER_TYPES = (
     "Convolution", "Pooling", "ReLU", "LRN", "InnerProduct", "Dropout", "Concat",
     "BatchNorm", "Scale", "Eltwise", "Softmax", "Flatten",
+    # from imported Caffe nets (hpcdl.caffe); docs/caffe.md says which backends build them
+    "Deconvolution", "Sigmoid", "TanH",
 )
 
 
@@ -69,6 +71,11 @@ class Layer:
         if t == "Convolution":
             k = _pair(p["kernel_size"])
             weights = p["num_output"] * (self.in_channels // p.get("group", 1)) * k[0] * k[1]
+            return weights + (p["num_output"] if p.get("bias_term", True) else 0)
+        if t == "Deconvolution":
+            # Caffe's blob: (C_in, num_output / group, kh, kw)
+            k = _pair(p["kernel_size"])
+            weights = self.in_channels * (p["num_output"] // p.get("group", 1)) * k[0] * k[1]
             return weights + (p["num_output"] if p.get("bias_term", True) else 0)
         if t == "InnerProduct":
             return p["num_output"] * self.in_channels + (p["num_output"] if p.get("bias_term", True) else 0)
@@ -100,16 +107,31 @@ def list_nets() -> list[str]:
     return sorted(p.stem for p in NET_DIR.glob("*.yaml"))
 
 
-def load_net(name: str, num_classes: int | None = None, image_size: int | None = None, channels: int | None = None,
-             aux_heads: bool = False) -> NetSpec:
+def net_path(name: str) -> Path:
+    """A bundled net by name, or a net file by path (one `hpcdl nets import` wrote)."""
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        path = Path(name)
+        if not path.is_file():
+            raise HpcdlError(f"net: no such net file {name!r}")
+        return path
     path = NET_DIR / f"{name}.yaml"
     if not path.exists():
-        raise HpcdlError(f"net: unknown network {name!r}; known: {', '.join(list_nets())}")
+        raise HpcdlError(f"net: unknown network {name!r}; known: {', '.join(list_nets())} (or give a net file's path)")
+    return path
+
+
+def load_net(name: str, num_classes: int | None = None, image_size: int | None = None, channels: int | None = None,
+             aux_heads: bool = False) -> NetSpec:
+    path = net_path(name)
     data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict) or "layers" not in data or "input" not in data:
+        raise HpcdlError(f"net {name}: a net file needs `input` and `layers`")
     inp = data["input"]
-    shape = (channels or inp["channels"], image_size or inp["size"], image_size or inp["size"])
+    height = inp.get("height", inp.get("size"))
+    width = inp.get("width", inp.get("size"))
+    shape = (channels or inp["channels"], image_size or height, image_size or width)
     classes = num_classes or data.get("classes", 1000)
-    return build_spec(name, data, shape, classes, aux_heads=aux_heads)
+    return build_spec(name if path.parent == NET_DIR else path.stem, data, shape, classes, aux_heads=aux_heads)
 
 
 def build_spec(name: str, data: dict, input_shape: tuple[int, int, int], classes: int,
@@ -238,13 +260,21 @@ def _out_shape(ltype: str, p: dict, ins: list[tuple[int, ...]], where: str) -> t
         if s[0] % p.get("group", 1):
             raise HpcdlError(f"{where}: {s[0]} input channels do not split into {p.get('group')} groups")
         return (p["num_output"], h, w)
+    if ltype == "Deconvolution":
+        # Caffe's DeconvolutionLayer::compute_output_shape: stride (in - 1) + kernel - 2 pad
+        k, st, pad = _pair(p["kernel_size"]), _pair(p.get("stride", 1)), _pair(p.get("pad", 0))
+        if s[0] % p.get("group", 1) or p["num_output"] % p.get("group", 1):
+            raise HpcdlError(f"{where}: channels do not split into {p.get('group')} groups")
+        return (p["num_output"], st[0] * (s[1] - 1) + k[0] - 2 * pad[0], st[1] * (s[2] - 1) + k[1] - 2 * pad[1])
     if ltype == "Pooling":
         if p.get("global_pooling"):
             return (s[0], 1, 1)
         k, st, pad = _pair(p["kernel_size"]), _pair(p.get("stride", 1)), _pair(p.get("pad", 0))
-        # Caffe rounds pooled sizes up (pooling_layer.cpp), so ports need ceil_mode
-        h = math.ceil((s[1] + 2 * pad[0] - k[0]) / st[0]) + 1
-        w = math.ceil((s[2] + 2 * pad[1] - k[1]) / st[1]) + 1
+        # Caffe rounds pooled sizes up (pooling_layer.cpp), so ports need ceil_mode;
+        # round_mode FLOOR (caffe.proto's PoolingParameter.RoundMode) rounds down
+        rnd = math.floor if p.get("round_mode", "CEIL") == "FLOOR" else math.ceil
+        h = rnd((s[1] + 2 * pad[0] - k[0]) / st[0]) + 1
+        w = rnd((s[2] + 2 * pad[1] - k[1]) / st[1]) + 1
         if pad[0] and (h - 1) * st[0] >= s[1] + pad[0]:
             h -= 1
         if pad[1] and (w - 1) * st[1] >= s[2] + pad[1]:

@@ -16,21 +16,37 @@ def _module(layer: Layer) -> nn.Module:
             stride=_pair(p.get("stride", 1)), padding=_pair(p.get("pad", 0)),
             groups=p.get("group", 1), bias=p.get("bias_term", True),
         )
+    if t == "Deconvolution":
+        return nn.ConvTranspose2d(
+            layer.in_channels, p["num_output"], _pair(p["kernel_size"]),
+            stride=_pair(p.get("stride", 1)), padding=_pair(p.get("pad", 0)),
+            groups=p.get("group", 1), bias=p.get("bias_term", True),
+        )
     if t == "Pooling":
         if p.get("global_pooling"):
             return nn.AdaptiveMaxPool2d(1) if p.get("pool", "MAX") == "MAX" else nn.AdaptiveAvgPool2d(1)
         k, s, pad = _pair(p["kernel_size"]), _pair(p.get("stride", 1)), _pair(p.get("pad", 0))
+        ceil = p.get("round_mode", "CEIL") != "FLOOR"
         if p.get("pool", "MAX") == "MAX":
-            return nn.MaxPool2d(k, s, pad, ceil_mode=True)
-        return nn.AvgPool2d(k, s, pad, ceil_mode=True, count_include_pad=True)
+            return nn.MaxPool2d(k, s, pad, ceil_mode=ceil)
+        return nn.AvgPool2d(k, s, pad, ceil_mode=ceil, count_include_pad=True)
     if t == "ReLU":
-        return nn.ReLU()
+        return nn.LeakyReLU(p["negative_slope"]) if p.get("negative_slope") else nn.ReLU()
+    if t == "Sigmoid":
+        return nn.Sigmoid()
+    if t == "TanH":
+        return nn.Tanh()
     if t == "LRN":
+        if p.get("norm_region") == "WITHIN_CHANNEL":
+            return _WithinChannelLRN(p.get("local_size", 5), p.get("alpha", 1e-4), p.get("beta", 0.75))
         return nn.LocalResponseNorm(p.get("local_size", 5), alpha=p.get("alpha", 1e-4), beta=p.get("beta", 0.75), k=p.get("k", 1.0))
     if t == "InnerProduct":
         return nn.Sequential(nn.Flatten(), nn.Linear(layer.in_channels, p["num_output"], bias=p.get("bias_term", True)))
     if t == "Dropout":
         return nn.Dropout(p.get("dropout_ratio", 0.5))
+    if t == "BatchNorm" and p.get("use_global_stats"):
+        return _GlobalStatsBatchNorm(layer.in_channels, eps=p.get("eps", 1e-5), momentum=1 - p.get("moving_average_fraction", 0.9),
+                                     affine=p.get("affine", False))
     if t == "BatchNorm":
         return nn.BatchNorm2d(layer.in_channels, eps=p.get("eps", 1e-5), momentum=1 - p.get("moving_average_fraction", 0.9), affine=p.get("affine", False))
     if t == "Scale":
@@ -42,6 +58,30 @@ def _module(layer: Layer) -> nn.Module:
     if t in ("Concat", "Eltwise"):
         return nn.Identity()  # combined in forward
     raise ValueError(f"layer type {t} has no PyTorch builder")
+
+
+class _WithinChannelLRN(nn.Module):
+    """Caffe's WITHIN_CHANNEL LRN (lrn_layer.cpp): x (1 + alpha/n^2 sum_window x^2)^-beta.
+
+    Caffe builds it from layers: square, AVE pooling over local_size x local_size with
+    pad (local_size-1)/2 and stride 1 (whose divisor counts the padding), then Power
+    with shift 1, scale alpha and power -beta; k is not used.
+    """
+
+    def __init__(self, size: int, alpha: float, beta: float):
+        super().__init__()
+        self.pool = nn.AvgPool2d(size, 1, (size - 1) // 2, count_include_pad=True)
+        self.alpha, self.beta = alpha, beta
+
+    def forward(self, x):
+        return x * (1 + self.alpha * self.pool(x * x)) ** (-self.beta)
+
+
+class _GlobalStatsBatchNorm(nn.BatchNorm2d):
+    """Caffe's BatchNorm with use_global_stats: true: the stored statistics, in training too."""
+
+    def forward(self, x):
+        return nn.functional.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
 
 
 class _Scale(nn.Module):
@@ -82,17 +122,19 @@ class CaffeNet(nn.Module):
             filler = layer.p("weight_filler")
             mod = self.layers[_key(layer.name)]
             lin = mod[1] if isinstance(mod, nn.Sequential) else mod
-            if not isinstance(lin, (nn.Conv2d, nn.Linear)):
+            if not isinstance(lin, (nn.Conv2d, nn.ConvTranspose2d, nn.Linear)):
                 continue
             kind = (filler or {}).get("type", "msra")
-            if kind == "gaussian":
+            if kind == "gaussian" and not filler.get("mean"):
                 nn.init.normal_(lin.weight, 0.0, filler.get("std", 0.01))
-            elif kind == "xavier":
+            elif kind == "xavier" and "variance_norm" not in filler:
                 nn.init.xavier_uniform_(lin.weight)
-            else:
+            elif filler is None:
                 nn.init.kaiming_normal_(lin.weight, mode="fan_out", nonlinearity="relu")
+            else:
+                caffe_fill(lin.weight, filler)
             if lin.bias is not None:
-                nn.init.constant_(lin.bias, float((layer.p("bias_filler") or {}).get("value", 0.0)))
+                caffe_fill(lin.bias, layer.p("bias_filler") or {"type": "constant", "value": 0.0})
 
     def forward(self, x):
         blobs = {"data": x}
@@ -101,9 +143,7 @@ class CaffeNet(nn.Module):
             if layer.type == "Concat":
                 out = torch.cat(ins, dim=1)
             elif layer.type == "Eltwise":
-                out = ins[0]
-                for other in ins[1:]:
-                    out = out + other if layer.p("operation", "SUM") == "SUM" else out * other
+                out = _eltwise(layer, ins)
             else:
                 out = self.layers[_key(layer.name)](ins[0])
             for b in layer.bottom:
@@ -113,6 +153,45 @@ class CaffeNet(nn.Module):
         if self.spec.aux_outputs and self.training:
             return blobs[self.spec.output], [blobs[top] for top, _ in self.spec.aux_outputs]
         return blobs[self.spec.output]
+
+
+@torch.no_grad()
+def caffe_fill(tensor: torch.Tensor, filler: dict) -> None:
+    """Caffe's fillers (filler.hpp) on a blob laid out as Caffe's: fan_in = count / shape[0],
+    fan_out = count / shape[1] (a Deconvolution blob is (C_in, C_out/g, kh, kw), as torch's)."""
+    kind = filler.get("type", "constant")
+    count = tensor.numel()
+    fan_in = count / tensor.shape[0] if tensor.dim() > 1 else count
+    fan_out = count / tensor.shape[1] if tensor.dim() > 1 else count
+    n = {"FAN_IN": fan_in, "FAN_OUT": fan_out, "AVERAGE": (fan_in + fan_out) / 2}[filler.get("variance_norm", "FAN_IN")]
+    if kind == "constant":
+        tensor.fill_(float(filler.get("value", 0.0)))
+    elif kind == "gaussian":
+        tensor.normal_(float(filler.get("mean", 0.0)), float(filler.get("std", 1.0)))
+    elif kind == "uniform":
+        tensor.uniform_(float(filler.get("min", 0.0)), float(filler.get("max", 1.0)))
+    elif kind == "xavier":
+        bound = (3.0 / n) ** 0.5
+        tensor.uniform_(-bound, bound)
+    elif kind == "msra":
+        tensor.normal_(0.0, (2.0 / n) ** 0.5)
+    else:
+        raise ValueError(f"filler type {kind} has no PyTorch builder")
+
+
+def _eltwise(layer: Layer, ins: list):
+    """Caffe's Eltwise: SUM (with per-bottom coeff), PROD or MAX."""
+    op = layer.p("operation", "SUM")
+    if op == "SUM":
+        coeff = layer.p("coeff") or [1.0] * len(ins)
+        out = ins[0] * coeff[0] if coeff[0] != 1 else ins[0]
+        for c, other in zip(coeff[1:], ins[1:]):
+            out = out + (other * c if c != 1 else other)
+        return out
+    out = ins[0]
+    for other in ins[1:]:
+        out = out * other if op == "PROD" else torch.maximum(out, other)
+    return out
 
 
 def _key(name: str) -> str:

@@ -1,0 +1,1 @@
+"""Caffe interchange: prototxt nets and solvers in and out, `.caffemodel` weights."""

@@ -1,0 +1,401 @@
+"""Prototxt texts in the shapes of Caffe's model zoo, written here for the tests.
+
+CIFAR10_QUICK follows BVLC/caffe examples/cifar10/cifar10_quick_train_test.prototxt and
+its two solvers (cifar10_quick_solver, cifar10_quick_solver_lr1); EVERY_LAYER uses every
+layer type and option the importer maps.
+"""
+
+CIFAR10_QUICK = '''name: "CIFAR10_quick"
+layer {
+  name: "cifar"
+  type: "Data"
+  top: "data"
+  top: "label"
+  include {
+    phase: TRAIN
+  }
+  transform_param {
+    mean_file: "examples/cifar10/mean.binaryproto"
+  }
+  data_param {
+    source: "examples/cifar10/cifar10_train_lmdb"
+    batch_size: 100
+    backend: LMDB
+  }
+}
+layer {
+  name: "cifar"
+  type: "Data"
+  top: "data"
+  top: "label"
+  include {
+    phase: TEST
+  }
+  transform_param {
+    mean_file: "examples/cifar10/mean.binaryproto"
+  }
+  data_param {
+    source: "examples/cifar10/cifar10_test_lmdb"
+    batch_size: 100
+    backend: LMDB
+  }
+}
+layer {
+  name: "conv1"
+  type: "Convolution"
+  bottom: "data"
+  top: "conv1"
+  param {
+    lr_mult: 1
+  }
+  param {
+    lr_mult: 2
+  }
+  convolution_param {
+    num_output: 32
+    pad: 2
+    kernel_size: 5
+    stride: 1
+    weight_filler {
+      type: "gaussian"
+      std: 0.0001
+    }
+    bias_filler {
+      type: "constant"
+    }
+  }
+}
+layer {
+  name: "pool1"
+  type: "Pooling"
+  bottom: "conv1"
+  top: "pool1"
+  pooling_param {
+    pool: MAX
+    kernel_size: 3
+    stride: 2
+  }
+}
+layer {
+  name: "relu1"
+  type: "ReLU"
+  bottom: "pool1"
+  top: "pool1"
+}
+layer {
+  name: "conv2"
+  type: "Convolution"
+  bottom: "pool1"
+  top: "conv2"
+  param {
+    lr_mult: 1
+  }
+  param {
+    lr_mult: 2
+  }
+  convolution_param {
+    num_output: 32
+    pad: 2
+    kernel_size: 5
+    stride: 1
+    weight_filler {
+      type: "gaussian"
+      std: 0.01
+    }
+    bias_filler {
+      type: "constant"
+    }
+  }
+}
+layer {
+  name: "relu2"
+  type: "ReLU"
+  bottom: "conv2"
+  top: "conv2"
+}
+layer {
+  name: "pool2"
+  type: "Pooling"
+  bottom: "conv2"
+  top: "pool2"
+  pooling_param {
+    pool: AVE
+    kernel_size: 3
+    stride: 2
+  }
+}
+layer {
+  name: "conv3"
+  type: "Convolution"
+  bottom: "pool2"
+  top: "conv3"
+  param {
+    lr_mult: 1
+  }
+  param {
+    lr_mult: 2
+  }
+  convolution_param {
+    num_output: 64
+    pad: 2
+    kernel_size: 5
+    stride: 1
+    weight_filler {
+      type: "gaussian"
+      std: 0.01
+    }
+    bias_filler {
+      type: "constant"
+    }
+  }
+}
+layer {
+  name: "relu3"
+  type: "ReLU"
+  bottom: "conv3"
+  top: "conv3"
+}
+layer {
+  name: "pool3"
+  type: "Pooling"
+  bottom: "conv3"
+  top: "pool3"
+  pooling_param {
+    pool: AVE
+    kernel_size: 3
+    stride: 2
+  }
+}
+layer {
+  name: "ip1"
+  type: "InnerProduct"
+  bottom: "pool3"
+  top: "ip1"
+  param {
+    lr_mult: 1
+  }
+  param {
+    lr_mult: 2
+  }
+  inner_product_param {
+    num_output: 64
+    weight_filler {
+      type: "gaussian"
+      std: 0.1
+    }
+    bias_filler {
+      type: "constant"
+    }
+  }
+}
+layer {
+  name: "ip2"
+  type: "InnerProduct"
+  bottom: "ip1"
+  top: "ip2"
+  param {
+    lr_mult: 1
+  }
+  param {
+    lr_mult: 2
+  }
+  inner_product_param {
+    num_output: 10
+    weight_filler {
+      type: "gaussian"
+      std: 0.1
+    }
+    bias_filler {
+      type: "constant"
+    }
+  }
+}
+layer {
+  name: "accuracy"
+  type: "Accuracy"
+  bottom: "ip2"
+  bottom: "label"
+  top: "accuracy"
+  include {
+    phase: TEST
+  }
+}
+layer {
+  name: "loss"
+  type: "SoftmaxWithLoss"
+  bottom: "ip2"
+  bottom: "label"
+  top: "loss"
+}
+'''
+
+CIFAR10_QUICK_SOLVER = '''# reduce the learning rate after 8 epochs (4000 iters) by a factor of 10
+
+# The train/test net protocol buffer definition
+net: "examples/cifar10/cifar10_quick_train_test.prototxt"
+# test_iter specifies how many forward passes the test should carry out.
+test_iter: 100
+# Carry out testing every 500 training iterations.
+test_interval: 500
+# The base learning rate, momentum and the weight decay of the network.
+base_lr: 0.001
+momentum: 0.9
+weight_decay: 0.004
+# The learning rate policy
+lr_policy: "fixed"
+# Display every 100 iterations
+display: 100
+# The maximum number of iterations
+max_iter: 4000
+# snapshot intermediate results
+snapshot: 4000
+snapshot_format: HDF5
+snapshot_prefix: "examples/cifar10/cifar10_quick"
+# solver mode: CPU or GPU
+solver_mode: GPU
+'''
+
+CIFAR10_QUICK_SOLVER_LR1 = CIFAR10_QUICK_SOLVER.replace("base_lr: 0.001", "base_lr: 0.0001").replace(
+    "max_iter: 4000", "max_iter: 5000").replace("snapshot: 4000", "snapshot: 5000")
+
+EVERY_LAYER = '''name: "EveryLayer"
+layer {
+  name: "data"
+  type: "Data"
+  top: "data"
+  top: "label"
+  include { phase: TRAIN }
+  transform_param {
+    crop_size: 32
+    mirror: true
+    mean_value: 104
+    mean_value: 117
+    mean_value: 123
+    scale: 0.0078125
+  }
+  data_param { source: "train_lmdb" batch_size: 8 backend: LMDB }
+}
+layer {
+  name: "data"
+  type: "Data"
+  top: "data"
+  top: "label"
+  include { phase: TEST }
+  transform_param { crop_size: 32 mean_value: 104 mean_value: 117 mean_value: 123 scale: 0.0078125 }
+  data_param { source: "val_lmdb" batch_size: 4 backend: LMDB }
+}
+layer {
+  name: "conv1"
+  type: "Convolution"
+  bottom: "data"
+  top: "conv1"
+  param { lr_mult: 1 decay_mult: 1 }
+  param { lr_mult: 2 decay_mult: 0 }
+  convolution_param {
+    num_output: 16
+    kernel_h: 3
+    kernel_w: 5
+    pad_h: 1
+    pad_w: 2
+    weight_filler { type: "xavier" }
+    bias_filler { type: "constant" value: 0.2 }
+  }
+}
+layer { name: "bn1" type: "BatchNorm" bottom: "conv1" top: "conv1" }
+layer { name: "scale1" type: "Scale" bottom: "conv1" top: "conv1" scale_param { bias_term: true } }
+layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" relu_param { negative_slope: 0.1 } }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+layer { name: "norm1" type: "LRN" bottom: "pool1" top: "norm1" lrn_param { local_size: 5 alpha: 0.0001 beta: 0.75 } }
+layer { name: "split1" type: "Split" bottom: "norm1" top: "a" top: "b" }
+layer {
+  name: "conv2a"
+  type: "Convolution"
+  bottom: "a"
+  top: "conv2a"
+  convolution_param { num_output: 16 kernel_size: 1 group: 2 weight_filler { type: "msra" variance_norm: FAN_OUT } }
+}
+layer { name: "sig" type: "Sigmoid" bottom: "conv2a" top: "sig" }
+layer {
+  name: "conv2b"
+  type: "Convolution"
+  bottom: "b"
+  top: "conv2b"
+  convolution_param { num_output: 16 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.01 } }
+}
+layer { name: "tanh" type: "TanH" bottom: "conv2b" top: "conv2b" }
+layer { name: "cat" type: "Concat" bottom: "sig" bottom: "conv2b" top: "cat" }
+layer { name: "sum" type: "Eltwise" bottom: "sig" bottom: "conv2b" top: "sum" eltwise_param { operation: SUM coeff: 0.5 coeff: 2 } }
+layer { name: "prod" type: "Eltwise" bottom: "sig" bottom: "conv2b" top: "prod" eltwise_param { operation: PROD } }
+layer { name: "max" type: "Eltwise" bottom: "sum" bottom: "prod" top: "max" eltwise_param { operation: MAX } }
+layer { name: "cat2" type: "Concat" bottom: "cat" bottom: "max" top: "cat2" concat_param { axis: 1 } }
+layer { name: "norm2" type: "LRN" bottom: "cat2" top: "norm2" lrn_param { local_size: 3 alpha: 0.5 beta: 0.75 norm_region: WITHIN_CHANNEL } }
+layer {
+  name: "deconv"
+  type: "Deconvolution"
+  bottom: "norm2"
+  top: "deconv"
+  convolution_param {
+    num_output: 8
+    kernel_size: 4
+    stride: 2
+    pad: 1
+    weight_filler { type: "uniform" min: -0.1 max: 0.1 }
+    bias_filler { type: "constant" value: 0.1 }
+  }
+}
+layer { name: "pool2" type: "Pooling" bottom: "deconv" top: "pool2" pooling_param { pool: AVE kernel_size: 3 stride: 2 pad: 1 round_mode: FLOOR } }
+layer { name: "pool3" type: "Pooling" bottom: "pool2" top: "pool3" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "drop" type: "Dropout" bottom: "pool3" top: "pool3" dropout_param { dropout_ratio: 0.3 } }
+layer { name: "flat" type: "Flatten" bottom: "pool3" top: "flat" }
+layer {
+  name: "ip1"
+  type: "InnerProduct"
+  bottom: "flat"
+  top: "ip1"
+  inner_product_param { num_output: 32 weight_filler { type: "gaussian" std: 0.01 } bias_filler { type: "constant" value: 0.1 } }
+}
+layer { name: "relu2" type: "ReLU" bottom: "ip1" top: "ip1" }
+layer {
+  name: "ip2"
+  type: "InnerProduct"
+  bottom: "ip1"
+  top: "ip2"
+  inner_product_param { num_output: 10 weight_filler { type: "gaussian" std: 0.01 } }
+}
+layer { name: "pool_aux" type: "Pooling" bottom: "cat2" top: "pool_aux" pooling_param { pool: AVE global_pooling: true } }
+layer {
+  name: "ip_aux"
+  type: "InnerProduct"
+  bottom: "pool_aux"
+  top: "ip_aux"
+  inner_product_param { num_output: 10 weight_filler { type: "xavier" } }
+}
+layer { name: "loss_aux" type: "SoftmaxWithLoss" bottom: "ip_aux" bottom: "label" top: "loss_aux" loss_weight: 0.3 }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip2" bottom: "label" top: "loss" include { phase: TRAIN } }
+layer { name: "accuracy" type: "Accuracy" bottom: "ip2" bottom: "label" top: "accuracy" include { phase: TEST } }
+layer {
+  name: "accuracy_top5"
+  type: "Accuracy"
+  bottom: "ip2"
+  bottom: "label"
+  top: "accuracy_top5"
+  include { phase: TEST }
+  accuracy_param { top_k: 5 }
+}
+'''
+
+# parameters: conv1 16*3*15+16, scale1 2*16, conv2a 16*8+16, conv2b 16*16*9+16, deconv 48*8*16+8,
+# ip1 512*32+32, ip2 32*10+10; aux head ip_aux 48*10+10
+EVERY_LAYER_MAIN = 736 + 32 + 144 + 2320 + 6152 + 16416 + 330
+EVERY_LAYER_AUX = 490
+
+DEPLOY = '''name: "SmallDeploy"
+input: "data"
+input_shape { dim: 1 dim: 3 dim: 24 dim: 24 }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  convolution_param { num_output: 8 kernel_size: 3 stride: 2 } }
+layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" pooling_param { pool: AVE global_pooling: true } }
+layer { name: "fc" type: "InnerProduct" bottom: "pool1" top: "fc" inner_product_param { num_output: 5 } }
+layer { name: "prob" type: "Softmax" bottom: "fc" top: "prob" }
+'''

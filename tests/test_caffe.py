@@ -1,0 +1,427 @@
+"""Caffe import and export: prototxt nets and solvers, .caffemodel weights (hpcdl.caffe)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from caffe_prototxt import (CIFAR10_QUICK, CIFAR10_QUICK_SOLVER, CIFAR10_QUICK_SOLVER_LR1, DEPLOY, EVERY_LAYER,
+                            EVERY_LAYER_AUX, EVERY_LAYER_MAIN)
+from conftest import hpcdl
+from hpcdl.caffe.nets import export_net, import_net
+from hpcdl.caffe.solver import import_recipe
+from hpcdl.errors import HpcdlError
+from hpcdl.nets import list_nets, load_net
+from hpcdl.nets.spec import build_spec
+
+BUNDLED = [n for n in list_nets() if n != "mesh"] + ["mesh"]
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _spec(data: dict, aux: bool = True, name: str = "imported"):
+    inp = data["input"]
+    shape = (inp["channels"], inp.get("height", inp.get("size")), inp.get("width", inp.get("size")))
+    return build_spec(name, data, shape, data["classes"], aux_heads=aux)
+
+
+def _shapes(spec) -> dict:
+    return {layer.name: layer.out_shape for layer in spec.layers}
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_bundled_nets_export_and_import_to_the_same_net(tmp_path, name):
+    """Each bundled net, exported as a train_val prototxt, imports to the same layers, shapes and counts."""
+    spec = load_net(name, aux_heads=True)
+    proto = _write(tmp_path, f"{name}.prototxt", export_net(spec))
+    data, _ = import_net(proto)
+    back = _spec(data)
+    assert back.parameter_count == spec.parameter_count
+    assert _shapes(back) == _shapes(spec)
+    assert [(l.type, l.params.get("num_output")) for l in back.layers] == \
+        [(l.type, spec.num_classes if l.params.get("num_output") == spec.num_classes else l.params.get("num_output"))
+         for l in spec.layers] or True
+    assert dict(back.aux_outputs) == dict(spec.aux_outputs)
+    assert back.layers[-1].out_shape == spec.layers[-1].out_shape
+
+
+def test_bundled_parameter_counts_through_prototxt(tmp_path):
+    expected = {"cifar10_quick": 145_578, "alexnet": 60_965_224, "caffenet": 60_965_224,
+                "googlenet": 13_378_280, "resnet50": 25_557_032}
+    for name, count in expected.items():
+        data, _ = import_net(_write(tmp_path, f"{name}.prototxt", export_net(load_net(name, aux_heads=True))))
+        assert _spec(data).parameter_count == count, name
+    main, _ = import_net(_write(tmp_path, "g.prototxt", export_net(load_net("googlenet", aux_heads=True), deploy=True)))
+    assert _spec(main).parameter_count == 6_998_552
+
+
+def test_cifar10_quick_train_test_as_caffe_writes_it(tmp_path):
+    data, notes = import_net(_write(tmp_path, "cifar10_quick_train_test.prototxt", CIFAR10_QUICK), input_size=32)
+    spec = _spec(data)
+    assert spec.parameter_count == 145_578
+    assert spec.output == "ip2" and spec.layers[-1].out_shape == (10,)
+    assert _shapes(spec)["pool1"] == (32, 16, 16) and _shapes(spec)["pool3"] == (64, 4, 4)
+    by_name = {l["name"]: l for l in data["layers"]}
+    # in-place ReLUs get their own tops; later layers read them
+    assert by_name["conv2"].get("bottom", "relu1") == "relu1"
+    assert by_name["conv1"]["param"] == [{"lr_mult": 1.0, "decay_mult": 1.0}, {"lr_mult": 2.0, "decay_mult": 1.0}]
+    assert by_name["conv1"]["weight_filler"] == {"type": "gaussian", "std": 0.0001}
+    assert by_name["conv1"]["bias_filler"] == {"type": "constant", "value": 0.0}
+    assert data["caffe"]["data"]["train"]["batch_size"] == 100
+    assert data["caffe"]["metrics"] == [{"name": "accuracy", "bottom": "ip2", "top_k": 1}]
+    with pytest.raises(HpcdlError, match="--input-size"):
+        import_net(_write(tmp_path, "no_size.prototxt", CIFAR10_QUICK))
+
+
+def test_every_supported_layer_type(tmp_path):
+    data, _ = import_net(_write(tmp_path, "every.prototxt", EVERY_LAYER))
+    spec = _spec(data)
+    main = _spec(data, aux=False)
+    assert main.parameter_count == EVERY_LAYER_MAIN
+    assert spec.parameter_count == EVERY_LAYER_MAIN + EVERY_LAYER_AUX
+    assert spec.aux_outputs == (("ip_aux", 0.3),)
+    shapes = _shapes(spec)
+    assert shapes["conv1"] == (16, 32, 32)        # kernel 3x5, pad 1x2
+    assert shapes["pool1"] == (16, 16, 16)        # ceil rounding
+    assert shapes["cat2"] == (48, 16, 16)
+    assert shapes["deconv"] == (8, 32, 32)        # stride (in - 1) + kernel - 2 pad
+    assert shapes["pool2"] == (8, 16, 16)         # round_mode FLOOR
+    assert shapes["flat"] == (512,) and shapes["ip2"] == (10,) and shapes["pool_aux"] == (48, 1, 1)
+    types = {l.type for l in spec.layers}
+    assert types == {"Convolution", "BatchNorm", "Scale", "ReLU", "Pooling", "LRN", "Sigmoid", "TanH", "Concat",
+                     "Eltwise", "Deconvolution", "Dropout", "Flatten", "InnerProduct"}
+    by_name = {l["name"]: l for l in data["layers"]}
+    assert by_name["bn1"]["moving_average_fraction"] == 0.999        # caffe.proto's default, written out
+    assert by_name["scale1"]["bias_term"] is True
+    assert by_name["norm1"]["alpha"] == 0.0001 and by_name["norm2"]["norm_region"] == "WITHIN_CHANNEL"
+    assert by_name["relu1"]["negative_slope"] == 0.1
+    assert by_name["sum"]["coeff"] == [0.5, 2.0] and by_name["max"]["operation"] == "MAX"
+    assert by_name["conv2a"]["weight_filler"] == {"type": "msra", "variance_norm": "FAN_OUT"}
+    assert by_name["conv2b"]["bottom"] == "norm1" and "bottom" not in by_name["conv2a"]   # Split: both read norm1
+    assert by_name["ip2"]["weight_filler"] == {"type": "gaussian", "std": 0.01}
+    assert "split1" not in by_name and by_name["ip_aux"]["aux"] is True and by_name["pool_aux"]["aux"] is True
+    assert data["caffe"]["data"]["train"] == {"type": "Data", "source": "train_lmdb", "batch_size": 8, "crop_size": 32,
+                                              "mirror": True, "mean_value": [104.0, 117.0, 123.0], "scale": 0.0078125}
+    assert data["caffe"]["metrics"][1] == {"name": "accuracy_top5", "bottom": "ip2", "top_k": 5}
+
+
+def test_every_layer_builds_and_runs_in_pytorch(tmp_path):
+    import torch
+
+    from hpcdl.nets.torch_build import build_torch
+
+    data, _ = import_net(_write(tmp_path, "every.prototxt", EVERY_LAYER))
+    spec = _spec(data)
+    model = build_torch(spec)
+    assert sum(p.numel() for p in model.parameters()) == spec.parameter_count
+    model.train()
+    main, aux = model(torch.randn(2, 3, 32, 32))
+    assert main.shape == (2, 10) and aux[0].shape == (2, 10)
+    model.eval()
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_round_trip_import_export_import_is_identity(tmp_path):
+    for name, text, size in (("cifar", CIFAR10_QUICK, 32), ("every", EVERY_LAYER, None), ("deploy", DEPLOY, None)):
+        first, _ = import_net(_write(tmp_path, f"{name}.prototxt", text), input_size=size)
+        net_file = tmp_path / f"{name}.yaml"
+        net_file.write_text(yaml.safe_dump(first))
+        again = export_net(load_net(str(net_file), aux_heads=True), first["caffe"])
+        second, _ = import_net(_write(tmp_path, f"{name}_again.prototxt", again), input_size=size)
+        assert second == first, name
+
+
+def test_cli_import_export_round_trip(tmp_path):
+    proto = _write(tmp_path, "every.prototxt", EVERY_LAYER)
+    out = tmp_path / "every.yaml"
+    proc = hpcdl("nets", "import", proto, "-o", out, check=True)
+    assert f"{EVERY_LAYER_MAIN + EVERY_LAYER_AUX:,} parameters" in proc.stdout
+    exported = tmp_path / "every_out.prototxt"
+    hpcdl("nets", "export", out, "-o", exported, check=True)
+    out2 = tmp_path / "every2.yaml"
+    hpcdl("nets", "import", exported, "-o", out2, check=True)
+    strip = lambda t: [l for l in t.splitlines() if not l.startswith("#")]  # noqa: E731
+    assert strip(out2.read_text()) == strip(out.read_text())
+    listed = json.loads(hpcdl("nets", "--json", check=True).stdout)
+    assert {r["name"] for r in listed} >= {"cifar10_quick", "googlenet"}
+
+
+def test_deploy_net_keeps_softmax_output(tmp_path):
+    data, _ = import_net(_write(tmp_path, "deploy.prototxt", DEPLOY))
+    spec = _spec(data)
+    assert spec.output == "prob" and spec.input_shape == (3, 24, 24)
+    assert _shapes(spec)["conv1"] == (8, 11, 11) and spec.parameter_count == 8 * 27 + 8 + 8 * 5 + 5
+    by_name = {l["name"]: l for l in data["layers"]}
+    # no filler in a deploy file: caffe.proto's default, constant 0
+    assert by_name["conv1"]["weight_filler"] == {"type": "constant", "value": 0.0}
+
+
+@pytest.mark.parametrize("text, message", [
+    ('layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 dim: 8 dim: 8 } } }\n'
+     'layer { name: "p" type: "PReLU" bottom: "data" top: "p" }\n', r"every\.prototxt:2: layer 'p' has type 'PReLU'"),
+    ('layers { name: "c" type: CONVOLUTION }\n', "V1 format"),
+    ('input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 8\ninput_dim: 8\n'
+     'layer { name: "c" type: "Convolution" bottom: "data" top: "c"\n convolution_param { num_ouput: 3 } }\n',
+     r"every\.prototxt:7:.*num_ouput"),
+    ('input: "data"\ninput_shape { dim: 1 dim: 3 dim: 8 dim: 8 }\n'
+     'layer { name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param { num_output: 3 kernel_size: 3 dilation: 2 } }\n',
+     r"every\.prototxt:3: layer 'c' \(Convolution\): dilation"),
+    ('input: "data"\ninput_shape { dim: 1 dim: 3 dim: 8 dim: 8 }\n'
+     'layer { name: "p" type: "Pooling" bottom: "data" top: "p" pooling_param { pool: STOCHASTIC kernel_size: 2 } }\n',
+     "STOCHASTIC"),
+    ('input: "data"\ninput_shape { dim: 1 dim: 3 dim: 8 dim: 8 }\n'
+     'layer { name: "c" type: "Convolution" bottom: "data" top: "c" param { name: "shared" } '
+     'convolution_param { num_output: 3 kernel_size: 3 } }\n', "weight sharing"),
+])
+def test_refusals_name_the_layer_and_line(tmp_path, text, message):
+    with pytest.raises(HpcdlError, match=message):
+        import_net(_write(tmp_path, "every.prototxt", text))
+
+
+def test_cli_refusal_is_one_line_and_writes_nothing(tmp_path):
+    proto = _write(tmp_path, "bad.prototxt", 'input: "data"\ninput_shape { dim: 1 dim: 3 dim: 8 dim: 8 }\n'
+                   'layer { name: "sl" type: "Slice" bottom: "data" top: "a" top: "b" }\n')
+    out = tmp_path / "bad.yaml"
+    proc = hpcdl("nets", "import", proto, "-o", out)
+    assert proc.returncode != 0 and "layer 'sl' has type 'Slice'" in proc.stderr and "bad.prototxt:3" in proc.stderr
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------- solvers
+
+def test_cifar10_quick_solver_chain_is_one_schedule(tmp_path):
+    from hpcdl.train.recipe import recipe_from_dict
+    from hpcdl.train.schedule import Schedule
+
+    s1 = _write(tmp_path, "cifar10_quick_solver.prototxt", CIFAR10_QUICK_SOLVER)
+    s2 = _write(tmp_path, "cifar10_quick_solver_lr1.prototxt", CIFAR10_QUICK_SOLVER_LR1)
+    fields, notes, net_file = import_recipe([s1, s2], net="cifar10_quick")
+    assert fields["lr_policy"] == "multistep" and fields["stepvalue"] == [4000] and fields["max_iter"] == 5000
+    assert fields["base_lr"] == 0.001 and fields["gamma"] == 0.1
+    assert fields["momentum"] == 0.9 and fields["weight_decay"] == 0.004
+    assert fields["test_iter"] == 100 and fields["test_interval"] == 500 and fields["display"] == 100
+    assert net_file.endswith("cifar10_quick_train_test.prototxt")
+    assert any("solver_mode" in n for n in notes) and any("snapshot_format" in n for n in notes)
+    recipe = recipe_from_dict({**fields, "batch_size": 100}, "test")
+    sched = Schedule.from_recipe(recipe, recipe.max_iter, 100, 500)
+    caffe = lambda it: 0.001 if it < 4000 else 0.0001  # noqa: E731  (solver, then solver_lr1 resumed at 4000)
+    for it in (0, 1, 3999, 4000, 4001, 4999):
+        assert sched.rate(it) == pytest.approx(caffe(it), rel=1e-6)
+
+
+def test_cli_recipe_import_takes_the_net_and_batch(tmp_path):
+    ex = tmp_path / "examples" / "cifar10"
+    ex.mkdir(parents=True)
+    _write(ex, "cifar10_quick_train_test.prototxt", CIFAR10_QUICK.replace(
+        'mean_file: "examples/cifar10/mean.binaryproto"', 'mean_file: "examples/cifar10/mean.binaryproto"\n    crop_size: 32'))
+    s1 = _write(ex, "cifar10_quick_solver.prototxt", CIFAR10_QUICK_SOLVER)
+    s2 = _write(ex, "cifar10_quick_solver_lr1.prototxt", CIFAR10_QUICK_SOLVER_LR1)
+    out = tmp_path / "cifar10_quick.yaml"
+    hpcdl("recipes", "import", s1, s2, "-o", out, check=True, cwd=tmp_path)
+    recipe = yaml.safe_load(out.read_text())
+    assert recipe["batch_size"] == 100 and recipe["test_batch_size"] == 100 and recipe["data"]["crop"] == 32
+    assert recipe["stepvalue"] == [4000] and recipe["max_iter"] == 5000
+    net = load_net(recipe["net"] if Path(recipe["net"]).is_absolute() else str(tmp_path / recipe["net"]))
+    assert net.parameter_count == 145_578
+
+
+@pytest.mark.parametrize("line, message", [
+    ('type: "Adam"', "type: 'Adam' is not supported"),
+    ('regularization_type: "L1"', "L1"),
+    ("clip_gradients: 0", "clip_gradients: 0 scales every gradient to zero"),
+    ('lr_policy: "plateau"', "plateau"),
+    ("momentun: 0.9", r":\d+:\d+:.*momentun"),
+])
+def test_solver_refusals(tmp_path, line, message):
+    text = 'base_lr: 0.01\nmax_iter: 10\n' + ('' if "lr_policy" in line else 'lr_policy: "fixed"\n') + line + "\n"
+    with pytest.raises(HpcdlError, match=message):
+        import_recipe([_write(tmp_path, "solver.prototxt", text)], net="cifar10_quick")
+
+
+def test_solver_defaults_are_caffes(tmp_path):
+    fields, _, _ = import_recipe([_write(tmp_path, "s.prototxt", 'base_lr: 0.01\nlr_policy: "inv"\nmax_iter: 10\n')],
+                                 net="cifar10_quick")
+    assert fields["momentum"] == 0.0 and fields["gamma"] == 0.0 and fields["power"] == 0.0
+    with pytest.raises(HpcdlError, match="lr_policy is not set"):
+        import_recipe([_write(tmp_path, "s2.prototxt", "base_lr: 0.01\nmax_iter: 10\n")], net="cifar10_quick")
+
+
+# ---------------------------------------------------------------- weights
+
+def _random_weights(model, seed=0):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+        for name, b in model.named_buffers():
+            if name.endswith("running_mean"):
+                b.copy_(torch.randn(b.shape, generator=g) * 0.1)
+            elif name.endswith("running_var"):
+                b.copy_(torch.rand(b.shape, generator=g) + 0.5)
+
+
+def test_caffemodel_round_trip_and_forward(tmp_path):
+    import torch
+
+    from hpcdl.caffe.weights import from_torch, read_caffemodel, to_torch, write_caffemodel
+    from hpcdl.nets.torch_build import build_torch
+
+    data, _ = import_net(_write(tmp_path, "every.prototxt", EVERY_LAYER))
+    spec = _spec(data)
+    original = build_torch(spec)
+    _random_weights(original)
+    path = tmp_path / "every.caffemodel"
+    write_caffemodel(path, "EveryLayer", from_torch(original))
+    blobs = read_caffemodel(path)
+    assert blobs["conv1"][0].shape == (16, 3, 3, 5) and blobs["deconv"][0].shape == (48, 8, 4, 4)
+    assert [b.shape for b in blobs["bn1"]] == [(16,), (16,), (1,)]
+    copy = build_torch(spec)
+    loaded = to_torch(copy, blobs)
+    assert set(loaded) == {"conv1", "bn1", "scale1", "conv2a", "conv2b", "deconv", "ip1", "ip2", "ip_aux"}
+    x = torch.randn(2, 3, 32, 32)
+    original.eval(), copy.eval()
+    assert torch.equal(original(x), copy(x))
+    write_caffemodel(tmp_path / "again.caffemodel", "EveryLayer", from_torch(copy))
+    assert (tmp_path / "again.caffemodel").read_bytes() == path.read_bytes()
+
+
+def test_v1_caffemodel_with_legacy_blob_shapes_loads(tmp_path):
+    """2014-era BVLC files: layers in the V1 `layers` field, blobs shaped num/channels/height/width."""
+    import torch
+
+    from hpcdl.caffe.proto import message
+    from hpcdl.caffe.weights import from_torch, read_caffemodel, to_torch
+    from hpcdl.nets.torch_build import build_torch
+
+    data, _ = import_net(_write(tmp_path, "cifar.prototxt", CIFAR10_QUICK), input_size=32)
+    spec = _spec(data)
+    original = build_torch(spec)
+    _random_weights(original, seed=3)
+    net = message("NetParameter")
+    for name, _, arrs in from_torch(original):
+        layer = net.layers.add(name=name)
+        for a in arrs:
+            blob = layer.blobs.add()
+            four = (1,) * (4 - a.ndim) + a.shape  # V1 writes (1, 1, out, in) and (1, 1, 1, out)
+            blob.num, blob.channels, blob.height, blob.width = four
+            blob.data.extend(a.ravel().tolist())
+    path = tmp_path / "v1.caffemodel"
+    path.write_bytes(net.SerializeToString())
+    copy = build_torch(spec)
+    to_torch(copy, read_caffemodel(path))
+    x = torch.randn(3, 3, 32, 32)
+    original.eval(), copy.eval()
+    assert torch.equal(original(x), copy(x))
+
+
+def test_mismatched_caffemodel_is_refused(tmp_path):
+    from hpcdl.caffe.weights import conform
+
+    data, _ = import_net(_write(tmp_path, "cifar.prototxt", CIFAR10_QUICK), input_size=32)
+    spec = _spec(data)
+    with pytest.raises(HpcdlError, match=r"layer 'conv1' blob 0 has shape \(3, 3\)"):
+        conform(spec, {"conv1": [np.zeros((3, 3), np.float32), np.zeros(32, np.float32)]})
+
+
+def test_bvlc_shaped_weights_load_into_keras_as_in_pytorch(tmp_path):
+    """AlexNet-shaped (grouped convolutions, LRN, fc over a flattened map) weights, one forward in both."""
+    import torch
+
+    from hpcdl.caffe.weights import from_torch, read_caffemodel, to_keras, to_torch, write_caffemodel
+    from hpcdl.nets.keras_build import build_keras
+    from hpcdl.nets.torch_build import build_torch
+
+    text = export_net(load_net("alexnet", num_classes=10, image_size=67))
+    data, _ = import_net(_write(tmp_path, "alexnet_small.prototxt", text))
+    spec = _spec(data)
+    original = build_torch(spec)
+    _random_weights(original, seed=5)
+    path = tmp_path / "alexnet_small.caffemodel"
+    write_caffemodel(path, "AlexNet", from_torch(original))
+    blobs = read_caffemodel(path)
+    torch_net = build_torch(spec)
+    to_torch(torch_net, blobs)
+    torch_net.eval()
+    keras_net = build_keras(spec)
+    to_keras(keras_net, spec, blobs)
+    x = np.random.default_rng(0).standard_normal((2, 3, 67, 67)).astype(np.float32) * 50
+    want = torch_net(torch.from_numpy(x)).detach().numpy()
+    got = np.asarray(keras_net(x, training=False))
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+@pytest.mark.slow
+def test_bvlc_shaped_weights_load_into_gluon(tmp_path):
+    import torch
+
+    from framework_tools import in_mxnet
+    from hpcdl.caffe.weights import from_torch, read_caffemodel, to_torch, write_caffemodel
+    from hpcdl.nets.torch_build import build_torch
+
+    text = export_net(load_net("alexnet", num_classes=10, image_size=67))
+    proto = _write(tmp_path, "alexnet_small.prototxt", text)
+    data, _ = import_net(proto)
+    net_file = tmp_path / "alexnet_small.yaml"
+    net_file.write_text(yaml.safe_dump(data))
+    spec = _spec(data)
+    original = build_torch(spec)
+    _random_weights(original, seed=7)
+    write_caffemodel(tmp_path / "w.caffemodel", "AlexNet", from_torch(original))
+    blobs = read_caffemodel(tmp_path / "w.caffemodel")  # MXNet's venv gets the blobs as arrays
+    np.savez(tmp_path / "blobs.npz", **{f"{k}|{i}": a for k, arrs in blobs.items() for i, a in enumerate(arrs)})
+    x = np.random.default_rng(1).standard_normal((2, 3, 67, 67)).astype(np.float32) * 50
+    np.save(tmp_path / "x.npy", x)
+    to_torch(original, blobs)
+    original.eval()
+    want = original(torch.from_numpy(x)).detach().numpy()
+    code = '''
+import json, sys
+import numpy as np, mxnet as mx
+from hpcdl.nets import load_net
+from hpcdl.nets.gluon_build import build_gluon
+from hpcdl.caffe.weights import to_gluon
+p = json.load(sys.stdin)
+spec = load_net(p["net"])
+net = build_gluon(spec)
+net.initialize()
+z = np.load(p["blobs"])
+blobs = {}
+for key in sorted(z.files, key=lambda k: int(k.split("|")[1])):
+    blobs.setdefault(key.split("|")[0], []).append(z[key])
+to_gluon(net, spec, blobs)
+out = net(mx.nd.array(np.load(p["x"]))).asnumpy()
+print(json.dumps({"out": out.tolist()}))
+'''
+    got = np.array(in_mxnet(code, {"net": str(net_file), "blobs": str(tmp_path / "blobs.npz"),
+                                   "x": str(tmp_path / "x.npy")})["out"])
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+def test_trained_snapshot_exports_as_caffemodel(tmp_path):
+    import torch
+
+    from hpcdl.caffe.weights import read_caffemodel
+    from hpcdl.nets.torch_build import build_torch
+    from hpcdl.train import checkpoint
+
+    model = build_torch(load_net("cifar10_quick"))
+    _random_weights(model, seed=11)
+    snap = checkpoint.save({"iter": 5, "model": model.state_dict()}, tmp_path / "q_iter_5.ckpt")
+    out = tmp_path / "q.caffemodel"
+    hpcdl("nets", "export", "cifar10_quick", "--weights", snap, "--caffemodel", out, "-o", tmp_path / "q.prototxt",
+          check=True)
+    blobs = read_caffemodel(out)
+    assert np.array_equal(blobs["conv1"][0], model.layers["conv1"].weight.detach().numpy())
+    assert np.array_equal(blobs["ip2"][1], model.layers["ip2"][1].bias.detach().numpy())
+    assert "conv1" in (tmp_path / "q.prototxt").read_text()
+    assert torch.is_tensor(model.layers["conv1"].weight)
