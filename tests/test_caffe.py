@@ -191,7 +191,9 @@ def test_cli_refusal_is_one_line_and_writes_nothing(tmp_path):
                    'layer { name: "sl" type: "Slice" bottom: "data" top: "a" top: "b" }\n')
     out = tmp_path / "bad.yaml"
     proc = hpcdl("nets", "import", proto, "-o", out)
-    assert proc.returncode != 0 and "layer 'sl' has type 'Slice'" in proc.stderr and "bad.prototxt:3" in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr
+    assert "layer 'sl' has type 'Slice'" in lines[0] and "bad.prototxt:3" in lines[0]
     assert not out.exists()
 
 
@@ -425,3 +427,86 @@ def test_trained_snapshot_exports_as_caffemodel(tmp_path):
     assert np.array_equal(blobs["ip2"][1], model.layers["ip2"][1].bias.detach().numpy())
     assert "conv1" in (tmp_path / "q.prototxt").read_text()
     assert torch.is_tensor(model.layers["conv1"].weight)
+
+
+# ---------------------------------------------------------------- the new layer types against Caffe's formulas
+
+def _caffe_deconv(x, w, b, stride, pad):
+    """DeconvolutionLayer::Forward_cpu: the convolution's backward (col2im of W^T x), group 1."""
+    c_in, h, wd = x.shape
+    _, c_out, k, _ = w.shape
+    out_h, out_w = stride * (h - 1) + k - 2 * pad, stride * (wd - 1) + k - 2 * pad
+    full = np.zeros((c_out, stride * (h - 1) + k, stride * (wd - 1) + k))
+    for i in range(h):
+        for j in range(wd):
+            full[:, i * stride:i * stride + k, j * stride:j * stride + k] += np.einsum("c,cokl->okl", x[:, i, j], w)
+    return full[:, pad:pad + out_h, pad:pad + out_w] + b[:, None, None]
+
+
+def _caffe_within_channel_lrn(x, size, alpha, beta):
+    """LRNLayer WITHIN_CHANNEL: x (1 + alpha * AVE-pool(x^2, size, pad (size-1)/2))^-beta; pool_size = size^2."""
+    pad = (size - 1) // 2
+    sq = np.pad(x * x, ((0, 0), (pad, pad), (pad, pad)))
+    c, h, w = x.shape
+    acc = np.zeros_like(x)
+    for i in range(h):
+        for j in range(w):
+            acc[:, i, j] = sq[:, i:i + size, j:j + size].sum(axis=(1, 2)) / (size * size)
+    return x * (1 + alpha * acc) ** (-beta)
+
+
+def _caffe_ave_pool(x, k, s, pad, out):
+    """PoolingLayer AVE: the divisor is the window clipped to H + pad, before clipping to the image."""
+    c, h, w = x.shape
+    res = np.zeros((c, out[0], out[1]))
+    for ph in range(out[0]):
+        for pw in range(out[1]):
+            hs, ws = ph * s - pad, pw * s - pad
+            he, we = min(hs + k, h + pad), min(ws + k, w + pad)
+            size = (he - hs) * (we - ws)
+            hs, ws, he, we = max(hs, 0), max(ws, 0), min(he, h), min(we, w)
+            res[:, ph, pw] = x[:, hs:he, ws:we].sum(axis=(1, 2)) / size
+    return res
+
+
+def test_new_layer_types_follow_caffes_formulas():
+    import torch
+
+    from hpcdl.nets.torch_build import build_torch
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 4, 7, 7)).astype(np.float32)
+
+    def run(layers, shape=(4, 7, 7)):
+        spec = build_spec("one", {"layers": layers}, shape, 10)
+        model = build_torch(spec).eval()
+        return spec, model, model(torch.from_numpy(x)).detach().numpy()[0]
+
+    spec, model, got = run([{"type": "Deconvolution", "name": "d", "num_output": 3, "kernel_size": 4, "stride": 2,
+                             "pad": 1, "weight_filler": {"type": "gaussian", "std": 1.0},
+                             "bias_filler": {"type": "constant", "value": 0.5}}])
+    conv = model.layers["d"]
+    want = _caffe_deconv(x[0], conv.weight.detach().numpy(), conv.bias.detach().numpy(), 2, 1)
+    assert got.shape == spec.layers[0].out_shape == (3, 14, 14)
+    assert np.abs(got - want).max() < 1e-5
+    _, _, got = run([{"type": "LRN", "name": "n", "local_size": 3, "alpha": 2.0, "beta": 0.75, "norm_region": "WITHIN_CHANNEL"}])
+    assert np.abs(got - _caffe_within_channel_lrn(x[0], 3, 2.0, 0.75)).max() < 1e-5
+    spec, _, got = run([{"type": "Pooling", "name": "p", "pool": "AVE", "kernel_size": 3, "stride": 2, "pad": 1,
+                         "round_mode": "FLOOR"}])
+    assert got.shape == spec.layers[0].out_shape == (4, 4, 4)
+    assert np.abs(got - _caffe_ave_pool(x[0], 3, 2, 1, (4, 4))).max() < 1e-6
+    _, _, got = run([{"type": "ReLU", "name": "r", "negative_slope": 0.1}])
+    assert np.allclose(got, np.where(x[0] > 0, x[0], 0.1 * x[0]))
+    _, _, got = run([{"type": "Sigmoid", "name": "s"}, {"type": "TanH", "name": "t", "bottom": "data"},
+                     {"type": "Eltwise", "name": "e", "bottom": ["s", "t"], "operation": "SUM", "coeff": [0.5, -2.0]},
+                     {"type": "Eltwise", "name": "m", "bottom": ["e", "s"], "operation": "MAX"}])
+    sig, tanh = 1 / (1 + np.exp(-x[0])), np.tanh(x[0])
+    assert np.abs(got - np.maximum(0.5 * sig - 2.0 * tanh, sig)).max() < 1e-6
+
+
+def test_keras_and_gluon_say_which_layer_they_cannot_build(tmp_path):
+    from hpcdl.nets.keras_build import build_keras
+
+    data, _ = import_net(_write(tmp_path, "every.prototxt", EVERY_LAYER))
+    with pytest.raises(ValueError, match="layer norm2: LRN \\(WITHIN_CHANNEL\\) has no Keras builder"):
+        build_keras(_spec(data))

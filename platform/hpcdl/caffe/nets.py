@@ -44,7 +44,7 @@ PARAM_FIELD = {
     "Concat": "concat_param", "Flatten": "flatten_param", "BatchNorm": "batch_norm_param", "Scale": "scale_param",
     "Eltwise": "eltwise_param", "Softmax": "softmax_param", "Sigmoid": "sigmoid_param", "TanH": "tanh_param",
 }
-FILLERS = ("constant", "gaussian", "xavier", "msra", "uniform")
+FILLERS = ("constant", "gaussian", "xavier", "msra", "uniform", "bilinear")
 
 
 class _Refuse(HpcdlError):
@@ -92,6 +92,8 @@ def _filler(f, where: str, default: dict) -> dict:
     if kind == "uniform":
         return {"type": "uniform", "min": f32(f.min), "max": f32(f.max)}
     out = {"type": kind}
+    if kind == "bilinear":
+        return out
     norm = f.DESCRIPTOR.fields_by_name["variance_norm"].enum_type.values_by_number[f.variance_norm].name
     if norm != "FAN_IN":
         out["variance_norm"] = norm
@@ -583,6 +585,8 @@ def _set_filler(msg, filler: dict | None):
     elif msg.type == "uniform":
         msg.min = float(filler.get("min", 0.0))
         msg.max = float(filler.get("max", 1.0))
+    elif msg.type == "bilinear":
+        pass
     elif msg.type in ("xavier", "msra"):
         norm = filler.get("variance_norm", "FAN_IN")
         if norm != "FAN_IN":

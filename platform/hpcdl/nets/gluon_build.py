@@ -17,16 +17,54 @@ from hpcdl.nets.spec import Layer, NetSpec, _pair
 def _initializer(layer: Layer):
     filler = layer.p("weight_filler") or {}
     kind = filler.get("type", "msra")
-    if kind == "gaussian":
+    if kind == "gaussian" and not filler.get("mean"):
         return mx.init.Normal(filler.get("std", 0.01))
-    if kind == "xavier":
+    if kind == "xavier" and "variance_norm" not in filler:
         return mx.init.Xavier(rnd_type="uniform", factor_type="avg", magnitude=3)
+    if kind in ("constant", "uniform", "xavier", "msra", "gaussian"):
+        return _caffe_initializer(filler)
     # He et al. (fan_out), as the PyTorch build's kaiming_normal_(mode="fan_out")
     return mx.init.MSRAPrelu(factor_type="out", slope=0.0)
 
 
 def _bias_initializer(layer: Layer):
-    return mx.init.Constant(float((layer.p("bias_filler") or {}).get("value", 0.0)))
+    filler = layer.p("bias_filler") or {"type": "constant", "value": 0.0}
+    if filler.get("type", "constant") == "constant":
+        return mx.init.Constant(float(filler.get("value", 0.0)))
+    return _caffe_initializer(filler)
+
+
+def _caffe_initializer(filler: dict):
+    """Caffe's fillers (filler.hpp) as an MXNet initializer, on Caffe's blob layout."""
+    import numpy as np
+
+    class CaffeFiller(mx.init.Initializer):
+        def _init_weight(self, _, arr):
+            kind = filler.get("type", "constant")
+            shape = arr.shape
+            count = int(np.prod(shape))
+            fan_in = count / shape[0] if len(shape) > 1 else count
+            fan_out = count / shape[1] if len(shape) > 1 else count
+            n = {"FAN_IN": fan_in, "FAN_OUT": fan_out, "AVERAGE": (fan_in + fan_out) / 2}[filler.get("variance_norm", "FAN_IN")]
+            rng = np.random.default_rng()
+            if kind == "constant":
+                value = np.full(shape, float(filler.get("value", 0.0)))
+            elif kind == "gaussian":
+                value = rng.normal(float(filler.get("mean", 0.0)), float(filler.get("std", 1.0)), shape)
+            elif kind == "uniform":
+                value = rng.uniform(float(filler.get("min", 0.0)), float(filler.get("max", 1.0)), shape)
+            elif kind == "xavier":
+                value = rng.uniform(-(3.0 / n) ** 0.5, (3.0 / n) ** 0.5, shape)
+            elif kind == "msra":
+                value = rng.normal(0.0, (2.0 / n) ** 0.5, shape)
+            else:
+                raise ValueError(f"filler type {kind} has no Gluon builder")
+            arr[:] = value.astype(np.float32)
+
+        _init_bias = _init_weight
+        _init_default = _init_weight
+
+    return CaffeFiller()
 
 
 class CaffeScale(HybridBlock):
@@ -69,17 +107,31 @@ def _block(layer: Layer):
             groups=p.get("group", 1), use_bias=p.get("bias_term", True), in_channels=layer.in_channels,
             weight_initializer=_initializer(layer), bias_initializer=_bias_initializer(layer), prefix=prefix,
         )
+    if t == "Deconvolution":
+        return nn.Conv2DTranspose(
+            p["num_output"], _pair(p["kernel_size"]), strides=_pair(p.get("stride", 1)), padding=_pair(p.get("pad", 0)),
+            groups=p.get("group", 1), use_bias=p.get("bias_term", True), in_channels=layer.in_channels,
+            weight_initializer=_initializer(layer), bias_initializer=_bias_initializer(layer), prefix=prefix,
+        )
     if t == "Pooling":
         pool = p.get("pool", "MAX")
         if p.get("global_pooling"):
             return (nn.GlobalMaxPool2D if pool == "MAX" else nn.GlobalAvgPool2D)(prefix=prefix)
         args = dict(pool_size=_pair(p["kernel_size"]), strides=_pair(p.get("stride", 1)), padding=_pair(p.get("pad", 0)),
-                    ceil_mode=True, prefix=prefix)
+                    ceil_mode=p.get("round_mode", "CEIL") != "FLOOR", prefix=prefix)
         if pool == "MAX":
             return nn.MaxPool2D(**args)
         return nn.AvgPool2D(count_include_pad=True, **args)
     if t == "ReLU":
+        if p.get("negative_slope"):
+            return nn.LeakyReLU(p["negative_slope"], prefix=prefix)
         return nn.Activation("relu", prefix=prefix)
+    if t in ("Sigmoid", "TanH"):
+        return nn.Activation("sigmoid" if t == "Sigmoid" else "tanh", prefix=prefix)
+    if t == "LRN" and p.get("norm_region") == "WITHIN_CHANNEL":
+        raise ValueError(f"layer {layer.name}: WITHIN_CHANNEL LRN has no Gluon builder (PyTorch builds it)")
+    if t == "BatchNorm" and p.get("use_global_stats"):
+        raise ValueError(f"layer {layer.name}: BatchNorm use_global_stats has no Gluon builder (PyTorch builds it)")
     if t == "LRN":
         return CaffeLRN(p.get("local_size", 5), p.get("alpha", 1e-4), p.get("beta", 0.75), p.get("k", 1.0), prefix=prefix)
     if t == "InnerProduct":
@@ -128,9 +180,7 @@ class CaffeNet(HybridBlock):
             if layer.type == "Concat":
                 out = F.concat(*ins, dim=1)
             elif layer.type == "Eltwise":
-                out = ins[0]
-                for other in ins[1:]:
-                    out = out + other if layer.p("operation", "SUM") == "SUM" else out * other
+                out = _eltwise(F, layer, ins)
             else:
                 out = self.blocks[layer.name](ins[0])
             blobs[layer.top] = out
@@ -138,6 +188,21 @@ class CaffeNet(HybridBlock):
 
     def hybrid_forward(self, F, x):
         return self.route(F, x)[self.spec.output]
+
+
+def _eltwise(F, layer: Layer, ins: list):
+    """Caffe's Eltwise: SUM (with per-bottom coeff), PROD or MAX."""
+    op = layer.p("operation", "SUM")
+    if op == "SUM":
+        coeff = layer.p("coeff") or [1.0] * len(ins)
+        out = ins[0] * coeff[0] if coeff[0] != 1 else ins[0]
+        for c, other in zip(coeff[1:], ins[1:]):
+            out = out + (other * c if c != 1 else other)
+        return out
+    out = ins[0]
+    for other in ins[1:]:
+        out = out * other if op == "PROD" else F.maximum(out, other)
+    return out
 
 
 def build_gluon(spec: NetSpec) -> CaffeNet:

@@ -21,9 +21,19 @@ def _initializer(layer: Layer):
     filler = layer.p("weight_filler") or {}
     kind = filler.get("type", "msra")
     if kind == "gaussian":
-        return keras.initializers.RandomNormal(0.0, filler.get("std", 0.01))
-    if kind == "xavier":
+        return keras.initializers.RandomNormal(float(filler.get("mean", 0.0)), filler.get("std", 0.01))
+    if kind == "xavier" and "variance_norm" not in filler:
         return keras.initializers.GlorotUniform()
+    if kind == "constant":
+        return keras.initializers.Constant(float(filler.get("value", 0.0)))
+    if kind == "uniform":
+        return keras.initializers.RandomUniform(float(filler.get("min", 0.0)), float(filler.get("max", 1.0)))
+    if kind in ("xavier", "msra") and filler:
+        # Caffe's n: fan_in = in * kh * kw, fan_out = out * kh * kw, as Keras' fans
+        mode = {"FAN_IN": "fan_in", "FAN_OUT": "fan_out", "AVERAGE": "fan_avg"}[filler.get("variance_norm", "FAN_IN")]
+        if kind == "xavier":
+            return keras.initializers.VarianceScaling(1.0, mode=mode, distribution="uniform")
+        return keras.initializers.VarianceScaling(2.0, mode=mode, distribution="untruncated_normal")
     # He et al. (fan_out), as the PyTorch build's kaiming_normal_(mode="fan_out")
     return keras.initializers.VarianceScaling(2.0, mode="fan_out", distribution="untruncated_normal")
 
@@ -158,7 +168,15 @@ def _apply(layer: Layer, ins: list):
             layer.in_shape[1:], layer.out_shape[1:], name=name,
         )(x)
     if t == "ReLU":
+        if p.get("negative_slope"):
+            return layers.LeakyReLU(negative_slope=p["negative_slope"], name=name)(x)
         return layers.ReLU(name=name)(x)
+    if t in ("Sigmoid", "TanH"):
+        return layers.Activation("sigmoid" if t == "Sigmoid" else "tanh", name=name)(x)
+    if t == "Deconvolution" or (t == "LRN" and p.get("norm_region") == "WITHIN_CHANNEL") or \
+            (t == "BatchNorm" and p.get("use_global_stats")):
+        raise ValueError(f"layer {layer.name}: {t} {'(' + str(p.get('norm_region') or 'use_global_stats') + ') ' if t != 'Deconvolution' else ''}"
+                         f"has no Keras builder (PyTorch builds it; see docs/caffe.md)")
     if t == "LRN":
         return CaffeLRN(p.get("local_size", 5), p.get("alpha", 1e-4), p.get("beta", 0.75), p.get("k", 1.0), name=name)(x)
     if t == "InnerProduct":
@@ -186,7 +204,11 @@ def _apply(layer: Layer, ins: list):
         return layers.Concatenate(axis=-1, name=name)(ins)
     if t == "Eltwise":
         op = p.get("operation", "SUM")
-        return (layers.Add if op == "SUM" else layers.Multiply)(name=name)(ins)
+        coeff = p.get("coeff")
+        if op == "SUM" and coeff and any(c != 1 for c in coeff):
+            ins = [i if c == 1 else layers.Rescaling(float(c), name=f"{name}_coeff{j}")(i)
+                   for j, (c, i) in enumerate(zip(coeff, ins))]
+        return {"SUM": layers.Add, "PROD": layers.Multiply, "MAX": layers.Maximum}[op](name=name)(ins)
     raise ValueError(f"layer type {t} has no Keras builder")
 
 

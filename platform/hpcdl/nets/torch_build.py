@@ -175,6 +175,17 @@ def caffe_fill(tensor: torch.Tensor, filler: dict) -> None:
         tensor.uniform_(-bound, bound)
     elif kind == "msra":
         tensor.normal_(0.0, (2.0 / n) ** 0.5)
+    elif kind == "bilinear":
+        # BilinearFiller (BVLC master): upsampling kernels, f = ceil(k / 2), c = (k - 1) / 2f
+        kh, kw = tensor.shape[-2], tensor.shape[-1]
+        if tensor.dim() != 4 or kh != kw:
+            raise ValueError("the bilinear filler needs a square 4-D kernel (Caffe's check)")
+        f = -(-kw // 2)
+        c = (kw - 1) / (2.0 * f)
+        x = torch.arange(kw, dtype=torch.float64)
+        y = torch.arange(kh, dtype=torch.float64)
+        kernel = (1 - (y / f - c).abs())[:, None] * (1 - (x / f - c).abs())[None, :]
+        tensor.copy_(kernel.to(tensor.dtype).expand_as(tensor))
     else:
         raise ValueError(f"filler type {kind} has no PyTorch builder")
 
