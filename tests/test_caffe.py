@@ -362,51 +362,61 @@ def test_bvlc_shaped_weights_load_into_keras_as_in_pytorch(tmp_path):
     assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
 
 
-@pytest.mark.slow
-def test_bvlc_shaped_weights_load_into_gluon(tmp_path):
-    import torch
-
-    from framework_tools import in_mxnet
-    from hpcdl.caffe.weights import from_torch, read_caffemodel, to_torch, write_caffemodel
-    from hpcdl.nets.torch_build import build_torch
-
-    text = export_net(load_net("alexnet", num_classes=10, image_size=67))
-    proto = _write(tmp_path, "alexnet_small.prototxt", text)
-    data, _ = import_net(proto)
-    net_file = tmp_path / "alexnet_small.yaml"
-    net_file.write_text(yaml.safe_dump(data))
-    spec = _spec(data)
-    original = build_torch(spec)
-    _random_weights(original, seed=7)
-    write_caffemodel(tmp_path / "w.caffemodel", "AlexNet", from_torch(original))
-    blobs = read_caffemodel(tmp_path / "w.caffemodel")  # MXNet's venv gets the blobs as arrays
-    np.savez(tmp_path / "blobs.npz", **{f"{k}|{i}": a for k, arrs in blobs.items() for i, a in enumerate(arrs)})
-    x = np.random.default_rng(1).standard_normal((2, 3, 67, 67)).astype(np.float32) * 50
-    np.save(tmp_path / "x.npy", x)
-    to_torch(original, blobs)
-    original.eval()
-    want = original(torch.from_numpy(x)).detach().numpy()
-    code = '''
+GLUON_CODE = '''
 import json, sys
 import numpy as np, mxnet as mx
 from hpcdl.nets import load_net
 from hpcdl.nets.gluon_build import build_gluon
 from hpcdl.caffe.weights import to_gluon
 p = json.load(sys.stdin)
-spec = load_net(p["net"])
-net = build_gluon(spec)
-net.initialize()
-z = np.load(p["blobs"])
-blobs = {}
-for key in sorted(z.files, key=lambda k: int(k.split("|")[1])):
-    blobs.setdefault(key.split("|")[0], []).append(z[key])
-to_gluon(net, spec, blobs)
-out = net(mx.nd.array(np.load(p["x"]))).asnumpy()
-print(json.dumps({"out": out.tolist()}))
+outs = []
+for case in p["cases"]:
+    spec = load_net(case["net"])
+    net = build_gluon(spec)
+    net.initialize()
+    z = np.load(case["blobs"])
+    blobs = {}
+    for key in sorted(z.files, key=lambda k: int(k.split("|")[1])):
+        blobs.setdefault(key.split("|")[0], []).append(z[key])
+    to_gluon(net, spec, blobs)
+    outs.append(net(mx.nd.array(np.load(case["x"]))).asnumpy().tolist())
+print(json.dumps({"outs": outs}))
 '''
-    got = np.array(in_mxnet(code, {"net": str(net_file), "blobs": str(tmp_path / "blobs.npz"),
-                                   "x": str(tmp_path / "x.npy")})["out"])
-    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+@pytest.mark.slow
+def test_bvlc_shaped_weights_load_into_gluon(tmp_path):
+    """AlexNet-shaped weights from a .caffemodel, and every layer type Gluon builds (Deconvolution included)."""
+    import torch
+
+    from framework_tools import in_mxnet
+    from hpcdl.caffe.weights import from_torch, read_caffemodel, to_torch, write_caffemodel
+    from hpcdl.nets.torch_build import build_torch
+
+    nets = {"alexnet_small": (export_net(load_net("alexnet", num_classes=10, image_size=67)), 67),
+            "every": (EVERY_LAYER.replace(" norm_region: WITHIN_CHANNEL", ""), 32)}
+    cases, wants = [], []
+    for i, (name, (text, size)) in enumerate(nets.items()):
+        data, _ = import_net(_write(tmp_path, f"{name}.prototxt", text))
+        net_file = tmp_path / f"{name}.yaml"
+        net_file.write_text(yaml.safe_dump(data))
+        spec = load_net(str(net_file))
+        original = build_torch(spec)
+        _random_weights(original, seed=7 + i)
+        write_caffemodel(tmp_path / f"{name}.caffemodel", name, from_torch(original))
+        blobs = read_caffemodel(tmp_path / f"{name}.caffemodel")  # MXNet's venv gets the blobs as arrays
+        np.savez(tmp_path / f"{name}.npz", **{f"{k}|{j}": a for k, arrs in blobs.items() for j, a in enumerate(arrs)})
+        x = np.random.default_rng(i).standard_normal((2, 3, size, size)).astype(np.float32) * 50
+        np.save(tmp_path / f"{name}_x.npy", x)
+        to_torch(original, blobs)
+        original.eval()
+        wants.append(original(torch.from_numpy(x)).detach().numpy())
+        cases.append({"net": str(net_file), "blobs": str(tmp_path / f"{name}.npz"), "x": str(tmp_path / f"{name}_x.npy")})
+    outs = in_mxnet(GLUON_CODE, {"cases": cases})["outs"]
+    for want, got in zip(wants, outs):
+        got = np.array(got)
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
 
 
 def test_trained_snapshot_exports_as_caffemodel(tmp_path):
@@ -510,3 +520,29 @@ def test_keras_and_gluon_say_which_layer_they_cannot_build(tmp_path):
     data, _ = import_net(_write(tmp_path, "every.prototxt", EVERY_LAYER))
     with pytest.raises(ValueError, match="layer norm2: LRN \\(WITHIN_CHANNEL\\) has no Keras builder"):
         build_keras(_spec(data))
+
+
+def _every_layer_portable():
+    """EVERY_LAYER with the two layers Keras cannot build swapped for ones it can."""
+    return EVERY_LAYER.replace(" norm_region: WITHIN_CHANNEL", "").replace('type: "Deconvolution"', 'type: "Convolution"') \
+        .replace("kernel_size: 4\n    stride: 2\n    pad: 1", "kernel_size: 3\n    stride: 1\n    pad: 1")
+
+
+def test_every_portable_layer_agrees_in_keras_and_pytorch(tmp_path):
+    import torch
+
+    from hpcdl.caffe.weights import from_torch, to_keras
+    from hpcdl.nets.keras_build import build_keras
+    from hpcdl.nets.torch_build import build_torch
+
+    data, _ = import_net(_write(tmp_path, "portable.prototxt", _every_layer_portable()))
+    spec = _spec(data, aux=False)
+    original = build_torch(spec)
+    _random_weights(original, seed=9)
+    original.eval()
+    keras_net = build_keras(spec)
+    to_keras(keras_net, spec, {name: arrs for name, _, arrs in from_torch(original)})
+    x = np.random.default_rng(2).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    want = original(torch.from_numpy(x)).detach().numpy()
+    got = np.asarray(keras_net(x, training=False))
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
