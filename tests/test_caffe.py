@@ -546,3 +546,24 @@ def test_every_portable_layer_agrees_in_keras_and_pytorch(tmp_path):
     want = original(torch.from_numpy(x)).detach().numpy()
     got = np.asarray(keras_net(x, training=False))
     assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+@pytest.mark.slow
+def test_an_imported_solver_and_net_train(tmp_path):
+    """The every-layer net and a solver naming it import to a recipe that trains (aux head on)."""
+    from framework_tools import final_record
+
+    _write(tmp_path, "every.prototxt", EVERY_LAYER)
+    solver = _write(tmp_path, "solver.prototxt", 'net: "every.prototxt"\nbase_lr: 0.01\nlr_policy: "step"\n'
+                    'stepsize: 10\ngamma: 0.1\nmomentum: 0.9\nweight_decay: 0.0005\nmax_iter: 20\n'
+                    'test_iter: 1\ntest_interval: 2\nsolver_mode: CPU\n')
+    proc = hpcdl("recipes", "import", solver, "-o", "every_recipe.yaml", check=True, cwd=tmp_path)
+    assert "solver_mode: CPU is ignored" in proc.stderr
+    recipe = yaml.safe_load((tmp_path / "every_recipe.yaml").read_text())
+    assert recipe["aux_heads"] is True and recipe["batch_size"] == 8 and recipe["test_batch_size"] == 4
+    assert recipe["data"] == {"source": "synthetic", "crop": 32, "mirror": True}
+    assert recipe["gamma"] == 0.1 and recipe["weight_decay"] == 0.0005 and recipe["net"] == "every_recipe.net.yaml"
+    hpcdl("train", "every_recipe.yaml", "--max-iter", "2", "--results", "r.jsonl", "--framework", "pytorch",
+          check=True, cwd=tmp_path)
+    final = final_record(tmp_path / "r.jsonl")
+    assert final["event"] == "final"

@@ -71,7 +71,10 @@ def solver_fields(path: str | Path) -> tuple[dict[str, Any], list[str], Any]:
         raise HpcdlError(f"{where}: test_net/test_iter: hpcdl tests one net (this solver has several)")
     for field in IGNORED:
         if _set(msg, field):
-            notes.append(f"{field}: {getattr(msg, field)!r} is ignored (it changes no weight)")
+            d = msg.DESCRIPTOR.fields_by_name[field]
+            value = getattr(msg, field)
+            shown = d.enum_type.values_by_number[value].name if d.enum_type is not None else value
+            notes.append(f"{field}: {shown} is ignored (it changes no weight)")
     if not msg.HasField("lr_policy"):
         raise HpcdlError(f"{where}: lr_policy is not set (Caffe stops on this too: 'Unknown learning rate policy')")
     if msg.lr_policy not in POLICIES:
@@ -119,7 +122,7 @@ def solver_fields(path: str | Path) -> tuple[dict[str, Any], list[str], Any]:
         out["snapshot_prefix"] = msg.snapshot_prefix
     if msg.random_seed >= 0:
         out["random_seed"] = int(msg.random_seed)
-    elif msg.HasField("random_seed") or True:
+    else:
         notes.append("random_seed: Caffe's default -1 seeds from the clock; hpcdl's runs are seeded (random_seed 1)")
     return out, notes, msg
 
@@ -155,9 +158,12 @@ def chain(stages: list[tuple[dict, str]]) -> tuple[dict, list[str]]:
                          f"a multistep schedule has one gamma")
     out = dict(first)
     out.update({"lr_policy": "multistep", "gamma": ratios[0], "stepvalue": ends[:-1], "max_iter": ends[-1]})
-    out["snapshot_prefix"] = stages[-1][0].get("snapshot_prefix", first.get("snapshot_prefix"))
-    if out["snapshot_prefix"] is None:
-        out.pop("snapshot_prefix")
+    for key in ("snapshot", "snapshot_prefix"):  # the last stage's, as its run is the one that finishes
+        value = stages[-1][0].get(key, first.get(key))
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
     notes.append(f"{len(stages)} solvers chained: base_lr {rates[0]}, x{ratios[0]} at iteration(s) "
                  f"{', '.join(map(str, ends[:-1]))}, to {ends[-1]}")
     return out, notes

@@ -181,6 +181,8 @@ def recipes_import(
         recipe["net"] = str(net_out)
         for key, value in extra.items():
             recipe.setdefault(key, value)
+        if any(layer.get("loss_weight") is not None for layer in net_data["layers"]):
+            recipe["aux_heads"] = True  # Caffe trains with every loss of the TRAIN net
     if batch_size is not None:
         recipe["batch_size"] = batch_size
     if "batch_size" not in recipe:
