@@ -567,3 +567,33 @@ def test_an_imported_solver_and_net_train(tmp_path):
           check=True, cwd=tmp_path)
     final = final_record(tmp_path / "r.jsonl")
     assert final["event"] == "final"
+
+
+def test_use_global_stats_keeps_the_stored_statistics_in_training(tmp_path):
+    """KaimingHe's ResNet files say batch_norm_param { use_global_stats: true }: Caffe normalises with the
+    stored mean and variance (divided by the stored factor) even in the TRAIN phase."""
+    import torch
+
+    from hpcdl.caffe.weights import to_keras, to_torch
+    from hpcdl.nets.keras_build import build_keras
+    from hpcdl.nets.torch_build import build_torch
+
+    text = ('input: "data"\ninput_dim: 2\ninput_dim: 3\ninput_dim: 6\ninput_dim: 6\n'
+            'layer { name: "bn" type: "BatchNorm" bottom: "data" top: "data" batch_norm_param { use_global_stats: true } }\n'
+            'layer { name: "sc" type: "Scale" bottom: "data" top: "data" scale_param { bias_term: true } }\n')
+    data, _ = import_net(_write(tmp_path, "bn.prototxt", text))
+    spec = _spec(data)
+    mean, var, factor = np.array([1.0, -2.0, 0.5]), np.array([4.0, 0.25, 1.0]), np.array([2.0])
+    gamma, beta = np.array([0.5, 2.0, -1.0]), np.array([0.1, 0.2, 0.3])
+    blobs = {"bn": [(mean * 2).astype(np.float32), (var * 2).astype(np.float32), factor.astype(np.float32)],
+             "sc": [gamma.astype(np.float32), beta.astype(np.float32)]}
+    x = np.random.default_rng(3).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    want = (x - mean[:, None, None]) / np.sqrt(var[:, None, None] + 1e-5) * gamma[:, None, None] + beta[:, None, None]
+    model = build_torch(spec)
+    to_torch(model, blobs)
+    model.train()
+    assert np.abs(model(torch.from_numpy(x)).detach().numpy() - want).max() < 1e-5
+    keras_net = build_keras(spec)
+    to_keras(keras_net, spec, blobs)
+    got = np.asarray(keras_net(x, training=True)).transpose(0, 3, 1, 2)  # Keras keeps NHWC inside
+    assert np.abs(got - want).max() < 1e-5

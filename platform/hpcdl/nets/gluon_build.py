@@ -130,8 +130,6 @@ def _block(layer: Layer):
         return nn.Activation("sigmoid" if t == "Sigmoid" else "tanh", prefix=prefix)
     if t == "LRN" and p.get("norm_region") == "WITHIN_CHANNEL":
         raise ValueError(f"layer {layer.name}: WITHIN_CHANNEL LRN has no Gluon builder (PyTorch builds it)")
-    if t == "BatchNorm" and p.get("use_global_stats"):
-        raise ValueError(f"layer {layer.name}: BatchNorm use_global_stats has no Gluon builder (PyTorch builds it)")
     if t == "LRN":
         return CaffeLRN(p.get("local_size", 5), p.get("alpha", 1e-4), p.get("beta", 0.75), p.get("k", 1.0), prefix=prefix)
     if t == "InnerProduct":
@@ -146,6 +144,7 @@ def _block(layer: Layer):
         return nn.BatchNorm(
             axis=1, momentum=p.get("moving_average_fraction", 0.9), epsilon=p.get("eps", 1e-5),
             center=affine, scale=affine, in_channels=layer.in_channels, prefix=prefix,
+            use_global_stats=bool(p.get("use_global_stats", False)),  # Caffe's: stored statistics in training too
         )
     if t == "Scale":
         return CaffeScale(layer.in_channels, p.get("bias_term", True), prefix=prefix)

@@ -173,10 +173,9 @@ def _apply(layer: Layer, ins: list):
         return layers.ReLU(name=name)(x)
     if t in ("Sigmoid", "TanH"):
         return layers.Activation("sigmoid" if t == "Sigmoid" else "tanh", name=name)(x)
-    if t == "Deconvolution" or (t == "LRN" and p.get("norm_region") == "WITHIN_CHANNEL") or \
-            (t == "BatchNorm" and p.get("use_global_stats")):
-        raise ValueError(f"layer {layer.name}: {t} {'(' + str(p.get('norm_region') or 'use_global_stats') + ') ' if t != 'Deconvolution' else ''}"
-                         f"has no Keras builder (PyTorch builds it; see docs/caffe.md)")
+    if t == "Deconvolution" or (t == "LRN" and p.get("norm_region") == "WITHIN_CHANNEL"):
+        what = "Deconvolution" if t == "Deconvolution" else "LRN (WITHIN_CHANNEL)"
+        raise ValueError(f"layer {layer.name}: {what} has no Keras builder (PyTorch builds it; see docs/caffe.md)")
     if t == "LRN":
         return CaffeLRN(p.get("local_size", 5), p.get("alpha", 1e-4), p.get("beta", 0.75), p.get("k", 1.0), name=name)(x)
     if t == "InnerProduct":
@@ -190,10 +189,13 @@ def _apply(layer: Layer, ins: list):
         return layers.Dropout(p.get("dropout_ratio", 0.5), name=name)(x)
     if t == "BatchNorm":
         affine = p.get("affine", False)
-        return layers.BatchNormalization(
+        bn = layers.BatchNormalization(
             axis=-1, momentum=p.get("moving_average_fraction", 0.9), epsilon=p.get("eps", 1e-5),
             center=affine, scale=affine, name=name,
-        )(x)
+        )
+        if p.get("use_global_stats"):
+            bn.trainable = False  # Keras 3: a frozen BatchNormalization runs on its moving statistics, as Caffe's
+        return bn(x)
     if t == "Scale":
         return CaffeScale(p.get("bias_term", True), name=name)(x)
     if t == "Softmax":
