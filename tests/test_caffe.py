@@ -104,6 +104,7 @@ def test_every_supported_layer_type(tmp_path):
     assert by_name["relu1"]["negative_slope"] == 0.1
     assert by_name["sum"]["coeff"] == [0.5, 2.0] and by_name["max"]["operation"] == "MAX"
     assert by_name["conv2a"]["weight_filler"] == {"type": "msra", "variance_norm": "FAN_OUT"}
+    assert by_name["conv1"]["weight_filler"] == {"type": "xavier", "variance_norm": "FAN_IN"}   # Caffe's default, explicit
     assert by_name["conv2b"]["bottom"] == "norm1" and "bottom" not in by_name["conv2a"]   # Split: both read norm1
     assert by_name["ip2"]["weight_filler"] == {"type": "gaussian", "std": 0.01}
     assert "split1" not in by_name and by_name["ip_aux"]["aux"] is True and by_name["pool_aux"]["aux"] is True
@@ -618,3 +619,20 @@ def test_bundled_net_through_prototxt_and_caffemodel_gives_the_same_forward(tmp_
     original.eval(), copy.eval()
     with torch.no_grad():
         assert torch.equal(original(x), copy(x))
+
+
+def test_imported_fillers_are_caffes():
+    """XavierFiller U(+-sqrt(3/fan_in)), MSRAFiller N(0, 2/fan_out) with FAN_OUT, on Caffe's blob layout."""
+    import torch
+
+    from hpcdl.nets.torch_build import caffe_fill
+
+    torch.manual_seed(0)
+    w = torch.empty(64, 32, 3, 3)
+    caffe_fill(w, {"type": "xavier", "variance_norm": "FAN_IN"})
+    bound = (3 / (32 * 9)) ** 0.5
+    assert w.abs().max() <= bound and w.abs().max() > 0.95 * bound
+    caffe_fill(w, {"type": "msra", "variance_norm": "FAN_OUT"})
+    assert w.std().item() == pytest.approx((2 / (64 * 9)) ** 0.5, rel=0.03)
+    caffe_fill(w, {"type": "uniform", "min": -0.5, "max": 0.25})
+    assert w.min() >= -0.5 and w.max() <= 0.25

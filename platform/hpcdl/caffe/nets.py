@@ -95,7 +95,9 @@ def _filler(f, where: str, default: dict) -> dict:
     if kind == "bilinear":
         return out
     norm = f.DESCRIPTOR.fields_by_name["variance_norm"].enum_type.values_by_number[f.variance_norm].name
-    if norm != "FAN_IN":
+    # always for xavier: an hpcdl `{type: xavier}` without it is the builders' own Xavier, and
+    # Caffe's XavierFiller is U(+-sqrt(3 / fan_in)) unless the file says otherwise
+    if norm != "FAN_IN" or kind == "xavier":
         out["variance_norm"] = norm
     return out
 
