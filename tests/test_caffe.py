@@ -386,7 +386,7 @@ print(json.dumps({"outs": outs}))
 
 @pytest.mark.slow
 def test_bvlc_shaped_weights_load_into_gluon(tmp_path):
-    """AlexNet-shaped weights from a .caffemodel, and every layer type Gluon builds (Deconvolution included)."""
+    """AlexNet-shaped weights from a .caffemodel, and the net with every layer type."""
     import torch
 
     from framework_tools import in_mxnet
@@ -394,7 +394,7 @@ def test_bvlc_shaped_weights_load_into_gluon(tmp_path):
     from hpcdl.nets.torch_build import build_torch
 
     nets = {"alexnet_small": (export_net(load_net("alexnet", num_classes=10, image_size=67)), 67),
-            "every": (EVERY_LAYER.replace(" norm_region: WITHIN_CHANNEL", ""), 32)}
+            "every": (EVERY_LAYER, 32)}
     cases, wants = [], []
     for i, (name, (text, size)) in enumerate(nets.items()):
         data, _ = import_net(_write(tmp_path, f"{name}.prototxt", text))
@@ -514,28 +514,23 @@ def test_new_layer_types_follow_caffes_formulas():
     assert np.abs(got - np.maximum(0.5 * sig - 2.0 * tanh, sig)).max() < 1e-6
 
 
-def test_keras_and_gluon_say_which_layer_they_cannot_build(tmp_path):
+def test_keras_says_which_layer_it_cannot_build(tmp_path):
     from hpcdl.nets.keras_build import build_keras
 
-    data, _ = import_net(_write(tmp_path, "every.prototxt", EVERY_LAYER))
-    with pytest.raises(ValueError, match="layer norm2: LRN \\(WITHIN_CHANNEL\\) has no Keras builder"):
+    data, _ = import_net(_write(tmp_path, "every.prototxt", EVERY_LAYER.replace(
+        "num_output: 8\n    kernel_size: 4", "num_output: 8\n    group: 2\n    kernel_size: 4")))
+    with pytest.raises(ValueError, match="layer deconv: grouped Deconvolution has no Keras builder"):
         build_keras(_spec(data))
 
 
-def _every_layer_portable():
-    """EVERY_LAYER with the two layers Keras cannot build swapped for ones it can."""
-    return EVERY_LAYER.replace(" norm_region: WITHIN_CHANNEL", "").replace('type: "Deconvolution"', 'type: "Convolution"') \
-        .replace("kernel_size: 4\n    stride: 2\n    pad: 1", "kernel_size: 3\n    stride: 1\n    pad: 1")
-
-
-def test_every_portable_layer_agrees_in_keras_and_pytorch(tmp_path):
+def test_every_layer_agrees_in_keras_and_pytorch(tmp_path):
     import torch
 
     from hpcdl.caffe.weights import from_torch, to_keras
     from hpcdl.nets.keras_build import build_keras
     from hpcdl.nets.torch_build import build_torch
 
-    data, _ = import_net(_write(tmp_path, "portable.prototxt", _every_layer_portable()))
+    data, _ = import_net(_write(tmp_path, "every.prototxt", EVERY_LAYER))
     spec = _spec(data, aux=False)
     original = build_torch(spec)
     _random_weights(original, seed=9)

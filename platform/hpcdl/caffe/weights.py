@@ -203,6 +203,9 @@ def to_keras(model, spec, blobs: dict[str, list[np.ndarray]]) -> list[str]:
                 klayer.set_weights([w.transpose(2, 3, 1, 0)] + arrs[1:])
         elif t == "InnerProduct":
             klayer.set_weights([arrs[0].T] + arrs[1:])
+        elif t == "Deconvolution":
+            # Caffe (in, out, kh, kw) -> Conv2DTranspose (kh, kw, out, in)
+            klayer.deconv.set_weights([arrs[0].transpose(2, 3, 1, 0)] + arrs[1:])
         elif t == "BatchNorm":
             mean, var = _bn_stats(arrs)
             klayer.set_weights([mean, var])

@@ -24,6 +24,8 @@ def _initializer(layer: Layer):
     if kind in ("constant", "uniform", "xavier", "msra", "gaussian"):
         return _caffe_initializer(filler)
     # He et al. (fan_out), as the PyTorch build's kaiming_normal_(mode="fan_out")
+    if filler:
+        raise ValueError(f"layer {layer.name}: filler {kind!r} has no Gluon builder (PyTorch builds it)")
     return mx.init.MSRAPrelu(factor_type="out", slope=0.0)
 
 
@@ -93,6 +95,21 @@ class CaffeLRN(HybridBlock):
         return F.LRN(x, alpha=self.alpha, beta=self.beta, knorm=self.k, nsize=self.local_size)
 
 
+class WithinChannelLRN(HybridBlock):
+    """Caffe's WITHIN_CHANNEL LRN: x (1 + alpha * AVE-pool(x^2, n x n, pad (n-1)/2, stride 1))^-beta
+    (the AVE divisor counts the padding, as Caffe's)."""
+
+    def __init__(self, local_size: int, alpha: float, beta: float, **kwargs):
+        super().__init__(**kwargs)
+        self.local_size, self.alpha, self.beta = local_size, alpha, beta
+
+    def hybrid_forward(self, F, x):
+        pad = (self.local_size - 1) // 2
+        mean = F.Pooling(x * x, kernel=(self.local_size, self.local_size), stride=(1, 1), pad=(pad, pad),
+                         pool_type="avg", count_include_pad=True)
+        return x * F.power(1.0 + self.alpha * mean, -self.beta)
+
+
 class _Softmax(HybridBlock):
     def hybrid_forward(self, F, x):
         return F.softmax(x, axis=1)
@@ -129,7 +146,7 @@ def _block(layer: Layer):
     if t in ("Sigmoid", "TanH"):
         return nn.Activation("sigmoid" if t == "Sigmoid" else "tanh", prefix=prefix)
     if t == "LRN" and p.get("norm_region") == "WITHIN_CHANNEL":
-        raise ValueError(f"layer {layer.name}: WITHIN_CHANNEL LRN has no Gluon builder (PyTorch builds it)")
+        return WithinChannelLRN(p.get("local_size", 5), p.get("alpha", 1e-4), p.get("beta", 0.75), prefix=prefix)
     if t == "LRN":
         return CaffeLRN(p.get("local_size", 5), p.get("alpha", 1e-4), p.get("beta", 0.75), p.get("k", 1.0), prefix=prefix)
     if t == "InnerProduct":

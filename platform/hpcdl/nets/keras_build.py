@@ -34,12 +34,22 @@ def _initializer(layer: Layer):
         if kind == "xavier":
             return keras.initializers.VarianceScaling(1.0, mode=mode, distribution="uniform")
         return keras.initializers.VarianceScaling(2.0, mode=mode, distribution="untruncated_normal")
+    if filler:
+        raise ValueError(f"layer {layer.name}: filler {kind!r} has no Keras builder (PyTorch builds it)")
     # He et al. (fan_out), as the PyTorch build's kaiming_normal_(mode="fan_out")
     return keras.initializers.VarianceScaling(2.0, mode="fan_out", distribution="untruncated_normal")
 
 
 def _bias_initializer(layer: Layer):
-    return keras.initializers.Constant(float((layer.p("bias_filler") or {}).get("value", 0.0)))
+    filler = layer.p("bias_filler") or {"type": "constant", "value": 0.0}
+    kind = filler.get("type", "constant")
+    if kind == "constant":
+        return keras.initializers.Constant(float(filler.get("value", 0.0)))
+    if kind == "gaussian":
+        return keras.initializers.RandomNormal(float(filler.get("mean", 0.0)), float(filler.get("std", 1.0)))
+    if kind == "uniform":
+        return keras.initializers.RandomUniform(float(filler.get("min", 0.0)), float(filler.get("max", 1.0)))
+    raise ValueError(f"layer {layer.name}: bias filler {kind!r} has no Keras builder (PyTorch builds it)")
 
 
 class CaffePooling(layers.Layer):
@@ -115,6 +125,39 @@ class CaffeLRN(layers.Layer):
         )
 
 
+class WithinChannelLRN(layers.Layer):
+    """Caffe's WITHIN_CHANNEL LRN: x (1 + alpha * AVE-pool(x^2, n x n, pad (n-1)/2, stride 1))^-beta.
+
+    Caffe's AVE divisor counts the padding, so the pool is a zero-padded window sum / n^2.
+    """
+
+    def __init__(self, local_size: int, alpha: float, beta: float, **kwargs):
+        super().__init__(**kwargs)
+        self.local_size, self.alpha, self.beta = local_size, alpha, beta
+
+    def call(self, x):
+        pad = (self.local_size - 1) // 2
+        sq = tf.pad(x * x, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
+        mean = tf.nn.avg_pool2d(sq, self.local_size, 1, "VALID")
+        return x * tf.pow(1.0 + self.alpha * mean, -self.beta)
+
+
+class CaffeDeconv2D(layers.Layer):
+    """Caffe's Deconvolution (group 1): Conv2DTranspose 'valid', then `pad` cropped from each side,
+    so the output is stride (in - 1) + kernel - 2 pad as in Caffe."""
+
+    def __init__(self, filters: int, kernel, stride, pad, **conv_args):
+        super().__init__(name=conv_args.pop("name"))
+        self.pad = tuple(pad)
+        self.deconv = layers.Conv2DTranspose(filters, kernel, strides=stride, padding="valid",
+                                             name=f"{self.name}_t", **conv_args)
+
+    def call(self, x):
+        y = self.deconv(x)
+        ph, pw = self.pad
+        return y[:, ph:y.shape[1] - ph, pw:y.shape[2] - pw, :]
+
+
 class GroupedConv2D(layers.Layer):
     """Caffe's grouped convolution (AlexNet's two towers) as one Conv2D per group.
 
@@ -173,9 +216,16 @@ def _apply(layer: Layer, ins: list):
         return layers.ReLU(name=name)(x)
     if t in ("Sigmoid", "TanH"):
         return layers.Activation("sigmoid" if t == "Sigmoid" else "tanh", name=name)(x)
-    if t == "Deconvolution" or (t == "LRN" and p.get("norm_region") == "WITHIN_CHANNEL"):
-        what = "Deconvolution" if t == "Deconvolution" else "LRN (WITHIN_CHANNEL)"
-        raise ValueError(f"layer {layer.name}: {what} has no Keras builder (PyTorch builds it; see docs/caffe.md)")
+    if t == "Deconvolution":
+        if p.get("group", 1) != 1:
+            raise ValueError(f"layer {layer.name}: grouped Deconvolution has no Keras builder (PyTorch and MXNet build it)")
+        return CaffeDeconv2D(
+            p["num_output"], _pair(p["kernel_size"]), _pair(p.get("stride", 1)), _pair(p.get("pad", 0)),
+            use_bias=p.get("bias_term", True), kernel_initializer=_initializer(layer),
+            bias_initializer=_bias_initializer(layer), name=name,
+        )(x)
+    if t == "LRN" and p.get("norm_region") == "WITHIN_CHANNEL":
+        return WithinChannelLRN(p.get("local_size", 5), p.get("alpha", 1e-4), p.get("beta", 0.75), name=name)(x)
     if t == "LRN":
         return CaffeLRN(p.get("local_size", 5), p.get("alpha", 1e-4), p.get("beta", 0.75), p.get("k", 1.0), name=name)(x)
     if t == "InnerProduct":
