@@ -631,3 +631,29 @@ def test_imported_fillers_are_caffes():
     assert w.std().item() == pytest.approx((2 / (64 * 9)) ** 0.5, rel=0.03)
     caffe_fill(w, {"type": "uniform", "min": -0.5, "max": 0.25})
     assert w.min() >= -0.5 and w.max() <= 0.25
+
+
+@pytest.mark.slow
+def test_training_starts_from_caffemodel_weights(tmp_path):
+    """Caffe's `caffe train --weights`: the recipe's `weights` are the first iteration's weights."""
+    from hpcdl.caffe.weights import from_torch, write_caffemodel
+    from hpcdl.nets.torch_build import build_torch
+    from hpcdl.train import checkpoint
+
+    spec = load_net("cifar10_quick")
+    pretrained = build_torch(spec)
+    _random_weights(pretrained, seed=21)
+    write_caffemodel(tmp_path / "pre.caffemodel", "CIFAR10_quick", from_torch(pretrained))
+    solver = _write(tmp_path, "solver.prototxt", 'base_lr: 0.000000001\nlr_policy: "fixed"\nmax_iter: 1\n'
+                    'snapshot: 1\nsnapshot_prefix: "ft"\nweights: "pre.caffemodel"\n')
+    hpcdl("recipes", "import", solver, "--net", "cifar10_quick", "--batch-size", "4", "-o", "ft.yaml", check=True,
+          cwd=tmp_path)
+    recipe = yaml.safe_load((tmp_path / "ft.yaml").read_text())
+    assert recipe["weights"] == "pre.caffemodel"
+    recipe["data"] = {"source": "synthetic", "image_size": 32, "num_classes": 10}
+    (tmp_path / "ft.yaml").write_text(yaml.safe_dump(recipe))
+    hpcdl("train", "ft.yaml", "--framework", "pytorch", check=True, cwd=tmp_path)
+    state = checkpoint.load(checkpoint.snapshot_path(tmp_path / "ft", 1))["model"]
+    for key in ("layers.conv1.weight", "layers.ip2.1.weight"):
+        start = dict(pretrained.state_dict())[key]
+        assert (state[key] - start).abs().max().item() < 1e-6, key

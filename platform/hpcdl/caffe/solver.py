@@ -3,13 +3,13 @@
 Every SolverParameter field of caffe.proto falls in one of three groups:
 - mapped: the recipe field of the same meaning (base_lr, lr_policy, gamma, power,
   stepsize, stepvalue, momentum, weight_decay, max_iter, iter_size, clip_gradients,
-  test_iter, test_interval, display, snapshot, snapshot_prefix, random_seed, type SGD);
+  test_iter, test_interval, display, snapshot, snapshot_prefix, random_seed, weights, type SGD);
 - accepted and reported as ignored, because they change no weight: logging, devices and
   file formats (average_loss, test_initialization, test_compute_loss, debug_info,
   solver_mode, device_id, snapshot_format, snapshot_after_train, layer_wise_reduce);
 - refused when set to anything but caffe.proto's default, because hpcdl cannot do what
   they ask (solver types other than SGD, L1 regularisation, the plateau policy, several
-  test nets, snapshot_diff, inline nets, weights to start from).
+  test nets, snapshot_diff, inline nets).
 
 caffe.proto's defaults are written out where hpcdl's differ: momentum 0, gamma 0 and
 power 0 when the file leaves them out. A solver without lr_policy is refused, as Caffe
@@ -64,7 +64,9 @@ def solver_fields(path: str | Path) -> tuple[dict[str, Any], list[str], Any]:
         if default is None or value != default:
             shown = value if not isinstance(value, float) else f32(value)
             raise HpcdlError(f"{where}: {field}: {shown!r} is not supported ({why})")
-    for field in ("train_net_param", "net_param", "test_net_param", "train_state", "test_state", "weights"):
+    if len(msg.weights) > 1:
+        raise HpcdlError(f"{where}: weights: hpcdl starts from one .caffemodel (this solver lists {len(msg.weights)})")
+    for field in ("train_net_param", "net_param", "test_net_param", "train_state", "test_state"):
         if _set(msg, field):
             raise HpcdlError(f"{where}: {field} is not supported (give the net as a file with `net:`)")
     if len(msg.test_net) > 1 or len(msg.test_iter) > 1:
@@ -120,6 +122,8 @@ def solver_fields(path: str | Path) -> tuple[dict[str, Any], list[str], Any]:
         out["snapshot"] = int(msg.snapshot)
     if msg.snapshot_prefix:
         out["snapshot_prefix"] = msg.snapshot_prefix
+    if msg.weights:
+        out["weights"] = msg.weights[0]
     if msg.random_seed >= 0:
         out["random_seed"] = int(msg.random_seed)
     else:

@@ -128,6 +128,10 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     data = load_dataset(recipe.data, shape, recipe.random_seed)
     spec = load_net(recipe.net, num_classes=data.num_classes, image_size=size, channels=shape[0])
     model = build_torch(spec)
+    if recipe.weights:
+        from hpcdl.caffe.weights import read_caffemodel, to_torch
+
+        to_torch(model, read_caffemodel(recipe.weights))  # Caffe's --weights
     fp16 = os.environ.get("HPCDL_FP16_ALLREDUCE", "0") == "1" or recipe.gradient_compression == "fp16"
     if recipe.gradient_compression == "bf16":
         raise HpcdlError("gradient_compression: bf16 is not one of Horovod's compressions (hvd.Compression.fp16 is)")

@@ -186,6 +186,10 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     spec = load_net(recipe.net, num_classes=data.num_classes, image_size=size, channels=shape[0])
     net = build_gluon(spec)
     net.initialize()  # the same seed on every worker gives the same initial weights
+    if recipe.weights:
+        from hpcdl.caffe.weights import read_caffemodel, to_gluon
+
+        to_gluon(net, spec, read_caffemodel(recipe.weights))  # Caffe's --weights
     net.hybridize(static_alloc=True)
     trainer = GluonTrainer(mx, net, recipe, kvstore, me, from_logits=spec.layers[-1].type != "Softmax")
     return run_loop(recipe, me, results, context, data, spec, trainer)

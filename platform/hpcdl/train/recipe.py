@@ -81,6 +81,7 @@ class Recipe(_Strict):
     no_bias_decay: bool = Field(default=False, description="no weight decay on biases and batch-norm parameters")
     label_smoothing: float = Field(default=0.0, ge=0, lt=1)
     aux_heads: bool = Field(default=False, description="train with the net's auxiliary classifiers (GoogLeNet)")
+    weights: str | None = Field(default=None, description="Caffe's --weights: start from a .caffemodel's weights, by layer name")
     class_weighting: Literal["none", "inverse_frequency"] = Field(
         default="none", description="per-pixel loss weight of each class (segmentation): 1/frequency, normalised")
     spatial: SpatialSpec | None = None

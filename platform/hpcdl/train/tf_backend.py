@@ -305,6 +305,10 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     spec = load_net(recipe.net, num_classes=data.num_classes, image_size=size, channels=shape[0])
     with strategy.scope():
         model = build_keras(spec)
+        if recipe.weights:
+            from hpcdl.caffe.weights import read_caffemodel, to_keras
+
+            to_keras(model, spec, read_caffemodel(recipe.weights))  # Caffe's --weights
     trainer = KerasTrainer(tf, keras, strategy, model, recipe, me, from_logits=spec.layers[-1].type != "Softmax")
     pools = {"intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
              "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}

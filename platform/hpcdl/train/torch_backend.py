@@ -173,6 +173,10 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     spec = load_net(recipe.net, num_classes=data.num_classes, image_size=size, channels=spec0.input_shape[0],
                     aux_heads=recipe.aux_heads)
     net = build_torch(spec)
+    if recipe.weights:
+        from hpcdl.caffe.weights import read_caffemodel, to_torch
+
+        to_torch(net, read_caffemodel(recipe.weights))  # Caffe's --weights (Net::CopyTrainedLayersFrom)
     memory_format = torch.channels_last if recipe.channels_last else torch.contiguous_format
     net = net.to(device=device, memory_format=memory_format)
     # gradient lag averages the gradients itself, a step late; otherwise DDP does, in buckets
