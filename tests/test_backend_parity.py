@@ -58,7 +58,27 @@ TOWERS = {
     ],
 }
 
-SYNTHETIC = {"every_layer": EVERY_LAYER, "towers": TOWERS}
+# The layer types and options imported Caffe nets add (hpcdl.caffe): Deconvolution, Sigmoid,
+# TanH, leaky ReLU, Eltwise MAX and SUM with coefficients, FLOOR pooling, WITHIN_CHANNEL LRN.
+CAFFE_EXTRAS = {
+    "input": {"channels": 3, "size": 9},
+    "layers": [
+        {"type": "Convolution", "name": "conv1", "num_output": 6, "kernel_size": [3, 5], "pad": [1, 2]},
+        {"type": "ReLU", "name": "leaky", "negative_slope": 0.1},
+        {"type": "Sigmoid", "name": "sig"},
+        {"type": "TanH", "name": "tanh", "bottom": "leaky"},
+        {"type": "Eltwise", "name": "wsum", "bottom": ["sig", "tanh"], "operation": "SUM", "coeff": [0.5, -2.0]},
+        {"type": "Eltwise", "name": "max", "bottom": ["wsum", "sig"], "operation": "MAX"},
+        {"type": "LRN", "name": "wnorm", "local_size": 3, "alpha": 0.5, "beta": 0.75, "norm_region": "WITHIN_CHANNEL"},
+        {"type": "Deconvolution", "name": "up", "num_output": 4, "kernel_size": 4, "stride": 2, "pad": 1,
+         "weight_filler": {"type": "gaussian", "std": 0.1}},                                   # 9 -> 18
+        {"type": "Pooling", "name": "fpool", "pool": "AVE", "kernel_size": 3, "stride": 2, "pad": 1,
+         "round_mode": "FLOOR"},                                                                # 18 -> 9
+        {"type": "InnerProduct", "name": "fc", "num_output": "classes"},
+    ],
+}
+
+SYNTHETIC = {"every_layer": EVERY_LAYER, "towers": TOWERS, "caffe_extras": CAFFE_EXTRAS}
 
 GLUON_PROBE = """
 import json, sys

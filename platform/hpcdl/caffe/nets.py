@@ -384,11 +384,14 @@ def _convert(net, lines: list[int], path: Path, input_size, channels) -> tuple[d
             shape = shape or info.get("shape")
     if input_blob is None:
         raise HpcdlError(f"{path}: no input: the net has no data layer, Input layer or `input:` field")
-    crop = (data.get("train") or data.get("test") or {}).get("crop_size")
+    first = data.get("train") or data.get("test") or {}
+    crop = first.get("crop_size")
     if input_size is not None:
         size = [input_size, input_size]
     elif crop:
         size = [crop, crop]
+    elif first.get("resize") and all(first["resize"]):
+        size = list(first["resize"])  # ImageData new_height/new_width without a crop
     elif shape:
         size = shape[1:]
     else:
