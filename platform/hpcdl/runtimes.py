@@ -36,6 +36,15 @@ def _gpu_vendor(plan: Plan, site: Site) -> str | None:
     return node.gpus[0].vendor
 
 
+def runtime_modules(plan: Plan, site: Site) -> list[str]:
+    """The runtime modules of this job: the site's, and its GPU ones when the job uses GPUs."""
+    modules = list(site.container.modules)
+    if _gpu_vendor(plan, site):
+        gpu = site.container.gpu_modules if site.container.gpu_modules is not None else ("gpu",)
+        modules += [m for m in gpu if m not in modules]
+    return modules
+
+
 @runtimes.register("none")
 class NoRuntime(Runtime):
     def command(self, plan, site, image):
@@ -55,7 +64,7 @@ class ApptainerRuntime(Runtime):
             argv.append("--rocm")
         for path in self.binds(site):
             argv += ["--bind", path]
-        return argv + [image or "hpcdl.sif"]
+        return argv + list(site.container.args) + [image or "hpcdl.sif"]
 
 
 @runtimes.register("singularity")
@@ -69,9 +78,11 @@ class ShifterRuntime(Runtime):
 
     def command(self, plan, site, image):
         argv = ["shifter", f"--image={image or 'hpcdl:latest'}"]
-        if _gpu_vendor(plan, site):
-            argv.append("--module=gpu")
-        return argv
+        modules = runtime_modules(plan, site)
+        if modules:
+            # NERSC's launcher page: --module=gpu,nccl-plugin (the Slingshot NCCL plugin)
+            argv.append("--module=" + ",".join(modules))
+        return argv + list(site.container.args)
 
 
 #: what the job script sets for the ranks besides the plan's environment
@@ -86,12 +97,14 @@ class PodmanHpcRuntime(Runtime):
 
     def command(self, plan, site, image):
         argv = ["podman-hpc", "run", "--rm", "--mpi"]
-        if _gpu_vendor(plan, site):
-            argv.append("--gpu")
+        # podman-hpc's modules are flags: --gpu, and --nccl for the Slingshot NCCL plugin and its
+        # settings (NERSC podman-hpc etc/modules.d/nccl.yaml: cli_arg nccl)
+        argv += [f"--{m}" for m in runtime_modules(plan, site) if m != "mpi"]
+        argv += list(site.container.args)
         for path in [*self.binds(site), Expanding("$HPCDL_JOB_DIR")]:
             argv += ["--volume", Expanding(f"{path}:{path}")]
         argv += ["--workdir", Expanding("$HPCDL_JOB_DIR")]
-        for name in sorted({*plan.env, *JOB_ENV}):
+        for name in sorted({*plan.env, *plan.env_paths, *JOB_ENV}):
             argv += ["--env", name]
         return argv + [image or "hpcdl:latest"]
 
@@ -105,4 +118,4 @@ class CharliecloudRuntime(Runtime):
         for path in [*self.binds(site), Expanding("$HPCDL_JOB_DIR")]:
             argv += ["-b", Expanding(f"{path}:{path}")]
         argv += ["--cd", Expanding("$HPCDL_JOB_DIR")]
-        return argv + [image or "hpcdl.sqfs", "--"]
+        return argv + list(site.container.args) + [image or "hpcdl.sqfs", "--"]

@@ -32,9 +32,9 @@ class OpenMpiLauncher(Launcher):
             "--map-by", f"ppr:{plan.ranks_per_node}:node:PE={cores_per_rank(plan)}",
             "--bind-to", "core",
         ]
-        for name in sorted({*plan.env, *RENDEZVOUS_ENV}):
+        for name in sorted({*plan.env, *plan.env_paths, *RENDEZVOUS_ENV}):
             argv += ["-x", name]
-        return argv
+        return argv + list(site.launch.args)
 
 
 @launchers.register("mpiexec")
@@ -49,7 +49,8 @@ class HydraLauncher(Launcher):
             "-n", str(plan.world_size),
             "-ppn", str(plan.ranks_per_node),
             "-bind-to", f"core:{cores_per_rank(plan)}",
-            "-genvlist", ",".join(sorted({*plan.env, *RENDEZVOUS_ENV})),
+            "-genvlist", ",".join(sorted({*plan.env, *plan.env_paths, *RENDEZVOUS_ENV})),
+            *site.launch.args,
         ]
 
 
@@ -87,11 +88,16 @@ class SrunLauncher(Launcher):
         gpus_used = sorted({g for r in local for g in r.gpus})
         if gpus_used:
             argv.append(f"--gpus-per-node={len(gpus_used)}")
-            if all(len(r.gpus) == 1 for r in local):
+            if site.launch.gpu_visibility == "node":
+                # every task sees the node's GPUs: NERSC's Perlmutter examples ask --gpus-per-node
+                # with no per-task binding; per-task map binding broke CUDA IPC there (E3SM issue
+                # 4834, fixed with --gpu-bind=none, as NERSC staff scripts write it)
+                argv.append("--gpu-bind=none")
+            elif all(len(r.gpus) == 1 for r in local):
                 argv.append("--gpu-bind=map_gpu:" + ",".join(str(r.gpus[0]) for r in local))
             else:
                 argv.append("--gpu-bind=mask_gpu:" + ",".join(_hex_mask(r.gpus) for r in local))
-        return argv
+        return argv + list(site.launch.args)
 
 
 def _hex_mask(ids) -> str:
@@ -103,7 +109,7 @@ class IbrunLauncher(Launcher):
     """TACC's ibrun takes the task count and layout from the Slurm allocation."""
 
     def command(self, plan: Plan, site: Site) -> list[str]:
-        return ["ibrun"]
+        return ["ibrun", *site.launch.args]
 
 
 @launchers.register("jsrun")
@@ -124,7 +130,13 @@ class JsrunLauncher(Launcher):
         per_socket: dict[int, list] = {}
         for r in local:
             per_socket.setdefault(r.socket, []).append(r)
-        if len({len(r.gpus) for r in local}) == 1:
+        gpus_used = {g for r in local for g in r.gpus}
+        if site.launch.gpu_visibility == "node" and gpus_used:
+            # one resource set per node holding all its GPUs, so every rank reaches every GPU
+            # (a resource set is a cgroup): OLCF's DL guidance `jsrun -r1 -g6 -a6 -c42 -bpacked:7`,
+            # the Gordon Bell scripts `jsrun -n ${nnodes} -g 6 -c 42 -a 6`, LBANN on Lassen
+            sets_per_node, tasks, gpus = 1, plan.ranks_per_node, len(gpus_used)
+        elif len({len(r.gpus) for r in local}) == 1:
             sets_per_node, tasks, gpus = plan.ranks_per_node, 1, len(local[0].gpus)
         elif len({len(rs) for rs in per_socket.values()}) == 1 and len(
             {sum(len(r.gpus) for r in rs) for rs in per_socket.values()}
@@ -133,7 +145,7 @@ class JsrunLauncher(Launcher):
             sets_per_node, tasks, gpus = len(per_socket), len(first), sum(len(r.gpus) for r in first)
         else:
             sets_per_node, tasks, gpus = 1, plan.ranks_per_node, len({g for r in local for g in r.gpus})
-        return [
+        argv = [
             "jsrun",
             f"-n{sets_per_node * plan.nodes}",
             f"-a{tasks}",
@@ -142,6 +154,50 @@ class JsrunLauncher(Launcher):
             f"-r{sets_per_node}",
             f"-bpacked:{c}",
         ]
+        if site.mpi == "spectrum-mpi" and gpus_used and plan.distributed in ("horovod", "mpi"):
+            # MPI on GPU buffers: "Not using [--smpiargs=\"-gpu\"] might result in confusing
+            # segmentation faults" (OLCF Summit guide); LBANN's Lassen launcher passes it
+            argv.append("--smpiargs=-gpu")
+        return argv + list(site.launch.args)
+
+
+@launchers.register("pals")
+class PalsLauncher(Launcher):
+    """HPE Cray PALS mpiexec under PBS Pro: --ppn ranks per node, --depth CPUs per rank.
+
+    ALCF Polaris/Aurora: `mpiexec -n ${NTOTRANKS} --ppn ${NRANKS_PER_NODE} --depth=${NDEPTH}
+    --cpu-bind depth`, each rank on `depth` consecutive CPUs; where the plan's cores are not
+    consecutive blocks from CPU 0 (reserved cores, GPU-nearest domains) the plan's own CPUs go
+    as `--cpu-bind list:a-b:c-d` (ALCF Aurora's `--cpu-bind list:1-8:9-16:...`). PALS passes the
+    job's environment to the ranks.
+    """
+
+    binds_cores = True
+
+    def command(self, plan: Plan, site: Site) -> list[str]:
+        local = plan.local_ranks()
+        node = site.node_kinds[plan.node_kind]
+        c = cores_per_rank(plan)
+        smt = min(node.threads_per_core, -(-plan.threads_per_rank // c))
+        argv = ["mpiexec", "-n", str(plan.world_size), "--ppn", str(plan.ranks_per_node)]
+        cpus = [sorted(cpu for core in r.cores for cpu in node.cpus_of_core(core)[:smt]) for r in local]
+        depth = c * smt
+        if all(cs == list(range(i * depth, (i + 1) * depth)) for i, cs in enumerate(cpus)):
+            argv += [f"--depth={depth}", "--cpu-bind", "depth"]
+        else:
+            argv += ["--cpu-bind", "list:" + ":".join(_cpu_ranges(cs) for cs in cpus)]
+        return argv + list(site.launch.args)
+
+
+def _cpu_ranges(cpus: list[int]) -> str:
+    out, start = [], None
+    for i, c in enumerate(cpus):
+        if start is None:
+            start = c
+        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
+            out.append(f"{start}-{c}" if c != start else str(c))
+            start = None
+    return ",".join(out)
 
 
 @launchers.register("aprun")
@@ -164,6 +220,7 @@ class AprunLauncher(Launcher):
             "-d", str(cores * smt),
             "-j", str(smt),
             "-cc", "depth",
+            *site.launch.args,
         ]
 
 

@@ -45,10 +45,16 @@ def threading_env(node: NodeKind, framework: str, threads: int, cores_per_rank: 
     return env
 
 
-def rank_env(site: Site, node: NodeKind, gpus: tuple[int, ...], nic: str | None) -> dict[str, str]:
+def rank_env(site: Site, node: NodeKind, gpus: tuple[int, ...], nic: str | None,
+             gpu_visibility: str = "per-rank") -> dict[str, str]:
     """Settings that differ from one local rank to the next: its GPUs and its NIC."""
     env: dict[str, str] = {}
-    if gpus:
+    if gpus and gpu_visibility == "node":
+        # every rank sees every GPU (one resource set per node, no per-task GPU binding) and picks
+        # its own: OLCF's DL guidance "each process needs to have access to all GPUs on the node";
+        # ranks that see different GPU sets cannot open each other's memory (E3SM issue 4834)
+        env["HPCDL_GPU"] = ",".join(map(str, gpus))
+    elif gpus:
         vendor = node.gpus[gpus[0]].vendor
         # ROCm's own selector for AMD GCDs (LUMI-G/Frontier launch lines set ROCR_VISIBLE_DEVICES)
         env["ROCR_VISIBLE_DEVICES" if vendor == "amd" else "CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
@@ -104,13 +110,15 @@ def communication_env(
             env["NCCL_NET_GDR_LEVEL"] = "PHB"
             env["FI_CXI_DISABLE_HOST_REGISTER"] = "1"
             env["FI_MR_CACHE_MONITOR"] = "userfaultfd"
+            # a completion queue big enough for NCCL/RCCL's many small messages (OLCF "PyTorch on
+            # Frontier", ALCF Polaris NCCL settings, HPE's RCCL-on-Slingshot note)
+            env["FI_CXI_DEFAULT_CQ_SIZE"] = "131072"
         if site.mpi == "cray-mpich":
             # Cray MPICH picks each rank's NIC itself: the one nearest its GPU, else its NUMA node
             # (intro_mpi(3): MPICH_OFI_NIC_POLICY)
             env["MPICH_OFI_NIC_POLICY"] = "GPU" if use_gpus else "NUMA"
     if site.mpi == "cray-mpich":
-        if use_gpus:
-            env["MPICH_GPU_SUPPORT_ENABLED"] = "1"
+        # MPICH_GPU_SUPPORT_ENABLED goes with the GTL module or not at all (planner._plan_modules)
         if distributed in ("horovod", "mpi"):
             # Cray MPICH grants MPI_THREAD_MULTIPLE (which Horovod's background thread and
             # threaded MPI backends ask for) only when told to (intro_mpi(3))

@@ -64,6 +64,9 @@ class Plan:
     launcher_argv: tuple[str, ...]  # the launch line up to (not including) the program
     notes: tuple[str, ...] = ()  # why each choice was made, in words
     spatial: SpatialLayout | None = None  # spatial parallelism: who shares a sample
+    modules: tuple[str, ...] = ()  # modules this plan needs beyond the site's (the GTL with GPU-aware MPI)
+    # values built from other variables, expanded by the job shell: {name: {"prepend": [...], "append": [...]}}
+    env_paths: dict[str, dict] = field(default_factory=dict)
 
     @property
     def world_size(self) -> int:
@@ -78,6 +81,9 @@ class Plan:
         data["world_size"] = self.world_size
         if self.spatial is None:
             data.pop("spatial")  # plans without spatial parallelism read as they always have
+        for name in ("modules", "env_paths"):
+            if not data[name]:
+                data.pop(name)  # nor do plans without these
         return data
 
     @classmethod
@@ -94,5 +100,7 @@ class Plan:
                                     tuple(tuple(g) for g in spatial["groups"]))
         return cls(
             **{**data, "ranks": ranks, "launcher_argv": tuple(data["launcher_argv"]), "notes": tuple(data.get("notes", ())),
-               "spatial": spatial}
+               "spatial": spatial, "modules": tuple(data.get("modules", ())),
+               "env_paths": {k: {"prepend": list(v.get("prepend", ())), "append": list(v.get("append", ()))}
+                             for k, v in data.get("env_paths", {}).items()}}
         )

@@ -68,15 +68,23 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         for lr, slot in enumerate(slots)
     ]
     ranks = tuple(
-        RankPlacement(rank=n * ranks_per_node + p["local_rank"], node=n, env=rank_env(site, node, p["gpus"], p["nic"]), **p)
+        RankPlacement(rank=n * ranks_per_node + p["local_rank"], node=n,
+                      env=rank_env(site, node, p["gpus"], p["nic"], site.launch.gpu_visibility), **p)
         for n in range(request.nodes)
         for p in local
     )
     env = {
         **threading_env(node, request.framework, threads, len(cores[0])),
         **communication_env(site, node, request, distributed, use_gpus, ranks_per_node, threads, mode),
-        **site.env,  # the site's own settings win: the centre knows its machine best
+        # the site's own settings win: the centre knows its machine best
+        **{k: v for k, v in site.env.items() if isinstance(v, str)},
     }
+    env_paths = {k: {"prepend": list(v.prepend), "append": list(v.append)}
+                 for k, v in site.env.items() if not isinstance(v, str)}
+    modules = _plan_modules(site, use_gpus, env, notes)
+    if use_gpus and site.launch.gpu_visibility == "node":
+        notes.append("every rank sees every GPU of its node and drives its own by local rank (HPCDL_GPU), "
+                     "so CUDA IPC works between the ranks of a node")
     plan = Plan(
         site=site.name,
         node_kind=kind_name,
@@ -93,6 +101,8 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         launcher_argv=(),
         notes=tuple(notes),
         spatial=_spatial_layout(site, kind_name, request, ranks, ranks_per_node, notes),
+        modules=modules,
+        env_paths=env_paths,
     )
     plan = replace(plan, notes=tuple(notes))
     from hpcdl.launchers import launcher_for
@@ -132,6 +142,22 @@ def _spatial_layout(site: Site, kind_name: str, request: JobRequest, ranks: tupl
     if any(len({socket_of[m] for m in group}) > 1 for group in groups):
         notes.append("a spatial group spans both sockets: its halos cross the inter-socket link")
     return SpatialLayout(ways, request.spatial_split, (grid.rows, grid.cols), groups)
+
+
+def _plan_modules(site: Site, use_gpus: bool, env: dict[str, str], notes: list[str]) -> tuple[str, ...]:
+    """GPU-aware Cray MPICH needs its GTL library, which the craype-accel-* module links in: the
+    centres set MPICH_GPU_SUPPORT_ENABLED=1 together with that module (OLCF Frontier guide:
+    `module load craype-accel-amd-gfx90a rocm` with MPICH_GPU_SUPPORT_ENABLED=1; NERSC
+    Perlmutter: craype-accel-nvidia80). Without it MPI fails with "GTL library is not linked",
+    so the plan sets both or neither."""
+    if site.mpi != "cray-mpich" or not use_gpus:
+        return ()
+    if site.modules.gpu_mpi and site.modules.system != "none":
+        env["MPICH_GPU_SUPPORT_ENABLED"] = "1"
+        return tuple(m for m in site.modules.gpu_mpi if m not in site.modules.load)
+    env.pop("MPICH_GPU_SUPPORT_ENABLED", None)
+    notes.append("Cray MPICH runs without GPU support: the profile names no GTL module (modules.gpu_mpi)")
+    return ()
 
 
 def _port(nic: Nic) -> str:
@@ -299,6 +325,9 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
         return node.usable_cores_of_socket(socket) if domain is None else node.usable_cores_of_domain(domain)
 
     per_rank = min(len(usable(key)) // len(members) for key, members in groups.items())
+    if node.default_cores_per_rank and per_rank > node.default_cores_per_rank:
+        per_rank = node.default_cores_per_rank
+        notes.append(f"{per_rank} cores per rank from the site profile")
     if per_rank < 1:
         key, members = min(groups.items(), key=lambda kv: len(usable(kv[0])) / len(kv[1]))
         where = f"socket {key[0]}" + (f" (NUMA domain {key[1]})" if key[1] is not None else "")

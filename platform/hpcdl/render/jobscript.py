@@ -119,6 +119,7 @@ def render_job_script(
     for r in plan.ranks:
         for k in r.env:
             env_name(k)
+    site = with_project(site, options.account or site.defaults.account)
     image = options.image or site.defaults.image or default_image(site)
     if image and site.defaults.image_dir and not image.startswith(("/", "docker:", "docker://", "oras://")) \
             and site.runtime in ("apptainer", "singularity", "charliecloud"):
@@ -136,7 +137,8 @@ def render_job_script(
         options=options,
         job=job,
         env=env,
-        modules=module_lines(site),
+        env_paths=env_path_lines(plan),
+        modules=module_lines(site, plan),
         plan_json=json.dumps(plan.to_dict(), sort_keys=True),
         recipe_json=_heredoc_safe(json.dumps(recipe, sort_keys=True)),
         launch=[*plan.launcher_argv, *runtime_argv, *program],
@@ -189,6 +191,9 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "requeue": options.requeue,
         "warning_seconds": options.warning_seconds,
         "output_dir": options.output_dir,
+        "directives": list(site.defaults.directives),
+        "account_flag": site.defaults.account_flag or "-P",
+        "job_resources": [f"{k}={v}" for k, v in site.defaults.job_resources.items()],
         "job_id_var": {"slurm": "SLURM_JOB_ID", "lsf": "LSB_JOBID", "pbs": "PBS_JOBID", "local": "HPCDL_JOB_ID"}[scheduler],
     }
     if options.requeue and options.warning_seconds >= seconds:
@@ -292,14 +297,54 @@ def slurm_time(seconds: int) -> str:
 # Modules and data staging.
 
 
-def module_lines(site: Site) -> dict:
-    """`module load` for the site's modules and its container runtime, and the init to source."""
+def module_lines(site: Site, plan: Plan | None = None) -> dict:
+    """`module use` and `module load` for the site's modules, the plan's (the GTL of GPU-aware
+    Cray MPICH) and the container runtime's, and the init to source."""
     if site.modules.system == "none":
-        return {"init": None, "load": []}
-    load = [*site.modules.load]
+        return {"init": None, "load": [], "use": []}
+    load = [*site.modules.load, *(plan.modules if plan else ())]
     if site.modules.runtime and site.runtime != "none":
         load.append(site.modules.runtime)
-    return {"init": site.modules.init if load else None, "load": load}
+    use = [path_with_variables(p) for p in site.modules.use] if load else []
+    return {"init": site.modules.init if load else None, "load": load, "use": use}
+
+
+def env_path_lines(plan: Plan) -> list[str]:
+    """`export NAME=...` for values built from other variables: each folder is one quoted word in
+    which only $NAME references expand, and the variable's own value joins only when set."""
+    lines = []
+    for name, parts in sorted(plan.env_paths.items()):
+        env_name(name)
+        before = ":".join(path_with_variables(p) for p in parts.get("prepend", ()))
+        after = ":".join(path_with_variables(p) for p in parts.get("append", ()))
+        own = f'"${{{name}:+:${{{name}}}}}"' if before else f'"${{{name}:+${{{name}}}:}}"'
+        value = before + own + (f":{after}" if before and after else after)
+        lines.append(f"export {name}={value}")
+    return lines
+
+
+def with_project(site: Site, account: str | None) -> Site:
+    """The site with {project} in its paths replaced by the account the job is charged to.
+
+    Centres name project folders by project id (OLCF: /lustre/orion/[projid]/scratch/$USER) and set
+    no variable for it, so the id comes from the job's account, given at render time.
+    """
+    from hpcdl.sites.schema import PROJECT_PLACEHOLDER
+
+    fs = site.filesystems
+    holders = [f for f in ("scratch", "node_local") if PROJECT_PLACEHOLDER in (getattr(fs, f) or "")]
+    if not holders:
+        return site
+    if not account:
+        raise HpcdlError(
+            f"account: site {site.name!r} names its filesystems.{holders[0]} by project "
+            f"({getattr(fs, holders[0])}); give the project with --account"
+        )
+    plain_word("account", "path", account)
+    if "/" in account or account in (".", ".."):
+        raise HpcdlError(f"account: {account!r} cannot name a folder")
+    update = {f: getattr(fs, f).replace(PROJECT_PLACEHOLDER, account) for f in holders}
+    return site.model_copy(update={"filesystems": fs.model_copy(update=update)})
 
 
 def once_per_node(plan: Plan, scheduler: str) -> list[str]:
@@ -315,6 +360,8 @@ def once_per_node(plan: Plan, scheduler: str) -> list[str]:
         return ["aprun", "-n", n, "-N", "1"]
     if plan.launcher == "mpiexec":
         return ["mpiexec", "-n", n, "-ppn", "1"]
+    if plan.launcher == "pals":
+        return ["mpiexec", "-n", n, "--ppn", "1"]
     if plan.launcher == "mpirun":
         return ["mpirun", "-np", n, "--map-by", "ppr:1:node"]
     # pbsdsh -u: one task per node of the PBS allocation; blaunch: the same for LSF

@@ -9,14 +9,17 @@ See docs/sites.md for the field-by-field guide.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Scheduler = Literal["slurm", "lsf", "pbs", "local"]
-Launcher = Literal["srun", "jsrun", "ibrun", "mpirun", "mpiexec", "aprun", "local"]
+Launcher = Literal["srun", "jsrun", "ibrun", "mpirun", "mpiexec", "pals", "aprun", "local"]
 Runtime = Literal["singularity", "apptainer", "shifter", "podman-hpc", "charliecloud", "none"]
-MpiFlavour = Literal["openmpi", "mpich", "cray-mpich", "spectrum-mpi", "mvapich2", "intel-mpi", "none"]
+MpiFlavour = Literal[
+    "openmpi", "mpich", "cray-mpich", "spectrum-mpi", "mvapich2", "intel-mpi", "parastation-mpi", "none"
+]
 NicKind = Literal["infiniband", "omnipath", "slingshot", "aries", "ethernet"]
 GpuVendor = Literal["nvidia", "amd"]
 
@@ -25,7 +28,21 @@ LAUNCHER_NEEDS: dict[str, tuple[str, ...]] = {
     "srun": ("slurm",),
     "ibrun": ("slurm",),  # TACC's wrapper reads the Slurm allocation
     "jsrun": ("lsf",),  # IBM Job Step Manager, inside an LSF CSM allocation
+    "pals": ("pbs",),  # HPE Cray PALS mpiexec, inside a PBS Pro allocation (ALCF Polaris, Aurora)
 }
+
+#: variables every job shell has: the login's and the batch system's own (a path may use them)
+ALWAYS_SET = ("USER", "HOME", "LOGNAME", "HOSTNAME", "PWD", "TMPDIR")
+SCHEDULER_VARIABLE_PREFIX = {"slurm": "SLURM_", "lsf": "LSB_", "pbs": "PBS_", "local": "HPCDL_"}
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+#: the placeholder in a site path that takes the account/project given at render time
+PROJECT_PLACEHOLDER = "{project}"
+_DIRECTIVE = re.compile(r"^--?[A-Za-z][A-Za-z0-9_-]*(?:[ =][A-Za-z0-9._:+=,@/%\[\]-]+)?$")
+_WORD = re.compile(r"^[A-Za-z0-9._:+=,@/%-]+$")
+
+
+def variables_in(text: str) -> list[str]:
+    return [m.group(1) or m.group(2) for m in _VARIABLE.finditer(text)]
 
 
 class _Strict(BaseModel):
@@ -113,6 +130,10 @@ class NodeKind(_Strict):
     )
     default_ranks_per_socket: int | None = Field(default=None, ge=1)
     default_threads_per_rank: int | None = Field(default=None, ge=1)
+    default_cores_per_rank: int | None = Field(
+        default=None, ge=1,
+        description="at most this many cores per rank unless the request says otherwise (LBANN on Lassen: 8)",
+    )
     intra_node_link: IntraNodeLink | None = Field(default=None, description="for hpcdl predict; default by GPU/CPU kind")
     nodes_per_host: int = Field(
         default=1, ge=1,
@@ -228,7 +249,15 @@ class Filesystems(_Strict):
 class Modules(_Strict):
     system: Literal["lmod", "tcl", "none"] = "lmod"
     init: str | None = Field(default=None, description="script to source so `module` exists in batch jobs")
+    use: tuple[str, ...] = Field(default=(), description="module folders to `module use` before loading")
     load: tuple[str, ...] = Field(default=(), description="modules every hpcdl job loads")
+    gpu_mpi: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "modules that make the MPI GPU-aware (Cray: the GTL, craype-accel-amd-gfx90a or craype-accel-nvidia80); "
+            "GPU jobs load them and set MPICH_GPU_SUPPORT_ENABLED=1, both or neither"
+        ),
+    )
     runtime: str | None = Field(default=None, description="module that provides the container runtime")
     frameworks: dict[str, str] = Field(
         default_factory=dict, description="the centre's own framework module, by framework (pytorch: open-ce/1.10.0...)"
@@ -247,10 +276,65 @@ class Defaults(_Strict):
         default=(), description="LSF -alloc_flags, e.g. smt4 and nvme on Summit"
     )
     exclusive: bool = True
+    account_flag: Literal["-P", "-G"] | None = Field(
+        default=None, description="LSF: -P project (the default) or -G user group (LLNL banks: #BSUB -G)"
+    )
+    directives: tuple[str, ...] = Field(
+        default=(),
+        description="further scheduler options, one per directive line: --network=disable_rdzv_get, -S 2",
+    )
+    job_resources: dict[str, str] = Field(
+        default_factory=dict,
+        description="PBS job-wide resources (-l name=value, outside the select chunk): filesystems: home:eagle",
+    )
     max_nodes: int | None = Field(default=None, ge=1)
     max_time: str | None = None
     image: str | None = Field(default=None, description="image (path or name in image_dir) jobs run in")
     image_dir: str | None = None
+
+
+class EnvPath(_Strict):
+    """An environment value built from other variables, as data: folders put before and after the
+    variable's own value (LD_LIBRARY_PATH). The job shell expands only $NAME references."""
+
+    prepend: tuple[str, ...] = ()
+    append: tuple[str, ...] = ()
+
+
+class Launch(_Strict):
+    """How the launcher starts ranks beyond what the plan decides."""
+
+    args: tuple[str, ...] = Field(default=(), description="further launcher arguments, word by word")
+    gpu_visibility: Literal["per-rank", "node"] = Field(
+        default="per-rank",
+        description=(
+            "per-rank: each rank sees only its GPUs; node: every rank sees every GPU of its node and picks its "
+            "own by local rank, so CUDA IPC works between ranks (OLCF Summit DL guidance, NERSC Perlmutter)"
+        ),
+    )
+
+
+class Container(_Strict):
+    """Container-runtime modules and flags (podman-hpc --nccl, Shifter --module=gpu,nccl-plugin)."""
+
+    gpu_modules: tuple[str, ...] | None = Field(
+        default=None, description="runtime modules GPU jobs use; default: the runtime's GPU module (gpu)"
+    )
+    modules: tuple[str, ...] = Field(default=(), description="runtime modules every job uses")
+    args: tuple[str, ...] = Field(default=(), description="further runtime arguments, word by word")
+
+
+Choice = Literal[
+    "ranks_per_node", "cores_per_rank", "binding", "gpus", "nics", "launcher", "directives", "environment",
+    "modules", "container",
+]
+
+
+class Citation(_Strict):
+    """Where one choice that shapes the plan comes from: the centre page or staff script it follows."""
+
+    source: str = Field(min_length=1, description="URL of the centre page or centre-staff script")
+    says: str = Field(min_length=1, description="what it says, quoted or in short")
 
 
 class Site(_Strict):
@@ -266,7 +350,17 @@ class Site(_Strict):
     filesystems: Filesystems = Filesystems()
     modules: Modules = Modules()
     defaults: Defaults = Defaults()
-    env: dict[str, str] = Field(default_factory=dict, description="site-wide settings every job exports")
+    env: dict[str, str | EnvPath] = Field(
+        default_factory=dict, description="site-wide settings every job exports; a path list as {prepend: [...]}"
+    )
+    provides_env: tuple[str, ...] = Field(
+        default=(), description="variables the centre sets in every job shell ($PSCRATCH), which paths may use"
+    )
+    launch: Launch = Launch()
+    container: Container = Container()
+    citations: dict[Choice, tuple[Citation, ...]] = Field(
+        default_factory=dict, description="per choice that shapes a plan, the centre pages it follows"
+    )
 
     @field_validator("node_kinds")
     @classmethod
@@ -281,12 +375,52 @@ class Site(_Strict):
             raise ValueError(
                 f"default_node_kind: {self.default_node_kind!r} is not one of {sorted(self.node_kinds)}"
             )
+        self._only_guaranteed_variables()
+        for i, d in enumerate(self.defaults.directives):
+            if not _DIRECTIVE.match(d):
+                raise ValueError(
+                    f"defaults.directives[{i}]: {d!r} is not one scheduler option; write -X value or --name=value "
+                    "with letters, digits and . _ : + = , @ / % - only"
+                )
+        for k, v in self.defaults.job_resources.items():
+            if self.scheduler != "pbs":
+                raise ValueError(f"defaults.job_resources: PBS job-wide resources, but the scheduler is {self.scheduler}")
+            if not (_WORD.match(k) and _WORD.match(v)) or "=" in k:
+                raise ValueError(f"defaults.job_resources.{k}: {v!r} is not a plain name=value a #PBS -l line carries")
+        if self.defaults.account_flag and self.scheduler != "lsf":
+            raise ValueError(f"defaults.account_flag: an LSF setting, but the scheduler is {self.scheduler}")
+        for what, words in (("launch.args", self.launch.args), ("container.args", self.container.args),
+                            ("container.modules", self.container.modules),
+                            ("container.gpu_modules", self.container.gpu_modules or ())):
+            for i, w in enumerate(words):
+                if not w or any(c in w for c in "\n\r\0"):
+                    raise ValueError(f"{what}[{i}]: {w!r} is not one argument word")
         needs = LAUNCHER_NEEDS.get(self.launcher)
         if needs and self.scheduler not in needs:
             raise ValueError(
                 f"launcher: {self.launcher} runs under {' or '.join(needs)}, not under scheduler {self.scheduler}"
             )
         return self
+
+    def _only_guaranteed_variables(self) -> None:
+        """A script may use only variables the scheduler, the login or the profile guarantees: under
+        `set -u` any other stops the job before it starts (Frontier's $PROJECT, which OLCF never sets)."""
+        known = {*ALWAYS_SET, *self.provides_env, *(k for k in self.env)}
+        prefix = SCHEDULER_VARIABLE_PREFIX[self.scheduler]
+        places = [("filesystems.scratch", self.filesystems.scratch), ("filesystems.node_local", self.filesystems.node_local),
+                  *((f"modules.use[{i}]", p) for i, p in enumerate(self.modules.use))]
+        for name, value in self.env.items():
+            if isinstance(value, EnvPath):
+                places += [(f"env.{name}", p) for p in (*value.prepend, *value.append)]
+        for field, text in places:
+            for var in variables_in(text or ""):
+                if var not in known and not var.startswith(prefix) and not var.startswith("DW_JOB_"):
+                    hint = (f"; for the project write {PROJECT_PLACEHOLDER}, which takes the account at render time"
+                            if "PROJ" in var.upper() or "ACCOUNT" in var.upper() else "")
+                    raise ValueError(
+                        f"{field}: ${var} is set neither by {self.scheduler} nor by the login; list it under "
+                        f"provides_env if the centre sets it in every job{hint}"
+                    )
 
     def node_kind(self, name: str | None = None) -> tuple[str, NodeKind]:
         from hpcdl.errors import HpcdlError

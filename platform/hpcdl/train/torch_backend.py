@@ -127,7 +127,11 @@ def choose_device(recipe: Recipe, me: RankInfo) -> torch.device:
     if recipe.device == "cuda" or (recipe.device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise HpcdlError("device: cuda asked for, but PyTorch sees no GPU here")
-        device = torch.device("cuda", me.local_rank % torch.cuda.device_count())
+        # HPCDL_GPU: the plan's GPU for this rank where every rank sees the whole node's GPUs
+        # (profile launch.gpu_visibility: node); else the launcher left one GPU per rank visible
+        chosen = os.environ.get("HPCDL_GPU", "").split(",")[0]
+        index = int(chosen) if chosen.isdigit() else me.local_rank
+        device = torch.device("cuda", index % torch.cuda.device_count())
         torch.cuda.set_device(device)
         return device
     return torch.device("cpu")
