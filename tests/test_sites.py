@@ -38,8 +38,9 @@ def test_summit_node_is_two_power9_with_three_v100_and_two_ib_ports_per_socket()
     assert (node.sockets, node.cores_per_socket, node.threads_per_core) == (2, 22, 4)
     assert node.sockets * node.usable_cores_per_socket == 42  # jsrun -c42
     assert [g.socket for g in node.gpus] == [0, 0, 0, 1, 1, 1]
+    # socket 1 lists mlx5_3 first, so its ranks get mlx5_3, mlx5_2, mlx5_3 as in the Gordon Bell script
     assert [(n.device, n.socket) for n in node.nics] == [
-        ("mlx5_0", 0), ("mlx5_1", 0), ("mlx5_2", 1), ("mlx5_3", 1)]
+        ("mlx5_0", 0), ("mlx5_1", 0), ("mlx5_3", 1), ("mlx5_2", 1)]
     # SMT4, core-major: core 22 (first of socket 1) is hardware threads 88-91
     assert node.cpus_of_core(22) == (88, 89, 90, 91)
     assert load_site("summit").defaults.alloc_flags == ("smt4", "nvme")

@@ -34,9 +34,33 @@ def sites_list(ctx: typer.Context) -> None:
 
 
 @sites_app.command("show")
-def sites_show(name: str = typer.Argument(..., help="site name")) -> None:
-    """Print a site profile as YAML."""
-    typer.echo(site_to_yaml(load_site(name)), nl=False)
+def sites_show(
+    name: str = typer.Argument(..., help="site name"),
+    sources: bool = typer.Option(False, "--sources", help="list, per choice that shapes a plan, the pages it follows"),
+) -> None:
+    """Print a site profile as YAML, or with --sources the centre pages behind each choice."""
+    site = load_site(name)
+    if not sources:
+        typer.echo(site_to_yaml(site), nl=False)
+        return
+    typer.echo(sources_text(site), nl=False)
+
+
+def sources_text(site) -> str:
+    lines = [f"{site.name}: {site.description}".rstrip(": ")]
+    if not site.citations:
+        lines.append("  (the profile cites no source per choice; its general sources:)")
+        lines += [f"  - {s}" for s in site.sources]
+        return "\n".join(lines) + "\n"
+    for choice, cites in site.citations.items():
+        lines.append(f"{choice}:")
+        for c in cites:
+            lines.append(f"  - {c.source}")
+            lines.append(f"    {c.says}")
+    if site.sources:
+        lines.append("profile facts (hardware):")
+        lines += [f"  - {s}" for s in site.sources]
+    return "\n".join(lines) + "\n"
 
 
 @sites_app.command("detect")

@@ -186,6 +186,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "seconds": seconds,
         "account": options.account or site.defaults.account,
         "partition": options.partition or site.defaults.partition,
+        "qos": site.defaults.qos,
         "constraint": options.constraint if options.constraint is not None else site.defaults.constraint,
         "exclusive": exclusive,
         "requeue": options.requeue,
