@@ -14,7 +14,7 @@ def _plan(site: str, **request):
 
 
 def test_every_launcher_a_profile_can_name_is_registered():
-    assert set(launchers.names()) == {"srun", "jsrun", "ibrun", "mpirun", "mpiexec", "aprun", "local"}
+    assert set(launchers.names()) == {"srun", "jsrun", "ibrun", "mpirun", "mpiexec", "pals", "aprun", "local"}
 
 
 def test_aprun_on_knl_is_n_N_d_with_one_hardware_thread_per_core():
@@ -64,9 +64,41 @@ def test_srun_counts_cpus_per_task_in_the_unit_the_sites_slurm_counts():
 
 
 def test_srun_binds_multi_gpu_ranks_by_mask():
+    site, plan = _plan("volta-x86", mode="per-socket")
+    argv = launcher_for("srun").command(plan, site)
+    assert "--gpu-bind=mask_gpu:0x3,0xc" in argv
+
+
+def test_srun_leaves_every_gpu_visible_where_the_profile_says_so():
+    # NERSC Perlmutter: --gpus-per-node=4 and no per-task binding (E3SM issue 4834: --gpu-bind=none)
     site, plan = _plan("perlmutter", mode="per-socket")
     argv = launcher_for("srun").command(plan, site)
-    assert "--gpu-bind=mask_gpu:0xf" in argv
+    assert "--gpus-per-node=4" in argv and "--gpu-bind=none" in argv
+
+
+def _pals_site(**node):
+    from hpcdl.sites.schema import Site
+
+    kind = {"sockets": 1, "cores_per_socket": 32, "threads_per_core": 2, "memory_gb": 512,
+            "gpus": [{"model": "A100", "socket": 0}] * 4, **node}
+    return Site.model_validate({"name": "pals-test", "scheduler": "pbs", "launcher": "pals", "mpi": "cray-mpich",
+                                "node_kinds": {"n": kind}})
+
+
+def test_pals_mpiexec_is_ppn_depth_cpu_bind_depth_on_consecutive_cores():
+    # ALCF Polaris: mpiexec -n N --ppn 4 --depth=8 --cpu-bind depth
+    site = _pals_site()
+    plan = make_plan(site, JobRequest(nodes=2))
+    assert list(plan.launcher_argv) == ["mpiexec", "-n", "8", "--ppn", "4", "--depth=8", "--cpu-bind", "depth"]
+
+
+def test_pals_mpiexec_lists_each_ranks_cpus_when_reserved_cores_break_the_blocks():
+    # ALCF Aurora style: --cpu-bind list:1-8:9-16:... when core 0 is kept for the system
+    site = _pals_site(reserved_cores=[0])
+    plan = make_plan(site, JobRequest(nodes=1))
+    argv = list(plan.launcher_argv)
+    assert argv[:5] == ["mpiexec", "-n", "4", "--ppn", "4"]
+    assert argv[5:] == ["--cpu-bind", "list:1-7:8-14:15-21:22-28"]
 
 
 def test_local_launcher_starts_the_ranks_of_one_node():

@@ -21,9 +21,10 @@ def nic_socket(site: str, kind: str, port: str) -> int:
 # --- OLCF Summit ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("nodes", [1, 2, 64])
-def test_summit_is_jsrun_n6N_a1_c7_g1_r6_bpacked7(nodes):
+def test_summit_is_one_resource_set_per_node_jsrun_nN_a6_c42_g6_r1_bpacked7(nodes):
+    # OLCF's DL guidance and the Gordon Bell scripts: every rank sees all six GPUs (CUDA IPC over NVLink)
     plan = plan_for("summit", nodes=nodes)
-    assert list(plan.launcher_argv) == ["jsrun", f"-n{6 * nodes}", "-a1", "-c7", "-g1", "-r6", "-bpacked:7"]
+    assert list(plan.launcher_argv) == ["jsrun", f"-n{nodes}", "-a6", "-c42", "-g6", "-r1", "-bpacked:7"]
     assert len(plan.ranks) == 6 * nodes
 
 
@@ -39,9 +40,11 @@ def test_summit_puts_one_rank_per_gpu_and_the_nearest_ib_port():
     for r in local:
         assert nic_socket("summit", "ac922", r.nic) == r.socket
         assert r.env["NCCL_IB_HCA"] == f"={r.nic}" and r.env["UCX_NET_DEVICES"] == r.nic
-        assert r.env["CUDA_VISIBLE_DEVICES"] == str(r.gpus[0])
-    # the two ports of a socket are shared out: mlx5_0, mlx5_1, mlx5_0 | mlx5_2, mlx5_3, mlx5_2
-    assert [r.nic for r in local] == ["mlx5_0:1", "mlx5_1:1", "mlx5_0:1", "mlx5_2:1", "mlx5_3:1", "mlx5_2:1"]
+        # every rank sees the node's GPUs and drives its own (no CUDA_VISIBLE_DEVICES cut)
+        assert r.env["HPCDL_GPU"] == str(r.gpus[0]) and "CUDA_VISIBLE_DEVICES" not in r.env
+    # the two ports of a socket are shared out as the Gordon Bell script does:
+    # mlx5_0, mlx5_1, mlx5_0 | mlx5_3, mlx5_2, mlx5_3
+    assert [r.nic for r in local] == ["mlx5_0:1", "mlx5_1:1", "mlx5_0:1", "mlx5_3:1", "mlx5_2:1", "mlx5_3:1"]
     assert all(r.omp_num_threads == 7 for r in plan.ranks)
 
 
@@ -50,12 +53,12 @@ def test_summit_hybrid_per_nic_mode_runs_4_ranks_2_per_socket_each_on_its_own_po
     local = plan.local_ranks()
     assert plan.ranks_per_node == 4
     assert [r.socket for r in local] == [0, 0, 1, 1]
-    assert [r.nic for r in local] == ["mlx5_0:1", "mlx5_1:1", "mlx5_2:1", "mlx5_3:1"]
+    assert [r.nic for r in local] == ["mlx5_0:1", "mlx5_1:1", "mlx5_3:1", "mlx5_2:1"]
     # every GPU is driven, by a rank on its own socket, and by one rank only
     assert sorted(g for r in local for g in r.gpus) == [0, 1, 2, 3, 4, 5]
     node = load_site("summit").node_kinds["ac922"]
     assert all(node.gpus[g].socket == r.socket for r in local for g in r.gpus)
-    assert list(plan.launcher_argv) == ["jsrun", "-n4", "-a2", "-c20", "-g3", "-r2", "-bpacked:10"]
+    assert list(plan.launcher_argv) == ["jsrun", "-n2", "-a4", "-c40", "-g6", "-r1", "-bpacked:10"]
 
 
 def test_summit_with_horovod_uses_hierarchical_allreduce_and_spectrum_mpi_device_per_rank():
@@ -67,8 +70,15 @@ def test_summit_with_horovod_uses_hierarchical_allreduce_and_spectrum_mpi_device
 
 # --- TACC Stampede2 and NERSC Cori (KNL) ---------------------------------------------------
 
-def test_stampede2_knl_gives_64_openmp_threads_to_one_rank_per_node():
+def test_stampede2_knl_runs_two_ranks_per_node_by_default():
+    # TACC TR-16-03: "A minimum of 2 MPI tasks per KNL helps achieve OPA bandwidth saturation"
     plan = plan_for("stampede2-knl", nodes=4)
+    assert plan.ranks_per_node == 2 and [r.cores for r in plan.local_ranks()] == [tuple(range(32)), tuple(range(32, 64))]
+    assert plan.env["OMP_NUM_THREADS"] == "32"
+
+
+def test_stampede2_knl_gives_64_openmp_threads_to_one_rank_per_node_when_asked():
+    plan = plan_for("stampede2-knl", nodes=4, ranks_per_node=1)
     assert plan.ranks_per_node == 1 and len(plan.ranks) == 4
     rank = plan.ranks[0]
     assert rank.omp_num_threads == 64 and rank.cores == tuple(range(64))
@@ -109,8 +119,11 @@ def test_perlmutter_binds_each_gpu_rank_to_the_numa_domain_nearest_its_a100():
     # GPU 0 is nearest NUMA domain 3 (cores 48-63), GPU 3 nearest domain 0 (cores 0-15)
     assert [(r.gpus, r.cores[0], r.cores[-1]) for r in local] == [
         ((0,), 48, 63), ((1,), 32, 47), ((2,), 16, 31), ((3,), 0, 15)]
-    assert "--gpu-bind=map_gpu:0,1,2,3" in plan.launcher_argv
+    # no per-task GPU binding (it broke CUDA IPC there, E3SM issue 4834): each rank picks its own
+    assert "--gpu-bind=none" in plan.launcher_argv and "--gpus-per-node=4" in plan.launcher_argv
+    assert [r.env["HPCDL_GPU"] for r in local] == ["0", "1", "2", "3"]
     assert plan.env["FI_PROVIDER"] == "cxi" and plan.env["MPICH_GPU_SUPPORT_ENABLED"] == "1"
+    assert plan.modules == ("craype-accel-nvidia80",)  # the GTL goes with MPICH_GPU_SUPPORT_ENABLED
     assert plan.env["NCCL_SOCKET_IFNAME"] == "hsn0,hsn1,hsn2,hsn3"
 
 
@@ -183,7 +196,7 @@ def test_more_ranks_than_gpus_in_per_gpu_mode_is_refused():
 def test_more_threads_than_the_cores_can_run_is_refused():
     with pytest.raises(HpcdlError, match=r"threads_per_rank: 300 threads but each rank has 64 cores x 4 "
                                          r"hardware threads = 256; ask for at most 64"):
-        plan_for("stampede2-knl", threads_per_rank=300)
+        plan_for("stampede2-knl", threads_per_rank=300, ranks_per_node=1)
 
 
 def test_more_ranks_than_cores_is_refused():
