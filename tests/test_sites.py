@@ -163,3 +163,68 @@ def test_users_add_a_site_by_dropping_it_in_their_config_folder(tmp_path, monkey
     data["name"] = "mylab"
     _write(tmp_path, "mylab", data)
     assert load_site("mylab").node_kinds["knl"].cores_per_socket == 68
+
+
+# --- what a profile must be able to say, and what it may not -------------------------------
+
+REQUIRED_CITATIONS = ("ranks_per_node", "cores_per_rank", "binding", "launcher", "directives", "environment")
+
+
+@pytest.mark.parametrize("name", SHIPPED_SITES)
+def test_every_shipped_profile_cites_a_source_for_each_choice_that_shapes_its_plan(name):
+    site = load_site(name)
+    needed = set(REQUIRED_CITATIONS)
+    if any(k.gpus for k in site.node_kinds.values()):
+        needed.add("gpus")
+    if any(k.nics for k in site.node_kinds.values()):
+        needed.add("nics")
+    missing = needed - set(site.citations)
+    assert not missing, f"{name}: no citation for {sorted(missing)}"
+    for choice, cites in site.citations.items():
+        assert cites and all(c.source.startswith("https://") for c in cites), f"{name}: citations.{choice}"
+
+
+def test_sites_show_sources_lists_each_choice_with_its_page():
+    out = hpcdl("sites", "show", "summit", "--sources", check=True).stdout
+    assert "gpus:" in out and "ibm-wml-ce.rst" in out and "each process needs to have access to all GPUs" in out
+    assert "launcher:" in out and "--smpiargs" in out
+
+
+def _site_data(**changes):
+    data = yaml.safe_load((SHIPPED / "volta-x86.yaml").read_text())
+    data.pop("citations", None)
+    for key, value in changes.items():
+        target = data
+        *path, last = key.split(".")
+        for p in path:
+            target = target.setdefault(p, {})
+        target[last] = value
+    return data
+
+
+def _load(tmp_path, data):
+    path = tmp_path / f"{data['name']}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_site_file(path)
+
+
+def test_a_path_may_use_only_variables_the_scheduler_or_the_profile_guarantees(tmp_path):
+    with pytest.raises(HpcdlError, match=r"filesystems.scratch: \$PROJECT is set neither by slurm nor by the login"
+                                         r".*write \{project\}"):
+        _load(tmp_path, _site_data(**{"filesystems.scratch": "/lustre/$PROJECT/scratch"}))
+    site = _load(tmp_path, _site_data(**{"filesystems.scratch": "$MYSCRATCH/dl", "provides_env": ["MYSCRATCH"]}))
+    assert site.filesystems.scratch == "$MYSCRATCH/dl"
+    assert _load(tmp_path, _site_data(**{"filesystems.node_local": "/tmp/$SLURM_JOB_ID"}))
+
+
+@pytest.mark.parametrize("directive", ["--network=a b", "--x=$(reboot)", "not-an-option", "--mem=1G\n#SBATCH -N 9"])
+def test_a_directive_must_be_one_plain_scheduler_option(tmp_path, directive):
+    with pytest.raises(HpcdlError, match=r"defaults.directives\[0\]"):
+        _load(tmp_path, _site_data(**{"defaults.directives": [directive]}))
+
+
+def test_pbs_job_resources_and_lsf_account_flag_belong_to_their_schedulers(tmp_path):
+    with pytest.raises(HpcdlError, match=r"defaults.job_resources: PBS job-wide resources, but the scheduler is slurm"):
+        _load(tmp_path, _site_data(**{"defaults.job_resources": {"filesystems": "home:eagle"}}))
+    with pytest.raises(HpcdlError, match=r"defaults.account_flag: an LSF setting"):
+        _load(tmp_path, _site_data(**{"defaults.account_flag": "-G"}))
