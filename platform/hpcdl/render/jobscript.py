@@ -192,9 +192,10 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "requeue": options.requeue,
         "warning_seconds": options.warning_seconds,
         "output_dir": options.output_dir,
-        "directives": list(site.defaults.directives),
+        # the profile's extra directives are written for its own scheduler
+        "directives": list(site.defaults.directives) if scheduler == site.scheduler else [],
         "account_flag": site.defaults.account_flag or "-P",
-        "job_resources": [f"{k}={v}" for k, v in site.defaults.job_resources.items()],
+        "job_resources": [f"{k}={v}" for k, v in site.defaults.job_resources.items()] if scheduler == "pbs" else [],
         "job_id_var": {"slurm": "SLURM_JOB_ID", "lsf": "LSB_JOBID", "pbs": "PBS_JOBID", "local": "HPCDL_JOB_ID"}[scheduler],
     }
     if options.requeue and options.warning_seconds >= seconds:
