@@ -9,6 +9,7 @@ from hpcdl.errors import HpcdlError
 from hpcdl.images.compat import check_image, check_site, image_problems, site_problems
 from hpcdl.images.generate import render
 from hpcdl.images.spec import IMAGES_YAML, Environment, load_images
+from hpcdl.sites import load_site
 from hpcdl.sites.schema import NodeKind, Site
 
 SPECS = load_images()
@@ -25,9 +26,10 @@ def _env(spec, name, **packages):
     return _with(spec, environments=envs)
 
 
-def _site(launcher, mpi, runtime="apptainer"):
+def _site(launcher, mpi, runtime="apptainer", **node):
+    kind = {"sockets": 1, "cores_per_socket": 4, "memory_gb": 8, "cpu_target": "knl", **node}
     return Site(name="testsite", scheduler="slurm", launcher=launcher, mpi=mpi, runtime=runtime,
-                node_kinds={"cpu": NodeKind(sockets=1, cores_per_socket=4, memory_gb=8)})
+                node_kinds={"cpu": NodeKind(**kind)})
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
@@ -132,3 +134,33 @@ def test_images_list_names_each_image_with_its_cuda_and_mpi():
     lines = {line.split()[0]: line for line in proc.stdout.splitlines()}
     assert "CUDA 12.6 sm_70" in lines["volta-cuda"] and "CUDA 13.0 sm_90" in lines["hopper-cuda"]
     assert "omnipath" in lines["knl-mkldnn"] and "mxnet 1.9.1" in lines["knl-mkldnn"]
+
+
+# --- the image's architectures against the site's hardware ------------------------------------
+
+def test_an_x86_64_image_is_refused_on_power9():
+    # Summit and Lassen are ppc64le; every shipped image is x86_64
+    for name in ("summit", "lassen"):
+        for spec in SPECS.values():
+            problems = site_problems(spec, load_site(name))
+            assert any("built for x86_64" in p and "ppc64le" in p for p in problems), (name, spec.name, problems)
+
+
+def test_cuda_code_for_sm_90_is_refused_on_v100_and_sm_70_on_a100():
+    v100 = _site("srun", "openmpi", cpu_target="skylake_avx512", gpus=[{"model": "Tesla V100-SXM2-16GB", "socket": 0}])
+    a100 = _site("srun", "openmpi", cpu_target="zen3", gpus=[{"model": "NVIDIA A100-SXM4-40GB", "socket": 0}])
+    assert any("sm_90" in p and "(sm_70)" in p for p in site_problems(SPECS["hopper-cuda"], v100))
+    assert any("sm_70" in p and "(sm_80)" in p for p in site_problems(SPECS["volta-cuda"], a100))
+    assert not [p for p in site_problems(SPECS["volta-cuda"], v100) if "sm_" in p]
+
+
+def test_a_cuda_image_is_refused_on_amd_gpus_and_a_knl_image_off_knl():
+    mi250x = _site("srun", "openmpi", cpu_target="zen3", gpus=[{"model": "AMD MI250X GCD", "vendor": "amd", "socket": 0}])
+    assert any("CUDA" in p and "AMD" in p for p in site_problems(SPECS["volta-cuda"], mi250x))
+    assert any("-march=knl" in p for p in site_problems(SPECS["knl-mkldnn"], mi250x))
+    assert not [p for p in site_problems(SPECS["knl-mkldnn"], load_site("stampede2-knl")) if "march" in p]
+
+
+def test_images_compat_for_summit_refuses_every_image():
+    proc = hpcdl("images", "compat", "--site", "summit")
+    assert proc.returncode == 2 and "ppc64le" in proc.stderr

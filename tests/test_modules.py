@@ -20,7 +20,7 @@ from hpcdl.sites.registry import SHIPPED
 
 FIXTURE_SITES = ROOT / "tests" / "fixtures" / "sites"  # job-script test sites; shipped ones still found
 GOLDEN = ROOT / "tests" / "golden" / "modules"
-CONTAINER_SITES = ("summit", "stampede2-knl")
+CONTAINER_SITES = ("volta-x86", "stampede2-knl")
 
 
 @pytest.fixture(autouse=True)
@@ -41,20 +41,25 @@ def test_hpcdl_module_names_the_site_and_puts_the_prefix_on_path():
     assert "hpcdl plan --site summit" in m.help
 
 
-def test_summit_pytorch_runs_in_the_volta_image_with_nv_and_one_rank_of_cpu_tuning():
-    fm = framework(site_modules(load_site("summit")), "pytorch")
+def test_an_x86_v100_site_runs_pytorch_in_the_volta_image_with_nv_and_one_rank_of_cpu_tuning():
+    fm = framework(site_modules(load_site("volta-x86")), "pytorch")
     assert fm.image == f"{DEFAULT_PREFIX}/images/volta-cuda.sif"
     python = next(w for w in fm.wrappers if w.command == "python")
     assert python.argv[:3] == ("apptainer", "exec", "--nv")
-    assert python.binds == (
-        ("--bind", "/gpfs/alpine/scratch/$USER", "/gpfs/alpine/scratch/$USER"), ("--bind", "/mnt/bb/$USER", "/mnt/bb/$USER"),
-    )
-    # the planner's one rank on a Summit node: 21 of socket 0's 22 cores (one left to the OS)
-    assert fm.module.env["OMP_NUM_THREADS"] == "21"
-    assert "KMP_AFFINITY" not in fm.module.env, "POWER9 has no Intel OpenMP runtime settings"
+    assert python.binds == (("--bind", "/scratch/$USER", "/scratch/$USER"), ("--bind", "/tmp", "/tmp"))
+    # the planner's one rank on the node: socket 0's 20 cores, Intel OpenMP settings on Xeon
+    assert fm.module.env["OMP_NUM_THREADS"] == "20"
+    assert fm.module.env["KMP_AFFINITY"] == "granularity=fine,compact,1,0"
     assert {w.command for w in fm.wrappers} == {"python", "hpcdl", "torchrun"}
-    assert fm.module.depends_on == (), "apptainer is on Summit's default PATH: no runtime module to load"
+    assert fm.module.depends_on == (), "apptainer on the default PATH: no runtime module to load"
 
+
+def test_power9_sites_get_no_x86_image_only_the_hpcdl_module():
+    # Summit and Lassen are ppc64le: every shipped image is x86_64, and PyPI has no POWER wheels
+    # of PyTorch or TensorFlow to build one from (docs/images.md)
+    for name in ("summit", "lassen"):
+        assert site_modules(load_site(name)).frameworks == ()
+        assert [f.relpath for f in render_site(load_site(name))] == ["hpcdl/0.1.0.lua"]
 
 def test_stampede2_knl_modules_load_tacc_singularity_and_set_the_knl_openmp_defaults():
     modules = site_modules(load_site("stampede2-knl"))
@@ -80,16 +85,16 @@ def test_a_native_site_wraps_the_programs_of_its_prefix():
 
 def test_the_image_table_is_an_input_of_the_generator():
     custom = ImageFrameworks("volta-cuda", {"pytorch": "2.99.0"})
-    modules = site_modules(load_site("summit"), images=custom)
+    modules = site_modules(load_site("volta-x86"), images=custom)
     assert [fm.module.relpath for fm in modules.frameworks] == ["pytorch/2.99.0.lua"]
 
 
 def test_an_unknown_image_names_the_field(tmp_path, monkeypatch):
-    text = (SHIPPED / "summit.yaml").read_text().replace("defaults:\n", "defaults:\n  image: no-such-image\n")
-    (tmp_path / "summit.yaml").write_text(text)
+    text = (SHIPPED / "volta-x86.yaml").read_text().replace("defaults:\n", "defaults:\n  image: no-such-image\n")
+    (tmp_path / "volta-x86.yaml").write_text(text)
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
     with pytest.raises(HpcdlError, match="defaults.image"):
-        site_modules(load_site("summit"))
+        site_modules(load_site("volta-x86"))
 
 
 @pytest.mark.parametrize("site", CONTAINER_SITES)
@@ -123,7 +128,7 @@ def test_every_generated_modulefile_passes_the_lua_syntax_check(tmp_path):
     for site in (*CONTAINER_SITES, "local"):
         write_tree(render_site(load_site(site)), tmp_path / site)
     checked = sorted(tmp_path.rglob("*.lua")) + sorted((ROOT / "modulefiles").rglob("*.lua"))
-    assert len(checked) >= 3 + 4 + 3  # summit, stampede2-knl (with mxnet), local
+    assert len(checked) >= 3 + 4 + 3  # volta-x86, stampede2-knl (with mxnet), local
     for path in checked:
         proc = subprocess.run([luac, "-p", str(path)], capture_output=True, text=True)
         assert proc.returncode == 0, f"luac5.3 -p {path}: {proc.stderr}"
@@ -169,11 +174,11 @@ def test_checked_in_modulefiles_equal_what_the_generator_produces_now(tmp_path, 
 
 
 def test_the_drift_check_catches_a_hand_edit_a_stale_file_and_a_lost_exec_bit(tmp_path):
-    write_tree(render_site(load_site("summit")), tmp_path / "want")
-    write_tree(render_site(load_site("summit")), tmp_path / "have")
+    write_tree(render_site(load_site("volta-x86")), tmp_path / "want")
+    write_tree(render_site(load_site("volta-x86")), tmp_path / "have")
     assert tree_differences(tmp_path / "want", tmp_path / "have") == []
     lua = tmp_path / "have" / "pytorch" / "2.8.0.lua"
-    lua.write_text(lua.read_text().replace('"21"', '"16"'))
+    lua.write_text(lua.read_text().replace('"20"', '"16"'))
     (tmp_path / "have" / "pytorch" / "1.0.lua").write_text("-- stale\n")
     (tmp_path / "have" / "wrappers" / "pytorch-2.8.0" / "python").chmod(0o644)
     assert tree_differences(tmp_path / "want", tmp_path / "have") == [
@@ -205,24 +210,24 @@ def test_shipped_renders_every_shipped_profile_and_leaves_out_the_detected_local
 
 def test_cli_renders_a_site_tree_with_the_given_prefix(tmp_path):
     env = {"HPCDL_SITE_PATH": str(FIXTURE_SITES)}
-    out = hpcdl("modulefiles", "render", "--site", "summit", "--out", tmp_path, "--prefix", "/sw/hpcdl", env=env, check=True).stdout
+    out = hpcdl("modulefiles", "render", "--site", "volta-x86", "--out", tmp_path, "--prefix", "/sw/hpcdl", env=env, check=True).stdout
     assert "module use" in out
-    tree = tmp_path / "summit"
+    tree = tmp_path / "volta-x86"
     assert (tree / "hpcdl" / "0.1.0.lua").read_text().count('"/sw/hpcdl/bin"') == 1
     assert os.access(tree / "wrappers" / "pytorch-2.8.0" / "torchrun", os.X_OK)
 
 
 def test_cli_takes_the_prefix_from_hpcdl_prefix(tmp_path):
     env = {"HPCDL_SITE_PATH": str(FIXTURE_SITES), "HPCDL_PREFIX": "/env/prefix"}
-    hpcdl("modulefiles", "render", "--site", "summit", "--out", tmp_path, env=env, check=True)
-    assert '"/env/prefix/bin"' in (tmp_path / "summit" / "hpcdl" / "0.1.0.lua").read_text()
+    hpcdl("modulefiles", "render", "--site", "volta-x86", "--out", tmp_path, env=env, check=True)
+    assert '"/env/prefix/bin"' in (tmp_path / "volta-x86" / "hpcdl" / "0.1.0.lua").read_text()
 
 
 @pytest.mark.parametrize(
     "args, words",
     [
         (["--site", "no-such-site"], ["unknown site", "no-such-site"]),
-        (["--site", "summit", "--prefix", "relative/dir"], ["--prefix", "absolute"]),
+        (["--site", "volta-x86", "--prefix", "relative/dir"], ["--prefix", "absolute"]),
         ([], ["--site", "--shipped"]),
     ],
 )
@@ -238,32 +243,32 @@ def test_cli_bad_input_is_one_line_exit_2_and_no_files(tmp_path, args, words):
 
 def test_a_gpu_site_without_a_fitting_image_gets_only_the_hpcdl_module(tmp_path, monkeypatch):
     # A100 (sm_80): hopper-cuda is built for sm_90, so no image fits until the profile names one
-    text = (SHIPPED / "summit.yaml").read_text().replace("Tesla V100-SXM2-16GB", "NVIDIA A100-SXM4-40GB")
-    assert "image:" not in text, "the shipped Summit profile picks its image by hardware"
-    (tmp_path / "summit.yaml").write_text(text)
+    text = (SHIPPED / "volta-x86.yaml").read_text().replace("Tesla V100-PCIE-32GB", "NVIDIA A100-SXM4-40GB")
+    assert "image:" not in text, "the shipped profile picks its image by hardware"
+    (tmp_path / "volta-x86.yaml").write_text(text)
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
-    modules = site_modules(load_site("summit"))
+    modules = site_modules(load_site("volta-x86"))
     assert modules.frameworks == ()
     assert "set defaults.image" in modules.hpcdl.help
-    assert [f.relpath for f in render_site(load_site("summit"))] == ["hpcdl/0.1.0.lua"]
+    assert [f.relpath for f in render_site(load_site("volta-x86"))] == ["hpcdl/0.1.0.lua"]
 
 
 @pytest.mark.parametrize("runtime, flag, value", [("podman-hpc", "--volume", "/scratch:/scratch"), ("charliecloud", "-b", "/scratch:/scratch")])
 def test_volume_style_binds_test_the_folder_and_pass_the_runtimes_own_form(tmp_path, monkeypatch, runtime, flag, value):
-    text = (SHIPPED / "summit.yaml").read_text().replace("runtime: apptainer", f"runtime: {runtime}")
-    (tmp_path / "summit.yaml").write_text(text.replace("scratch: /gpfs/alpine/scratch/$USER", "scratch: /scratch"))
+    text = (SHIPPED / "volta-x86.yaml").read_text().replace("runtime: apptainer", f"runtime: {runtime}")
+    (tmp_path / "volta-x86.yaml").write_text(text.replace("scratch: /scratch/$USER", "scratch: /scratch"))
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
-    python = next(f for f in render_site(load_site("summit")) if f.relpath == "wrappers/pytorch-2.8.0/python")
+    python = next(f for f in render_site(load_site("volta-x86")) if f.relpath == "wrappers/pytorch-2.8.0/python")
     assert f'if [ -d "/scratch" ]; then binds+=({flag} "{value}"); fi' in python.text
     write_tree([python], tmp_path / "tree")
     shellcheck(tmp_path / "tree" / python.relpath)
 
 
 def test_amd_gpu_sites_get_rocm_from_the_runtime_registry(tmp_path, monkeypatch):
-    text = (SHIPPED / "summit.yaml").read_text().replace("{model: Tesla V100-SXM2-16GB,", "{model: AMD MI250X GCD, vendor: amd,")
-    (tmp_path / "summit.yaml").write_text(text)
+    text = (SHIPPED / "volta-x86.yaml").read_text().replace("{model: Tesla V100-PCIE-32GB,", "{model: AMD MI250X GCD, vendor: amd,")
+    (tmp_path / "volta-x86.yaml").write_text(text)
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
-    modules = site_modules(load_site("summit"), images=ImageFrameworks("rocm-test", {"pytorch": "2.13.0"}))
+    modules = site_modules(load_site("volta-x86"), images=ImageFrameworks("rocm-test", {"pytorch": "2.13.0"}))
     python = framework(modules, "pytorch").wrappers[0]
     assert python.argv[:3] == ("apptainer", "exec", "--rocm")
     assert framework(modules, "pytorch").image == f"{DEFAULT_PREFIX}/images/rocm-test.sif"
@@ -275,7 +280,7 @@ def test_framework_versions_are_the_pins_of_the_sites_image_in_images_yaml():
     from hpcdl.images.spec import load_images
 
     specs = load_images()
-    summit = site_modules(load_site("summit"))
+    summit = site_modules(load_site("volta-x86"))
     assert {fm.module.name: fm.module.version for fm in summit.frameworks} == {
         "pytorch": specs["volta-cuda"].environments["main"].version_of("torch"),
         "tensorflow": specs["volta-cuda"].environments["tensorflow"].version_of("tensorflow"),
@@ -286,7 +291,7 @@ def test_framework_versions_are_the_pins_of_the_sites_image_in_images_yaml():
 
 
 def test_a_framework_outside_the_images_main_environment_runs_from_its_own_environment():
-    summit = site_modules(load_site("summit"))
+    summit = site_modules(load_site("volta-x86"))
     tensorflow, pytorch = framework(summit, "tensorflow"), framework(summit, "pytorch")
     # volta-cuda keeps TensorFlow's CUDA 12 wheels apart from torch's: /opt/envs/tensorflow
     assert [w.argv[-1] for w in tensorflow.wrappers] == ["/opt/envs/tensorflow/bin/python", "/opt/envs/tensorflow/bin/hpcdl"]
@@ -305,7 +310,8 @@ def test_the_environments_folder_is_the_one_the_image_generator_builds():
 def test_the_image_is_chosen_by_hardware_unless_the_profile_names_one():
     from hpcdl.modules.images import image_name_for_site
 
-    assert image_name_for_site(load_site("summit")) == "volta-cuda"  # V100, no defaults.image
+    assert image_name_for_site(load_site("volta-x86")) == "volta-cuda"  # V100, no defaults.image
+    assert image_name_for_site(load_site("summit")) is None  # V100 too, but POWER9: no x86 image runs
     assert image_name_for_site(load_site("stampede2-knl")) == "knl-mkldnn"  # CPU only
     # a registry reference with a tag names the image too
     assert load_site("test-slurm-a100").defaults.image == "registry.nersc.gov/hpcdl/volta-cuda:0.1"

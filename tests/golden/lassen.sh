@@ -44,9 +44,6 @@ export OMP_PLACES=cores
 export OMP_PROC_BIND=close
 export PAMI_MAX_NUM_CACHED_PAGES=0
 
-# The image is the one the site's framework modules run, in the folder `module load hpcdl` names.
-: "${HPCDL_IMAGE_DIR:?is not set: module load hpcdl first, or render with --image}"
-
 # The first line of the host file is the launch node, which runs no ranks (OLCF Summit guide).
 MASTER_ADDR=$(awk 'NR > 1 { print; exit }' "$LSB_DJOB_HOSTFILE")
 export MASTER_ADDR
@@ -60,7 +57,7 @@ hpcdl_launcher_pid=
 trap 'hpcdl_signal=USR1; [ -z "$hpcdl_launcher_pid" ] || kill -s USR1 "$hpcdl_launcher_pid" 2>/dev/null || true' USR1
 trap 'hpcdl_signal=TERM; [ -z "$hpcdl_launcher_pid" ] || kill -s TERM "$hpcdl_launcher_pid" 2>/dev/null || true' TERM
 
-jsrun -n2 -a4 -c32 -g4 -r1 -bpacked:8 singularity exec --nv --bind /p/gpfs1/"${USER}" "${HPCDL_IMAGE_DIR}"/volta-cuda.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
+jsrun -n2 -a4 -c32 -g4 -r1 -bpacked:8 singularity exec --nv --bind /p/gpfs1/"${USER}" hpcdl.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
 hpcdl_launcher_pid=$!
 hpcdl_status=0
 while :; do

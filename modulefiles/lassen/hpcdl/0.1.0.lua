@@ -6,6 +6,8 @@ container images, a distributed trainer and validation jobs).
 
 First try:  hpcdl plan --site lassen      (the node map of a one-node job)
 Then:       hpcdl sites show lassen; module avail pytorch tensorflow mxnet
+hpcdl's images are x86_64 and lassen is ppc64le: none runs here (no ppc64le wheels of
+PyTorch or TensorFlow on PyPI to build one from); use the centre's framework modules.
 ]])
 whatis("Name: hpcdl")
 whatis("Version: 0.1.0")

@@ -130,7 +130,7 @@ def check_image(spec: ImageSpec) -> None:
 #: MPI flavours a site can name, by the ABI family their libmpi belongs to. MPICH, Cray MPICH,
 #: Intel MPI and MVAPICH2 keep the MPICH ABI (the 2014 MPICH ABI initiative, Shifter docs).
 SITE_ABI = {"openmpi": "openmpi", "spectrum-mpi": "openmpi", "mpich": "mpich", "cray-mpich": "mpich",
-            "mvapich2": "mpich", "intel-mpi": "mpich"}
+            "mvapich2": "mpich", "intel-mpi": "mpich", "parastation-mpi": "mpich"}
 
 
 def launcher_needs(site: Site) -> tuple[str | None, str | None, str]:
@@ -148,14 +148,74 @@ def launcher_needs(site: Site) -> tuple[str | None, str | None, str]:
         return "openmpi", "pmix", "jsrun starts ranks through Spectrum MPI's PMIx"
     if site.launcher == "mpirun":
         return abi, "pmix" if abi == "openmpi" else None, f"the host's {site.mpi} mpirun (hybrid model)"
-    if site.launcher in ("mpiexec", "ibrun"):
+    if site.launcher in ("mpiexec", "ibrun", "pals"):
         return abi, None, f"{site.launcher} of the host's {site.mpi} (hybrid model)"
     return None, None, f"launcher {site.launcher}"
 
 
+# ---- image architecture x site hardware -----------------------------------------------------
+
+#: CPU targets whose code only AVX-512 CPUs run; -march=knl adds AVX-512ER/PF, which only Xeon Phi has
+AVX512_TARGETS = ("knl", "skylake", "cascadelake", "icelake", "sapphirerapids", "zen4", "zen5")
+
+#: compute capability of NVIDIA GPU models, by a word of the model name (NVIDIA CUDA GPUs list)
+#: (longer names first: "A100" before "A10")
+NVIDIA_SM = (("GH200", "sm_90"), ("H200", "sm_90"), ("H100", "sm_90"), ("L40", "sm_89"), ("L4", "sm_89"),
+             ("A100", "sm_80"), ("A30", "sm_80"), ("A40", "sm_86"), ("A10", "sm_86"), ("T4", "sm_75"),
+             ("V100", "sm_70"), ("P100", "sm_60"), ("GB200", "sm_100"), ("B200", "sm_100"))
+
+
+def cpu_family(target: str) -> str:
+    """The instruction set a target belongs to: what `uname -m` says on such a node."""
+    t = target.lower()
+    if t.startswith(("ppc64", "power")):
+        return "ppc64le"
+    if t.startswith(("aarch64", "arm", "neoverse", "a64fx", "graviton", "thunderx")):
+        return "aarch64"
+    return "x86_64"
+
+
+def gpu_sm(model: str) -> str | None:
+    upper = model.upper()
+    return next((sm for word, sm in NVIDIA_SM if word in upper), None)
+
+
+def _runs_sass(built: tuple[str, ...], sm: str) -> bool:
+    """CUDA machine code for sm_XY runs on GPUs of the same major version and minor >= Y."""
+    major, minor = divmod(int(sm[3:]), 10)
+    return any(divmod(int(a[3:]), 10)[0] == major and divmod(int(a[3:]), 10)[1] <= minor for a in built)
+
+
+def hardware_problems(spec: ImageSpec, site: Site) -> list[str]:
+    """Why the image cannot run on the site's (default) node kind: its CPU family and ISA level,
+    its GPU vendor and architecture. An x86_64 image cannot start on POWER9 (Summit, Lassen);
+    CUDA code built for sm_90 does not run on a V100 (sm_70)."""
+    kind, node = site.node_kind()
+    where = f"site {site.name} ({kind}: {node.cpu_model or node.cpu_target})"
+    image_family, node_family = cpu_family(spec.cpu_target), cpu_family(node.cpu_target)
+    if image_family != node_family:
+        return [f"the image is built for {image_family} ({spec.cpu_target}) but {where} is {node_family}"]
+    problems = []
+    if spec.cpu_target == "knl" and node.cpu_target != "knl":
+        problems.append(f"the image is compiled with -march=knl (AVX-512ER/PF, Xeon Phi only) but {where} is not a KNL")
+    elif spec.cpu_target == "skylake_avx512" and not node.cpu_target.startswith(AVX512_TARGETS[1:]):
+        problems.append(f"the image is compiled for AVX-512 (skylake_avx512) but {where} lacks it")
+    if not node.gpus or spec.cuda is None:
+        return problems
+    gpu = node.gpus[0]
+    if gpu.vendor != "nvidia":
+        problems.append(f"the image is built with CUDA but {where} has {gpu.vendor.upper()} GPUs ({gpu.model})")
+        return problems
+    sm = gpu_sm(gpu.model)
+    if sm and not _runs_sass(spec.cuda.gpu_archs, sm):
+        problems.append(f"the image's CUDA code is built for {', '.join(spec.cuda.gpu_archs)} but {where} has "
+                        f"{gpu.model} ({sm})")
+    return problems
+
+
 def site_problems(spec: ImageSpec, site: Site) -> list[str]:
     abi, pmi, why = launcher_needs(site)
-    problems = []
+    problems = hardware_problems(spec, site)
     if abi and spec.mpi.abi != abi:
         problems.append(f"the image's MPI is {spec.mpi.flavour} ({spec.mpi.abi} ABI) but site {site.name} "
                         f"expects the {abi} ABI: {why}")

@@ -74,7 +74,14 @@ def site_modules(site: Site, prefix: str = DEFAULT_PREFIX, images: ImageFramewor
 def _hpcdl_module(site: Site, prefix: str, has_frameworks: bool = True) -> ModuleSpec:
     init = f"\nIn batch jobs, make `module` exist first: source {site.modules.init}" if site.modules.init else ""
     if not has_frameworks:
-        init += f"\nNo framework image is built for {site.name} yet: set defaults.image in its profile."
+        from hpcdl.images.compat import cpu_family
+
+        family = cpu_family(site.node_kind()[1].cpu_target)
+        if family != "x86_64" and not site.defaults.image:
+            init += (f"\nhpcdl's images are x86_64 and {site.name} is {family}: none runs here (no {family} wheels of\n"
+                     "PyTorch or TensorFlow on PyPI to build one from); use the centre's framework modules.")
+        else:
+            init += f"\nNo framework image is built for {site.name} yet: set defaults.image in its profile."
     help_text = (
         f"hpcdl {__version__}: deep learning on {site.name} (site profiles, rank placement, job scripts,\n"
         f"container images, a distributed trainer and validation jobs).\n"

@@ -80,6 +80,12 @@ def image_name_for_site(site: Site) -> str | None:
         # registry/path/volta-cuda:0.1, /sw/images/volta-cuda.sif -> volta-cuda
         return PurePosixPath(site.defaults.image).name.split(":")[0].split(".")[0]
     _, node = site.node_kind()
+    from hpcdl.images.compat import cpu_family
+
+    if cpu_family(node.cpu_target) != "x86_64":
+        # every shipped image is x86_64; POWER9 (Summit, Lassen) has no PyPI wheels for PyTorch or
+        # TensorFlow to build one from (docs/images.md): the centre's own modules serve there
+        return None
     # KNL/Xeon CPUs: the oneDNN image. GPUs: the CUDA image built for their architecture
     # (CUDA 13 dropped Volta, sm_70, so V100 nodes need volta-cuda on CUDA 12).
     if not node.gpus:
