@@ -82,6 +82,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     env_paths = {k: {"prepend": list(v.prepend), "append": list(v.append)}
                  for k, v in site.env.items() if not isinstance(v, str)}
     modules = _plan_modules(site, use_gpus, env, notes)
+    _check_collective_plugin(site, node, distributed, use_gpus, request.nodes, env, env_paths, modules, notes)
     if use_gpus and site.launch.gpu_visibility == "node":
         notes.append("every rank sees every GPU of its node and drives its own by local rank (HPCDL_GPU), "
                      "so CUDA IPC works between the ranks of a node")
@@ -158,6 +159,26 @@ def _plan_modules(site: Site, use_gpus: bool, env: dict[str, str], notes: list[s
     env.pop("MPICH_GPU_SUPPORT_ENABLED", None)
     notes.append("Cray MPICH runs without GPU support: the profile names no GTL module (modules.gpu_mpi)")
     return ()
+
+
+def _check_collective_plugin(site: Site, node: NodeKind, distributed: str, use_gpus: bool, nodes: int,
+                             env: dict[str, str], env_paths: dict, modules: tuple[str, ...], notes: list[str]) -> None:
+    """NCCL/RCCL across Slingshot needs the libfabric plugin (aws-ofi-nccl/aws-ofi-rccl): without it
+    they fall back to TCP sockets, which "does not scale" (OLCF "PyTorch on Frontier"). A centre
+    enables it with a module (OLCF rccl-net-plugin), a runtime module (podman-hpc --nccl, Shifter
+    nccl-plugin), or NCCL_NET_PLUGIN / NCCL_NET with the plugin's folder on LD_LIBRARY_PATH (ALCF)."""
+    if not (use_gpus and nodes > 1 and distributed in ("nccl", "horovod")):
+        return
+    if not any(n.kind == "slingshot" for n in node.nics):
+        return
+    if {"NCCL_NET_PLUGIN", "NCCL_NET"} & set(env):
+        return
+    paths = [p for v in env_paths.values() for p in (*v["prepend"], *v["append"])]
+    names = [*site.modules.load, *modules, *site.container.modules, *(site.container.gpu_modules or ()), *paths]
+    if any(w in name.lower() for name in names for w in ("nccl", "rccl", "ofi")):
+        return
+    notes.append("Slingshot without the libfabric NCCL/RCCL plugin: collectives between nodes fall back to TCP "
+                 "sockets; enable it in the profile (a module, a runtime module, or NCCL_NET_PLUGIN/NCCL_NET)")
 
 
 def _port(nic: Nic) -> str:
