@@ -18,8 +18,8 @@ def test_plan_prints_the_node_map_environment_and_launch_line():
         assert column in out
     assert "0-6" in out and "mlx5_0:1" in out
     assert "OMP_NUM_THREADS=7" in out
-    assert "rank 3: CUDA_VISIBLE_DEVICES=3 NCCL_IB_HCA==mlx5_2:1" in out
-    assert "launch: jsrun -n12 -a1 -c7 -g1 -r6 -bpacked:7" in out
+    assert "rank 3: HPCDL_GPU=3 NCCL_IB_HCA==mlx5_3:1" in out
+    assert "launch: jsrun -n2 -a6 -c42 -g6 -r1 -bpacked:7" in out
 
 
 def test_plan_json_carries_every_rank_with_its_placement_env_and_launcher_argv():

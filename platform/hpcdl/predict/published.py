@@ -57,15 +57,16 @@ TOLERANCE = 0.10  # absolute, on efficiency: the spread between runs and framewo
 
 STAMPEDE2_FACTS = ("Xeon Phi 7250 (68 cores at 1.4 GHz, AVX-512: 6.1 TF fp32 peak), 64 cores for MKL-DNN, one rank "
                    "per node; Intel Omni-Path 100 Gb/s, about 1 us MPI latency")
+# the study ran one rank per node, so the cases ask for it (the profile's default is now TACC's 2)
 CASES: tuple[Case, ...] = (
     *(Case(f"stampede2-weak-{net}", f"TACC Caffe on Stampede2 KNL, weak scaling, {net}", "stampede2-knl", net, batch,
-           (1, 128, 256, 512, 1024), "weak", {}, CAFFE_ON_CPU, {512: 0.80}, TOLERANCE,
+           (1, 128, 256, 512, 1024), "weak", {"ranks_per_node": 1}, CAFFE_ON_CPU, {512: 0.80}, TOLERANCE,
            "TACC's Caffe (MKL-DNN, Intel MPI) weak-scaling study on Stampede2 KNL, 128-1,024 nodes: about 80 % at "
            "512 nodes", STAMPEDE2_FACTS + f"; batch {batch} per node (the BVLC solver's batch)",
            notes=("efficiency read against one node",))
       for net, batch in (("cifar10_quick", 100), ("caffenet", 256), ("alexnet", 256), ("googlenet", 32))),
     Case("stampede2-strong-caffenet", "TACC Caffe on Stampede2 KNL, strong scaling at fixed mini-batch, CaffeNet",
-         "stampede2-knl", "caffenet", 256, (1, 2, 4, 8), "strong", {}, CAFFE_ON_CPU, {4: 0.50}, TOLERANCE,
+         "stampede2-knl", "caffenet", 256, (1, 2, 4, 8), "strong", {"ranks_per_node": 1}, CAFFE_ON_CPU, {4: 0.50}, TOLERANCE,
          "TACC's Caffe strong-scaling study on Stampede2 KNL (mini-batch fixed, 1-8 nodes): about 50 % at 4 nodes",
          STAMPEDE2_FACTS + "; global batch 256 (the BVLC CaffeNet solver's) split over the nodes"),
     Case("summit-horovod-resnet50", "Keras + Horovod ResNet-50 on Summit, weak scaling", "summit", "resnet50", 32,
