@@ -127,7 +127,7 @@ def login_session(node: LoginNode, while_loaded: str = "") -> dict:
     }
 
 
-@pytest.mark.parametrize("site", ["summit", "stampede2-knl", "local"])
+@pytest.mark.parametrize("site", ["volta-x86", "stampede2-knl", "local"])
 def test_module_load_sets_exactly_what_the_modules_say_and_unload_gives_it_all_back(site, tmp_path):
     node = LoginNode(site, tmp_path)
     s = login_session(node)
@@ -159,12 +159,13 @@ def test_module_load_sets_exactly_what_the_modules_say_and_unload_gives_it_all_b
     assert "No modules loaded" in s["list-after"], "the runtime module leaves with the framework that brought it"
 
 
-def test_summit_python_runs_inside_the_volta_image_with_nv_and_only_the_binds_that_exist(tmp_path):
-    node = LoginNode("summit", tmp_path)
+def test_v100_python_runs_inside_the_volta_image_with_nv_and_only_the_binds_that_exist(tmp_path):
+    node = LoginNode("volta-x86", tmp_path)
     login_session(node, while_loaded="python -c 'print(1)' 'two words'")
     image = node.framework("pytorch").image
-    # no /gpfs/alpine/scratch/ann or /mnt/bb/ann on this machine: apptainer would refuse a missing bind source
-    assert node.recorded_argv() == ["apptainer", "exec", "--nv", image, "python", "-c", "print(1)", "two words"]
+    # no /scratch/ann on this machine (apptainer would refuse a missing bind source); /tmp exists
+    assert node.recorded_argv() == ["apptainer", "exec", "--nv", "--bind", "/tmp", image, "python", "-c", "print(1)",
+                                    "two words"]
 
 
 def test_stampede2_torchrun_runs_inside_the_knl_image_binding_scratch_and_tmp(tmp_path):
@@ -189,7 +190,7 @@ def test_local_wrapper_python_really_runs_and_imports_torch_with_the_module_thre
 
 
 def test_loading_tensorflow_swaps_out_pytorch_so_one_python_is_on_path(tmp_path):
-    node = LoginNode("summit", tmp_path)
+    node = LoginNode("volta-x86", tmp_path)
     script = node.module_use() + "module load pytorch\nmodule load tensorflow\ncommand -v python\nmodule -t list 2> list.txt\n"
     proc = run_bash(script, node.env, tmp_path)
     assert proc.stdout.strip() == str(node.tree / node.framework("tensorflow").wrappers_dir / "python")

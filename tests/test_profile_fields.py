@@ -73,14 +73,17 @@ def test_a_path_list_expands_only_variable_references(tmp_path):
     assert out.returncode == 0 and out.stdout == "/opt/$(touch pwned)/lib:/home/u/lib`id`", "no stray ':' when unset"
 
 
-def test_a_project_path_takes_the_account_and_refuses_a_job_without_one(tmp_path):
+def test_a_project_path_takes_the_account_or_the_one_slurm_charged(tmp_path):
     site = load_site("frontier")
     assert "/lustre/orion/prj1/scratch/\"${USER}\"" in _render(site, tmp_path, account="prj1")
+    # no account given: Slurm sets the one it charged in every job
+    assert '/lustre/orion/"${SLURM_JOB_ACCOUNT}"/scratch/"${USER}"' in _render(site, tmp_path)
     plan = make_plan(site, JobRequest())
-    with pytest.raises(HpcdlError, match=r"account: site 'frontier' names its filesystems.scratch by project"):
-        render_job_script(site, plan, {}, JobOptions())
     with pytest.raises(HpcdlError, match=r"account"):
         render_job_script(site, plan, {}, JobOptions(account="../etc"))
+    polaris = load_site_file(POLARIS)  # PBS sets no such variable: the account must be given
+    with pytest.raises(HpcdlError, match=r"account: site 'polaris' names its filesystems.scratch by project"):
+        render_job_script(polaris, make_plan(polaris, JobRequest()), {}, JobOptions())
 
 
 def test_gpu_aware_cray_mpich_comes_with_its_gtl_module_or_not_at_all(tmp_path):

@@ -56,9 +56,7 @@ def render_for(site, scheduler=None, requeue=False, nodes=2) -> str:
     recipe = load_recipe(RECIPES / "cifar10-quick.yaml")
     nodes = min(nodes, site.defaults.max_nodes or nodes)
     plan = make_plan(site, JobRequest(nodes=nodes))
-    # a site that names its folders by project (Frontier's /lustre/orion/{project}) needs the account
-    needs_project = "{project}" in f"{site.filesystems.scratch}{site.filesystems.node_local}"
-    options = JobOptions(name=recipe.name, requeue=requeue, account="prj123" if needs_project else None)
+    options = JobOptions(name=recipe.name, requeue=requeue)
     return render_job_script(site, plan, recipe.model_dump(mode="json"), options, scheduler=scheduler)
 
 

@@ -5,7 +5,6 @@
 #SBATCH --cpus-per-task=14
 #SBATCH --gpus-per-node=8
 #SBATCH --time=02:00:00
-#SBATCH --account=prj123
 #SBATCH --partition=batch
 #SBATCH --exclusive
 #SBATCH --output=cifar10-quick-%j.out
@@ -84,7 +83,7 @@ hpcdl_launcher_pid=
 trap 'hpcdl_signal=USR1; [ -z "$hpcdl_launcher_pid" ] || kill -s USR1 "$hpcdl_launcher_pid" 2>/dev/null || true' USR1
 trap 'hpcdl_signal=TERM; [ -z "$hpcdl_launcher_pid" ] || kill -s TERM "$hpcdl_launcher_pid" 2>/dev/null || true' TERM
 
-srun --nodes=2 --ntasks=16 --ntasks-per-node=8 --cpus-per-task=14 --cpu-bind=mask_cpu:0xfe00000000000000fe000000000000,0xfe00000000000000fe00000000000000,0xfe00000000000000fe0000,0xfe00000000000000fe000000,0xfe00000000000000fe,0xfe00000000000000fe00,0xfe00000000000000fe00000000,0xfe00000000000000fe0000000000 --gpus-per-node=8 --gpu-bind=map_gpu:0,1,2,3,4,5,6,7 apptainer exec --rocm --bind /lustre/orion/prj123/scratch/"${USER}" --bind /mnt/bb/"${USER}" hpcdl.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
+srun --nodes=2 --ntasks=16 --ntasks-per-node=8 --cpus-per-task=14 --cpu-bind=mask_cpu:0xfe00000000000000fe000000000000,0xfe00000000000000fe00000000000000,0xfe00000000000000fe0000,0xfe00000000000000fe000000,0xfe00000000000000fe,0xfe00000000000000fe00,0xfe00000000000000fe00000000,0xfe00000000000000fe0000000000 --gpus-per-node=8 --gpu-bind=map_gpu:0,1,2,3,4,5,6,7 apptainer exec --rocm --bind /lustre/orion/"${SLURM_JOB_ACCOUNT}"/scratch/"${USER}" --bind /mnt/bb/"${USER}" hpcdl.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
 hpcdl_launcher_pid=$!
 hpcdl_status=0
 while :; do

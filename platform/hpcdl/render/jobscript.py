@@ -119,7 +119,7 @@ def render_job_script(
     for r in plan.ranks:
         for k in r.env:
             env_name(k)
-    site = with_project(site, options.account or site.defaults.account)
+    site = with_project(site, options.account or site.defaults.account, scheduler)
     image = options.image or site.defaults.image or default_image(site)
     if image and site.defaults.image_dir and not image.startswith(("/", "docker:", "docker://", "oras://")) \
             and site.runtime in ("apptainer", "singularity", "charliecloud"):
@@ -325,11 +325,12 @@ def env_path_lines(plan: Plan) -> list[str]:
     return lines
 
 
-def with_project(site: Site, account: str | None) -> Site:
+def with_project(site: Site, account: str | None, scheduler: str | None = None) -> Site:
     """The site with {project} in its paths replaced by the account the job is charged to.
 
     Centres name project folders by project id (OLCF: /lustre/orion/[projid]/scratch/$USER) and set
-    no variable for it, so the id comes from the job's account, given at render time.
+    no variable for it, so the id comes from the job's account, given at render time; without
+    one, a Slurm job takes the account Slurm charged, which it sets in $SLURM_JOB_ACCOUNT (sbatch).
     """
     from hpcdl.sites.schema import PROJECT_PLACEHOLDER
 
@@ -337,14 +338,18 @@ def with_project(site: Site, account: str | None) -> Site:
     holders = [f for f in ("scratch", "node_local") if PROJECT_PLACEHOLDER in (getattr(fs, f) or "")]
     if not holders:
         return site
-    if not account:
+    scheduler = scheduler or site.scheduler
+    if not account and scheduler == "slurm":
+        account = "${SLURM_JOB_ACCOUNT}"
+    elif not account:
         raise HpcdlError(
             f"account: site {site.name!r} names its filesystems.{holders[0]} by project "
             f"({getattr(fs, holders[0])}); give the project with --account"
         )
-    plain_word("account", "path", account)
-    if "/" in account or account in (".", ".."):
-        raise HpcdlError(f"account: {account!r} cannot name a folder")
+    else:
+        plain_word("account", "path", account)
+        if "/" in account or account in (".", ".."):
+            raise HpcdlError(f"account: {account!r} cannot name a folder")
     update = {f: getattr(fs, f).replace(PROJECT_PLACEHOLDER, account) for f in holders}
     return site.model_copy(update={"filesystems": fs.model_copy(update=update)})
 
