@@ -106,6 +106,11 @@ def plan(
     console.print("environment (every rank):", highlight=False)
     for name, value in sorted(p.env.items()):
         console.print(f"  {name}={value}", highlight=False)
+    for name, parts in sorted(p.env_paths.items()):
+        value = ":".join([*parts["prepend"], f"${name}", *parts["append"]])
+        console.print(f"  {name}={value}  (the job shell expands it)", highlight=False)
+    if p.modules:
+        console.print("modules the plan adds: " + " ".join(p.modules), highlight=False)
     per_rank = _per_rank_env_lines(p)
     if per_rank:
         console.print("environment (per local rank, applied by each rank from plan.json):", highlight=False)
