@@ -56,7 +56,11 @@ def render_for(site, scheduler=None, requeue=False, nodes=2) -> str:
     recipe = load_recipe(RECIPES / "cifar10-quick.yaml")
     nodes = min(nodes, site.defaults.max_nodes or nodes)
     plan = make_plan(site, JobRequest(nodes=nodes))
-    options = JobOptions(name=recipe.name, requeue=requeue)
+    # a site naming folders by project (Frontier's /lustre/orion/{project}) takes the project from the
+    # account; only Slurm sets the charged one in the job ($SLURM_JOB_ACCOUNT), so other schedulers need it
+    needs_project = "{project}" in f"{site.filesystems.scratch}{site.filesystems.node_local}"
+    account = "prj123" if needs_project and (scheduler or site.scheduler) != "slurm" else None
+    options = JobOptions(name=recipe.name, requeue=requeue, account=account)
     return render_job_script(site, plan, recipe.model_dump(mode="json"), options, scheduler=scheduler)
 
 
