@@ -241,7 +241,12 @@ def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters
             # the mask srun got for this rank (--cpu-bind=mask_cpu:) holds the plan's CPUs, no more
             mask = int(got["cpu_bind"].split(",")[placement.local_rank], 16)
             assert {i for i in range(mask.bit_length()) if mask >> i & 1} == set(placement.cpus), (placement, got)
-        if placement.gpus:
+        if placement.gpus and site.launch.gpu_visibility == "node":
+            # no per-task GPU binding (--gpu-bind=none): the rank sees the node's GPUs and drives
+            # the plan's own, which HPCDL_GPU names (NERSC Perlmutter, E3SM issue 4834)
+            assert got[gpu_var] in (None, ",".join(map(str, range(len(node.gpus))))), (placement, got)
+            assert placement.env["HPCDL_GPU"] == ",".join(map(str, placement.gpus)), placement
+        elif placement.gpus:
             # the GPU Slurm bound to the rank (--gpu-bind) is the plan's
             assert got[gpu_var] == ",".join(map(str, placement.gpus)), (placement, got)
     if fields.get("OverSubscribe") == "NO" and shape.spec_cores:
