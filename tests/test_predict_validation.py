@@ -117,6 +117,20 @@ def test_cores_that_slow_each_other_down_predict_less_and_one_rank_is_unaffected
     assert _weak_two_rank_prediction([{**m, "core_scaling": 1.0} for m in scaling]) == pytest.approx(base)
 
 
+def test_core_scaling_that_the_one_node_job_already_had_cancels_out():
+    # two pretend nodes on one host: the 1-node job's 2 ranks already kept both cores busy
+    run = ROOT / "tests" / "fixtures" / "predict" / "ci-slurm-collectives-scaling.jsonl"
+    scaling, collectives = _split([json.loads(line) for line in run.read_text().splitlines()])
+    site = load_site_file(FIXTURE_SITES / "ci-slurm.yaml")
+
+    def two_nodes(points):
+        return [m["predicted_images_per_sec"] for m in with_predictions(site, points, collectives)
+                if m["series"] == "scaling" and m["p"] == 2]
+
+    both = [{**m, "core_scaling": 0.7} for m in scaling]
+    assert two_nodes(both) == pytest.approx(two_nodes(scaling))
+
+
 def test_core_scaling_takes_the_other_sessions_load_out_of_both_windows():
     from hpcdl.predict.host import core_scaling, scaling_from
 

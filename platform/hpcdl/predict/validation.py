@@ -56,8 +56,11 @@ def _calibration(site: Site, measurements: list[dict], collectives: list[dict]):
     The weak and the strong study each start with one: the same rank, two samples of its rate,
     so their mean halves the noise of a host shared with other work.
     """
-    bases = [_with_share(site, m) for m in measurements
-             if m.get("series") == "scaling" and m.get("p") == 1 and _complete(m)]
+    # a one-node job with several ranks already had its cores slow each other down: its rank's
+    # rate over its effective share is one core's rate alone, as the p > 1 points need
+    bases = [{**b, "cpu_share": _effective_share(b)} for b in
+             (_with_share(site, m) for m in measurements
+              if m.get("series") == "scaling" and m.get("p") == 1 and _complete(m))]
     cal = calibrate([*collectives, *({**b, "mode": "weak"} for b in bases)], site.name, "this validation run")
     same = [c for c in cal.compute if c.threads_per_rank == cal.compute[0].threads_per_rank] if cal.compute else []
     if len(same) > 1:
