@@ -32,14 +32,14 @@ def test_a_recipe_that_does_not_exist_is_one_line_and_exit_2(tmp_path):
 
 def test_a_malformed_recipe_names_the_field(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text((RECIPES / "cifar10-quick.yaml").read_text().replace("base_lr: 0.01", "base_lr: fast"))
+    bad.write_text((RECIPES / "digits-quick.yaml").read_text().replace("base_lr: 0.01", "base_lr: fast"))
     proc = hpcdl("render", "--site", "local", str(bad))
     assert_one_line_error(proc, "bad.yaml", "base_lr")
 
 
 def test_a_recipe_with_an_unknown_field_is_refused(tmp_path):
     bad = tmp_path / "typo.yaml"
-    bad.write_text((RECIPES / "cifar10-quick.yaml").read_text() + "max_iters: 5\n")
+    bad.write_text((RECIPES / "digits-quick.yaml").read_text() + "max_iters: 5\n")
     assert_one_line_error(hpcdl("train", str(bad)), "max_iters", "unknown field")
 
 

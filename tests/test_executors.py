@@ -40,7 +40,7 @@ def env_without(program: str, tmp_path: Path) -> dict:
 
 @pytest.mark.parametrize("site, program", [("test-lsf-power9", "bsub"), ("test-pbs-xeon", "qsub")])
 def test_submitting_without_the_schedulers_command_names_the_missing_command(site, program, tmp_path):
-    proc = hpcdl("submit", "--site", site, RECIPES / "cifar10-quick.yaml", "--out", tmp_path / "job",
+    proc = hpcdl("submit", "--site", site, RECIPES / "digits-quick.yaml", "--out", tmp_path / "job",
                  env=env_without(program, tmp_path))
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -58,7 +58,7 @@ def test_dry_run_writes_the_script_and_shows_the_submit_command(tmp_path, fixtur
     for site, expect in (("ci-slurm", "sbatch --parsable --chdir="), ("test-lsf-power9", "bsub -cwd "),
                          ("test-pbs-xeon", "qsub -V -v HPCDL_JOB_DIR=")):
         job = tmp_path / site
-        proc = hpcdl("submit", "--dry-run", "--site", site, RECIPES / "cifar10-quick.yaml", "--out", job,
+        proc = hpcdl("submit", "--dry-run", "--site", site, RECIPES / "digits-quick.yaml", "--out", job,
                      env={"HPCDL_SITE_PATH": str(FIXTURE_SITES)})
         assert proc.returncode == 0, proc.stderr
         assert expect in proc.stdout and (job / "job.sh").exists()
@@ -67,7 +67,7 @@ def test_dry_run_writes_the_script_and_shows_the_submit_command(tmp_path, fixtur
 
 def test_a_rendered_script_is_submitted_to_the_scheduler_its_directives_name(tmp_path, fixture_sites):
     script = tmp_path / "rendered.sh"
-    hpcdl("render", "--site", "test-lsf-power9", RECIPES / "cifar10-quick.yaml", "-o", script,
+    hpcdl("render", "--site", "test-lsf-power9", RECIPES / "digits-quick.yaml", "-o", script,
           env={"HPCDL_SITE_PATH": str(FIXTURE_SITES)}, check=True)
     proc = hpcdl("submit", "--dry-run", script, "--out", tmp_path / "job")
     assert proc.returncode == 0 and "would run: bsub -cwd" in proc.stdout

@@ -198,7 +198,7 @@ LARC_FIELDS = ("type: LARC\nlarc_mode: clip\nlabel_smoothing: 0.1\nno_bias_decay
 
 def larc_recipe(tmp_path):
     path = tmp_path / "quick-larc.yaml"
-    text = re.sub(r"(?m)^(max_iter|test_interval|display): .*$", "", (RECIPES / "cifar10-quick.yaml").read_text())
+    text = re.sub(r"(?m)^(max_iter|test_interval|display): .*$", "", (RECIPES / "digits-quick.yaml").read_text())
     path.write_text(text + "max_iter: 4\ndisplay: 2\n" + LARC_FIELDS)
     return path
 

@@ -25,7 +25,7 @@ def train(recipe, results):
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_mixed_precision_on_cuda_converges_on_digits(tmp_path, precision):
     path = tmp_path / f"{precision}.yaml"
-    text = re.sub(r"(?m)^random_seed: .*$", "", (RECIPES / "cifar10-quick.yaml").read_text())
+    text = re.sub(r"(?m)^random_seed: .*$", "", (RECIPES / "digits-quick.yaml").read_text())
     path.write_text(text + f"device: cuda\nprecision: {precision}\nchannels_last: true\nrandom_seed: 1\n")
     recs = train(path, tmp_path / "r.jsonl")
     start, final = recs[0], recs[-1]

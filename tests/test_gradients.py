@@ -61,7 +61,7 @@ def test_cifar10_quick_on_digits_with_two_ranks_and_gradient_lag_reaches_95_perc
     path = tmp_path / "lag.yaml"
     # a stale gradient acts as extra momentum (Mitliagkas et al. 2016, arXiv:1605.09774): at the
     # recipe's momentum 0.9 the lagged run oscillates, at 0.5 with a larger rate it converges
-    text = re.sub(r"(?m)^(base_lr|momentum): .*$", "", (RECIPES / "cifar10-quick.yaml").read_text())
+    text = re.sub(r"(?m)^(base_lr|momentum): .*$", "", (RECIPES / "digits-quick.yaml").read_text())
     path.write_text(text + "base_lr: 0.04\nmomentum: 0.5\ngradient_lag: true\n")
     results = tmp_path / "r.jsonl"
     proc = run_ranks(2, path, results)

@@ -29,7 +29,7 @@ def test_horovod_over_gloo_trains_two_ranks_with_the_plans_fusion_settings_and_e
     horovodrun = shutil.which("horovodrun", path=str(__import__("pathlib").Path(sys.executable).parent))
     assert horovodrun, "horovodrun comes with the Horovod wheel"
     run([horovodrun, "-np", "2", "--gloo", "-H", "localhost:2", sys.executable, "-m", "hpcdl.train",
-         RECIPES / "cifar10-quick.yaml", "--dist", "horovod", "--plan", plan, "--max-iter", ITERS, "--results", results])
+         RECIPES / "digits-quick.yaml", "--dist", "horovod", "--plan", plan, "--max-iter", ITERS, "--results", results])
     final = final_record(results)
     assert final["ranks"] == 2 and final["distributed"] == "horovod"
     assert final["horovod_controller"] == "gloo"
@@ -48,7 +48,7 @@ def test_horovod_over_mpi_with_fp16_compression_trains_two_ranks_with_equal_weig
     # Open MPI refuses root unless told twice; CI containers run as root
     env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "HPCDL_FP16_ALLREDUCE": "1"}
     run([mpirun, "-np", "2", "--bind-to", "none", "-x", "OMP_NUM_THREADS", "-x", "HPCDL_INTRA_OP_THREADS",
-         "-x", "HPCDL_FP16_ALLREDUCE", "-x", "PATH", sys.executable, "-m", "hpcdl.train", RECIPES / "cifar10-quick.yaml",
+         "-x", "HPCDL_FP16_ALLREDUCE", "-x", "PATH", sys.executable, "-m", "hpcdl.train", RECIPES / "digits-quick.yaml",
          "--dist", "horovod", "--max-iter", ITERS, "--results", results], env=env)
     final = final_record(results)
     assert final["ranks"] == 2
@@ -59,7 +59,7 @@ def test_horovod_over_mpi_with_fp16_compression_trains_two_ranks_with_equal_weig
 
 def test_horovod_with_tensorflow_is_refused_naming_the_upstream_problem(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "hpcdl.train", str(RECIPES / "cifar10-quick.yaml"), "--framework", "tensorflow",
+        [sys.executable, "-m", "hpcdl.train", str(RECIPES / "digits-quick.yaml"), "--framework", "tensorflow",
          "--dist", "horovod"], capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2

@@ -66,7 +66,7 @@ def test_hostile_strings_everywhere_run_nothing_in_the_local_script(tmp_path):
     # site paths expand $VARIABLES by design (/mnt/bb/$USER), so this one is hostile without '$'
     node_local = tmp_path / "node local ' ; touch CANARY ; ' `touch CANARY` \" ; touch CANARY"
     sites = hostile_site(tmp_path, node_local)
-    recipe = yaml.safe_load((RECIPES / "cifar10-quick.yaml").read_text())
+    recipe = yaml.safe_load((RECIPES / "digits-quick.yaml").read_text())
     recipe["data"].update(stage=True, path=str(data))
     recipe_file = tmp_path / "recipe.yaml"
     recipe_file.write_text(yaml.safe_dump(recipe))
@@ -102,7 +102,7 @@ def test_hostile_strings_everywhere_run_nothing_in_the_local_script(tmp_path):
 def test_a_newline_in_a_job_name_is_refused_naming_the_field_and_leaves_no_file(scheduler, tmp_path, fixture_sites):
     out = tmp_path / "job.sh"
     out.write_text("previous\n")
-    proc = hpcdl("render", "--site", "ci-slurm", "--scheduler", scheduler, RECIPES / "cifar10-quick.yaml",
+    proc = hpcdl("render", "--site", "ci-slurm", "--scheduler", scheduler, RECIPES / "digits-quick.yaml",
                  "--name", "two\nlines", "-o", out, env={"HPCDL_SITE_PATH": str(FIXTURE_SITES)})
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -113,7 +113,7 @@ def test_a_newline_in_a_job_name_is_refused_naming_the_field_and_leaves_no_file(
 
 @pytest.mark.parametrize("field", ["--account", "--partition", "--constraint", "--time"])
 def test_a_newline_in_any_directive_value_is_refused(field, tmp_path, fixture_sites):
-    proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "cifar10-quick.yaml", field, "x\ntouch y",
+    proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "digits-quick.yaml", field, "x\ntouch y",
                  env={"HPCDL_SITE_PATH": str(FIXTURE_SITES)})
     assert proc.returncode == 2
     assert field.lstrip("-") in proc.stderr
@@ -121,7 +121,7 @@ def test_a_newline_in_any_directive_value_is_refused(field, tmp_path, fixture_si
 
 def test_lsf_and_pbs_refuse_accounts_their_directives_cannot_carry(tmp_path, fixture_sites):
     for site in ("test-lsf-power9", "test-pbs-xeon"):
-        proc = hpcdl("render", "--site", site, RECIPES / "cifar10-quick.yaml", "--account", "abc; rm -rf",
+        proc = hpcdl("render", "--site", site, RECIPES / "digits-quick.yaml", "--account", "abc; rm -rf",
                      env={"HPCDL_SITE_PATH": str(FIXTURE_SITES)})
         assert proc.returncode == 2
         assert "account" in proc.stderr and "directive" in proc.stderr
@@ -135,7 +135,7 @@ def test_an_environment_name_that_is_not_a_shell_name_is_refused(tmp_path):
         "node_kinds": {"node": {"sockets": 1, "cores_per_socket": 2, "memory_gb": 4}},
         "env": {"X;touch /tmp/owned": "1"},
     }))
-    proc = hpcdl("render", "--site", "badenv", RECIPES / "cifar10-quick.yaml", env={"HPCDL_SITE_PATH": str(sites)})
+    proc = hpcdl("render", "--site", "badenv", RECIPES / "digits-quick.yaml", env={"HPCDL_SITE_PATH": str(sites)})
     assert proc.returncode == 2 and "not a valid shell name" in proc.stderr
 
 
@@ -174,7 +174,7 @@ def test_hostile_image_and_trainer_arguments_reach_the_container_runtime_as_lite
     image = f"img {evil[0]} {evil[4]}.sif"
     extra = [evil[1], evil[3], evil[9], "two\nlines"]
     script = tmp_path / "job.sh"
-    proc = hpcdl("render", "--site", "hostile-apptainer", RECIPES / "cifar10-quick.yaml", "--image", image,
+    proc = hpcdl("render", "--site", "hostile-apptainer", RECIPES / "digits-quick.yaml", "--image", image,
                  "-o", script, "--", *extra, env={"HPCDL_SITE_PATH": str(sites)})
     assert proc.returncode == 0, proc.stderr
     shellcheck(script)

@@ -17,7 +17,7 @@ def test_the_job_script_runs_the_image_of_the_sites_pytorch_module(site, tmp_pat
     module_image = next(fm.image for fm in site_modules(load_site(site), prefix).frameworks
                         if fm.module.name == "pytorch")
     script = tmp_path / "job.sh"
-    hpcdl("render", "--site", site, RECIPES / "cifar10-quick.yaml", "-o", script, check=True)
+    hpcdl("render", "--site", site, RECIPES / "digits-quick.yaml", "-o", script, check=True)
     launch = next(line for line in script.read_text().splitlines() if "hpcdl train recipe.json" in line)
     # what the launch line's words are once the hpcdl module has set HPCDL_IMAGE_DIR
     words = subprocess.run(
@@ -30,7 +30,7 @@ def test_the_job_script_runs_the_image_of_the_sites_pytorch_module(site, tmp_pat
 
 def test_without_the_hpcdl_module_the_job_stops_with_a_message_naming_it(tmp_path):
     script = tmp_path / "job.sh"
-    hpcdl("render", "--site", "volta-x86", RECIPES / "cifar10-quick.yaml", "-o", script, check=True)
+    hpcdl("render", "--site", "volta-x86", RECIPES / "digits-quick.yaml", "-o", script, check=True)
     check = next(line for line in script.read_text().splitlines() if "HPCDL_IMAGE_DIR:?" in line)
     proc = subprocess.run(["bash", "-c", f"set -u; {check}"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert proc.returncode != 0

@@ -15,7 +15,7 @@ from conftest import RECIPES, hpcdl, shellcheck
 
 def test_rendered_local_script_passes_shellcheck(tmp_path):
     out = tmp_path / "job.sh"
-    hpcdl("render", "--site", "local", RECIPES / "cifar10-quick.yaml", "-o", out, check=True)
+    hpcdl("render", "--site", "local", RECIPES / "digits-quick.yaml", "-o", out, check=True)
     shellcheck(out)
     text = out.read_text()
     assert "plan.json" in text and "hpcdl train" in text
@@ -24,7 +24,7 @@ def test_rendered_local_script_passes_shellcheck(tmp_path):
 @pytest.mark.slow
 def test_hpcdl_run_trains_two_ranks_on_digits_to_90_percent(tmp_path, isolated_jobs):
     run_dir = tmp_path / "run"
-    proc = hpcdl("run", "--site", "local", RECIPES / "cifar10-quick.yaml", "--out", run_dir, cwd=tmp_path)
+    proc = hpcdl("run", "--site", "local", RECIPES / "digits-quick.yaml", "--out", run_dir, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "rank" in proc.stdout and "cores" in proc.stdout  # the node map was shown
     records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]

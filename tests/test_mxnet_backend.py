@@ -15,7 +15,7 @@ ACCURACY = 0.85
 def test_mxnet_trains_cifar10_quick_on_digits_in_one_process(tmp_path):
     python = mxnet_python()
     results = tmp_path / "results.jsonl"
-    run([python, "-m", "hpcdl.train", RECIPES / "cifar10-quick.yaml", "--framework", "mxnet", "--max-iter", "200",
+    run([python, "-m", "hpcdl.train", RECIPES / "digits-quick.yaml", "--framework", "mxnet", "--max-iter", "200",
          "--results", results])
     final = final_record(results)
     assert final["framework"] == "mxnet" and final["distributed"] == "kvstore:local"
@@ -27,7 +27,7 @@ def test_mxnet_dist_sync_kvstore_trains_two_workers_with_equal_weights(tmp_path)
     python = mxnet_python()
     results = tmp_path / "results.jsonl"
     run([python, "-m", "hpcdl.train.mxnet_kvstore", "--workers", "2", "--servers", "1", "--",
-         python, "-m", "hpcdl.train", RECIPES / "cifar10-quick.yaml", "--framework", "mxnet", "--max-iter", "200",
+         python, "-m", "hpcdl.train", RECIPES / "digits-quick.yaml", "--framework", "mxnet", "--max-iter", "200",
          "--results", results])
     final = final_record(results)
     assert final["distributed"] == "kvstore:dist_sync" and final["ranks"] == 2
@@ -42,7 +42,7 @@ def test_mxnet_resume_from_a_snapshot_continues_as_the_uninterrupted_run(tmp_pat
     import numpy as np
 
     python = mxnet_python()
-    base = (RECIPES / "cifar10-quick.yaml").read_text() + "snapshot: 10\n"
+    base = (RECIPES / "digits-quick.yaml").read_text() + "snapshot: 10\n"
     parts, whole = tmp_path / "parts.yaml", tmp_path / "whole.yaml"
     parts.write_text(base + f"snapshot_prefix: {tmp_path}/parts/quick\n")
     whole.write_text(base + f"snapshot_prefix: {tmp_path}/whole/quick\n")

@@ -256,12 +256,12 @@ def test_a_calibration_is_saved_beside_the_sites_references_and_used_afterwards(
     (tmp_path / "references" / "local.yaml").write_text("site: local\nreferences: {}\n")
     env = {"HPCDL_SITE_PATH": str(tmp_path)}
     run = ROOT / "tests" / "fixtures" / "predict" / "local-collectives-scaling.jsonl"
-    proc = hpcdl("predict", "--site", "local", RECIPES / "cifar10-quick.yaml", "--nodes", "1", "--calibration", run,
+    proc = hpcdl("predict", "--site", "local", RECIPES / "digits-quick.yaml", "--nodes", "1", "--calibration", run,
                  "--save-calibration", env=env)
     assert proc.returncode == 0, proc.stderr
     saved = tmp_path / "references" / "local.calibration.yaml"
     assert saved.is_file() and "flops_per_s" in saved.read_text()
-    again = hpcdl("predict", "--site", "local", RECIPES / "cifar10-quick.yaml", "--nodes", "1", env=env)
+    again = hpcdl("predict", "--site", "local", RECIPES / "digits-quick.yaml", "--nodes", "1", env=env)
     assert again.returncode == 0 and str(run) in again.stdout  # the saved calibration names its run
 
 

@@ -10,7 +10,7 @@ from hpcdl.nets import load_net
 from hpcdl.train.recipe import load_recipe, recipe_from_dict
 from hpcdl.train.schedule import Schedule
 
-SHIPPED = ["alexnet", "caffenet", "cifar10-quick", "googlenet", "mesh-spatial", "resnet50", "resnet50-goyal-8k", "resnet50-lars-32k"]
+SHIPPED = ["alexnet", "caffenet", "cifar10-quick", "digits-quick", "googlenet", "mesh-spatial", "resnet50", "resnet50-goyal-8k", "resnet50-lars-32k"]
 
 
 def test_every_issue_recipe_ships():

@@ -16,7 +16,7 @@ from hpcdl.train.recipe import load_recipe
 
 def render(site_name, nodes=2, scheduler=None, recipe=None, **options):
     site = load_site(site_name)
-    recipe = recipe or load_recipe(RECIPES / "cifar10-quick.yaml").model_dump(mode="json")
+    recipe = recipe or load_recipe(RECIPES / "digits-quick.yaml").model_dump(mode="json")
     plan = make_plan(site, JobRequest(nodes=nodes))
     return render_job_script(site, plan, recipe, JobOptions(name="resnet", **options), scheduler=scheduler)
 
@@ -100,7 +100,7 @@ def test_a_warning_longer_than_the_time_limit_is_refused(fixture_sites):
 
 
 def test_staging_copies_once_per_node_with_the_scheduler_launcher_and_points_the_recipe_at_it(fixture_sites):
-    recipe = load_recipe(RECIPES / "cifar10-quick.yaml").model_dump(mode="json")
+    recipe = load_recipe(RECIPES / "digits-quick.yaml").model_dump(mode="json")
     recipe["data"].update(stage=True, path="/gpfs/alpine/data/imagenet")
     text = render("test-lsf-power9", recipe=recipe)
     assert 'HPCDL_STAGE_DIR=/mnt/bb/"${USER}"/hpcdl-data-"$HPCDL_JOB_ID"' in text
@@ -113,7 +113,7 @@ def test_staging_copies_once_per_node_with_the_scheduler_launcher_and_points_the
 
 
 def test_staging_without_a_data_path_or_node_local_storage_is_refused(fixture_sites, tmp_path):
-    recipe = load_recipe(RECIPES / "cifar10-quick.yaml").model_dump(mode="json")
+    recipe = load_recipe(RECIPES / "digits-quick.yaml").model_dump(mode="json")
     recipe["data"]["stage"] = True
     with pytest.raises(HpcdlError, match="data.path"):
         render("ci-slurm", recipe=recipe)
@@ -160,17 +160,17 @@ def test_an_unknown_scheduler_is_refused(fixture_sites):
 
 def test_render_writes_the_file_atomically_and_prints_without_o(tmp_path, fixture_sites):
     out = tmp_path / "sub" / "job.sh"
-    proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "cifar10-quick.yaml", "-o", out,
+    proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "digits-quick.yaml", "-o", out,
                  env={"HPCDL_SITE_PATH": str(fixture_sites)})
     assert proc.returncode == 0 and out.read_text().startswith("#!/bin/bash\n#SBATCH")
     assert out.stat().st_mode & 0o100
-    printed = hpcdl("render", "--site", "ci-slurm", RECIPES / "cifar10-quick.yaml",
+    printed = hpcdl("render", "--site", "ci-slurm", RECIPES / "digits-quick.yaml",
                     env={"HPCDL_SITE_PATH": str(fixture_sites)}).stdout
     assert printed == out.read_text()
 
 
 def test_an_option_typo_is_an_error_not_a_trainer_argument(tmp_path, fixture_sites):
-    proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "cifar10-quick.yaml", "--acount", "x",
+    proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "digits-quick.yaml", "--acount", "x",
                  env={"HPCDL_SITE_PATH": str(fixture_sites)})
     assert proc.returncode == 2 and "--acount" in proc.stderr
 
@@ -183,7 +183,7 @@ def test_a_site_profile_with_a_site_wide_time_uses_it(tmp_path):
         "node_kinds": {"n": {"sockets": 1, "cores_per_socket": 2, "memory_gb": 4}},
         "defaults": {"time": "1-00:00:00", "exclusive": False},
     }))
-    proc = hpcdl("render", "--site", "tiny", RECIPES / "cifar10-quick.yaml", env={"HPCDL_SITE_PATH": str(sites)})
+    proc = hpcdl("render", "--site", "tiny", RECIPES / "digits-quick.yaml", env={"HPCDL_SITE_PATH": str(sites)})
     assert "#SBATCH --time=1-00:00:00" in proc.stdout.splitlines()
 
 

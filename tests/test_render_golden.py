@@ -53,7 +53,7 @@ def all_sites() -> list[str]:
 
 
 def render_for(site, scheduler=None, requeue=False, nodes=2) -> str:
-    recipe = load_recipe(RECIPES / "cifar10-quick.yaml")
+    recipe = load_recipe(RECIPES / "digits-quick.yaml")
     nodes = min(nodes, site.defaults.max_nodes or nodes)
     plan = make_plan(site, JobRequest(nodes=nodes))
     # a site naming folders by project (Frontier's /lustre/orion/{project}) takes the project from the

@@ -93,7 +93,7 @@ def render(site_name, recipe, nodes=2):
 
 
 def staged_recipe(**data):
-    recipe = load_recipe(RECIPES / "cifar10-quick.yaml").model_dump(mode="json")
+    recipe = load_recipe(RECIPES / "digits-quick.yaml").model_dump(mode="json")
     recipe["data"].update(stage=True, path="/global/cscratch1/sd/u/imagenet", source="imagefolder", **data)
     return recipe
 

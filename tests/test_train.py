@@ -283,7 +283,7 @@ def test_a_dead_rank_makes_the_other_exit_non_zero_within_bounded_time(tmp_path)
 def test_cifar10_quick_on_digits_with_two_ranks_reaches_95_percent(tmp_path):
     results = tmp_path / "r.jsonl"
     start = time.monotonic()
-    proc = run_ranks(2, RECIPES / "cifar10-quick.yaml", results)
+    proc = run_ranks(2, RECIPES / "digits-quick.yaml", results)
     assert proc.returncode == 0, proc.stderr
     final = records(results)[-1]
     assert final["event"] == "final" and final["ranks"] == 2
