@@ -110,6 +110,19 @@ class WithinChannelLRN(HybridBlock):
         return x * F.power(1.0 + self.alpha * mean, -self.beta)
 
 
+class _CaffePooling(HybridBlock):
+    """A Gluon pooling whose output is cut to Caffe's size (the last window in the padding dropped)."""
+
+    def __init__(self, pool, out_hw: tuple[int, int], **kwargs):
+        super().__init__(**kwargs)
+        self.out_hw = out_hw
+        with self.name_scope():
+            self.pool = pool
+
+    def hybrid_forward(self, F, x):
+        return F.slice(self.pool(x), begin=(None, None, 0, 0), end=(None, None, *self.out_hw))
+
+
 class _Softmax(HybridBlock):
     def hybrid_forward(self, F, x):
         return F.softmax(x, axis=1)
@@ -134,11 +147,16 @@ def _block(layer: Layer):
         pool = p.get("pool", "MAX")
         if p.get("global_pooling"):
             return (nn.GlobalMaxPool2D if pool == "MAX" else nn.GlobalAvgPool2D)(prefix=prefix)
-        args = dict(pool_size=_pair(p["kernel_size"]), strides=_pair(p.get("stride", 1)), padding=_pair(p.get("pad", 0)),
-                    ceil_mode=p.get("round_mode", "CEIL") != "FLOOR", prefix=prefix)
-        if pool == "MAX":
-            return nn.MaxPool2D(**args)
-        return nn.AvgPool2D(count_include_pad=True, **args)
+        k, st, pad = _pair(p["kernel_size"]), _pair(p.get("stride", 1)), _pair(p.get("pad", 0))
+        ceil = p.get("round_mode", "CEIL") != "FLOOR"
+        args = dict(pool_size=k, strides=st, padding=pad, ceil_mode=ceil, prefix=prefix)
+        block = nn.MaxPool2D(**args) if pool == "MAX" else nn.AvgPool2D(count_include_pad=True, **args)
+        # MXNet's ceil mode keeps a last window that starts in the padding; Caffe's
+        # pooling_layer.cpp drops it (the spec's out_shape): cut that row/column off
+        full = tuple(-(-(i + 2 * q - kk) // s) + 1 for i, q, kk, s in zip(layer.in_shape[1:], pad, k, st))
+        if ceil and full != tuple(layer.out_shape[1:]):
+            return _CaffePooling(block, tuple(layer.out_shape[1:]), prefix=f"{layer.name}_clip_")
+        return block
     if t == "ReLU":
         if p.get("negative_slope"):
             return nn.LeakyReLU(p["negative_slope"], prefix=prefix)

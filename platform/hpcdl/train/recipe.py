@@ -123,7 +123,7 @@ class Recipe(_Strict):
         if self.lr_policy == "multistep" and not self.stepvalue:
             raise ValueError("lr_policy multistep needs stepvalue")
         if list(self.stepvalue) != sorted(self.stepvalue):
-            raise ValueError("stepvalue must increase")
+            raise ValueError("stepvalue must not decrease")
         if self.warmup_iter is not None and self.warmup_epochs is not None:
             raise ValueError("give warmup_iter or warmup_epochs, not both")
         if self.spatial and self.spatial.ways > 1 and (self.framework != "pytorch" or self.distributed == "horovod"):

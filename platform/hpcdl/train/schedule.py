@@ -7,7 +7,9 @@ Caffe's policies (BVLC/caffe src/caffe/solvers/sgd_solver.cpp, GetLearningRate),
     step       base_lr * gamma ^ floor(it / stepsize)
     exp        base_lr * gamma ^ it
     inv        base_lr * (1 + gamma * it) ^ (-power)
-    multistep  base_lr * gamma ^ (number of stepvalue entries <= it)
+    multistep  base_lr * gamma ^ current_step, where current_step advances by at most one
+               stepvalue per iteration (Caffe's counter: a repeated value [100, 100]
+               gives gamma at 100 and gamma^2 at 101)
     poly       base_lr * (1 - it / max_iter) ^ power
     sigmoid    base_lr * 1 / (1 + exp(-gamma * (it - stepsize)))
     cosine     base_lr * (1 + cos(pi * it / max_iter)) / 2      (not in Caffe; SGDR, DLE RN50)
@@ -29,6 +31,23 @@ from dataclasses import dataclass
 from hpcdl.train.recipe import Recipe
 
 
+def multistep_count(stepvalue, it: int) -> int:
+    """Caffe's `current_step_` at iteration `it`.
+
+    GetLearningRate runs once per iteration and moves on to the next step value only if
+    `iter_ >= stepvalue(current_step_)`: one step value per iteration at most. Step k is
+    therefore taken at t_k = max(stepvalue[k], t_{k-1} + 1), and current_step at `it` is
+    the number of t_k <= it (no state to carry, so a resumed run gets the same rate).
+    """
+    count, taken = 0, -1
+    for value in stepvalue:
+        taken = max(int(value), taken + 1)
+        if taken > it:
+            break
+        count += 1
+    return count
+
+
 def policy_rate(recipe: Recipe, base: float, it: int, max_iter: int) -> float:
     r = recipe
     if r.lr_policy == "fixed":
@@ -36,7 +55,7 @@ def policy_rate(recipe: Recipe, base: float, it: int, max_iter: int) -> float:
     if r.lr_policy == "step":
         return base * r.gamma ** (it // r.stepsize)
     if r.lr_policy == "multistep":
-        return base * r.gamma ** sum(1 for s in r.stepvalue if it >= s)
+        return base * r.gamma ** multistep_count(r.stepvalue, it)
     if r.lr_policy == "exp":
         return base * r.gamma**it
     if r.lr_policy == "inv":
