@@ -16,17 +16,15 @@ from hpcdl.nets.spec import Layer, NetSpec, _pair
 
 def _initializer(layer: Layer):
     filler = layer.p("weight_filler") or {}
-    kind = filler.get("type", "msra")
+    kind = filler.get("type")
+    if not filler:  # He et al. (fan_out), as the PyTorch build's kaiming_normal_(mode="fan_out")
+        return mx.init.MSRAPrelu(factor_type="out", slope=0.0)
     if kind == "gaussian" and not filler.get("mean"):
         return mx.init.Normal(filler.get("std", 0.01))
-    if kind == "xavier" and "variance_norm" not in filler:
-        return mx.init.Xavier(rnd_type="uniform", factor_type="avg", magnitude=3)
     if kind in ("constant", "uniform", "xavier", "msra", "gaussian"):
+        # Caffe's fillers: xavier and msra with n = fan_in unless variance_norm says otherwise
         return _caffe_initializer(filler)
-    # He et al. (fan_out), as the PyTorch build's kaiming_normal_(mode="fan_out")
-    if filler:
-        raise ValueError(f"layer {layer.name}: filler {kind!r} has no Gluon builder (PyTorch builds it)")
-    return mx.init.MSRAPrelu(factor_type="out", slope=0.0)
+    raise ValueError(f"layer {layer.name}: filler {kind!r} has no Gluon builder (PyTorch builds it)")
 
 
 def _bias_initializer(layer: Layer):

@@ -22,8 +22,6 @@ def _initializer(layer: Layer):
     kind = filler.get("type", "msra")
     if kind == "gaussian":
         return keras.initializers.RandomNormal(float(filler.get("mean", 0.0)), filler.get("std", 0.01))
-    if kind == "xavier" and "variance_norm" not in filler:
-        return keras.initializers.GlorotUniform()
     if kind == "constant":
         return keras.initializers.Constant(float(filler.get("value", 0.0)))
     if kind == "uniform":

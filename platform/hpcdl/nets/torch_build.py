@@ -124,14 +124,9 @@ class CaffeNet(nn.Module):
             lin = mod[1] if isinstance(mod, nn.Sequential) else mod
             if not isinstance(lin, (nn.Conv2d, nn.ConvTranspose2d, nn.Linear)):
                 continue
-            kind = (filler or {}).get("type", "msra")
-            if kind == "gaussian" and not filler.get("mean"):
-                nn.init.normal_(lin.weight, 0.0, filler.get("std", 0.01))
-            elif kind == "xavier" and "variance_norm" not in filler:
-                nn.init.xavier_uniform_(lin.weight)
-            elif filler is None:
+            if not filler:  # no filler: He et al. fan_out (hpcdl's default; Caffe's would be constant 0)
                 nn.init.kaiming_normal_(lin.weight, mode="fan_out", nonlinearity="relu")
-            else:
+            else:  # Caffe's fillers: xavier and msra with n = fan_in unless variance_norm says otherwise
                 caffe_fill(lin.weight, filler)
             if lin.bias is not None:
                 caffe_fill(lin.bias, layer.p("bias_filler") or {"type": "constant", "value": 0.0})
