@@ -67,7 +67,9 @@ class Recipe(_Strict):
     snapshot_prefix: str | None = None
     display: int = Field(default=20, ge=1)
     random_seed: int = 1
-    clip_gradients: float | None = Field(default=None, ge=0, description="Caffe: bound on the global gradient L2 norm")
+    # Caffe clips the gradient summed over iter_size before dividing by it (ApplyUpdate:
+    # ClipGradients, then Normalize); hpcdl does the same (update_rule.caffe_clip_bound).
+    clip_gradients: float | None = Field(default=None, ge=0, description="Caffe: bound on the L2 norm of the gradient summed over iter_size")
     # Large-batch practice of the seed papers
     type: Literal["SGD", "LARS", "LARC"] = Field(default="SGD", description="Caffe solver type, plus LARS and LARC")
     larc_mode: Literal["clip", "scale"] = "clip"
@@ -131,6 +133,11 @@ class Recipe(_Strict):
         if self.gradient_lag and self.precision == "fp16":
             raise ValueError("gradient_lag with precision fp16: the lagged gradients would be unscaled by the next "
                              "step's loss scale; use bf16 or fp32")
+        if self.clip_gradients == 0:
+            # Caffe (sgd_solver.cpp ClipGradients) turns clipping off only for a negative value:
+            # 0 scales every gradient to 0, which no one means; leaving the field out is "off"
+            raise ValueError("clip_gradients: 0 would zero every gradient in Caffe (only a negative value turns "
+                             "clipping off there); leave clip_gradients out to train without clipping")
         if self.data.crop and self.data.image_size and self.data.crop > self.data.image_size:
             raise ValueError("data.crop is larger than data.image_size")
         return self

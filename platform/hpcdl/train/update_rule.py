@@ -104,6 +104,20 @@ class SGDRule:
         self.last_lr = None if last is None or np.isnan(last) else float(last)
 
 
+def caffe_clip_bound(recipe) -> float | None:
+    """The bound on the *averaged* gradient's norm that is Caffe's `clip_gradients`.
+
+    Caffe's SGDSolver::ApplyUpdate runs ClipGradients before Normalize: it clips the
+    gradient summed over `iter_size` passes (already averaged over GPUs by P2PSync), then
+    divides by iter_size. Clipping that sum at c is clipping the average at c / iter_size
+    (the same factor c / ||sum|| scales both), which is what every backend here applies.
+    """
+    clip = getattr(recipe, "clip_gradients", None)
+    if clip is None:
+        return None
+    return clip / getattr(recipe, "iter_size", 1)
+
+
 def smoothed_cross_entropy(log_p: np.ndarray, labels: np.ndarray, smoothing: float) -> float:
     """The reference for label smoothing, as torch's cross_entropy: (1-e) * nll + e * mean(-log p)."""
     nll = -log_p[np.arange(len(labels)), labels]

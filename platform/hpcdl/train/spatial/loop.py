@@ -25,6 +25,7 @@ from hpcdl.train import checkpoint
 from hpcdl.train.data import Batches, centre_crop, load_dataset
 from hpcdl.train.mesh_data import MeshBatches, MeshSamples, inverse_frequency_weights
 from hpcdl.train.optim import CaffeSGD
+from hpcdl.train.update_rule import caffe_clip_bound
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
@@ -67,7 +68,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
                          f"but data source {recipe.data.source} gives {'per-pixel' if data.per_pixel else 'per-sample'} "
                          "targets")
     optimizer = CaffeSGD(param_slots(net, recipe), recipe.momentum, recipe.weight_decay, recipe.rule,
-                         trust=recipe.trust, eps=recipe.larc_eps, clip_gradients=recipe.clip_gradients,
+                         trust=recipe.trust, eps=recipe.larc_eps, clip_gradients=caffe_clip_bound(recipe),
                          momentum_correction=recipe.momentum_correction)
     precision = Precision(recipe, device)
     params = [s.tensor for s in optimizer.slots]
