@@ -68,7 +68,7 @@ def test_thread_pools_follow_the_plans_intra_and_inter_op_counts():
 def test_hpcdl_run_trains_cifar10_quick_with_tensorflow_on_two_workers_with_the_plans_threads(tmp_path, isolated_jobs):
     """The whole path: plan (framework tensorflow) -> job script -> hpcdl launch -> TF_CONFIG -> training."""
     recipe = tmp_path / "quick.yaml"
-    recipe.write_text(re.sub(r"(?m)^max_iter: .*$", "max_iter: 200", (RECIPES / "cifar10-quick.yaml").read_text()))
+    recipe.write_text(re.sub(r"(?m)^max_iter: .*$", "max_iter: 200", (RECIPES / "digits-quick.yaml").read_text()))
     run_dir = tmp_path / "run"
     proc = hpcdl("run", "--site", "local", "--framework", "tensorflow", recipe, "--out", run_dir, cwd=tmp_path,
                  env={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"})
@@ -90,7 +90,7 @@ def test_tensorflow_resume_from_a_snapshot_continues_as_the_uninterrupted_run(tm
     from hpcdl.train.main import run_training
 
     recipe = tmp_path / "r.yaml"
-    recipe.write_text((RECIPES / "cifar10-quick.yaml").read_text() + f"snapshot: 10\nsnapshot_prefix: {tmp_path}/snap/quick\n")
+    recipe.write_text((RECIPES / "digits-quick.yaml").read_text() + f"snapshot: 10\nsnapshot_prefix: {tmp_path}/snap/quick\n")
     whole = tmp_path / "whole.yaml"
     whole.write_text(recipe.read_text().replace(f"{tmp_path}/snap/", f"{tmp_path}/whole/"))
     resumed = tmp_path / "resumed.jsonl"
@@ -105,17 +105,18 @@ def test_tensorflow_resume_from_a_snapshot_continues_as_the_uninterrupted_run(tm
 
 
 def test_a_recipe_rule_the_backend_lacks_is_refused_naming_the_field():
-    """GoogLeNet's auxiliary heads live in the PyTorch trainer; another backend must not skip them quietly.
+    """A rule a backend lacks is refused by name, never skipped quietly.
 
-    LARS, LARC and the other optimizer rules are shared (tests/test_framework_optim.py); Horovod's
-    torch.optim.SGD still lacks them."""
+    LARS, LARC, the other optimizer rules and GoogLeNet's auxiliary heads are shared
+    (tests/test_framework_optim.py, tests/test_caffe_semantics.py); Horovod still refuses LARS."""
     from types import SimpleNamespace
 
     from hpcdl.train.framework_loop import refuse_unsupported
 
     refuse_unsupported(SimpleNamespace(name="plain"), "tensorflow")  # a recipe without those fields
     refuse_unsupported(SimpleNamespace(name="lars", type="LARS", label_smoothing=0.1), "tensorflow")
-    with pytest.raises(HpcdlError, match="aux_heads: True.*tensorflow"):
-        refuse_unsupported(SimpleNamespace(name="aux", aux_heads=True), "tensorflow")
+    refuse_unsupported(SimpleNamespace(name="aux", aux_heads=True), "tensorflow")
+    with pytest.raises(HpcdlError, match="gradient_lag: True.*tensorflow"):
+        refuse_unsupported(SimpleNamespace(name="lag", gradient_lag=True), "tensorflow")
     with pytest.raises(HpcdlError, match="type: 'LARS'.*horovod"):
         refuse_unsupported(SimpleNamespace(name="lars", type="LARS"), "pytorch with horovod")

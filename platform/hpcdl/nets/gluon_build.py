@@ -219,7 +219,11 @@ class CaffeNet(HybridBlock):
         return blobs
 
     def hybrid_forward(self, F, x):
-        return self.route(F, x)[self.spec.output]
+        """The output blob; with auxiliary classifiers, (main, aux...) for Caffe's weighted loss."""
+        blobs = self.route(F, x)
+        if self.spec.aux_outputs:
+            return tuple([blobs[self.spec.output], *(blobs[top] for top, _ in self.spec.aux_outputs)])
+        return blobs[self.spec.output]
 
 
 def _eltwise(F, layer: Layer, ins: list):
@@ -239,6 +243,22 @@ def _eltwise(F, layer: Layer, ins: list):
 
 def build_gluon(spec: NetSpec) -> CaffeNet:
     return CaffeNet(spec)
+
+
+def gluon_multipliers(net: CaffeNet, learned: list) -> list[tuple[float, float]]:
+    """Caffe's (lr_mult, decay_mult) of each parameter in `learned`, from the layers' `param`
+    (weights first, then bias; gamma then beta for Scale); 1 and 1 where not given."""
+    by_id: dict[int, tuple[float, float]] = {}
+    for layer in net.spec.layers:
+        mults = layer.p("param") or []
+        block = net.blocks.get(layer.name)
+        if not mults or block is None:
+            continue
+        for name, param in block.collect_params().items():
+            j = 1 if name.endswith(("bias", "beta")) else 0
+            m = mults[j] if j < len(mults) else {}
+            by_id[id(param)] = (float(m.get("lr_mult", 1.0)), float(m.get("decay_mult", 1.0)))
+    return [by_id.get(id(p), (1.0, 1.0)) for p in learned]
 
 
 def trainable_parameter_count(net: CaffeNet) -> int:

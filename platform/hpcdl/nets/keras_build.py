@@ -263,12 +263,41 @@ def _apply(layer: Layer, ins: list):
 
 
 def build_keras(spec: NetSpec) -> keras.Model:
-    """A functional Keras model taking (N, C, H, W) float32 and giving the spec's output blob."""
+    """A functional Keras model taking (N, C, H, W) float32 and giving the spec's output blob.
+
+    A spec with auxiliary classifiers (GoogLeNet's loss1/loss2, load_net(aux_heads=True))
+    gives [main, aux...] in the order of `spec.aux_outputs`, for Caffe's weighted loss.
+    """
     inputs = keras.Input(shape=spec.input_shape, name="data")
     blobs = {"data": layers.Permute((2, 3, 1), name="to_nhwc")(inputs)}
     for layer in spec.layers:
         blobs[layer.top] = _apply(layer, [blobs[b] for b in layer.bottom])
+    if spec.aux_outputs:
+        return keras.Model(inputs, [blobs[spec.output], *(blobs[top] for top, _ in spec.aux_outputs)], name=spec.name)
     return keras.Model(inputs, blobs[spec.output], name=spec.name)
+
+
+def keras_multipliers(model: keras.Model, spec: NetSpec) -> list[tuple[float, float]]:
+    """Caffe's (lr_mult, decay_mult) of each of `model.trainable_variables`, from the layers' `param`.
+
+    Caffe lists one {lr_mult, decay_mult} per blob of a layer, weights first, then bias
+    (gamma then beta for Scale); a tensor with no entry gets 1 and 1. A grouped
+    convolution's per-group kernels and biases take the layer's weight and bias entries.
+    """
+    by_id: dict[int, tuple[float, float]] = {}
+    for layer in spec.layers:
+        mults = layer.p("param") or []
+        if not mults:
+            continue
+        try:
+            built = model.get_layer(keras_name(layer.name))
+        except ValueError:
+            continue
+        for w in built.trainable_weights:
+            j = 1 if w.name.split("/")[-1].split(":")[0] in ("bias", "beta") else 0
+            m = mults[j] if j < len(mults) else {}
+            by_id[id(w)] = (float(m.get("lr_mult", 1.0)), float(m.get("decay_mult", 1.0)))
+    return [by_id.get(id(v), (1.0, 1.0)) for v in model.trainable_variables]
 
 
 def trainable_parameter_count(model: keras.Model) -> int:

@@ -134,6 +134,15 @@ def load_net(name: str, num_classes: int | None = None, image_size: int | None =
     return build_spec(name if path.parent == NET_DIR else path.stem, data, shape, classes, aux_heads=aux_heads)
 
 
+def net_input(name: str) -> dict:
+    """The `input` mapping of a shipped net file (channels, size, and for a Caffe-defined net
+    `transform: caffe` with its transform_param `mean_value`)."""
+    path = NET_DIR / f"{name}.yaml"
+    if not path.exists():
+        return {}
+    return dict(yaml.safe_load(path.read_text()).get("input") or {})
+
+
 def build_spec(name: str, data: dict, input_shape: tuple[int, int, int], classes: int,
                aux_heads: bool = False) -> NetSpec:
     shapes: dict[str, tuple[int, ...]] = {"data": input_shape}

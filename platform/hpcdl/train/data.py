@@ -73,8 +73,57 @@ class Dataset:
         return self.test.labels
 
 
-def load_dataset(spec: DataSpec, shape: tuple[int, int, int], seed: int) -> Dataset:
-    """`shape` is what the net takes (C, H, W); sources store images at `data.image_size`."""
+def net_input_size(spec: DataSpec, default: int) -> int:
+    """The side of the net's input: Caffe's crop_size, else the image size, else the net's own.
+
+    Images are stored at `image_size`; training crops them (randomly, Caffe's TRAIN phase)
+    and testing takes the centre crop, so the net is built for `crop` pixels.
+    """
+    return spec.crop or spec.image_size or default
+
+
+CAFFE_SOURCES = ("cifar10", "imagefolder", "tar")  # real pixels, as Caffe's data layers read them
+
+
+def resolve_transform(spec: DataSpec, net: str | None) -> DataSpec:
+    """`transform: auto` made concrete: Caffe's transform_param for a net whose file says
+    `input.transform: caffe` (the BVLC nets) on a source of real images, with the net's
+    `mean_value` unless the recipe gives one; hpcdl's normalisation otherwise (digits and
+    synthetic data, and nets not defined by Caffe such as the v1.5 ResNet-50)."""
+    if getattr(spec, "transform", "normalise") != "auto":
+        return spec
+    from hpcdl.nets.spec import net_input
+
+    declared = net_input(net) if net else {}
+    if declared.get("transform") == "caffe" and spec.source in CAFFE_SOURCES:
+        update = {"transform": "caffe"}
+        if spec.mean_value is None and declared.get("mean_value"):
+            update["mean_value"] = tuple(float(v) for v in declared["mean_value"])
+        return spec.model_copy(update=update)
+    return spec.model_copy(update={"transform": "normalise"})
+
+
+def caffe_transform(x: np.ndarray, mean: np.ndarray | None, scale: float) -> np.ndarray:
+    """Caffe's DataTransformer on 0-255 pixels (N, C, H, W): minus the mean, times scale."""
+    if mean is not None:
+        x = x - mean
+    return (x * scale).astype(np.float32) if scale != 1.0 else x.astype(np.float32)
+
+
+def _caffe_mean(spec: DataSpec, train_x: np.ndarray) -> np.ndarray:
+    """mean_value per channel, else the training images' mean image (Caffe's mean_file)."""
+    if spec.mean_value is not None:
+        c = train_x.shape[1]
+        if len(spec.mean_value) not in (1, c):
+            raise HpcdlError(f"data.mean_value: {len(spec.mean_value)} values for {c} channels")
+        return np.asarray(spec.mean_value * (c if len(spec.mean_value) == 1 else 1), dtype=np.float32)[:, None, None]
+    return train_x.mean(axis=0, dtype=np.float64).astype(np.float32)
+
+
+def load_dataset(spec: DataSpec, shape: tuple[int, int, int], seed: int, net: str | None = None) -> Dataset:
+    """`shape` is what the net takes (C, H, W); sources store images at `data.image_size`.
+    `net` decides what `data.transform: auto` means (resolve_transform)."""
+    spec = resolve_transform(spec, net)
     loaders = {"digits": _digits, "synthetic": _synthetic, "cifar10": _cifar10, "imagefolder": _imagefolder, "tar": _tar}
     if spec.source not in loaders:
         raise HpcdlError(f"data.source: {spec.source!r}; known: {', '.join(loaders)}")

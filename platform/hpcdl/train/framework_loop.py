@@ -22,7 +22,7 @@ import numpy as np
 
 from hpcdl.errors import HpcdlError
 from hpcdl.nets.spec import NetSpec
-from hpcdl.train.data import Dataset, epoch_order
+from hpcdl.train.data import Dataset, augment, centre_crop, epoch_order
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
@@ -54,7 +54,9 @@ class FrameworkTrainer(Protocol):
 # Recipe fields a backend does not implement, with their plain values: a run that asks for
 # one is refused rather than trained without it. TensorFlow and MXNet take their step with
 # hpcdl.train.update_rule (LARS/LARC, clipping, momentum correction, no_bias_decay) and
-# smooth labels in their own loss; Horovod wraps torch.optim.SGD, so it has none of them.
+# smooth labels and weigh auxiliary heads in their own loss. Horovod takes the PyTorch
+# trainer's CaffeSGD step and loss (aux heads included); its recipe checks for the other
+# optimizer rules are kept until they are tested there.
 # Read with getattr, so recipes from before these fields existed pass.
 _OPTIMIZER_FIELDS = {
     "type": "SGD",  # LARS, LARC
@@ -67,9 +69,9 @@ _OPTIMIZER_FIELDS = {
 # to fp16 itself (hvd.Compression.fp16), so only bf16 is refused there (in horovod_torch)
 _WIRE_FIELDS = {"gradient_compression": "none", "gradient_lag": False}
 UNSUPPORTED = {
-    "tensorflow": {"aux_heads": False, **_WIRE_FIELDS},
-    "mxnet": {"aux_heads": False, **_WIRE_FIELDS},
-    "pytorch with horovod": {**_OPTIMIZER_FIELDS, "aux_heads": False, "gradient_lag": False},
+    "tensorflow": {**_WIRE_FIELDS},
+    "mxnet": {**_WIRE_FIELDS},
+    "pytorch with horovod": {**_OPTIMIZER_FIELDS, "gradient_lag": False},
 }
 
 
@@ -126,7 +128,7 @@ def run_loop(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict
             batches.append(order[cursor : cursor + recipe.batch_size])
             cursor += recipe.batch_size
         idx = np.stack(batches)
-        loss = trainer.train_step(_images(data, "train", idx), data.train_y[idx], lr)
+        loss = trainer.train_step(_transformed(recipe, me, it, _images(data, "train", idx)), data.train_y[idx], lr)
         window_images += recipe.batch_size * recipe.iter_size
 
         last = it + 1 == max_iter
@@ -181,7 +183,7 @@ def digests_by_rank(trainer: FrameworkTrainer, me: RankInfo) -> list[list[float]
 def evaluate(trainer: FrameworkTrainer, data: Dataset, recipe: Recipe, me: RankInfo, spec: NetSpec) -> tuple[float, float]:
     """Held-out accuracy and loss; each rank scores every world_size-th image, the sums are reduced."""
     idx = np.arange(len(data.test_y))[me.rank :: me.world_size]
-    x, y = _images(data, "test", idx), data.test_y[idx]
+    x, y = centre_crop(_images(data, "test", idx), recipe.data.crop), data.test_y[idx]
     ends_in_softmax = spec.layers[-1].type == "Softmax"
     correct, loss_sum = 0.0, 0.0
     step = recipe.test_batch_size or 256
@@ -201,6 +203,21 @@ def _images(data: Dataset, part: str, idx: np.ndarray) -> np.ndarray:
     if split is not None and hasattr(split, "take"):
         return np.stack([split.take(row) for row in idx]) if idx.ndim > 1 else split.take(idx)
     return getattr(data, f"{part}_x")[idx]
+
+
+def _transformed(recipe: Recipe, me: RankInfo, it: int, xs: np.ndarray) -> np.ndarray:
+    """Caffe's TRAIN-phase transform_param (crop_size, mirror) on each of the iter_size micro-batches.
+
+    The random crop and flip of micro-batch k = it * iter_size + micro are drawn as the
+    PyTorch trainer's Batches draws them, from (seed, k, rank).
+    """
+    crop, mirror = recipe.data.crop, recipe.data.mirror
+    if not (crop or mirror):
+        return xs
+    return np.stack([
+        augment(x, np.random.default_rng((recipe.random_seed, it * recipe.iter_size + micro, me.rank)), crop, mirror)
+        for micro, x in enumerate(xs)
+    ])
 
 
 def _log_softmax(z: np.ndarray) -> np.ndarray:

@@ -5,8 +5,8 @@ small tensors into one fusion buffer (Tensor Fusion: HOROVOD_FUSION_THRESHOLD by
 HOROVOD_CYCLE_TIME ms; the plan sets both, and Horovod's C++ core reads them at hvd.init(),
 after binding.apply_plan put them in the environment). HPCDL_FP16_ALLREDUCE=1 casts the
 gradients to fp16 on the wire (hvd.Compression.fp16, as Kurth et al. 2018 did on Summit),
-halving the bytes. Rank 0's initial weights and optimizer state are broadcast, so every
-rank starts equal whatever its seed.
+halving the bytes. Rank 0's initial weights are broadcast, so every rank starts equal
+whatever its seed (the velocities start at zero, as Caffe's do).
 
 Horovod 0.28.1 (June 2023) is the last release; `make horovod` builds it for PyTorch with
 the C++17 fix that never shipped. torch.distributed is the maintained path.
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import torch
-import torch.nn.functional as F
 
 from hpcdl.errors import HpcdlError
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
+from hpcdl.train.torch_backend import criterion
 
 
 def import_horovod():
@@ -40,34 +41,51 @@ PLAN_KNOBS = ("HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_CACHE_C
 
 
 class HorovodTrainer:
-    """The verbs framework_loop needs, with hvd.DistributedOptimizer doing the allreduce."""
+    """The verbs framework_loop needs: Horovod averages the gradients, CaffeSGD takes the step.
+
+    hvd.DistributedOptimizer is kept for what Horovod does well (allreduce started from
+    backward hooks, Tensor Fusion, fp16 compression) around a torch SGD that is never
+    stepped: `synchronize()` leaves the averaged gradients in `.grad`, and the update is
+    hpcdl.train.optim.CaffeSGD, the PyTorch trainer's own, so Horovod runs Caffe's
+    momentum convention (the rate inside the velocity) and the net's lr_mult/decay_mult.
+    hvd.broadcast_optimizer_state is not called: on a fresh optimizer it runs one
+    `step()` with zero gradients to create the state (Horovod 0.28.1 torch/functions.py),
+    which with weight decay shrinks every weight by 1 - lr * weight_decay and leaves
+    momentum at weight_decay * w before training starts. Caffe's velocities start at zero
+    on every rank, so there is nothing to broadcast.
+    """
 
     framework = "pytorch"
 
-    def __init__(self, hvd, model: torch.nn.Module, recipe: Recipe, fp16_allreduce: bool):
+    def __init__(self, hvd, model: torch.nn.Module, recipe: Recipe, fp16_allreduce: bool, spec=None):
+        from hpcdl.train.optim import CaffeSGD
+        from hpcdl.train.torch_backend import param_slots
+        from hpcdl.train.update_rule import caffe_clip_bound
+
         self.hvd, self.model, self.recipe = hvd, model, recipe
-        sgd = torch.optim.SGD(model.parameters(), lr=recipe.base_lr, momentum=recipe.momentum,
-                              weight_decay=recipe.weight_decay)
-        self.optimizer = hvd.DistributedOptimizer(
-            sgd, named_parameters=model.named_parameters(),
+        self.spec = spec if spec is not None else getattr(model, "spec", None)
+        carrier = torch.optim.SGD(model.parameters(), lr=0.0)  # holds Horovod's hooks; never stepped
+        self.allreduce = hvd.DistributedOptimizer(
+            carrier, named_parameters=model.named_parameters(),
             compression=hvd.Compression.fp16 if fp16_allreduce else hvd.Compression.none,
             backward_passes_per_step=recipe.iter_size, op=hvd.Average,
         )
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
+        self.optimizer = CaffeSGD(param_slots(model, recipe), recipe.momentum, recipe.weight_decay, recipe.rule,
+                                  trust=recipe.trust, eps=recipe.larc_eps, clip_gradients=caffe_clip_bound(recipe),
+                                  momentum_correction=recipe.momentum_correction)
         self._calls = 0
 
     def train_step(self, xs, ys, lr):
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
         self.model.train()
-        self.optimizer.zero_grad()
+        self.allreduce.zero_grad()
         total = 0.0
         for k in range(len(xs)):
-            loss = F.cross_entropy(self.model(torch.from_numpy(xs[k])), torch.from_numpy(ys[k])) / len(xs)
+            loss = criterion(self.model(torch.from_numpy(xs[k])), torch.from_numpy(ys[k]), self.spec, self.recipe) / len(xs)
             loss.backward()
             total += float(loss.item())
-        self.optimizer.step()
+        self.allreduce.synchronize()  # the gradients, averaged over the ranks, are in .grad now
+        self.optimizer.step(lr)
         return total
 
     @torch.no_grad()
@@ -92,17 +110,18 @@ class HorovodTrainer:
 
     def state(self):
         arrays = {f"p:{k}": v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
-        for i, p in enumerate(self.model.parameters()):
-            buf = self.optimizer.state.get(p, {}).get("momentum_buffer")
-            if buf is not None:
-                arrays[f"m:{i}"] = buf.numpy().copy()
+        for i, v in enumerate(self.optimizer.velocity):
+            arrays[f"m:{i}"] = v.detach().numpy().copy()  # Caffe's history, the rate inside
+        arrays["m_last_lr"] = np.float64(np.nan if self.optimizer.last_lr is None else self.optimizer.last_lr)
         return arrays
 
     def load_state(self, arrays):
         self.model.load_state_dict({k[2:]: torch.from_numpy(v) for k, v in arrays.items() if k.startswith("p:")})
-        for i, p in enumerate(self.model.parameters()):
+        for i, v in enumerate(self.optimizer.velocity):
             if f"m:{i}" in arrays:
-                self.optimizer.state[p]["momentum_buffer"] = torch.from_numpy(arrays[f"m:{i}"]).clone()
+                v.copy_(torch.from_numpy(arrays[f"m:{i}"]))
+        last = arrays.get("m_last_lr")
+        self.optimizer.last_lr = None if last is None or np.isnan(last) else float(last)
 
 
 def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:
@@ -115,7 +134,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
         )
     from hpcdl.nets import load_net
     from hpcdl.nets.torch_build import build_torch
-    from hpcdl.train.data import load_dataset
+    from hpcdl.train.data import load_dataset, net_input_size
     from hpcdl.train.framework_loop import run_loop
 
     threads = int(os.environ.get("HPCDL_INTRA_OP_THREADS", os.environ.get("OMP_NUM_THREADS", "0")) or 0)
@@ -123,10 +142,13 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
         torch.set_num_threads(threads)
     torch.manual_seed(recipe.random_seed + me.rank)  # differing seeds: the broadcast must make them equal
     spec0 = load_net(recipe.net)
-    size = recipe.data.image_size or spec0.input_shape[1]
+    # the net's input size follows the data: Caffe's crop_size, else the image size (the
+    # images are stored at image_size; framework_loop crops and mirrors them)
+    size = net_input_size(recipe.data, spec0.input_shape[1])
     shape = (spec0.input_shape[0], size, size)
-    data = load_dataset(recipe.data, shape, recipe.random_seed)
-    spec = load_net(recipe.net, num_classes=data.num_classes, image_size=size, channels=shape[0])
+    data = load_dataset(recipe.data, shape, recipe.random_seed, net=recipe.net)
+    spec = load_net(recipe.net, num_classes=data.num_classes, image_size=size, channels=shape[0],
+                    aux_heads=recipe.aux_heads)
     model = build_torch(spec)
     if recipe.weights:
         from hpcdl.caffe.weights import read_caffemodel, to_torch

@@ -45,7 +45,7 @@ class GluonTrainer:
 
     framework = "mxnet"
 
-    def __init__(self, mx, net, recipe: Recipe, kvstore, me: RankInfo, from_logits: bool):
+    def __init__(self, mx, net, recipe: Recipe, kvstore, me: RankInfo, from_logits: bool, multipliers: bool = False):
         from mxnet import autograd
 
         self.mx, self.net, self.autograd = mx, net, autograd
@@ -68,7 +68,12 @@ class GluonTrainer:
             mx.nd.waitall()
         from hpcdl.train.update_rule import SGDRule
 
-        self.rule = SGDRule.from_recipe(recipe, [tuple(p.shape) for p in self.learned])
+        mults = None
+        if multipliers:  # the net's Caffe lr_mult/decay_mult (an hpcdl CaffeNet)
+            from hpcdl.nets.gluon_build import gluon_multipliers
+
+            mults = gluon_multipliers(net, self.learned)
+        self.rule = SGDRule.from_recipe(recipe, [tuple(p.shape) for p in self.learned], mults)
         self.from_logits = from_logits
 
     def _loss(self, out, labels):
@@ -87,7 +92,13 @@ class GluonTrainer:
         for k in range(len(xs)):
             x, y = mx.nd.array(xs[k]), mx.nd.array(ys[k])
             with self.autograd.record():
-                loss = self._loss(self.net(x), y)
+                out = self.net(x)
+                if isinstance(out, (list, tuple)):  # main and auxiliary heads: Caffe's loss_weight
+                    loss = self._loss(out[0], y)
+                    for (_, weight), aux in zip(self.net.spec.aux_outputs, out[1:]):
+                        loss = loss + weight * self._loss(aux, y)
+                else:
+                    loss = self._loss(out, y)
             loss.backward()  # the sum over the batch; step() divides by the global batch
             total += float(loss.mean().asscalar()) / len(xs)
         if self.world_size > 1:
@@ -112,7 +123,10 @@ class GluonTrainer:
         return self._update
 
     def predict(self, x):
-        return self.net(self.mx.nd.array(x)).asnumpy()
+        out = self.net(self.mx.nd.array(x))
+        if isinstance(out, (list, tuple)):  # (main, aux...): Caffe tests on the main head
+            out = out[0]
+        return out.asnumpy()
 
     def sum(self, values):
         if self.world_size == 1:
@@ -173,17 +187,20 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
 
     from hpcdl.nets import load_net
     from hpcdl.nets.gluon_build import build_gluon
-    from hpcdl.train.data import load_dataset
+    from hpcdl.train.data import load_dataset, net_input_size
     from hpcdl.train.framework_loop import run_loop
 
     mx.random.seed(recipe.random_seed)
     np.random.seed(recipe.random_seed)
     kvstore = mx.kv.create(kind)
     spec0 = load_net(recipe.net)
-    size = recipe.data.image_size or spec0.input_shape[1]
+    # the net's input size follows the data: Caffe's crop_size, else the image size (the
+    # images are stored at image_size; framework_loop crops and mirrors them)
+    size = net_input_size(recipe.data, spec0.input_shape[1])
     shape = (spec0.input_shape[0], size, size)
-    data = load_dataset(recipe.data, shape, recipe.random_seed)
-    spec = load_net(recipe.net, num_classes=data.num_classes, image_size=size, channels=shape[0])
+    data = load_dataset(recipe.data, shape, recipe.random_seed, net=recipe.net)
+    spec = load_net(recipe.net, num_classes=data.num_classes, image_size=size, channels=shape[0],
+                    aux_heads=recipe.aux_heads)
     net = build_gluon(spec)
     net.initialize()  # the same seed on every worker gives the same initial weights
     if recipe.weights:
@@ -191,5 +208,5 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
 
         to_gluon(net, spec, read_caffemodel(recipe.weights))  # Caffe's --weights
     net.hybridize(static_alloc=True)
-    trainer = GluonTrainer(mx, net, recipe, kvstore, me, from_logits=spec.layers[-1].type != "Softmax")
+    trainer = GluonTrainer(mx, net, recipe, kvstore, me, from_logits=spec.layers[-1].type != "Softmax", multipliers=True)
     return run_loop(recipe, me, results, context, data, spec, trainer)

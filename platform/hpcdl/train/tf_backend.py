@@ -146,7 +146,8 @@ class KerasTrainer:
 
     framework = "tensorflow"
 
-    def __init__(self, tf, keras, strategy, model, recipe: Recipe, me: RankInfo, from_logits: bool):
+    def __init__(self, tf, keras, strategy, model, recipe: Recipe, me: RankInfo, from_logits: bool,
+                 multipliers: list[tuple[float, float]] | None = None, aux_weights: tuple[float, ...] = ()):
         from hpcdl.train.update_rule import SGDRule
 
         self.tf, self.strategy, self.model = tf, strategy, model
@@ -154,8 +155,9 @@ class KerasTrainer:
         world_size = me.world_size
         self.variables = list(model.trainable_variables)
         # the update itself is hpcdl.train.update_rule, shared with MXNet: Caffe's momentum
-        # convention, LARS/LARC, clipping and no_bias_decay as the PyTorch optimizer has them
-        self.rule = SGDRule.from_recipe(recipe, [tuple(v.shape) for v in self.variables])
+        # convention, the net's lr_mult/decay_mult, LARS/LARC, clipping and no_bias_decay as
+        # the PyTorch optimizer has them
+        self.rule = SGDRule.from_recipe(recipe, [tuple(v.shape) for v in self.variables], multipliers)
         # fp16: dynamic loss scaling as hpcdl.train.torch_backend.Precision does it
         self.scaling = recipe.precision == "fp16"
         self.dynamic = recipe.loss_scale == "dynamic"
@@ -177,12 +179,22 @@ class KerasTrainer:
         iter_size = recipe.iter_size
         variables = self.variables
 
+        def net_loss(labels, outputs):
+            """Caffe's total loss: the main head's, plus loss_weight times each auxiliary head's."""
+            if not aux_weights:
+                return loss_fn(labels, outputs)
+            main, *aux = outputs
+            total = loss_fn(labels, main)
+            for weight, out in zip(aux_weights, aux):
+                total = total + weight * loss_fn(labels, out)
+            return total
+
         def replica_step(xs, ys, scale):
             grads = [tf.zeros_like(v) for v in variables]
             total = 0.0
             for k in range(iter_size):
                 with tf.GradientTape() as tape:
-                    loss = loss_fn(ys[k], model(xs[k], training=True))
+                    loss = net_loss(ys[k], model(xs[k], training=True))
                     # summed over replicas below: divide here to average them
                     scaled_loss = loss * scale / (iter_size * world_size)
                 grads = [a + tf.cast(b, a.dtype) for a, b in zip(grads, tape.gradient(scaled_loss, variables))]
@@ -232,7 +244,10 @@ class KerasTrainer:
         return float(loss)
 
     def predict(self, x):
-        return np.asarray(self.model(x, training=False), dtype=np.float32)
+        out = self.model(x, training=False)
+        if isinstance(out, (list, tuple)):  # [main, aux...]: Caffe tests on the main head
+            out = out[0]
+        return np.asarray(out, dtype=np.float32)
 
     def _reduce(self, values, op):
         tf = self.tf
@@ -281,8 +296,8 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     import keras
 
     from hpcdl.nets import load_net
-    from hpcdl.nets.keras_build import build_keras
-    from hpcdl.train.data import load_dataset
+    from hpcdl.nets.keras_build import build_keras, keras_multipliers
+    from hpcdl.train.data import load_dataset, net_input_size
     from hpcdl.train.framework_loop import run_loop
 
     configure_threads(tf, *thread_counts(os.environ))
@@ -299,17 +314,21 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     keras.utils.set_random_seed(recipe.random_seed)
 
     spec0 = load_net(recipe.net)
-    size = recipe.data.image_size or spec0.input_shape[1]
+    # the net's input size follows the data: Caffe's crop_size, else the image size (the
+    # images are stored at image_size; framework_loop crops and mirrors them)
+    size = net_input_size(recipe.data, spec0.input_shape[1])
     shape = (spec0.input_shape[0], size, size)
-    data = load_dataset(recipe.data, shape, recipe.random_seed)
-    spec = load_net(recipe.net, num_classes=data.num_classes, image_size=size, channels=shape[0])
+    data = load_dataset(recipe.data, shape, recipe.random_seed, net=recipe.net)
+    spec = load_net(recipe.net, num_classes=data.num_classes, image_size=size, channels=shape[0],
+                    aux_heads=recipe.aux_heads)
     with strategy.scope():
         model = build_keras(spec)
         if recipe.weights:
             from hpcdl.caffe.weights import read_caffemodel, to_keras
 
             to_keras(model, spec, read_caffemodel(recipe.weights))  # Caffe's --weights
-    trainer = KerasTrainer(tf, keras, strategy, model, recipe, me, from_logits=spec.layers[-1].type != "Softmax")
+    trainer = KerasTrainer(tf, keras, strategy, model, recipe, me, from_logits=spec.layers[-1].type != "Softmax",
+                           multipliers=keras_multipliers(model, spec), aux_weights=tuple(w for _, w in spec.aux_outputs))
     pools = {"intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
              "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
     return run_loop(recipe, me, results, context, data, spec, trainer, final_fields=lambda: pools)

@@ -25,10 +25,11 @@ from hpcdl.nets import load_net
 from hpcdl.nets.torch_build import build_torch, parameter_multipliers
 from hpcdl.train import checkpoint
 from hpcdl.train.cuda_settings import apply_cuda_settings
-from hpcdl.train.data import Batches, Dataset, centre_crop, load_dataset, node_seed
+from hpcdl.train.data import Batches, Dataset, centre_crop, load_dataset, net_input_size, node_seed
 from hpcdl.train.feed import AheadOfTime, DeviceFeed, default_workers
 from hpcdl.train.gradients import GradientLag, ddp_kwargs, register_compression
 from hpcdl.train.optim import CaffeSGD, ParamSlot
+from hpcdl.train.update_rule import caffe_clip_bound
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
@@ -172,8 +173,8 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
 
     # data and net: the net's input size follows the data (crop, else image size)
     spec0 = load_net(recipe.net)
-    size = recipe.data.crop or recipe.data.image_size or spec0.input_shape[1]
-    data = load_dataset(recipe.data, (spec0.input_shape[0], size, size), recipe.random_seed)
+    size = net_input_size(recipe.data, spec0.input_shape[1])
+    data = load_dataset(recipe.data, (spec0.input_shape[0], size, size), recipe.random_seed, net=recipe.net)
     spec = load_net(recipe.net, num_classes=data.num_classes, image_size=size, channels=spec0.input_shape[0],
                     aux_heads=recipe.aux_heads)
     net = build_torch(spec)
@@ -187,7 +188,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     lag = GradientLag(net.parameters(), me.world_size, recipe.gradient_compression) if recipe.gradient_lag else None
     model = comm.wrap(net, device, recipe) if lag is None else net
     optimizer = CaffeSGD(param_slots(net, recipe), recipe.momentum, recipe.weight_decay, recipe.rule,
-                         trust=recipe.trust, eps=recipe.larc_eps, clip_gradients=recipe.clip_gradients,
+                         trust=recipe.trust, eps=recipe.larc_eps, clip_gradients=caffe_clip_bound(recipe),
                          momentum_correction=recipe.momentum_correction)
     optimizer.lag = lag  # its lagged gradients travel in the optimizer's snapshot
     precision = Precision(recipe, device)

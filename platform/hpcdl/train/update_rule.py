@@ -46,13 +46,19 @@ class SGDRule:
             raise ValueError(f"optimizer rule {self.rule!r}; known: {', '.join(RULES)}")
 
     @classmethod
-    def from_recipe(cls, recipe, shapes: list[tuple[int, ...]]) -> "SGDRule":
-        """One rule for parameters of these shapes; `no_bias_decay` frees 1-D tensors of decay."""
+    def from_recipe(cls, recipe, shapes: list[tuple[int, ...]],
+                    multipliers: list[tuple[float, float]] | None = None) -> "SGDRule":
+        """One rule for parameters of these shapes, with the net's Caffe `param` multipliers
+        ((lr_mult, decay_mult) per tensor, 1 and 1 where not given); `no_bias_decay` frees
+        1-D tensors of decay."""
+        mults = list(multipliers) if multipliers is not None else [(1.0, 1.0)] * len(shapes)
+        if len(mults) != len(shapes):
+            raise ValueError(f"{len(mults)} multipliers for {len(shapes)} parameter tensors")
         return cls(
             recipe.momentum, recipe.weight_decay, recipe.rule, trust=recipe.trust, eps=recipe.larc_eps,
-            clip_gradients=recipe.clip_gradients, momentum_correction=recipe.momentum_correction,
-            lr_mults=[1.0] * len(shapes),
-            decay_mults=[0.0 if recipe.no_bias_decay and len(s) <= 1 else 1.0 for s in shapes],
+            clip_gradients=caffe_clip_bound(recipe), momentum_correction=recipe.momentum_correction,
+            lr_mults=[float(lr) for lr, _ in mults],
+            decay_mults=[0.0 if recipe.no_bias_decay and len(s) <= 1 else float(d) for s, (_, d) in zip(shapes, mults)],
         )
 
     def step(self, weights: list[np.ndarray], grads: list[np.ndarray], lr: float) -> list[np.ndarray]:
