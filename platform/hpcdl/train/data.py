@@ -145,7 +145,11 @@ def _holdout(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray
 
 def _in_memory(name, x, y, classes, spec: DataSpec, seed: int) -> Dataset:
     train, test = _holdout(len(x), spec.holdout_fraction, seed)
-    return Dataset(name, Split(y[train], x[train]), Split(y[test], x[test]), classes, tuple(x.shape[1:]))
+    train_x, test_x = x[train], x[test]
+    if getattr(spec, "transform", "normalise") == "caffe":  # x holds 0-255 pixels
+        mean = _caffe_mean(spec, train_x)
+        train_x, test_x = caffe_transform(train_x, mean, spec.scale), caffe_transform(test_x, mean, spec.scale)
+    return Dataset(name, Split(y[train], train_x), Split(y[test], test_x), classes, tuple(x.shape[1:]))
 
 
 def _digits(spec: DataSpec, shape, seed) -> Dataset:
@@ -153,9 +157,13 @@ def _digits(spec: DataSpec, shape, seed) -> Dataset:
     from sklearn.datasets import load_digits
 
     digits = load_digits()
-    images = digits.images.astype(np.float32) / 16.0  # pixel values are 0..16
     c, h, w = shape
     size = spec.image_size or h
+    if getattr(spec, "transform", "normalise") == "caffe":  # 0..255 pixels; _in_memory subtracts the mean
+        x = resize(digits.images.astype(np.float32) * (255.0 / 16.0), size, size)
+        x = np.repeat(x[:, None, :, :], c, axis=1)
+        return _in_memory("digits", np.ascontiguousarray(x), digits.target.astype(np.int64), 10, spec, seed)
+    images = digits.images.astype(np.float32) / 16.0  # pixel values are 0..16
     x = resize(images, size, size)
     x = (x - x.mean()) / x.std()
     x = np.repeat(x[:, None, :, :], c, axis=1)  # grey -> the net's channels
@@ -189,9 +197,12 @@ def _cifar10(spec: DataSpec, shape, seed) -> Dataset:
         if raw.size % 3073:
             raise HpcdlError(f"data.path: {files[0]} is not CIFAR-10 binary (records are 3073 bytes)")
         rec = raw.reshape(-1, 3073)
-        x = rec[:, 1:].reshape(-1, 3, 32, 32).astype(np.float32) / 255.0
-        return _normalise(x, CIFAR_MEAN, CIFAR_STD), rec[:, 0].astype(np.int64)
+        x = rec[:, 1:].reshape(-1, 3, 32, 32).astype(np.float32)
+        if caffe:  # 0-255 in the file's channel order, as convert_cifar_data.cpp stores the records
+            return x, rec[:, 0].astype(np.int64)
+        return _normalise(x / 255.0, CIFAR_MEAN, CIFAR_STD), rec[:, 0].astype(np.int64)
 
+    caffe = getattr(spec, "transform", "normalise") == "caffe"
     x, y = read(train_files)
     if spec.image_size and spec.image_size != 32:
         x = np.stack([resize(x[:, ch], spec.image_size, spec.image_size) for ch in range(3)], axis=1)
@@ -199,6 +210,9 @@ def _cifar10(spec: DataSpec, shape, seed) -> Dataset:
         tx, ty = read([test_file])
         if spec.image_size and spec.image_size != 32:
             tx = np.stack([resize(tx[:, ch], spec.image_size, spec.image_size) for ch in range(3)], axis=1)
+        if caffe:  # the mean of the training images (Caffe's mean.binaryproto), or mean_value
+            mean = _caffe_mean(spec, x)
+            x, tx = caffe_transform(x, mean, spec.scale), caffe_transform(tx, mean, spec.scale)
         return Dataset("cifar10", Split(y, x), Split(ty, tx), 10, tuple(x.shape[1:]))
     return _in_memory("cifar10", x, y, 10, spec, seed)
 
@@ -215,11 +229,13 @@ def _normalise(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
 class FileImages:
     """Encoded images (JPEG, PNG...) in a folder tree or in tar shards, decoded per batch."""
 
-    def __init__(self, read_bytes, names: list, size: int, channels: int):
+    def __init__(self, read_bytes, names: list, size: int, channels: int, caffe: tuple | None = None):
+        """`caffe`: (mean_value or None, scale) for Caffe's transform, else hpcdl's normalisation."""
         self.read_bytes = read_bytes
         self.names = names
         self.size = size
         self.channels = channels
+        self.caffe = caffe
 
     def decode(self, rows: np.ndarray) -> np.ndarray:
         from PIL import Image
@@ -229,9 +245,15 @@ class FileImages:
             with Image.open(io.BytesIO(self.read_bytes(self.names[int(row)]))) as img:
                 img = img.convert("RGB" if self.channels == 3 else "L")
                 img = _resize_shorter_then_centre(img, self.size)
-                a = np.asarray(img, dtype=np.float32) / 255.0
+                a = np.asarray(img, dtype=np.float32)
             a = a.reshape(self.size, self.size, -1).transpose(2, 0, 1)
-            out[i] = _normalise(a[None], IMAGENET_MEAN[: self.channels], IMAGENET_STD[: self.channels])[0]
+            if self.caffe is not None:
+                # Caffe's image data: cv::imread's BGR order, 0-255, minus mean_value, times scale
+                mean, scale = self.caffe
+                a = a[::-1] if self.channels == 3 else a
+                out[i] = caffe_transform(a[None], mean, scale)[0]
+            else:
+                out[i] = _normalise(a[None] / 255.0, IMAGENET_MEAN[: self.channels], IMAGENET_STD[: self.channels])[0]
         return out
 
 
@@ -255,7 +277,16 @@ def _file_dataset(name, read_bytes, files: list[str], labels: list[str], spec: D
     c, h, _ = shape
     size = spec.image_size or h
     names = list(files) + list(test_files or [])
-    loader = FileImages(read_bytes, names, size, c)
+    caffe = None
+    if getattr(spec, "transform", "normalise") == "caffe":
+        # no mean image for files (Caffe's mean_file is not read): mean_value, or none
+        mean = None
+        if spec.mean_value is not None:
+            if len(spec.mean_value) not in (1, c):
+                raise HpcdlError(f"data.mean_value: {len(spec.mean_value)} values for {c} channels")
+            mean = np.asarray(spec.mean_value * (c if len(spec.mean_value) == 1 else 1), dtype=np.float32)[:, None, None]
+        caffe = (mean, spec.scale)
+    loader = FileImages(read_bytes, names, size, c, caffe)
     y = np.array([index[lab] for lab in labels], dtype=np.int64)
     if test_files:
         ty = np.array([index[lab] for lab in test_labels], dtype=np.int64)

@@ -31,6 +31,22 @@ class DataSpec(_Strict):
     # shuffles the shard it staged (executors/staging.py) and deals it to its own ranks
     shuffle: Literal["global", "node"] = Field(default="global", description="shuffle the whole set, or each node's shard")
     workers: int | None = Field(default=None, ge=0, description="decode processes per rank; default: the rank's cores - 1 on a GPU, 0 on a CPU")
+    # Caffe's transform_param: pixels 0-255 (BGR for image files, as cv::imread reads them;
+    # CIFAR-10's binary order as convert_cifar_data stores it) minus the mean, times scale.
+    # hpcdl's own: pixels / 255 standardised by the data set's channel mean and std.
+    transform: Literal["auto", "caffe", "normalise"] = Field(
+        default="auto", description="caffe: Caffe's transform_param; normalise: /255, minus mean, over std; "
+                                    "auto: caffe for a Caffe-defined net on real images (cifar10, imagefolder, tar)")
+    mean_value: tuple[float, ...] | None = Field(
+        default=None, description="Caffe mean_value, one per channel in the net's channel order; with transform caffe "
+                                  "and none given, in-memory sets subtract the training images' mean image (mean_file)")
+    scale: float = Field(default=1.0, gt=0, description="Caffe transform_param scale, after the mean is subtracted")
+
+    @model_validator(mode="after")
+    def _caffe_fields(self) -> "DataSpec":
+        if self.transform == "normalise" and (self.mean_value is not None or self.scale != 1.0):
+            raise ValueError("data.mean_value and data.scale are Caffe's transform_param: they need transform caffe (or auto)")
+        return self
 
 
 class SpatialSpec(_Strict):

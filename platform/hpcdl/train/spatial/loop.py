@@ -237,7 +237,7 @@ def _data(recipe: Recipe, channels: int, size: int, layout: Layout) -> _Data:
             weights = inverse_frequency_weights(train.class_frequencies())
         batches = MeshBatches(train, recipe.batch_size, seed, layout.data_index, layout.data_groups, rect)
         return _Data(batches, test, 2, True, weights)
-    data = load_dataset(spec, (channels, size, size), seed)
+    data = load_dataset(spec, (channels, size, size), seed, net=recipe.net)
     batches = Batches(data.train, recipe.batch_size, seed, layout.data_index, layout.data_groups,
                       crop=spec.crop, mirror=spec.mirror)
     return _Data(_Slabs(batches, rect), data.test, data.num_classes, False)
