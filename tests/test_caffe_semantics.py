@@ -114,6 +114,19 @@ def test_tensorflow_takes_caffes_steps_with_the_nets_lr_mult_and_decay_mult(refe
     assert_matches(got, reference, "tensorflow")
 
 
+def test_every_alexnet_bias_gets_caffes_lr_mult_2_decay_mult_0_in_keras():
+    """AlexNet's grouped convolutions are one Keras Conv2D per group: each takes its layer's entries."""
+    from hpcdl.nets.keras_build import build_keras, keras_multipliers
+
+    spec = load_net("alexnet", image_size=67)  # every layer, with a 1 x 1 pool5 (fc6 small)
+    model = build_keras(spec)
+    mults = keras_multipliers(model, spec)
+    kinds = ["bias" if v.name.split("/")[-1] == "bias" else "weight" for v in model.trainable_variables]
+    assert {m for m, k in zip(mults, kinds) if k == "bias"} == {(2.0, 0.0)}
+    assert {m for m, k in zip(mults, kinds) if k == "weight"} == {(1.0, 1.0)}
+    assert kinds.count("bias") == 8 + 3  # 8 layers, conv2/4/5 split into 2 groups each
+
+
 GLUON_STEPS = """
 import json, sys
 import numpy as np
