@@ -72,7 +72,8 @@ def images_render(
 @images_app.command("compat")
 def images_compat(
     names: List[str] = typer.Argument(None, help="images (default: all)"),
-    site: Optional[str] = typer.Option(None, "--site", help="also check the image's MPI against this site's launcher"),
+    site: Optional[str] = typer.Option(None, "--site", "-s",
+                                        help="also check the image's MPI against this site's launcher"),
     specs: Optional[Path] = SPECS,
 ) -> None:
     """Refuse specs that cannot work (CUDA vs GPU, framework pins, MPI vs the site's launcher)."""

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hpcdl.cli import app
+from hpcdl.cli.output import console as make_console
 from hpcdl.cli.output import write_atomically
 from hpcdl.executors import executor_for
 from hpcdl.plan import JobRequest, Plan, make_plan
@@ -21,7 +22,8 @@ from hpcdl.render.shell import join, quote
 from hpcdl.sites import load_site
 from hpcdl.train.recipe import load_recipe
 
-SiteOpt = typer.Option(..., "--site", "-s", help="site profile name (see `hpcdl sites`)")
+SITE_HELP = "site profile name (see `hpcdl sites`); default: $HPCDL_SITE, which `module load hpcdl` sets"
+SiteOpt = typer.Option(..., "--site", "-s", envvar="HPCDL_SITE", show_envvar=False, help=SITE_HELP)
 NodesOpt = typer.Option(1, "--nodes", "-N", min=1, help="number of nodes")
 FrameworkOpt = typer.Option(None, "--framework", "-f", help="pytorch, tensorflow or mxnet (default: the recipe's, else pytorch)")
 RpnOpt = typer.Option(None, "--ranks-per-node", "-r", min=1, help="ranks per node (default: from the mode)")
@@ -50,7 +52,7 @@ def build_plan(site_name, nodes, framework, ranks_per_node, threads, mode, node_
 
 
 def print_node_map(plan: Plan, console: Console | None = None) -> None:
-    console = console or Console(width=160)
+    console = console or make_console()
     table = Table(
         "rank", "node", "socket", "cores", "GPU", "NIC", "threads",
         title=f"{plan.site}: {plan.nodes} node(s) x {plan.ranks_per_node} rank(s) ({plan.mode}, {plan.distributed})",
@@ -101,7 +103,7 @@ def plan(
             data["prediction"] = prediction.to_list()
         typer.echo(json.dumps(data, indent=2))
         return
-    console = Console(width=160)
+    console = make_console()
     print_node_map(p, console)
     console.print("environment (every rank):", highlight=False)
     for name, value in sorted(p.env.items()):
@@ -194,7 +196,8 @@ def render(
     scheduler: Optional[str] = SchedulerOpt, constraint: Optional[str] = ConstraintOpt,
     exclusive: Optional[bool] = ExclusiveOpt, requeue: bool = RequeueOpt, warning: int = WarningOpt,
     output_dir: Optional[str] = OutputDirOpt,
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="write the script here"),
+    output: Optional[Path] = typer.Option(None, "-o", "--out", help="write the script here"),
+    output_alias: Optional[Path] = typer.Option(None, "--output", hidden=True),  # the name before 0.1.0
 ) -> None:
     """Render the job script for a recipe on a site (printed, or written with -o).
 
@@ -203,6 +206,7 @@ def render(
     *_, text = _render(site, nodes, recipe, framework, ranks_per_node, threads_per_rank, mode, node_kind, dist,
                        image, time, account, partition, name, scheduler, constraint, exclusive, requeue, warning,
                        output_dir, ctx.args)
+    output = output or output_alias
     if output:
         write_atomically(output, text, mode=0o755)
         typer.echo(f"wrote {output}", err=True)
@@ -222,7 +226,8 @@ def _scheduler_of_script(text: str) -> str:
 def submit(
     ctx: typer.Context,
     source: Path = typer.Argument(..., help="training recipe (YAML), or a job script rendered before"),
-    site: Optional[str] = typer.Option(None, "--site", "-s", help="site profile (needed with a recipe)"),
+    site: Optional[str] = typer.Option(None, "--site", "-s", envvar="HPCDL_SITE", show_envvar=False,
+                                        help="site profile (needed with a recipe); default: $HPCDL_SITE"),
     nodes: int = NodesOpt, framework: Optional[str] = FrameworkOpt,
     ranks_per_node: Optional[int] = RpnOpt, threads_per_rank: Optional[int] = ThreadsOpt,
     mode: str = ModeOpt, node_kind: Optional[str] = KindOpt, dist: str = DistOpt,
@@ -231,7 +236,7 @@ def submit(
     scheduler: Optional[str] = SchedulerOpt, constraint: Optional[str] = ConstraintOpt,
     exclusive: Optional[bool] = ExclusiveOpt, requeue: bool = RequeueOpt, warning: int = WarningOpt,
     output_dir: Optional[str] = OutputDirOpt,
-    job_dir: Optional[Path] = typer.Option(None, "--out", help="job folder (default runs/<time>-<name>)"),
+    job_dir: Optional[Path] = typer.Option(None, "-o", "--out", help="job folder (default runs/<time>-<name>)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="write the script and show the submit command only"),
 ) -> None:
     """Submit a job: render it from a recipe (same options as render), or send a rendered script."""
@@ -353,7 +358,7 @@ def run(
     ranks_per_node: Optional[int] = RpnOpt, threads_per_rank: Optional[int] = ThreadsOpt,
     mode: str = ModeOpt, node_kind: Optional[str] = KindOpt, dist: str = DistOpt,
     name: Optional[str] = typer.Option(None, "--name", help="job name"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="run folder (default runs/<time>-<name>)"),
+    out_dir: Optional[Path] = typer.Option(None, "-o", "--out", help="run folder (default runs/<time>-<name>)"),
 ) -> None:
     """Plan, render and run a job with the site's executor, here and now (local sites)."""
     s, p, r, text = _render(site, nodes, recipe, framework, ranks_per_node, threads_per_rank, mode, node_kind,
@@ -366,7 +371,7 @@ def run(
     job_dir = (out_dir or Path("runs") / f"{stamp}-{slug(name or r.name)}").resolve()
     script = job_dir / "job.sh"
     write_atomically(script, text, mode=0o755)
-    console = Console(width=160)
+    console = make_console()
     print_node_map(p, console)
     console.print(f"job script: {script}", highlight=False)
     status = executor_for("local").run(script, job_dir)

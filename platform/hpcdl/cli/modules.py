@@ -20,7 +20,7 @@ app.add_typer(modulefiles_app, name="modulefiles")
 
 @modulefiles_app.command("render")
 def modulefiles_render(
-    site: Optional[str] = typer.Option(None, "--site", "-s", help="site profile name (see `hpcdl sites`)"),
+    site: Optional[str] = typer.Option(None, "--site", "-s", help="site profile name (see `hpcdl sites`); default: $HPCDL_SITE unless --shipped"),
     shipped: bool = typer.Option(False, "--shipped", help="every site profile shipped with hpcdl (what `make modulefiles` checks in)"),
     out: Path = typer.Option(Path("modulefiles"), "--out", "-o", help="writes OUT/<site>/, the folder for `module use`"),
     prefix: Optional[str] = typer.Option(
@@ -28,6 +28,8 @@ def modulefiles_render(
     ),
 ) -> None:
     """Write hpcdl/<version>.lua, <framework>/<version>.lua and wrappers/ for a site."""
+    if site is None and not shipped:
+        site = os.environ.get("HPCDL_SITE") or None
     if shipped == (site is not None):
         raise HpcdlError("give either --site NAME or --shipped")
     prefix = prefix or os.environ.get("HPCDL_PREFIX") or DEFAULT_PREFIX

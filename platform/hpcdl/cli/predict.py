@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from hpcdl.cli import app
+from hpcdl.cli.output import console as make_console
+from hpcdl.cli.jobs import SITE_HELP
 
 
 def parse_node_counts(text: str) -> list[int]:
@@ -39,7 +41,7 @@ def prediction_table(prediction, title: str | None = None) -> Table:
 @app.command()
 def predict(
     recipe: Path = typer.Argument(..., help="training recipe (YAML): its net, batch per rank, precision, framework"),
-    site: str = typer.Option(..., "--site", "-s", help="site profile name (see `hpcdl sites`)"),
+    site: str = typer.Option(..., "--site", "-s", envvar="HPCDL_SITE", show_envvar=False, help=SITE_HELP),
     nodes: str = typer.Option("1,2,4,8,16,32,64", "--nodes", "-N", help="node counts, e.g. 1,2,4,...,1024"),
     scaling: str = typer.Option("weak", "--scaling", help="weak (batch per rank fixed) or strong (global batch fixed)"),
     ranks_per_node: Optional[int] = typer.Option(None, "--ranks-per-node", "-r", min=1, help="ranks per node"),
@@ -100,7 +102,7 @@ def predict(
     if as_json:
         typer.echo(json.dumps(result.to_list(), indent=2))
         return
-    console = Console(width=160)
+    console = make_console()
     console.print(prediction_table(result))
     for note in result.notes:
         console.print(f"  - {note}", highlight=False)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from hpcdl.cli import app
+from hpcdl.cli.output import console as make_console
 from hpcdl.cli.output import write_atomically
 from hpcdl.sites import list_sites, load_site
 from hpcdl.sites.detect import detect_local_site, site_to_yaml
@@ -18,19 +20,45 @@ app.add_typer(sites_app, name="sites")
 
 
 @sites_app.callback()
-def sites_list(ctx: typer.Context) -> None:
+def sites_list(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="machine-readable list")) -> None:
     """List the known sites (shipped, user and HPCDL_SITE_PATH profiles, and `local`)."""
     if ctx.invoked_subcommand is not None:
         return
-    table = Table("site", "scheduler", "launcher", "runtime", "node kinds", "from")
+    rows = []
     for name, origin in list_sites().items():
         site = load_site(name)
-        kinds = ", ".join(
-            f"{k} ({n.sockets}x{n.cores_per_socket}c" + (f", {len(n.gpus)} {n.gpus[0].model}" if n.gpus else "") + ")"
-            for k, n in site.node_kinds.items()
+        kinds = [{"name": k, "sockets": n.sockets, "cores_per_socket": n.cores_per_socket,
+                  "gpus": len(n.gpus), "gpu_model": n.gpus[0].model if n.gpus else None}
+                 for k, n in site.node_kinds.items()]
+        rows.append({"name": name, "scheduler": site.scheduler, "launcher": site.launcher, "runtime": site.runtime,
+                     "node_kinds": kinds, "from": _origin(origin)})
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table()
+    for column in ("site", "scheduler", "launcher", "runtime"):
+        table.add_column(column, no_wrap=True)  # names a user types again are never cut
+    table.add_column("node kinds")
+    table.add_column("from")
+    for row in rows:
+        kinds = "; ".join(
+            f"{k['name']} {k['sockets']}x{k['cores_per_socket']}c" + (f" {k['gpus']} {k['gpu_model']}" if k["gpus"] else "")
+            for k in row["node_kinds"]
         )
-        table.add_row(name, site.scheduler, site.launcher, site.runtime, kinds, origin)
-    Console(width=200).print(table)
+        table.add_row(row["name"], row["scheduler"], row["launcher"], row["runtime"], kinds, row["from"])
+    make_console().print(table)
+
+
+def _origin(origin: str) -> str:
+    """'shipped' for the package's own profiles; a user's or a centre's file by its path."""
+    import hpcdl.sites
+
+    shipped = Path(hpcdl.sites.__file__).resolve().parent
+    try:
+        Path(origin).resolve().relative_to(shipped)
+        return "shipped"
+    except (ValueError, OSError):
+        return origin
 
 
 @sites_app.command("show")
@@ -64,8 +92,12 @@ def sources_text(site) -> str:
 
 
 @sites_app.command("detect")
-def sites_detect(output: Path = typer.Option(None, "-o", "--output", help="write the profile here")) -> None:
+def sites_detect(
+    output: Optional[Path] = typer.Option(None, "-o", "--out", help="write the profile here"),
+    output_alias: Optional[Path] = typer.Option(None, "--output", hidden=True),  # the name before 0.1.0
+) -> None:
     """Describe this node as a site profile (YAML)."""
+    output = output or output_alias
     text = site_to_yaml(detect_local_site())
     if output:
         write_atomically(output, text)

@@ -11,11 +11,13 @@ import typer
 from rich.console import Console
 
 from hpcdl.cli import app
+from hpcdl.cli.output import console as make_console
+from hpcdl.cli.jobs import SITE_HELP
 
 
 @app.command()
 def validate(
-    site: str = typer.Option(..., "--site", "-s", help="site profile name (see `hpcdl sites`)"),
+    site: str = typer.Option(..., "--site", "-s", envvar="HPCDL_SITE", show_envvar=False, help=SITE_HELP),
     suite: str = typer.Option("quick", "--suite", help="quick (minutes) or full"),
     nodes: Optional[str] = typer.Option(None, "--nodes", "-N", help="node counts for scaling, e.g. 1,2,4"),
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="results folder (default runs/validate-<site>-<time>)"),
@@ -37,7 +39,7 @@ def validate(
     selected = select_checks(only)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = (out or Path("runs") / f"validate-{ctx.site.name}-{stamp}").resolve()
-    console = Console(width=200)
+    console = make_console()
     console.print(f"validating {ctx.site.name} ({ctx.suite} suite; checks: {', '.join(c.name for c in selected)}; "
                   f"nodes {','.join(map(str, ctx.nodes))}; references: {ctx.references.source})", highlight=False)
     result = run_suite(ctx, selected, out_dir, max_jobs=max_jobs, console=console)
@@ -77,7 +79,7 @@ def report(
 
     folder = build_report(results, out)
     verdicts = load_results(results).verdicts
-    Console(width=200).print(summary_table(verdicts, title="validation results"))
+    make_console().print(summary_table(verdicts, title="validation results"))
     typer.echo(f"HTML report: {folder / 'index.html'}")
 
 

@@ -1,0 +1,84 @@
+"""Command-line conventions a newcomer expects (issue 16): --version, completion, $HPCDL_SITE as the
+default site, one error style, --json on every listing verb, lines that stay whole in a pipe."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import RECIPES, hpcdl
+from hpcdl import __version__
+
+
+def one_line_error(proc, *words, code=2):
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("hpcdl: error: "), proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def test_version():
+    for flag in ("--version", "-V"):
+        proc = hpcdl(flag, check=True)
+        assert proc.stdout.strip() == f"hpcdl {__version__}"
+
+
+def test_shell_completion_is_offered():
+    out = hpcdl("--help", check=True).stdout
+    assert "--install-completion" in out and "--show-completion" in out
+    proc = hpcdl("--show-completion", "bash", check=True)
+    assert "_HPCDL_COMPLETE" in proc.stdout
+
+
+def test_hpcdl_site_is_the_default_site_for_every_verb(tmp_path):
+    env = {"HPCDL_SITE": "local"}
+    plan = json.loads(hpcdl("plan", "--json", env=env, check=True).stdout)
+    assert plan["site"] == "local"
+    assert hpcdl("render", RECIPES / "cifar10-quick.yaml", env=env, check=True).stdout.startswith("#!")
+    proc = hpcdl("submit", RECIPES / "cifar10-quick.yaml", "--dry-run", "-o", tmp_path / "job", env=env, check=True)
+    assert "would run" in proc.stdout
+    # the command line still wins over the environment
+    proc = hpcdl("plan", "--json", "--site", "no-such-machine", env=env)
+    one_line_error(proc, "no-such-machine")
+    # and without either, the message says both ways
+    proc = hpcdl("plan", env={"HPCDL_SITE": ""})
+    one_line_error(proc, "--site")
+
+
+def test_click_usage_errors_have_hpcdl_s_error_style():
+    one_line_error(hpcdl("plan", "--site", "local", "--bogus"), "--bogus", "hpcdl plan --help")
+    one_line_error(hpcdl("plax"), "Did you mean 'plan'")
+    one_line_error(hpcdl("plan", "--site", "local", "--nodes", "zero"), "--nodes")
+
+
+def test_sites_json_lists_every_site():
+    rows = json.loads(hpcdl("sites", "--json", check=True).stdout)
+    by_name = {r["name"]: r for r in rows}
+    assert {"local", "summit", "perlmutter"} <= set(by_name)
+    assert by_name["summit"]["scheduler"] == "lsf" and by_name["summit"]["from"] == "shipped"
+    assert by_name["summit"]["node_kinds"][0]["gpus"] == 6
+
+
+def test_launch_line_is_one_line_in_a_narrow_pipe():
+    proc = hpcdl("plan", "--site", "perlmutter", "-N", "2", env={"COLUMNS": "60"}, check=True)
+    launch = [line for line in proc.stdout.splitlines() if line.startswith("launch: ")]
+    assert len(launch) == 1
+    following = proc.stdout.split(launch[0], 1)[1].splitlines()[1:2]
+    assert all(line.startswith("  - ") or not line for line in following), following
+    assert launch[0].rstrip().endswith(json.loads(
+        hpcdl("plan", "--site", "perlmutter", "-N", "2", "--json", check=True).stdout)["launcher_argv"][-1])
+
+
+def test_tables_fit_the_terminal_width():
+    proc = hpcdl("sites", env={"COLUMNS": "80"}, check=True)
+    widths = {len(line) for line in proc.stdout.splitlines()}
+    assert max(widths) <= 80, max(widths)
+    assert "stampede2-knl" in proc.stdout  # names are never cut
+
+
+def test_help_shows_no_python_type_names():
+    for verb in (["report"], ["images", "render"], ["images", "compat"], ["plan"], ["render"], ["validate"], ["run"]):
+        out = hpcdl(*verb, "--help", env={"COLUMNS": "200"}, check=True).stdout
+        for leak in ("list[", "<str>", "<int", "Path]", "<path>", "<bool>"):
+            assert leak not in out, (verb, leak)
