@@ -32,8 +32,19 @@ def _pick(specs, names: List[str]):
 
 
 @images_app.command("list")
-def images_list(specs: Optional[Path] = SPECS) -> None:
+def images_list(specs: Optional[Path] = SPECS,
+                as_json: bool = typer.Option(False, "--json", help="machine-readable list")) -> None:
     """One line per image: CPU target, CUDA and GPUs, MPI and fabric, frameworks."""
+    if as_json:
+        import json
+
+        rows = [{"name": s.name, "cpu_target": s.cpu_target,
+                 "cuda": {"version": s.cuda.version, "gpu_archs": list(s.cuda.gpu_archs)} if s.cuda else None,
+                 "mpi": {"flavour": s.mpi.flavour, "version": s.mpi.version, "fabric": s.mpi.fabric},
+                 "environments": {n: dict(e.packages) for n, e in s.environments.items()}}
+                for s in _specs(specs).values()]
+        typer.echo(json.dumps(rows, indent=2))
+        return
     for spec in _specs(specs).values():
         gpu = f"CUDA {spec.cuda.version} {','.join(spec.cuda.gpu_archs)}" if spec.cuda else "CPU"
         frameworks = ", ".join(f"{p} {v}" for e in spec.environments.values() for p, v in e.packages.items()

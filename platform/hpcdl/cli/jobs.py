@@ -238,6 +238,7 @@ def submit(
     output_dir: Optional[str] = OutputDirOpt,
     job_dir: Optional[Path] = typer.Option(None, "-o", "--out", help="job folder (default runs/<time>-<name>)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="write the script and show the submit command only"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable: job id, scheduler, job folder, script"),
 ) -> None:
     """Submit a job: render it from a recipe (same options as render), or send a rendered script."""
     from hpcdl.errors import HpcdlError
@@ -263,14 +264,22 @@ def submit(
     script = folder / "job.sh"
     write_atomically(script, text, mode=0o755)
     if dry_run:
-        typer.echo(f"job script: {script}")
         command = join(executor.submit_command(script, folder))
         if executor.script_on_stdin:
             command += f" < {quote(str(script))}"
+        if as_json:
+            typer.echo(json.dumps({"script": str(script), "scheduler": scheduler, "job_dir": str(folder),
+                                   "command": command, "submitted": False}))
+            return
+        typer.echo(f"job script: {script}")
         typer.echo(f"would run: {command}")
         return
     job_id = executor.submit(script, folder)
     record_submission(job_id, scheduler, folder)
+    if as_json:
+        typer.echo(json.dumps({"job_id": job_id, "scheduler": scheduler, "job_dir": str(folder),
+                               "script": str(script), "submitted": True}))
+        return
     typer.echo(f"submitted {scheduler} job {job_id}; job folder {folder}")
     typer.echo(job_id)
 
@@ -327,11 +336,28 @@ def status(
 def cancel(
     job_id: str = typer.Argument(..., help="job id printed by hpcdl submit"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="slurm, lsf, pbs or local"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable"),
 ) -> None:
-    """Cancel a pending or running job."""
+    """Cancel a pending or running job.
+
+    A job the scheduler does not know is an error (exit 2); one that already ended is not
+    cancelled again and exits 1, naming its state.
+    """
     executor = _executor_of(job_id, scheduler)
+    before = executor.status(job_id)  # raises for a job the scheduler does not know
+    if before.finished:
+        if as_json:
+            typer.echo(json.dumps({"job_id": job_id, "scheduler": executor.name, "state": before.state,
+                                   "cancelled": False}))
+        typer.echo(f"hpcdl: error: {executor.name} job {job_id} already ended ({before.state}); nothing to cancel",
+                   err=True)
+        raise typer.Exit(1)
     executor.cancel(job_id)
-    typer.echo(f"cancelled {executor.name} job {job_id}")
+    if as_json:
+        typer.echo(json.dumps({"job_id": job_id, "scheduler": executor.name, "state": before.state,
+                               "cancelled": True}))
+        return
+    typer.echo(f"cancelled {executor.name} job {job_id} (was {before.state})")
 
 
 @app.command()
@@ -351,18 +377,26 @@ def stage(
         point_recipe_at(recipe, source, dest)
 
 
-@app.command()
+@app.command(context_settings=EXTRA)
 def run(
+    ctx: typer.Context,
     recipe: Path = typer.Argument(..., help="training recipe (YAML)"),
     site: str = SiteOpt, nodes: int = NodesOpt, framework: Optional[str] = FrameworkOpt,
     ranks_per_node: Optional[int] = RpnOpt, threads_per_rank: Optional[int] = ThreadsOpt,
     mode: str = ModeOpt, node_kind: Optional[str] = KindOpt, dist: str = DistOpt,
-    name: Optional[str] = typer.Option(None, "--name", help="job name"),
+    name: Optional[str] = NameOpt,
     out_dir: Optional[Path] = typer.Option(None, "-o", "--out", help="run folder (default runs/<time>-<name>)"),
+    as_json: bool = typer.Option(False, "--json", help="print the final result as JSON on stdout (the job's output goes to stderr)"),
 ) -> None:
-    """Plan, render and run a job with the site's executor, here and now (local sites)."""
+    """Plan, render and run a job with the site's executor, here and now (local sites).
+
+    Arguments after `--` go to the trainer: hpcdl run -s local r.yaml -- --max-iter 60
+    Exits with the job's status (1 when it ended without a final result).
+    """
+    import sys
+
     s, p, r, text = _render(site, nodes, recipe, framework, ranks_per_node, threads_per_rank, mode, node_kind,
-                            dist, None, None, None, None, name)
+                            dist, None, None, None, None, name, extra_args=ctx.args)
     if s.scheduler != "local":
         from hpcdl.errors import HpcdlError
 
@@ -372,12 +406,19 @@ def run(
     script = job_dir / "job.sh"
     write_atomically(script, text, mode=0o755)
     console = make_console()
+    if as_json:  # stdout carries only the JSON
+        from rich.console import Console as _Console
+
+        console = _Console(stderr=True, soft_wrap=True)
     print_node_map(p, console)
     console.print(f"job script: {script}", highlight=False)
-    status = executor_for("local").run(script, job_dir)
+    status = executor_for("local").run(script, job_dir, stream=sys.stderr if as_json else None)
     final = _final_record(job_dir / "results.jsonl")
+    if as_json:
+        typer.echo(json.dumps({"status": status, "job_dir": str(job_dir), "script": str(script),
+                               "output": str(job_dir / "output.log"), "final": final}))
     if status != 0 or final is None:
-        console.print(f"[red]job failed with status {status}[/red]; output in {job_dir / 'output.log'}")
+        console.print(f"job failed with status {status}; output in {job_dir / 'output.log'}", highlight=False)
         raise typer.Exit(status or 1)
     console.print(
         f"done: {final['images_per_sec_total']:.1f} images/s total, held-out accuracy {final['accuracy']:.4f}; "

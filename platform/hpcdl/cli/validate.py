@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -11,6 +12,7 @@ import typer
 from rich.console import Console
 
 from hpcdl.cli import app
+from hpcdl.cli.output import write_atomically
 from hpcdl.cli.output import console as make_console
 from hpcdl.cli.jobs import SITE_HELP
 
@@ -27,6 +29,11 @@ def validate(
     max_jobs: Optional[int] = typer.Option(None, "--max-jobs", min=1, help="jobs in flight at once (local: 1)"),
     write_profile: Optional[Path] = typer.Option(None, "--write-profile",
                                                  help="write the thread sweep's best placement into this profile file"),
+    list_jobs: bool = typer.Option(False, "--list", help="list the suite's jobs (check, ranks, nodes) and exit"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="write every job script under OUT/jobs/ and show how each "
+                                 "would be submitted; submit nothing"),
+    as_json: bool = typer.Option(False, "--json", help="print the verdicts (or, with --list/--dry-run, the jobs) as JSON "
+                                 "on stdout; progress goes to stderr"),
 ) -> None:
     """Run the validation suite on a site, print the summary and write an HTML report.
 
@@ -39,10 +46,20 @@ def validate(
     selected = select_checks(only)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = (out or Path("runs") / f"validate-{ctx.site.name}-{stamp}").resolve()
+    if list_jobs or dry_run:
+        _show_jobs(ctx, selected, out_dir if dry_run else None, as_json)
+        return
     console = make_console()
+    if as_json:
+        from rich.console import Console as _Console
+
+        console = _Console(stderr=True, soft_wrap=True)
     console.print(f"validating {ctx.site.name} ({ctx.suite} suite; checks: {', '.join(c.name for c in selected)}; "
                   f"nodes {','.join(map(str, ctx.nodes))}; references: {ctx.references.source})", highlight=False)
     result = run_suite(ctx, selected, out_dir, max_jobs=max_jobs, console=console)
+    if as_json:
+        typer.echo(json.dumps({"site": ctx.site.name, "suite": ctx.suite, "results": str(result.results),
+                               "verdicts": [v.to_record() for v in result.verdicts]}))
     console.print(summary_table(result.verdicts, title=f"{ctx.site.name}: {ctx.suite} validation"))
     report = build_report([result.results], out_dir / "report")
     console.print(f"results: {result.results}", highlight=False)
@@ -53,6 +70,45 @@ def validate(
         names = ", ".join(v.name for v in result.failed)
         print(f"hpcdl validate: {len(result.failed)} check(s) failed: {names}", file=sys.stderr)
         raise typer.Exit(1)
+
+
+def _show_jobs(ctx, selected, out_dir: Optional[Path], as_json: bool) -> None:
+    """--list: the jobs the checks need; --dry-run: also their scripts, written, and the submit commands."""
+    from hpcdl.executors import executor_for
+    from hpcdl.plan import make_plan
+    from hpcdl.render.shell import join, quote
+    from hpcdl.validate.runner import _hhmmss, render_validation_job
+    from hpcdl.validate.suite import suite_jobs
+
+    jobs = suite_jobs(ctx, selected)
+    executor = executor_for(ctx.site.scheduler)
+    rows = []
+    for job in jobs:
+        plan = make_plan(ctx.site, job.request)
+        checks_of = [c.name for c in selected if any(j.key == job.key for j in c.jobs(ctx))]
+        row = {"job": job.name, "kind": job.kind, "checks": checks_of, "nodes": plan.nodes,
+               "ranks_per_node": plan.ranks_per_node, "threads_per_rank": plan.threads_per_rank,
+               "framework": plan.framework}
+        if out_dir is not None:
+            job_dir = out_dir / "jobs" / job.key
+            script = job_dir / "job.sh"
+            write_atomically(script, render_validation_job(ctx.site, job, _hhmmss(ctx.settings.job_timeout_s)),
+                             mode=0o755)
+            command = join(executor.submit_command(script, job_dir))
+            if executor.script_on_stdin:
+                command += f" < {quote(str(script))}"
+            row.update(script=str(script), command=command)
+        rows.append(row)
+    if as_json:
+        typer.echo(json.dumps({"site": ctx.site.name, "suite": ctx.suite, "scheduler": ctx.site.scheduler,
+                               "jobs": rows}, indent=2))
+        return
+    typer.echo(f"{ctx.site.name}: {ctx.suite} suite, {len(rows)} job(s) on {ctx.site.scheduler}")
+    for row in rows:
+        typer.echo(f"  {row['job']}: {', '.join(row['checks'])}; {row['nodes']} node(s) x {row['ranks_per_node']} "
+                   f"rank(s) x {row['threads_per_rank']} thread(s), {row['framework']}")
+        if "command" in row:
+            typer.echo(f"    would run: {row['command']}")
 
 
 def _write_profile(ctx, result, path: Path, console: Console) -> None:
@@ -72,15 +128,26 @@ def _write_profile(ctx, result, path: Path, console: Console) -> None:
 def report(
     results: List[Path] = typer.Argument(..., help="results.jsonl files written by hpcdl validate"),
     out: Path = typer.Option(Path("report"), "-o", "--out", help="folder for index.html, summary.json and the plots"),
+    as_json: bool = typer.Option(False, "--json", help="print summary.json on stdout instead of the table"),
 ) -> None:
-    """Summary table, plots (PNG), an HTML page and a JSON summary from validation results."""
+    """Summary table, plots (PNG), an HTML page and a JSON summary from validation results.
+
+    Exits 0 when no check failed, 1 when one did (as validate does).
+    """
     from hpcdl.report import build_report, load_results
     from hpcdl.validate.suite import summary_table
 
     folder = build_report(results, out)
     verdicts = load_results(results).verdicts
-    make_console().print(summary_table(verdicts, title="validation results"))
-    typer.echo(f"HTML report: {folder / 'index.html'}")
+    if as_json:
+        typer.echo((folder / "summary.json").read_text().rstrip("\n"))
+    else:
+        make_console().print(summary_table(verdicts, title="validation results"))
+        typer.echo(f"HTML report: {folder / 'index.html'}")
+    failed = [v for v in verdicts if v.result == "fail"]
+    if failed:
+        print(f"hpcdl report: {len(failed)} check(s) failed: {', '.join(v.name for v in failed)}", file=sys.stderr)
+        raise typer.Exit(1)
 
 
 @app.command(hidden=True)
