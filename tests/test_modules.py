@@ -50,7 +50,7 @@ def test_an_x86_v100_site_runs_pytorch_in_the_volta_image_with_nv_and_one_rank_o
     # the planner's one rank on the node: socket 0's 20 cores, Intel OpenMP settings on Xeon
     assert fm.module.env["OMP_NUM_THREADS"] == "20"
     assert fm.module.env["KMP_AFFINITY"] == "granularity=fine,compact,1,0"
-    assert {w.command for w in fm.wrappers} == {"python", "hpcdl", "torchrun"}
+    assert {w.command for w in fm.wrappers} == {"python", "torchrun"}, "the host's hpcdl stays first on PATH"
     assert fm.module.depends_on == (), "apptainer on the default PATH: no runtime module to load"
 
 
@@ -72,14 +72,14 @@ def test_stampede2_knl_modules_load_tacc_singularity_and_set_the_knl_openmp_defa
         assert fm.module.env["KMP_BLOCKTIME"] == "1"
         assert fm.image == f"{DEFAULT_PREFIX}/images/knl-mkldnn.sif"
         assert all("--nv" not in w.argv and "--rocm" not in w.argv for w in fm.wrappers), "no GPUs on KNL"
-    assert {w.command for w in framework(modules, "tensorflow").wrappers} == {"python", "hpcdl"}
+    assert {w.command for w in framework(modules, "tensorflow").wrappers} == {"python"}
 
 
 def test_a_native_site_wraps_the_programs_of_its_prefix():
     modules = site_modules(load_site("local"), "/opt/x")
     fm = framework(modules, "pytorch")
     assert fm.image is None and "HPCDL_IMAGE" not in fm.module.env
-    assert [w.argv for w in fm.wrappers] == [("/opt/x/bin/python",), ("/opt/x/bin/hpcdl",), ("/opt/x/bin/torchrun",)]
+    assert [w.argv for w in fm.wrappers] == [("/opt/x/bin/python",), ("/opt/x/bin/torchrun",)]
     assert fm.module.depends_on == ()
 
 
@@ -210,7 +210,8 @@ def test_shipped_renders_every_shipped_profile_and_leaves_out_the_detected_local
 
 def test_cli_renders_a_site_tree_with_the_given_prefix(tmp_path):
     env = {"HPCDL_SITE_PATH": str(FIXTURE_SITES)}
-    out = hpcdl("modulefiles", "render", "--site", "volta-x86", "--out", tmp_path, "--prefix", "/sw/hpcdl", env=env, check=True).stdout
+    out = hpcdl("modulefiles", "render", "--site", "volta-x86", "--out", tmp_path, "--prefix", "/sw/hpcdl",
+                "--allow-missing-prefix", env=env, check=True).stdout
     assert "module use" in out
     tree = tmp_path / "volta-x86"
     assert (tree / "hpcdl" / "0.1.0.lua").read_text().count('"/sw/hpcdl/bin"') == 1
@@ -219,8 +220,21 @@ def test_cli_renders_a_site_tree_with_the_given_prefix(tmp_path):
 
 def test_cli_takes_the_prefix_from_hpcdl_prefix(tmp_path):
     env = {"HPCDL_SITE_PATH": str(FIXTURE_SITES), "HPCDL_PREFIX": "/env/prefix"}
-    hpcdl("modulefiles", "render", "--site", "volta-x86", "--out", tmp_path, env=env, check=True)
+    hpcdl("modulefiles", "render", "--site", "volta-x86", "--out", tmp_path, "--allow-missing-prefix", env=env, check=True)
     assert '"/env/prefix/bin"' in (tmp_path / "volta-x86" / "hpcdl" / "0.1.0.lua").read_text()
+
+
+def test_cli_refuses_a_prefix_that_holds_no_hpcdl(tmp_path):
+    env = {"HPCDL_SITE_PATH": str(FIXTURE_SITES)}
+    prefix = tmp_path / "sw" / "hpcdl"
+    proc = hpcdl("modulefiles", "render", "--site", "summit", "--out", tmp_path / "out", "--prefix", prefix, env=env)
+    assert proc.returncode == 2 and f"{prefix}/bin/hpcdl does not exist" in proc.stderr
+    assert not (tmp_path / "out").exists()
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "hpcdl").write_text("#!/bin/sh\n")
+    (prefix / "bin" / "hpcdl").chmod(0o755)
+    hpcdl("modulefiles", "render", "--site", "summit", "--out", tmp_path / "out", "--prefix", prefix, env=env, check=True)
+    assert (tmp_path / "out" / "summit" / "hpcdl" / "0.1.0.lua").exists()
 
 
 @pytest.mark.parametrize(
@@ -259,9 +273,29 @@ def test_volume_style_binds_test_the_folder_and_pass_the_runtimes_own_form(tmp_p
     (tmp_path / "volta-x86.yaml").write_text(text.replace("scratch: /scratch/$USER", "scratch: /scratch"))
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
     python = next(f for f in render_site(load_site("volta-x86")) if f.relpath == "wrappers/pytorch-2.8.0/python")
-    assert f'if [ -d "/scratch" ]; then binds+=({flag} "{value}"); fi' in python.text
+    assert f'bind {flag} "{value}" "/scratch"' in python.text
     write_tree([python], tmp_path / "tree")
     shellcheck(tmp_path / "tree" / python.relpath)
+
+
+def test_a_wrapper_binds_each_folder_once_when_scratch_is_the_node_local_folder(tmp_path):
+    """Stampede2 binds $SCRATCH and /tmp; where $SCRATCH is /tmp (or a link to it) that is one bind."""
+    tree = tmp_path / "tree"
+    write_tree(render_site(load_site("stampede2-knl"), "/sw/hpcdl"), tree)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "singularity").write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$ARGV_LOG"\n')
+    (bin_dir / "singularity").chmod(0o755)
+    (tmp_path / "tmp-link").symlink_to("/tmp")
+    wrapper = next(tree.glob("wrappers/pytorch-*/python"))
+    for scratch in ("/tmp", str(tmp_path / "tmp-link"), str(tmp_path)):
+        log = tmp_path / "argv"
+        subprocess.run([str(wrapper), "-c", "pass"], check=True,
+                       env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SCRATCH": scratch, "ARGV_LOG": str(log)})
+        argv = log.read_text().splitlines()
+        binds = [argv[i + 1] for i, a in enumerate(argv) if a == "--bind"]
+        assert binds == (["/tmp"] if scratch != str(tmp_path) else [scratch, "/tmp"]) or \
+            binds == ([scratch] if scratch != str(tmp_path) else [scratch, "/tmp"]), (scratch, argv)
 
 
 def test_amd_gpu_sites_get_rocm_from_the_runtime_registry(tmp_path, monkeypatch):
@@ -294,8 +328,8 @@ def test_a_framework_outside_the_images_main_environment_runs_from_its_own_envir
     summit = site_modules(load_site("volta-x86"))
     tensorflow, pytorch = framework(summit, "tensorflow"), framework(summit, "pytorch")
     # volta-cuda keeps TensorFlow's CUDA 12 wheels apart from torch's: /opt/envs/tensorflow
-    assert [w.argv[-1] for w in tensorflow.wrappers] == ["/opt/envs/tensorflow/bin/python", "/opt/envs/tensorflow/bin/hpcdl"]
-    assert [w.argv[-1] for w in pytorch.wrappers] == ["python", "hpcdl", "torchrun"], "main is on the image's PATH"
+    assert [w.argv[-1] for w in tensorflow.wrappers] == ["/opt/envs/tensorflow/bin/python"]
+    assert [w.argv[-1] for w in pytorch.wrappers] == ["python", "torchrun"], "main is on the image's PATH"
     mxnet = framework(site_modules(load_site("stampede2-knl")), "mxnet")
     assert mxnet.wrappers[0].argv[-1] == "/opt/envs/mxnet/bin/python"
 

@@ -204,3 +204,44 @@ def test_two_hpcdl_versions_are_never_loaded_together(tmp_path):
     newer.write_text((node.tree / "hpcdl" / "0.1.0.lua").read_text())
     run_bash(node.module_use() + "module load hpcdl/0.1.0\nmodule load hpcdl/0.2.0\nmodule -t list 2> list.txt\n", node.env, tmp_path)
     assert (tmp_path / "list.txt").read_text().split() == ["hpcdl/0.2.0"]
+
+
+def test_a_framework_module_leaves_the_hosts_hpcdl_first_on_path(tmp_path):
+    """submit, status and cancel need the login node's scheduler commands: never a wrapper into the image."""
+    node = LoginNode("stampede2-knl", tmp_path)
+    host_hpcdl = Path(node.prefix) / "bin" / "hpcdl"
+    host_hpcdl.parent.mkdir(parents=True)
+    host_hpcdl.write_text("#!/bin/sh\n")
+    host_hpcdl.chmod(0o755)
+    for order in ("hpcdl pytorch", "pytorch hpcdl"):
+        proc = run_bash(node.module_use() + f"module load {order}\ncommand -v hpcdl\n", node.env, tmp_path)
+        assert proc.stdout.strip() == str(host_hpcdl), order
+
+
+def test_whatis_spider_extensions_and_keyword_find_the_framework_modules(tmp_path):
+    node = LoginNode("summit", tmp_path)
+    script = node.module_use() + (
+        "module whatis pytorch 2> whatis.txt\n"
+        "module spider horovod 2> spider.txt\n"
+        "module keyword keras 2> keyword.txt\n"
+    )
+    run_bash(script, node.env, tmp_path)
+    whatis = (tmp_path / "whatis.txt").read_text()
+    for field in ("Category: library, machine learning", "URL: https://pytorch.org", "Keywords: "):
+        assert field in whatis, whatis
+    spider = (tmp_path / "spider.txt").read_text()
+    assert "pytorch/2.8.0" in spider and "Unable to find" not in spider, spider
+    assert "tensorflow/" in (tmp_path / "keyword.txt").read_text()
+
+
+def test_the_centres_own_framework_module_conflicts_with_hpcdls(tmp_path):
+    """Summit's open-ce is in no hpcdl family, so family() cannot swap it out: conflict() refuses."""
+    node = LoginNode("summit", tmp_path)
+    centre = tmp_path / "centre-modules" / "open-ce"
+    centre.mkdir(parents=True)
+    (centre / "1.10.0-py311-ibm.lua").write_text('setenv("OPEN_CE", "1")\n')
+    script = node.module_use() + f'module use "{centre.parent}"\nmodule load open-ce\nmodule load pytorch\n'
+    proc = subprocess.run(["bash", "-c", f"source {LMOD_INIT}\n{script}\nmodule -t list 2> list.txt"], env=node.env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert 'Cannot load module "pytorch/2.8.0"' in proc.stderr and "open-ce" in proc.stderr, proc.stderr
+    assert (tmp_path / "list.txt").read_text().split() == ["open-ce/1.10.0-py311-ibm"]

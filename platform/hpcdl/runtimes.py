@@ -19,7 +19,8 @@ class Runtime:
 
         Their $VARIABLES (Summit's /mnt/bb/$USER) expand in the job, not at render time.
         """
-        return [Expanding(p) for p in (site.filesystems.scratch, site.filesystems.node_local) if p]
+        paths = (site.filesystems.scratch, site.filesystems.node_local)
+        return [Expanding(p) for p in dict.fromkeys(p.rstrip("/") or "/" for p in paths if p)]
 
 
 runtimes: Registry[Runtime] = Registry("container runtime")

@@ -3,7 +3,7 @@
 help([[
 MXNet 1.9.1 on cori-knl, in the knl-mkldnn image, run with shifter.
 
-Puts wrapper scripts first on PATH: python, hpcdl. Each is a script, not a shell
+Puts wrapper scripts first on PATH: python. Each is a script, not a shell
 function, so srun, jsrun, ibrun and mpirun can start it on every node.
 Each runs its command inside the image with shifter, binding the scratch and
 node-local folders that exist on the node. HPCDL_IMAGE names the image; set it to use another.
@@ -16,7 +16,15 @@ First try:  python -c 'import mxnet'
 whatis("Name: mxnet")
 whatis("Version: 1.9.1")
 whatis("Description: MXNet 1.9.1 for cori-knl (in the knl-mkldnn image, run with shifter)")
+whatis("Category: library, machine learning")
+whatis("URL: https://mxnet.apache.org")
+whatis("Keywords: deep learning, machine learning, mxnet, gluon")
 family("hpcdl_framework")
+conflict("tensorflow")
+-- packages inside, so `module spider NAME` finds this module (Lmod 8.2+)
+if (LmodVersion and convertToCanonical(LmodVersion()) >= convertToCanonical("8.2")) then
+    extensions("mpi4py/4.1.0", "numpy/1.23.5")
+end
 -- the folder given to `module use`: this file is <tree>/mxnet/1.9.1.lua
 local tree = myFileName():match("^(.*)/[^/]+/[^/]+$")
 prepend_path("PATH", pathJoin(tree, "wrappers/mxnet-1.9.1"))

@@ -12,6 +12,8 @@ PyTorch or TensorFlow on PyPI to build one from); use the centre's framework mod
 whatis("Name: hpcdl")
 whatis("Version: 0.1.0")
 whatis("Description: hpcdl 0.1.0: deep learning platform for lassen")
+whatis("Category: tools, machine learning")
+whatis("Keywords: deep learning, machine learning, HPC, job script, validation")
 family("hpcdl")
 prepend_path("PATH", "/opt/hpcdl/bin")
 prepend_path("HPCDL_SITE_PATH", "/opt/hpcdl/sites")

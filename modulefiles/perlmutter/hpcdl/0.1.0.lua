@@ -11,6 +11,8 @@ No framework image is built for perlmutter yet: set defaults.image in its profil
 whatis("Name: hpcdl")
 whatis("Version: 0.1.0")
 whatis("Description: hpcdl 0.1.0: deep learning platform for perlmutter")
+whatis("Category: tools, machine learning")
+whatis("Keywords: deep learning, machine learning, HPC, job script, validation")
 family("hpcdl")
 prepend_path("PATH", "/opt/hpcdl/bin")
 prepend_path("HPCDL_SITE_PATH", "/opt/hpcdl/sites")

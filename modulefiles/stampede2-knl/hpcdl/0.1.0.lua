@@ -10,6 +10,8 @@ Then:       hpcdl sites show stampede2-knl; module avail pytorch tensorflow mxne
 whatis("Name: hpcdl")
 whatis("Version: 0.1.0")
 whatis("Description: hpcdl 0.1.0: deep learning platform for stampede2-knl")
+whatis("Category: tools, machine learning")
+whatis("Keywords: deep learning, machine learning, HPC, job script, validation")
 family("hpcdl")
 prepend_path("PATH", "/opt/hpcdl/bin")
 prepend_path("HPCDL_SITE_PATH", "/opt/hpcdl/sites")

@@ -3,7 +3,7 @@
 help([[
 TensorFlow 2.20.0 on volta-x86, in the volta-cuda image, run with apptainer.
 
-Puts wrapper scripts first on PATH: python, hpcdl. Each is a script, not a shell
+Puts wrapper scripts first on PATH: python. Each is a script, not a shell
 function, so srun, jsrun, ibrun and mpirun can start it on every node.
 Each runs its command inside the image with apptainer, binding the scratch and
 node-local folders that exist on the node. HPCDL_IMAGE names the image; set it to use another.
@@ -16,7 +16,14 @@ First try:  python -c 'import tensorflow'
 whatis("Name: tensorflow")
 whatis("Version: 2.20.0")
 whatis("Description: TensorFlow 2.20.0 for volta-x86 (in the volta-cuda image, run with apptainer)")
+whatis("Category: library, machine learning")
+whatis("URL: https://www.tensorflow.org")
+whatis("Keywords: deep learning, machine learning, tensorflow, keras")
 family("hpcdl_framework")
+-- packages inside, so `module spider NAME` finds this module (Lmod 8.2+)
+if (LmodVersion and convertToCanonical(LmodVersion()) >= convertToCanonical("8.2")) then
+    extensions("mpi4py/4.1.0")
+end
 -- the folder given to `module use`: this file is <tree>/tensorflow/2.20.0.lua
 local tree = myFileName():match("^(.*)/[^/]+/[^/]+$")
 prepend_path("PATH", pathJoin(tree, "wrappers/tensorflow-2.20.0"))

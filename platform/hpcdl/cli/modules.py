@@ -26,6 +26,9 @@ def modulefiles_render(
     prefix: Optional[str] = typer.Option(
         None, "--prefix", help=f"where hpcdl (and, for runtime none, the frameworks) is installed [env HPCDL_PREFIX, else {DEFAULT_PREFIX}]"
     ),
+    allow_missing_prefix: bool = typer.Option(
+        False, "--allow-missing-prefix", help="render although PREFIX/bin/hpcdl does not exist yet (an install that comes later)"
+    ),
 ) -> None:
     """Write hpcdl/<version>.lua, <framework>/<version>.lua and wrappers/ for a site."""
     if site is None and not shipped:
@@ -38,6 +41,13 @@ def modulefiles_render(
     names = shipped_site_names() if shipped else [site]
     # render everything first, so a broken profile leaves no half-written tree behind
     rendered = {name: render_site(load_site(name), prefix) for name in names}
+    if not shipped and not allow_missing_prefix:
+        # a module whose `hpcdl` is not there loads fine and then leaves `hpcdl` unfound
+        program = Path(os.path.expandvars(prefix)) / "bin" / "hpcdl"
+        if not (program.is_file() and os.access(program, os.X_OK)):
+            raise HpcdlError(f"--prefix: {program} does not exist; install hpcdl into {prefix} first "
+                             f"(python -m venv {prefix} && {prefix}/bin/pip install hpcdl), "
+                             f"or pass --allow-missing-prefix to render for an install that comes later")
     for name, files in rendered.items():
         write_tree(files, out / name)
         typer.echo(f"wrote {len(files)} files to {out / name}/  (module use {(out / name).resolve()})")

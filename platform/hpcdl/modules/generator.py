@@ -22,8 +22,14 @@ DEFAULT_PREFIX = "/opt/hpcdl"
 CPU_TUNING = ("OMP_NUM_THREADS", "KMP_AFFINITY", "KMP_BLOCKTIME")
 
 FRAMEWORK_TITLES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}
-# torchrun is PyTorch's own launcher; the others start with python (and hpcdl's trainer).
-FRAMEWORK_COMMANDS = {"pytorch": ("python", "hpcdl", "torchrun"), "tensorflow": ("python", "hpcdl"), "mxnet": ("python", "hpcdl")}
+# torchrun is PyTorch's own launcher; the others start with python. No `hpcdl` wrapper: the host's
+# hpcdl (the hpcdl module) must stay first on PATH, since submit, status and cancel need the login
+# node's scheduler commands; inside the image the trainer is `python -m hpcdl`.
+FRAMEWORK_COMMANDS = {"pytorch": ("python", "torchrun"), "tensorflow": ("python",), "mxnet": ("python",)}
+FRAMEWORK_URLS = {"pytorch": "https://pytorch.org", "tensorflow": "https://www.tensorflow.org",
+                  "mxnet": "https://mxnet.apache.org"}
+FRAMEWORK_KEYWORDS = {"pytorch": ("torch",), "tensorflow": ("keras",), "mxnet": ("gluon",)}
+
 
 # How each runtime names an image: a file in the image folder, or a registry tag.
 IMAGE_FILE_SUFFIX = {"apptainer": ".sif", "singularity": ".sif", "charliecloud": ".sqfs"}
@@ -101,7 +107,21 @@ def _hpcdl_module(site: Site, prefix: str, has_frameworks: bool = True) -> Modul
             ModulePath("HPCDL_SITE_PATH", f"{prefix}/sites"),
         ),
         env={"HPCDL_SITE": site.name, "HPCDL_IMAGE_DIR": image_dir(site, prefix)},
+        category="tools, machine learning",
+        url=_hpcdl_url(),
+        keywords=("deep learning", "machine learning", "HPC", "job script", "validation"),
     )
+
+
+def _hpcdl_url() -> str:
+    """The project URL hpcdl's own package metadata declares (pyproject [project.urls]), if any."""
+    from importlib import metadata
+
+    try:
+        urls = metadata.metadata("hpcdl").get_all("Project-URL") or []
+    except metadata.PackageNotFoundError:
+        return ""
+    return urls[0].split(",", 1)[-1].strip() if urls else ""
 
 
 def single_rank_tuning(site: Site, framework: str) -> dict[str, str]:
@@ -111,7 +131,7 @@ def single_rank_tuning(site: Site, framework: str) -> dict[str, str]:
 
 def _framework_module(site: Site, prefix: str, images: ImageFrameworks, framework: str, version: str) -> FrameworkModule:
     title = FRAMEWORK_TITLES.get(framework, framework)
-    commands = FRAMEWORK_COMMANDS.get(framework, ("python", "hpcdl"))
+    commands = FRAMEWORK_COMMANDS.get(framework, ("python",))
     wrappers_dir = f"wrappers/{framework}-{version}"
     env = {"HPCDL_FRAMEWORK": framework, **single_rank_tuning(site, framework)}
     if site.runtime == "none":
@@ -152,6 +172,13 @@ def _framework_module(site: Site, prefix: str, images: ImageFrameworks, framewor
         depends_on=depends,
         paths=(ModulePath("PATH", wrappers_dir, in_tree=True),),
         env=env,
+        category="library, machine learning",
+        url=FRAMEWORK_URLS.get(framework, ""),
+        keywords=tuple(dict.fromkeys(("deep learning", "machine learning", _import_name(framework),
+                                      *FRAMEWORK_KEYWORDS.get(framework, ())))),
+        extensions=tuple(f"{p}/{v}" for p, v in images.extensions.get(framework, {}).items()),
+        # the centre's own module for this framework (Summit's open-ce) is in no hpcdl family
+        conflicts=tuple(dict.fromkeys(m.split("/")[0] for m in site.modules.frameworks.values())),
     )
     return FrameworkModule(module=module, wrappers_dir=wrappers_dir, wrappers=wrappers, image=image, image_name=images.name)
 

@@ -33,6 +33,8 @@ class ImageFrameworks:
     # framework -> the image's bin folder that holds it, where that is not the `main` environment
     # on the image's PATH (TensorFlow and MXNet get their own environments where their pins clash)
     bin_dirs: dict[str, str] = field(default_factory=dict)
+    # framework -> the other packages importable beside it (its environment, and Horovod where built for it)
+    extensions: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def command(self, framework: str, program: str) -> str:
         """How a wrapper names `program` inside the image: bare when on PATH, else its full path."""
@@ -50,10 +52,17 @@ def image_frameworks(spec: ImageSpec) -> ImageFrameworks:
             if framework and framework not in found:
                 found[framework] = (env_name, version)
     ordered = sorted(found, key=lambda f: FRAMEWORK_ORDER.index(f))
+    extensions = {}
+    for f in ordered:
+        packages = {p: v for p, v in spec.environments[found[f][0]].packages.items() if p not in FRAMEWORK_PACKAGES}
+        if spec.horovod and f in spec.horovod.frameworks and spec.horovod.environment == found[f][0]:
+            packages["horovod"] = spec.horovod.version
+        extensions[f] = dict(sorted(packages.items()))
     return ImageFrameworks(
         name=spec.name,
         frameworks={f: found[f][1] for f in ordered},
         bin_dirs={f: f"{ENVS}/{found[f][0]}/bin" for f in ordered if found[f][0] != "main"},
+        extensions=extensions,
     )
 
 

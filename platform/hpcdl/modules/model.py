@@ -26,6 +26,14 @@ class ModuleSpec:
     depends_on: tuple[str, ...] = ()  # modules loaded with it and unloaded after it when nothing else needs them
     paths: tuple[ModulePath, ...] = ()
     env: dict[str, str] = field(default_factory=dict)  # pushenv: unload gives back the value before load
+    # whatis lines that `module spider` and `module keyword` search (the EasyBuild set)
+    category: str = ""
+    url: str = ""
+    keywords: tuple[str, ...] = ()
+    # packages inside, as name/version: `module spider horovod` names the module that holds it
+    extensions: tuple[str, ...] = ()
+    # modules outside this one's family that must not be loaded with it (the centre's own framework module)
+    conflicts: tuple[str, ...] = ()
 
     @property
     def relpath(self) -> str:
