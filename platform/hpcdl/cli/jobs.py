@@ -167,7 +167,12 @@ EXTRA = {"allow_extra_args": True}  # trainer arguments after `--`, e.g. -- --ma
 def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_kind, dist, image, time, account,
             partition, name, scheduler=None, constraint=None, exclusive=None, requeue=False,
             warning=DEFAULT_WARNING_SECONDS, output_dir=None, extra_args=()) -> tuple:
+    from hpcdl.errors import HpcdlError
+    from hpcdl.nets import list_nets
+
     r = load_recipe(recipe)
+    if r.net not in list_nets():  # refused here, not by the trainer after the queue wait
+        raise HpcdlError(f"{recipe}: net: unknown network {r.net!r}; known: {', '.join(list_nets())}")
     # the recipe says which framework and distribution it was written for; the command line wins
     framework = framework or r.framework
     if dist == "auto" and r.distributed != "auto":
@@ -181,7 +186,21 @@ def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_
         output_dir=output_dir, extra_args=tuple(extra_args),
     )
     text = render_job_script(s, p, r.model_dump(mode="json"), options, scheduler=scheduler)
+    _check_launcher_fits(s, scheduler)
     return s, p, r, text
+
+
+def _check_launcher_fits(site, scheduler: str | None) -> None:
+    """--scheduler over a profile: the site's launcher must run under it (ibrun and srun read a
+    Slurm allocation, jsrun an LSF one), as the profile validator checks for the profile's own."""
+    from hpcdl.errors import HpcdlError
+    from hpcdl.sites.schema import LAUNCHER_NEEDS
+
+    needs = LAUNCHER_NEEDS.get(site.launcher)
+    if scheduler and needs and scheduler not in needs:
+        raise HpcdlError(f"--scheduler: {site.launcher} (the launcher of site {site.name!r}) only starts ranks inside a "
+                         f"{' or '.join(needs)} allocation, not under {scheduler}; drop --scheduler or use a site "
+                         f"profile whose launcher runs under {scheduler}")
 
 
 @app.command(context_settings=EXTRA)

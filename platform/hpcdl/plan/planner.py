@@ -398,6 +398,10 @@ def _threads_per_rank(node: NodeKind, request: JobRequest, cores_per_rank: int, 
 
 
 def _resolve_distributed(request: JobRequest, use_gpus: bool) -> str:
+    if request.framework == "tensorflow" and request.distributed == "horovod":
+        from hpcdl.train.tf_backend import HOROVOD_TF_PROBLEM  # the trainer says the same, later
+
+        raise HpcdlError(f"distributed: {HOROVOD_TF_PROBLEM}")
     if request.distributed != "auto":
         if request.distributed == "nccl" and not use_gpus:
             raise HpcdlError("distributed: nccl needs GPUs; use gloo or mpi on CPU nodes")
