@@ -82,3 +82,28 @@ def test_help_shows_no_python_type_names():
         out = hpcdl(*verb, "--help", env={"COLUMNS": "200"}, check=True).stdout
         for leak in ("list[", "<str>", "<int", "Path]", "<path>", "<bool>"):
             assert leak not in out, (verb, leak)
+
+
+def test_outputs_never_create_parent_folders_a_typo_made_up(tmp_path):
+    missing = tmp_path / "no" / "such"
+    proc = hpcdl("render", "-s", "local", RECIPES / "cifar10-quick.yaml", "-o", missing / "job.sh")
+    one_line_error(proc, "-o", str(missing))
+    proc = hpcdl("plan", "-s", "local", "--picture", missing / "node.png")
+    one_line_error(proc, "--picture", str(missing))
+    proc = hpcdl("submit", "-s", "local", RECIPES / "cifar10-quick.yaml", "--dry-run", "-o", missing / "job")
+    one_line_error(proc, "-o")
+    proc = hpcdl("sites", "detect", "-o", missing / "mybox.yaml")
+    one_line_error(proc, "-o")
+    assert not (tmp_path / "no").exists()
+    # the one folder named is made; its parent must be there
+    hpcdl("submit", "-s", "local", RECIPES / "cifar10-quick.yaml", "--dry-run", "-o", tmp_path / "job", check=True)
+    assert (tmp_path / "job" / "job.sh").exists()
+
+
+def test_the_picture_format_follows_its_extension(tmp_path):
+    hpcdl("plan", "-s", "local", "--picture", tmp_path / "node.svg", check=True)
+    assert (tmp_path / "node.svg").read_text().lstrip().startswith(("<?xml", "<svg"))
+    hpcdl("plan", "-s", "local", "--picture", tmp_path / "node.png", check=True)
+    assert (tmp_path / "node.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    one_line_error(hpcdl("plan", "-s", "local", "--picture", tmp_path / "node.gif"), "--picture", ".svg")
+    assert not (tmp_path / "node.gif").exists()

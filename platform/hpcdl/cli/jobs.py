@@ -13,7 +13,7 @@ from rich.table import Table
 
 from hpcdl.cli import app
 from hpcdl.cli.output import console as make_console
-from hpcdl.cli.output import write_atomically
+from hpcdl.cli.output import checked_output, write_atomically
 from hpcdl.executors import executor_for
 from hpcdl.plan import JobRequest, Plan, make_plan
 from hpcdl.render import JobOptions, render_job_script
@@ -91,6 +91,11 @@ def plan(
     """Show where every rank runs: node map, environment and launch line (before anything is submitted)."""
     s, p = build_plan(site, nodes, framework or "pytorch", ranks_per_node, threads_per_rank, mode, node_kind, dist,
                       use_gpus=gpus, precision=precision, spatial_ways=spatial_ways, spatial_split=spatial_split)
+    if picture:
+        from hpcdl.plan.picture import picture_format
+
+        picture_format(picture)
+        checked_output(picture, "--picture")
     prediction = _prediction(s, p, recipe) if recipe else None
     if picture:
         # drawn first, so a bad path fails before anything is printed; written atomically
@@ -225,7 +230,7 @@ def render(
     *_, text = _render(site, nodes, recipe, framework, ranks_per_node, threads_per_rank, mode, node_kind, dist,
                        image, time, account, partition, name, scheduler, constraint, exclusive, requeue, warning,
                        output_dir, ctx.args)
-    output = output or output_alias
+    output = checked_output(output or output_alias, "-o")
     if output:
         write_atomically(output, text, mode=0o755)
         typer.echo(f"wrote {output}", err=True)
@@ -278,6 +283,7 @@ def submit(
                                 requeue, warning, output_dir, ctx.args)
         scheduler, job_name = scheduler or s.scheduler, name or r.name
     executor = executor_for(scheduler)
+    checked_output(job_dir, "-o")
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     folder = (job_dir or Path("runs") / f"{stamp}-{slug(job_name)}").resolve()
     script = folder / "job.sh"
@@ -420,6 +426,7 @@ def run(
         from hpcdl.errors import HpcdlError
 
         raise HpcdlError(f"site {s.name!r} uses {s.scheduler}; use `hpcdl submit` there, `hpcdl run` is for local sites")
+    checked_output(out_dir, "-o")
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     job_dir = (out_dir or Path("runs") / f"{stamp}-{slug(name or r.name)}").resolve()
     script = job_dir / "job.sh"

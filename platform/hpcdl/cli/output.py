@@ -2,7 +2,7 @@
 
 from hpcdl.files import write_atomically
 
-__all__ = ["console", "write_atomically"]
+__all__ = ["checked_output", "console", "write_atomically"]
 
 
 def console():
@@ -14,3 +14,22 @@ def console():
     from rich.console import Console
 
     return Console(soft_wrap=True)
+
+
+def checked_output(path, option: str):
+    """A file or folder a user named with -o (or --picture): its parent folder must exist.
+
+    hpcdl creates the file, or the one folder named, but never a chain of parent folders a
+    typo made up (`-o /nonexistent/job.sh` would otherwise create /nonexistent).
+    """
+    from pathlib import Path
+
+    from hpcdl.errors import HpcdlError
+
+    if path is None:
+        return None
+    path = Path(path)
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        raise HpcdlError(f"{option}: folder {parent} does not exist; create it first (hpcdl makes no parent folders)")
+    return path

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from hpcdl.cli import app
 from hpcdl.cli.output import console as make_console
-from hpcdl.cli.output import write_atomically
+from hpcdl.cli.output import checked_output, write_atomically
 from hpcdl.sites import list_sites, load_site
 from hpcdl.sites.detect import detect_local_site, site_to_yaml
 
@@ -97,7 +97,7 @@ def sites_detect(
     output_alias: Optional[Path] = typer.Option(None, "--output", hidden=True),  # the name before 0.1.0
 ) -> None:
     """Describe this node as a site profile (YAML)."""
-    output = output or output_alias
+    output = checked_output(output or output_alias, "-o")
     text = site_to_yaml(detect_local_site())
     if output:
         write_atomically(output, text)

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from hpcdl.cli import app
-from hpcdl.cli.output import write_atomically
+from hpcdl.cli.output import checked_output, write_atomically
 from hpcdl.cli.output import console as make_console
 from hpcdl.cli.jobs import SITE_HELP
 
@@ -44,6 +44,7 @@ def validate(
 
     ctx = build_context(site, suite, parse_nodes(nodes), references)
     selected = select_checks(only)
+    checked_output(out, "-o")
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = (out or Path("runs") / f"validate-{ctx.site.name}-{stamp}").resolve()
     if list_jobs or dry_run:
@@ -137,7 +138,7 @@ def report(
     from hpcdl.report import build_report, load_results
     from hpcdl.validate.suite import summary_table
 
-    folder = build_report(results, out)
+    folder = build_report(results, checked_output(out, "-o"))
     verdicts = load_results(results).verdicts
     if as_json:
         typer.echo((folder / "summary.json").read_text().rstrip("\n"))

@@ -12,6 +12,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from hpcdl.errors import HpcdlError
+
 from hpcdl.plan.model import Plan
 from hpcdl.sites.schema import NodeKind, Site
 
@@ -151,17 +153,33 @@ def _device_row(ax, x: float, y: float, width: int, devices: list[tuple[str, lis
                 color="#111111", bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.85))
 
 
+# formats by file extension; the metadata entry that would carry a timestamp or version is left out
+PICTURE_FORMATS = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
+
+
+def picture_format(path: Path) -> str:
+    """The picture's format from its extension (png, svg or pdf); anything else is refused."""
+    fmt = Path(path).suffix.lstrip(".").lower()
+    if fmt not in PICTURE_FORMATS:
+        raise HpcdlError(f"--picture: {path}: give a file ending in {', '.join('.' + f for f in PICTURE_FORMATS)}; "
+                         f"the format follows the extension")
+    return fmt
+
+
 def _save_atomically(fig, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    fmt = picture_format(path)
+    if not path.parent.is_dir():
+        plt.close(fig)
+        raise HpcdlError(f"--picture: folder {path.parent} does not exist; create it first")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".{fmt}", dir=path.parent)
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)
     try:
         # no timestamp in the PNG, so the checked-in pictures equal what this draws now
-        fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight", pad_inches=0.15, metadata={"Software": None})
+        fig.savefig(tmp, dpi=110, format=fmt, bbox_inches="tight", pad_inches=0.15, metadata=PICTURE_FORMATS[fmt])
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a picture is for everyone
         os.replace(tmp, path)
     except BaseException:
