@@ -101,3 +101,6 @@ def test_run_takes_trainer_arguments_and_a_job_name(tmp_path):
     assert max(r["iter"] for r in steps if "iter" in r) <= 2  # the override, not the recipe's 100,000
     script = (tmp_path / "run" / "job.sh").read_text()
     assert "--max-iter 2" in script and "short" in script
+    # the ranks ran under mpirun, which gives them a pseudo-terminal: still no escape codes in the log
+    log = (tmp_path / "run" / "output.log").read_text()
+    assert "\x1b" not in log and "\x1b" not in proc.stderr and "iter      2" in log

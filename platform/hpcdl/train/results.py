@@ -16,6 +16,11 @@ class ResultsWriter:
     On a terminal, rank 0 also shows a progress bar (rich) with the loss and rate; on a
     pipe or a batch job's output file it prints only the plain lines, which read well
     in a log and can be grepped.
+
+    HPCDL_PROGRESS: `plain` (never a bar), `bar` (a bar when this process's stdout is a
+    terminal) or unset (`auto`: a bar only at a terminal outside any job or launcher). Under
+    mpirun a rank's stdout is a pseudo-terminal even when the job's output is a file, so
+    inside a job only the job script decides: it sets `bar` when its own stdout is a terminal.
     """
 
     def __init__(self, path: str | None, enabled: bool, stream: TextIO | None = None, progress: bool | None = None):
@@ -26,7 +31,7 @@ class ResultsWriter:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self.file = open(path, "a", buffering=1)
         if progress is None:
-            progress = enabled and _is_terminal(self.stream) and os.environ.get("HPCDL_PROGRESS", "auto") != "plain"
+            progress = enabled and _is_terminal(self.stream) and _wants_bar(os.environ)
         self.show_progress = progress
         self._progress = None
         self._task = None
@@ -38,8 +43,8 @@ class ResultsWriter:
         if self.file:
             self.file.write(json.dumps(rec, default=str) + "\n")
         line = _describe(rec)
-        if self._progress is not None:
-            self._progress.console.print(line, markup=False, highlight=False)
+        if self._progress is not None:  # above the bar, never wrapped into two lines by rich
+            self._progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
         else:
             print(line, file=self.stream, flush=True)
 
@@ -49,16 +54,20 @@ class ResultsWriter:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+        # narrow enough for an 80-column terminal, so the bar is redrawn in place, not wrapped
         self._progress = Progress(
-            TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-            TextColumn("{task.fields[info]}"), console=Console(file=self.stream), transient=True,
+            TextColumn("training"), BarColumn(bar_width=20), MofNCompleteColumn(), TimeRemainingColumn(),
+            TextColumn("{task.fields[info]}"), console=Console(file=self.stream), transient=True, expand=False,
         )
         self._progress.start()
         self._task = self._progress.add_task("train", total=total, completed=start, info="")
 
     def advance(self, done: int, loss: float, lr: float) -> None:
         if self._progress is not None:
-            self._progress.update(self._task, completed=done, info=f"loss {loss:.4f}  lr {lr:.3g}")
+            # no loss is known before the first display step: show none rather than `nan`
+            measured = loss is not None and loss == loss
+            info = (f"loss {loss:.4f}  " if measured else "") + f"lr {lr:.3g}"
+            self._progress.update(self._task, completed=done, info=info)
 
     def end_progress(self) -> None:
         if self._progress is not None:
@@ -69,6 +78,20 @@ class ResultsWriter:
         self.end_progress()
         if self.file:
             self.file.close()
+
+
+# set by a launcher for every rank it starts (Open MPI, MPICH/PMI, PMIx, Slurm's srun)
+LAUNCHER_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID")
+
+
+def _wants_bar(environ) -> bool:
+    mode = environ.get("HPCDL_PROGRESS", "auto") or "auto"
+    if mode == "bar":
+        return True
+    if mode != "auto":
+        return False
+    # inside a job script or under a launcher the stdout seen here may be a launcher's pty
+    return "HPCDL_JOB_DIR" not in environ and not any(v in environ for v in LAUNCHER_VARIABLES)
 
 
 def _is_terminal(stream) -> bool:
