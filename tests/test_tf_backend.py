@@ -24,6 +24,13 @@ def test_slurm_node_lists_expand_in_order_keeping_zero_padding():
     assert expand_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
 
 
+def test_slurm_node_lists_with_a_suffix_or_two_ranges_expand_as_slurm_does():
+    # what `scontrol show hostnames` prints for the same lists
+    assert expand_nodelist("n[1-2]-ib") == ["n1-ib", "n2-ib"]
+    assert expand_nodelist("rack[1-2]-node[01-02]") == ["rack1-node01", "rack1-node02", "rack2-node01", "rack2-node02"]
+    assert expand_nodelist("gpu-a[01-02],cpu7") == ["gpu-a01", "gpu-a02", "cpu7"]
+
+
 def test_tf_config_under_srun_puts_worker_i_on_the_node_that_runs_rank_i():
     env = {"SLURM_STEP_NODELIST": "node[07-08]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_ID": "4001"}
     cfg = tf_config(env, RankInfo(rank=3, world_size=4, local_rank=1, launcher="srun"))

@@ -32,25 +32,43 @@ HOROVOD_TF_PROBLEM = (
 # --- cluster spec -----------------------------------------------------------------------
 
 def expand_nodelist(nodelist: str) -> list[str]:
-    """Slurm's compressed host list ('nid[001-003,007],login1') as host names, in order."""
-    hosts: list[str] = []
-    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", nodelist):
-        if plain:
-            hosts.append(plain)
-            continue
-        for part in ranges.split(","):
-            lo, _, hi = part.partition("-")
-            for n in range(int(lo), int(hi or lo) + 1):
-                hosts.append(f"{prefix}{n:0{len(lo)}d}")
-    return hosts
+    """Slurm's compressed host list ('nid[001-003,007],login1', 'n[1-2]-ib') as host names, in order.
+
+    python-hostlist (NSC's implementation of Slurm's syntax) expands it; without it, Slurm's
+    own `scontrol show hostnames`.
+    """
+    try:
+        import hostlist
+    except ImportError:
+        return _scontrol_hostnames(nodelist)
+    try:
+        return hostlist.expand_hostlist(nodelist)
+    except hostlist.BadHostlist as exc:
+        raise HpcdlError(f"SLURM_JOB_NODELIST: {nodelist!r} is not a Slurm host list: {exc}") from None
+
+
+def _scontrol_hostnames(nodelist: str) -> list[str]:
+    import shutil
+    import subprocess
+
+    if shutil.which("scontrol") is None:
+        raise HpcdlError("expanding SLURM_JOB_NODELIST needs python-hostlist (pip install python-hostlist) or scontrol")
+    proc = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        raise HpcdlError(f"scontrol show hostnames {nodelist}: {proc.stderr.strip()}")
+    return proc.stdout.split()
 
 
 def expand_tasks_per_node(spec: str) -> list[int]:
     """Slurm's SLURM_STEP_TASKS_PER_NODE ('2(x3),1') as one count per node."""
-    counts: list[int] = []
-    for count, repeat in re.findall(r"(\d+)(?:\(x(\d+)\))?", spec):
-        counts += [int(count)] * int(repeat or 1)
-    return counts
+    try:
+        import hostlist
+    except ImportError:
+        counts: list[int] = []
+        for count, repeat in re.findall(r"(\d+)(?:\(x(\d+)\))?", spec):
+            counts += [int(count)] * int(repeat or 1)
+        return counts
+    return hostlist.parse_slurm_tasks_per_node(spec)
 
 
 def slurm_base_port(environ) -> int:
