@@ -104,3 +104,25 @@ def test_run_takes_trainer_arguments_and_a_job_name(tmp_path):
     # the ranks ran under mpirun, which gives them a pseudo-terminal: still no escape codes in the log
     log = (tmp_path / "run" / "output.log").read_text()
     assert "\x1b" not in log and "\x1b" not in proc.stderr and "iter      2" in log
+
+
+def test_local_and_slurm_ids_are_kept_apart(tmp_path):
+    env = _local_env(tmp_path)
+    script = tmp_path / "quick.sh"
+    script.write_text("#!/bin/bash\necho hello from the job\n")
+    sent = json.loads(hpcdl("submit", script, "--scheduler", "local", "-o", tmp_path / "job", "--json",
+                            env=env, check=True).stdout)
+    job_id = sent["job_id"]
+    records = tmp_path / "submitted.jsonl"  # beside HPCDL_LOCAL_JOBS
+    with open(records, "a") as f:  # a Slurm job that happens to carry the same number
+        f.write(json.dumps({"job_id": job_id, "scheduler": "slurm", "job_dir": "/elsewhere"}) + "\n")
+    proc = hpcdl("status", job_id, env=env)
+    assert proc.returncode == 2 and ("local and slurm" in proc.stderr or "slurm and local" in proc.stderr), proc.stderr
+    for _ in range(600):
+        shown = json.loads(hpcdl("status", f"local:{job_id}", "--json", env=env, check=True).stdout)
+        if shown["state"] == "COMPLETED":
+            break
+        time.sleep(0.2)
+    # the output is in the job folder, as with hpcdl run
+    assert shown["output"] == str((tmp_path / "job" / "output.log").resolve())
+    assert (tmp_path / "job" / "output.log").read_text() == "hello from the job\n"

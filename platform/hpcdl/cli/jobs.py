@@ -305,11 +305,12 @@ def submit(
         typer.echo(json.dumps({"job_id": job_id, "scheduler": scheduler, "job_dir": str(folder),
                                "script": str(script), "submitted": True}))
         return
-    typer.echo(f"submitted {scheduler} job {job_id}; job folder {folder}")
+    typer.echo(f"submitted {scheduler} job {job_id}; job folder {folder}; output {_output_of(executor, job_id, folder)}")
     typer.echo(job_id)
 
 
 def _submissions() -> Path:
+    """The record of every job hpcdl submitted here (docs/jobs.md, "Where jobs and their output are")."""
     from hpcdl.executors.local import STATE_DIR
 
     return STATE_DIR.parent / "submitted.jsonl"
@@ -323,17 +324,36 @@ def record_submission(job_id: str, scheduler: str, folder: Path) -> None:
                             "submitted": _dt.datetime.now().isoformat(timespec="seconds")}) + "\n")
 
 
+def _output_of(executor, job_id: str, folder: Path) -> str:
+    try:
+        return str(executor.output(job_id))
+    except Exception:  # the scheduler may not say yet; the job folder is where it will be
+        return str(folder)
+
+
 def _executor_of(job_id: str, scheduler: Optional[str]):
+    """The executor of a job id: --scheduler, a SCHEDULER:ID id, or the one scheduler hpcdl sent it to.
+
+    Local ids count 1, 2, 3... and so do small Slurm or PBS ids: an id that hpcdl sent to two
+    schedulers is ambiguous and needs saying which.
+    """
     from hpcdl.errors import HpcdlError
 
     if scheduler:
-        return executor_for(scheduler)
+        return executor_for(scheduler), job_id
+    prefix, sep, rest = job_id.partition(":")
+    if sep and prefix in ("slurm", "lsf", "pbs", "local"):
+        return executor_for(prefix), rest
     path = _submissions()
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    for record in reversed(records):
-        if record["job_id"] == job_id:
-            return executor_for(record["scheduler"])
-    raise HpcdlError(f"job id: {job_id!r} was not submitted by hpcdl here; say which scheduler with --scheduler")
+    schedulers = list(dict.fromkeys(r["scheduler"] for r in reversed(records) if r["job_id"] == job_id))
+    if len(schedulers) > 1:
+        raise HpcdlError(f"job id: {job_id} was sent to {' and '.join(schedulers)}; say which with --scheduler "
+                         f"or as {schedulers[0]}:{job_id}")
+    if schedulers:
+        return executor_for(schedulers[0]), job_id
+    raise HpcdlError(f"job id: {job_id!r} was not submitted by hpcdl here (records in {path}); "
+                     f"say which scheduler with --scheduler")
 
 
 @app.command()
@@ -343,7 +363,7 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="machine-readable"),
 ) -> None:
     """Show a job's state (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT) and its output file."""
-    executor = _executor_of(job_id, scheduler)
+    executor, job_id = _executor_of(job_id, scheduler)
     state = executor.status(job_id)
     try:
         output = str(executor.output(job_id))
@@ -368,7 +388,7 @@ def cancel(
     A job the scheduler does not know is an error (exit 2); one that already ended is not
     cancelled again and exits 1, naming its state.
     """
-    executor = _executor_of(job_id, scheduler)
+    executor, job_id = _executor_of(job_id, scheduler)
     before = executor.status(job_id)  # raises for a job the scheduler does not know
     if before.finished:
         if as_json:

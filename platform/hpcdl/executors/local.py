@@ -41,7 +41,8 @@ def _session_members(session: int) -> list[int]:
 
 @executors.register("local")
 class LocalExecutor(Executor):
-    """Jobs are bash processes; their state lives in STATE_DIR/<id>/ (pid, rc, output, job_dir)."""
+    """Jobs are bash processes; their state lives in STATE_DIR/<id>/ (pid, rc, job_dir) and their
+    output in the job folder's output.log, where `hpcdl run` writes it too."""
 
     def submit_command(self, script: Path, job_dir: Path) -> list[str]:
         return ["bash", str(script)]
@@ -53,7 +54,7 @@ class LocalExecutor(Executor):
         state = STATE_DIR / job_id
         state.mkdir()
         (state / "job_dir").write_text(str(job_dir))
-        out = state / "output"
+        out = job_dir / "output.log"
         # a small supervisor writes the exit status when the script ends, so status() can read it later
         runner = 'bash "$1" > "$2" 2>&1; echo $? > "$3"'
         proc = subprocess.Popen(
@@ -127,4 +128,7 @@ class LocalExecutor(Executor):
                 return
 
     def output(self, job_id: str) -> Path:
-        return self._state(job_id) / "output"
+        state = self._state(job_id)
+        if (state / "output").exists():  # a job submitted by hpcdl before 0.1.0 kept it here
+            return state / "output"
+        return Path((state / "job_dir").read_text()) / "output.log"
