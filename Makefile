@@ -75,11 +75,25 @@ test: setup
 bench: setup
 	$(PY) -m hpcdl.bench --out docs/performance.md
 
+# Rendering text (modulefiles, container definitions) needs no framework: the test venv when it
+# is there, else a small one with hpcdl's own dependencies and hpccm only. Either runs this
+# checkout's code (PYTHONPATH), whichever checkout an editable install points at.
+RENDER_VENV := .venv-render
+RENDER_PY := $(if $(wildcard $(STAMPS)/venv),$(PY),$(RENDER_VENV)/bin/python)
+RENDER_DEP := $(if $(wildcard $(STAMPS)/venv),$(STAMPS)/venv,$(STAMPS)/render)
+HPCDL_HERE := PYTHONPATH=$(CURDIR)/platform $(RENDER_PY) -m hpcdl
+
+$(STAMPS)/render:
+	@mkdir -p $(STAMPS)
+	test -x $(RENDER_VENV)/bin/python || $(PYTHON) -m venv $(RENDER_VENV)
+	$(RENDER_VENV)/bin/python -m pip install -q '.[containers]'
+	@touch $@
+
 # One folder per shipped site profile; rendered aside first so a broken profile changes nothing.
 # /opt/hpcdl is a placeholder prefix, so the checked-in files do not depend on this machine.
-modulefiles: $(STAMPS)/venv
+modulefiles: | $(RENDER_DEP)
 	rm -rf $(STAMPS)/modulefiles.new && mkdir -p $(STAMPS)/modulefiles.new
-	$(VENV)/bin/hpcdl modulefiles render --shipped --prefix /opt/hpcdl --out $(STAMPS)/modulefiles.new
+	$(HPCDL_HERE) modulefiles render --shipped --prefix /opt/hpcdl --out $(STAMPS)/modulefiles.new
 	find modulefiles -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
 	cp -R $(STAMPS)/modulefiles.new/. modulefiles/
 	rm -rf $(STAMPS)/modulefiles.new
@@ -91,9 +105,9 @@ IMAGE_DIR ?= build/images
 CONTAINER_BUILDER := $(shell command -v apptainer || command -v singularity)
 FAKEROOT := $(if $(filter 0,$(shell id -u)),,--fakeroot)
 
-containers: $(STAMPS)/venv
-	$(VENV)/bin/hpcdl images compat
-	$(VENV)/bin/hpcdl images render
+containers: | $(RENDER_DEP)
+	$(HPCDL_HERE) images compat --specs containers/images.yaml
+	$(HPCDL_HERE) images render --specs containers/images.yaml --out containers
 
 images: $(STAMPS)/venv
 	@test -n "$(CONTAINER_BUILDER)" || { echo "make images: neither apptainer nor singularity is installed; install Apptainer (https://apptainer.org/docs/admin/latest/installation.html)" >&2; exit 2; }

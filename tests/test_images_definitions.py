@@ -133,3 +133,36 @@ def test_make_images_without_a_container_builder_stops_with_one_line(tmp_path):
     assert proc.returncode != 0
     lines = [line for line in proc.stderr.splitlines() if line.startswith("make images:")]
     assert len(lines) == 1 and "apptainer" in lines[0]
+
+
+def test_images_render_leaves_unchanged_files_alone_and_keeps_modes(tmp_path):
+    import os
+
+    out = tmp_path / "containers"
+    out.mkdir()
+    hpcdl("images", "render", "knl-mkldnn", "--out", out, check=True)
+    definition, dockerfile = out / "knl-mkldnn.def", out / "knl-mkldnn.Dockerfile"
+    assert definition.stat().st_mode & 0o777 == 0o644, "a new file is 644, not mkstemp's 600"
+    os.chmod(definition, 0o664)
+    os.utime(definition, (1_000_000_000, 1_000_000_000))
+    dockerfile.write_text(dockerfile.read_text() + "# edited by hand\n")
+    os.chmod(dockerfile, 0o640)
+    proc = hpcdl("images", "render", "knl-mkldnn", "--out", out, check=True)
+    assert f"unchanged {definition}" in proc.stdout and f"wrote {dockerfile}" in proc.stdout
+    assert definition.stat().st_mtime == 1_000_000_000 and definition.stat().st_mode & 0o777 == 0o664
+    assert "edited by hand" not in dockerfile.read_text() and dockerfile.stat().st_mode & 0o777 == 0o640
+
+
+def test_make_containers_and_modulefiles_install_no_framework(tmp_path):
+    """Rendering text needs hpcdl's dependencies and hpccm, not torch or TensorFlow; and it runs
+    this checkout's code, whatever an editable install points at."""
+    import shutil
+
+    make = shutil.which("make")
+    assert make, "make is needed to build hpcdl"
+    for target in ("containers", "modulefiles"):
+        proc = subprocess.run([make, "-n", target, f"STAMPS={tmp_path / 'stamps'}"], cwd=ROOT,
+                              capture_output=True, text=True, check=True)
+        assert "'.[containers]'" in proc.stdout, proc.stdout
+        assert "torch" not in proc.stdout and "tensorflow" not in proc.stdout and "-e " not in proc.stdout
+        assert f"PYTHONPATH={ROOT}/platform" in proc.stdout

@@ -15,13 +15,22 @@ images_app = typer.Typer(help="Container images: list the specs, render definiti
                          no_args_is_help=True)
 app.add_typer(images_app, name="images")
 
-SPECS = typer.Option(None, "--specs", help="image specs file (default: containers/images.yaml)")
+SPECS = typer.Option(None, "--specs", help="image specs file (default: containers/images.yaml of the checkout "
+                     "you are in, else hpcdl's own)")
+
+
+def _working_checkout() -> Optional[Path]:
+    """containers/ of the checkout in the current folder: where `make containers` renders, whatever
+    hpcdl install runs it (an editable install may point at another checkout)."""
+    here = Path("containers")
+    return here if (here / "images.yaml").is_file() else None
 
 
 def _specs(path: Optional[Path]):
     from hpcdl.images.spec import IMAGES_YAML, load_images
 
-    return load_images(path or IMAGES_YAML)
+    here = _working_checkout()
+    return load_images(path or (here / "images.yaml" if here else IMAGES_YAML))
 
 
 def _pick(specs, names: List[str]):
@@ -56,7 +65,8 @@ def images_list(specs: Optional[Path] = SPECS,
 @images_app.command("render")
 def images_render(
     names: List[str] = typer.Argument(None, help="images to render (default: all)"),
-    out: Path = typer.Option(None, "-o", "--out", help="folder to write NAME.def and NAME.Dockerfile (default: containers/)"),
+    out: Path = typer.Option(None, "-o", "--out", help="folder to write NAME.def and NAME.Dockerfile (default: "
+                             "containers/ of the checkout you are in, else hpcdl's own)"),
     check: bool = typer.Option(False, "--check", help="write nothing; exit 1 if a checked-in file differs"),
     specs: Optional[Path] = SPECS,
 ) -> None:
@@ -65,15 +75,22 @@ def images_render(
 
     stale = []
     rendered = {}
+    folder = out or _working_checkout() or CONTAINERS
     for spec in _pick(_specs(specs), names or []):  # render everything before writing anything
-        for fmt, path in output_paths(spec.name, out or CONTAINERS).items():
+        for fmt, path in output_paths(spec.name, folder).items():
             rendered[path] = render(spec, fmt)
     for path, text in rendered.items():
+        same = path.is_file() and path.read_text() == text
         if check:
-            if not path.exists() or path.read_text() != text:
+            if not same:
                 stale.append(path)
             continue
-        write_atomically(path, text)
+        if same:  # untouched: its time stamp and mode stay what they were
+            typer.echo(f"unchanged {path}")
+            continue
+        # a rewritten file keeps the mode it had (checked-in files are 644; a new one is too)
+        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+        write_atomically(path, text, mode=mode)
         typer.echo(f"wrote {path}")
     if stale:
         typer.echo("out of date (run make containers): " + " ".join(map(str, stale)), err=True)
