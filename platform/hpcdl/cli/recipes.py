@@ -1,0 +1,84 @@
+"""hpcdl recipes: the example training recipes shipped with hpcdl, listed and copied out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from hpcdl.cli import app
+from hpcdl.cli.output import checked_output, write_atomically
+from hpcdl.errors import HpcdlError
+
+recipes_app = typer.Typer(help="Example training recipes shipped with hpcdl: list them, copy one out to edit.",
+                          invoke_without_command=True)
+app.add_typer(recipes_app, name="recipes")
+
+
+def shipped_recipes() -> dict[str, Path]:
+    """Recipe name (file stem) -> its file inside the installed package (hpcdl/recipes/*.yaml)."""
+    folder = Path(__file__).resolve().parent.parent / "recipes"
+    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+
+
+def _summary(path: Path) -> dict:
+    import yaml
+
+    text = path.read_text()
+    data = yaml.safe_load(text) or {}
+    comment = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        comment.append(line.lstrip("# ").rstrip())
+    first = " ".join(comment).split(". ")[0].rstrip(".") if comment else ""
+    return {"name": path.stem, "net": data.get("net"), "framework": data.get("framework", "pytorch"),
+            "batch_size": data.get("batch_size"), "max_iter": data.get("max_iter"), "epochs": data.get("epochs"),
+            "description": first, "path": str(path)}
+
+
+@recipes_app.callback()
+def recipes_list(ctx: typer.Context,
+                 as_json: bool = typer.Option(False, "--json", help="machine-readable list")) -> None:
+    """List the shipped recipes (copy one with `hpcdl recipes copy NAME`)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    rows = [_summary(p) for p in shipped_recipes().values()]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        length = f"{r['max_iter']} iter" if r["max_iter"] else f"{r['epochs']} epochs"
+        about = r["description"] if len(r["description"]) <= 60 else r["description"][:59].rstrip() + "…"
+        typer.echo(f"{r['name']:<18} {r['net']:<14} batch {r['batch_size']:<4} {length:<13} {about}")
+
+
+@recipes_app.command("copy")
+def recipes_copy(
+    name: str = typer.Argument(..., help="recipe name, from `hpcdl recipes`"),
+    dest: Optional[Path] = typer.Argument(None, help="file or existing folder to copy to (default ./NAME.yaml)"),
+    force: bool = typer.Option(False, "--force", help="overwrite a file that is already there"),
+) -> None:
+    """Copy a shipped recipe out, to edit and run: hpcdl recipes copy cifar10-quick my.yaml"""
+    found = shipped_recipes()
+    if name not in found:
+        raise HpcdlError(f"recipe: unknown recipe {name!r}; shipped: {', '.join(found)}")
+    target = dest or Path(f"{name}.yaml")
+    if target.is_dir():
+        target = target / f"{name}.yaml"
+    checked_output(target, "DEST")
+    if target.exists() and not force:
+        raise HpcdlError(f"{target}: already exists; pass --force to overwrite it")
+    write_atomically(target, found[name].read_text(), mode=0o644)
+    typer.echo(f"wrote {target}")
+
+
+@recipes_app.command("show")
+def recipes_show(name: str = typer.Argument(..., help="recipe name, from `hpcdl recipes`")) -> None:
+    """Print a shipped recipe."""
+    found = shipped_recipes()
+    if name not in found:
+        raise HpcdlError(f"recipe: unknown recipe {name!r}; shipped: {', '.join(found)}")
+    typer.echo(found[name].read_text(), nl=False)
