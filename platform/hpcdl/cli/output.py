@@ -8,12 +8,18 @@ __all__ = ["checked_output", "console", "write_atomically"]
 def console():
     """A console for the verbs' tables and lines.
 
-    Tables fit the terminal (or $COLUMNS; 80 in a pipe). Plain lines are never wrapped by
-    rich, so a launch line or a path stays one line a user can copy into a script.
+    Tables fit the terminal, or $COLUMNS where set; in a pipe without $COLUMNS they are 200
+    wide, so grep sees whole names. Plain lines are never wrapped by rich, so a launch line
+    or a path stays one line a user can copy into a script.
     """
+    import os
+    import sys
+
     from rich.console import Console
 
-    return Console(soft_wrap=True)
+    piped = not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty())
+    width = 200 if piped and not os.environ.get("COLUMNS") else None
+    return Console(soft_wrap=True, width=width)
 
 
 def checked_output(path, option: str):
