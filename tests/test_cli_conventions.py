@@ -41,9 +41,10 @@ def test_hpcdl_site_is_the_default_site_for_every_verb(tmp_path):
     # the command line still wins over the environment
     proc = hpcdl("plan", "--json", "--site", "no-such-machine", env=env)
     one_line_error(proc, "no-such-machine")
+    assert hpcdl("sites", "show", env={"HPCDL_SITE": "summit"}, check=True).stdout.startswith("name: summit")
     # and without either, the message says both ways
     proc = hpcdl("plan", env={"HPCDL_SITE": ""})
-    one_line_error(proc, "--site")
+    one_line_error(proc, "--site", "HPCDL_SITE")
 
 
 def test_click_usage_errors_have_hpcdl_s_error_style():

@@ -126,3 +126,14 @@ def test_local_and_slurm_ids_are_kept_apart(tmp_path):
     # the output is in the job folder, as with hpcdl run
     assert shown["output"] == str((tmp_path / "job" / "output.log").resolve())
     assert (tmp_path / "job" / "output.log").read_text() == "hello from the job\n"
+
+
+@pytest.mark.slow
+def test_validate_json_prints_the_verdicts_on_stdout_only(tmp_path):
+    proc = hpcdl("validate", "-s", "local", "--checks", "environment", "-o", tmp_path / "val", "--json",
+                 env=_local_env(tmp_path), cwd=tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    shown = json.loads(proc.stdout)
+    assert shown["site"] == "local" and shown["verdicts"]
+    assert {v["check"] for v in shown["verdicts"]} == {"environment"}
+    assert proc.returncode == (1 if any(v["result"] == "fail" for v in shown["verdicts"]) else 0)

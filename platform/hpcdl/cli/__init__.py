@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except cx.UsageError as exc:
         message = " ".join(exc.format_message().split())
+        if isinstance(exc, cx.MissingParameter) and getattr(exc.param, "name", None) == "site":
+            message += " Give --site NAME, or set HPCDL_SITE (`module load hpcdl` does)."
         print(f"hpcdl: error: {message}{_usage_hint(exc)}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except cx.ClickException as exc:

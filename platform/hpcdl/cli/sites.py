@@ -63,7 +63,7 @@ def _origin(origin: str) -> str:
 
 @sites_app.command("show")
 def sites_show(
-    name: str = typer.Argument(..., help="site name"),
+    name: str = typer.Argument(..., envvar="HPCDL_SITE", show_envvar=False, help="site name (default: $HPCDL_SITE)"),
     sources: bool = typer.Option(False, "--sources", help="list, per choice that shapes a plan, the pages it follows"),
 ) -> None:
     """Print a site profile as YAML, or with --sources the centre pages behind each choice."""
