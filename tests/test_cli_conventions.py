@@ -29,6 +29,9 @@ def test_shell_completion_is_offered():
     assert "--install-completion" in out and "--show-completion" in out
     proc = hpcdl("--show-completion", "bash", check=True)
     assert "_HPCDL_COMPLETE" in proc.stdout
+    # what bash asks when the user presses TAB after `hpcdl pl`
+    proc = hpcdl(env={"_HPCDL_COMPLETE": "complete_bash", "COMP_WORDS": "hpcdl pl", "COMP_CWORD": "1"}, check=True)
+    assert proc.stdout.split() == ["plan"]
 
 
 def test_hpcdl_site_is_the_default_site_for_every_verb(tmp_path):
