@@ -38,8 +38,8 @@ def test_hpcdl_site_is_the_default_site_for_every_verb(tmp_path):
     env = {"HPCDL_SITE": "local"}
     plan = json.loads(hpcdl("plan", "--json", env=env, check=True).stdout)
     assert plan["site"] == "local"
-    assert hpcdl("render", RECIPES / "cifar10-quick.yaml", env=env, check=True).stdout.startswith("#!")
-    proc = hpcdl("submit", RECIPES / "cifar10-quick.yaml", "--dry-run", "-o", tmp_path / "job", env=env, check=True)
+    assert hpcdl("render", RECIPES / "digits-quick.yaml", env=env, check=True).stdout.startswith("#!")
+    proc = hpcdl("submit", RECIPES / "digits-quick.yaml", "--dry-run", "-o", tmp_path / "job", env=env, check=True)
     assert "would run" in proc.stdout
     # the command line still wins over the environment
     proc = hpcdl("plan", "--json", "--site", "no-such-machine", env=env)
@@ -90,17 +90,17 @@ def test_help_shows_no_python_type_names():
 
 def test_outputs_never_create_parent_folders_a_typo_made_up(tmp_path):
     missing = tmp_path / "no" / "such"
-    proc = hpcdl("render", "-s", "local", RECIPES / "cifar10-quick.yaml", "-o", missing / "job.sh")
+    proc = hpcdl("render", "-s", "local", RECIPES / "digits-quick.yaml", "-o", missing / "job.sh")
     one_line_error(proc, "-o", str(missing))
     proc = hpcdl("plan", "-s", "local", "--picture", missing / "node.png")
     one_line_error(proc, "--picture", str(missing))
-    proc = hpcdl("submit", "-s", "local", RECIPES / "cifar10-quick.yaml", "--dry-run", "-o", missing / "job")
+    proc = hpcdl("submit", "-s", "local", RECIPES / "digits-quick.yaml", "--dry-run", "-o", missing / "job")
     one_line_error(proc, "-o")
     proc = hpcdl("sites", "detect", "-o", missing / "mybox.yaml")
     one_line_error(proc, "-o")
     assert not (tmp_path / "no").exists()
     # the one folder named is made; its parent must be there
-    hpcdl("submit", "-s", "local", RECIPES / "cifar10-quick.yaml", "--dry-run", "-o", tmp_path / "job", check=True)
+    hpcdl("submit", "-s", "local", RECIPES / "digits-quick.yaml", "--dry-run", "-o", tmp_path / "job", check=True)
     assert (tmp_path / "job" / "job.sh").exists()
 
 

@@ -61,7 +61,7 @@ def test_cancel_of_a_job_that_already_ended_cancels_nothing(tmp_path):
 
 
 def test_submit_dry_run_json(tmp_path):
-    shown = json.loads(hpcdl("submit", "-s", "summit", ROOT / "recipes" / "cifar10-quick.yaml", "--dry-run",
+    shown = json.loads(hpcdl("submit", "-s", "summit", ROOT / "recipes" / "digits-quick.yaml", "--dry-run",
                              "--json", "-o", tmp_path / "job", check=True).stdout)
     assert shown["submitted"] is False and shown["scheduler"] == "lsf"
     assert shown["command"].startswith("bsub") and (tmp_path / "job" / "job.sh").exists()

@@ -18,7 +18,7 @@ def one_line(proc, *words):
 
 def test_an_unknown_net_is_refused_at_render_and_submit(tmp_path):
     bad = tmp_path / "badnet.yaml"
-    bad.write_text((RECIPES / "cifar10-quick.yaml").read_text().replace("net: cifar10_quick", "net: nosuchnet"))
+    bad.write_text((RECIPES / "digits-quick.yaml").read_text().replace("net: cifar10_quick", "net: nosuchnet"))
     one_line(hpcdl("render", "-s", "summit", bad, "-o", tmp_path / "job.sh"), "badnet.yaml", "nosuchnet", "cifar10_quick")
     assert not (tmp_path / "job.sh").exists()
     one_line(hpcdl("submit", "-s", "summit", bad, "--dry-run", "-o", tmp_path / "job"), "nosuchnet")
@@ -29,26 +29,26 @@ def test_an_unknown_net_is_refused_at_render_and_submit(tmp_path):
 def test_tensorflow_with_horovod_is_refused_before_anything_runs(verb, tmp_path):
     args = [verb, "-s", "summit", "-f", "tensorflow", "--dist", "horovod"]
     if verb == "render":
-        args.append(RECIPES / "cifar10-quick.yaml")
+        args.append(RECIPES / "digits-quick.yaml")
     one_line(hpcdl(*args), "horovod#4290", "mwms")
 
 
 @pytest.mark.parametrize("site, scheduler", [("stampede2-knl", "lsf"), ("summit", "slurm"), ("perlmutter", "pbs")])
 def test_a_scheduler_the_sites_launcher_cannot_run_under_is_refused(site, scheduler, tmp_path):
-    proc = hpcdl("render", "-s", site, "--scheduler", scheduler, RECIPES / "cifar10-quick.yaml", "-o", tmp_path / "j.sh")
+    proc = hpcdl("render", "-s", site, "--scheduler", scheduler, RECIPES / "digits-quick.yaml", "-o", tmp_path / "j.sh")
     one_line(proc, "--scheduler", scheduler)
     assert not (tmp_path / "j.sh").exists()
 
 
 def test_a_scheduler_an_mpirun_site_can_use_is_still_fine():
-    text = hpcdl("render", "-s", "local", "--scheduler", "slurm", RECIPES / "cifar10-quick.yaml", check=True).stdout
+    text = hpcdl("render", "-s", "local", "--scheduler", "slurm", RECIPES / "digits-quick.yaml", check=True).stdout
     assert "#SBATCH" in text and "mpirun" in text
 
 
 def test_the_module_comment_claims_a_source_line_only_where_there_is_one(fixture_sites):
-    knl = hpcdl("render", "-s", "stampede2-knl", RECIPES / "cifar10-quick.yaml", check=True).stdout
+    knl = hpcdl("render", "-s", "stampede2-knl", RECIPES / "digits-quick.yaml", check=True).stdout
     assert "module load tacc-singularity" in knl
     assert "source " not in knl and "comes from\n# the init script" not in knl
     assert "inherits from the submitting shell" in knl
-    pbs = hpcdl("render", "-s", "test-pbs-xeon", RECIPES / "cifar10-quick.yaml", check=True).stdout
+    pbs = hpcdl("render", "-s", "test-pbs-xeon", RECIPES / "digits-quick.yaml", check=True).stdout
     assert "from\n# the init script" in pbs and "source /usr/share/lmod/lmod/init/bash" in pbs

@@ -33,8 +33,9 @@ HPCDL_JOB_ID=$SLURM_JOB_ID
 HPCDL_JOB_NAME=digits-quick
 export HPCDL_JOB_ID HPCDL_JOB_NAME
 
-# The site's software stack. Batch shells do not read /etc/profile.d, so `module` comes from
-# the init script; module scripts read unset variables, hence set +u around them.
+# The site's software stack. `module` is the one the job inherits from the submitting shell
+# (the profile names no init script: modules.init); module scripts read unset variables,
+# hence set +u around them.
 set +u
 module load craype-accel-amd-gfx90a rocm
 set -u
