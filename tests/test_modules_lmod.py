@@ -53,8 +53,8 @@ def run_bash(script: str, env: dict[str, str], cwd: Path) -> subprocess.Complete
 class LoginNode:
     """A rendered site tree, an install prefix, the site's runtime module and a clean environment."""
 
-    def __init__(self, site_name: str, tmp: Path):
-        self.site = load_site(site_name)
+    def __init__(self, site_name: str, tmp: Path, site=None):
+        self.site = site or load_site(site_name)
         self.tmp = tmp
         native = self.site.runtime == "none"
         # native: the frameworks really are in this venv; containers: a prefix path is enough
@@ -219,7 +219,7 @@ def test_a_framework_module_leaves_the_hosts_hpcdl_first_on_path(tmp_path):
 
 
 def test_whatis_spider_extensions_and_keyword_find_the_framework_modules(tmp_path):
-    node = LoginNode("summit", tmp_path)
+    node = LoginNode("volta-x86", tmp_path)
     script = node.module_use() + (
         "module whatis pytorch 2> whatis.txt\n"
         "module spider horovod 2> spider.txt\n"
@@ -235,8 +235,11 @@ def test_whatis_spider_extensions_and_keyword_find_the_framework_modules(tmp_pat
 
 
 def test_the_centres_own_framework_module_conflicts_with_hpcdls(tmp_path):
-    """Summit's open-ce is in no hpcdl family, so family() cannot swap it out: conflict() refuses."""
-    node = LoginNode("summit", tmp_path)
+    """A centre's own module (Summit's open-ce) is in no hpcdl family, so family() cannot swap it out:
+    conflict() refuses. The site names it in modules.frameworks."""
+    site = load_site("volta-x86")
+    site = site.model_copy(update={"modules": site.modules.model_copy(update={"frameworks": {"pytorch": "open-ce"}})})
+    node = LoginNode("volta-x86", tmp_path, site)
     centre = tmp_path / "centre-modules" / "open-ce"
     centre.mkdir(parents=True)
     (centre / "1.10.0-py311-ibm.lua").write_text('setenv("OPEN_CE", "1")\n')
