@@ -98,14 +98,16 @@ def test_the_report_has_its_plots_with_the_two_node_points(slurm_quick_run):
     assert "n1, n2" in html  # the node list in the summary table
 
 
-def test_the_two_pretend_node_points_are_predicted_within_the_stated_bound(slurm_quick_run):
+def test_the_two_pretend_node_points_carry_a_prediction_and_its_error(slurm_quick_run):
     # hpcdl predict's model, from the 1-node point and the collectives check only (docs/predict.md);
-    # the pretend nodes share this machine's cores (nodes_per_host in the fixture profile)
+    # the pretend nodes share this machine's cores (nodes_per_host in the fixture profile). How
+    # close it comes is a speed figure (make bench; the stored run in tests/fixtures/predict/ is
+    # held to the bound by tests/test_predict_validation.py), never a timed test.
     from hpcdl.predict.validation import AGREEMENT
 
     _, _, records = slurm_quick_run
     two = [r for r in records if r.get("series") == "scaling" and r["p"] == 2]
     assert {r["mode"] for r in two} == {"weak", "strong"}
     for r in two:
-        assert r["prediction_within"], (f"{r['mode']}: measured {r['images_per_sec']:.0f} images/s, predicted "
-                                        f"{r['predicted_images_per_sec']:.0f} (beyond {AGREEMENT:.0%})")
+        assert r["predicted_images_per_sec"] > 0 and r["cpu_share"] == pytest.approx(0.5, abs=0.5)
+        assert r["prediction_within"] == (abs(r["prediction_error"]) <= AGREEMENT)
