@@ -7,7 +7,11 @@ STAMPS := .stamps
 
 # slurm-wlm + munge: the real local cluster the tests start; openmpi: mpirun and PMIx for srun;
 # lmod: loads the generated modulefiles; shellcheck: lints every rendered script; hwloc: topology.
-APT_PACKAGES := slurm-wlm munge openmpi-bin libopenmpi-dev lmod shellcheck hwloc
+# Charliecloud builds and runs the local image (no Apptainer in Debian 12): ch-image needs
+# charliecloud-builders, ch-run/ch-convert charliecloud-runtime, SquashFS images squashfs-tools
+# and squashfuse, the registry-free Debian 12 base mmdebstrap; siftool writes SIF files.
+APT_PACKAGES := slurm-wlm munge openmpi-bin libopenmpi-dev lmod shellcheck hwloc \
+	charliecloud-builders charliecloud-runtime squashfs-tools squashfuse mmdebstrap siftool
 PIP_EXTRAS := torch,tensorflow,test,mpi,containers
 # MXNet 1.9.1 imports only with numpy < 1.24 (np.bool is gone after), while torch 2.13 and
 # TensorFlow 2.21 use numpy 2: MXNet gets its own venv with hpcdl installed there too.
@@ -28,7 +32,7 @@ help:
 	@echo "make mxnet       the MXNet 1.9.1 venv (.venv-mxnet, numpy<1.24)"
 	@echo "make horovod     build (once, cached in $(WHEEL_CACHE)) and install Horovod $(HOROVOD_VERSION) for PyTorch"
 	@echo "make containers  regenerate containers/*.def and *.Dockerfile"
-	@echo "make images      build the images with apptainer/singularity where installed"
+	@echo "make images      build the images with the best builder here (apptainer, singularity, Charliecloud), cached"
 	@echo "make modulefiles regenerate the checked-in modulefiles"
 	@echo "make golden      regenerate the golden job scripts and the examples in docs/jobs.md"
 
@@ -99,24 +103,21 @@ modulefiles: | $(RENDER_DEP)
 	rm -rf $(STAMPS)/modulefiles.new
 
 # Images: the definitions are generated from containers/images.yaml and checked in.
-IMAGES ?= knl-mkldnn volta-cuda hopper-cuda
-IMAGE_DIR ?= build/images
-# apptainer, else singularity; --fakeroot when not root (both need it to build unprivileged)
-CONTAINER_BUILDER := $(shell command -v apptainer || command -v singularity)
-FAKEROOT := $(if $(filter 0,$(shell id -u)),,--fakeroot)
+# `hpcdl images build` picks the builder: apptainer or singularity (the .def, %test runs last),
+# else Charliecloud (ch-image from the Dockerfile, then a SquashFS image ch-run runs, and the
+# image check inside it). Empty IMAGES: every image (apptainer) or every image whose base needs
+# no registry (Charliecloud). Built images are cached by a hash of recipe and inputs in
+# $(HPCDL_IMAGE_CACHE) (default /var/cache/hpcdl/images), so a second run builds nothing.
+IMAGES ?=
+IMAGE_BUILDER ?= auto
 
 containers: | $(RENDER_DEP)
 	$(HPCDL_HERE) images compat --specs containers/images.yaml
 	$(HPCDL_HERE) images render --specs containers/images.yaml --out containers
 
 images: $(STAMPS)/venv
-	@test -n "$(CONTAINER_BUILDER)" || { echo "make images: neither apptainer nor singularity is installed; install Apptainer (https://apptainer.org/docs/admin/latest/installation.html)" >&2; exit 2; }
 	$(VENV)/bin/hpcdl images render --check
-	@mkdir -p $(IMAGE_DIR)
-	@# build runs each image's %test (hpcdl's image check) last; `apptainer test X.sif` re-runs it
-	set -e; for image in $(IMAGES); do \
-		$(CONTAINER_BUILDER) build $(FAKEROOT) --force $(IMAGE_DIR)/$$image.sif containers/$$image.def; \
-	done
+	$(VENV)/bin/hpcdl images build --builder $(IMAGE_BUILDER) $(IMAGES)
 
 clean:
 	rm -rf $(STAMPS) runs build *.egg-info  # the Horovod wheel cache lives outside: a build costs minutes

@@ -12,17 +12,20 @@ LABEL org.hpcdl.base=nvidia/cuda:13.0.2-devel-ubuntu24.04 \
     org.hpcdl.gpu_archs=sm_90 \
     org.hpcdl.horovod=0.28.1 \
     org.hpcdl.horovod.frameworks=pytorch,nccl \
-    org.hpcdl.hpcdl=source \
+    org.hpcdl.hpcdl=0.1.0 \
     org.hpcdl.image=hopper-cuda \
     org.hpcdl.main.mpi4py=4.1.0 \
     org.hpcdl.main.numpy=2.2.6 \
     org.hpcdl.main.torch=2.13.0 \
     org.hpcdl.mpi=openmpi-5.0.8 \
+    org.hpcdl.mpi.source=build \
     org.hpcdl.nccl=2.28.7-1 \
     org.hpcdl.pmix=5.0.8 \
     org.hpcdl.tensorflow.mpi4py=4.1.0 \
     org.hpcdl.tensorflow.tensorflow=2.20.0 \
-    org.hpcdl.ucx=1.19.0
+    org.hpcdl.ucx=1.19.0 \
+    org.opencontainers.image.title=hpcdl-hopper-cuda \
+    org.opencontainers.image.version=0.1.0
 
 #     hopper-cuda: CUDA 13 PyTorch and TensorFlow for H100 (sm_90), Horovod with NCCL, Open MPI + UCX + PMIx
 #     Run a training recipe (one rank per process; the launcher starts the ranks):
@@ -151,20 +154,12 @@ ENV CPATH=/usr/local/nccl/include:$CPATH \
     LIBRARY_PATH=/usr/local/nccl/lib:$LIBRARY_PATH \
     PATH=/usr/local/nccl/bin:$PATH
 
-COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
-
-COPY README.md /opt/hpcdl/src/README.md
-
-COPY platform /opt/hpcdl/src/platform
-
-COPY containers/images.yaml /opt/hpcdl/images.yaml
-
 RUN python3 -m venv /opt/envs/main && \
     /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
-    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu130 torch==2.13.0 numpy==2.2.6 mpi4py==4.1.0 /opt/hpcdl/src && \
+    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu130 torch==2.13.0 numpy==2.2.6 mpi4py==4.1.0 && \
     python3 -m venv /opt/envs/tensorflow && \
     /opt/envs/tensorflow/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
-    /opt/envs/tensorflow/bin/pip install --no-cache-dir --no-binary mpi4py 'tensorflow[and-cuda]==2.20.0' mpi4py==4.1.0 /opt/hpcdl/src
+    /opt/envs/tensorflow/bin/pip install --no-cache-dir --no-binary mpi4py 'tensorflow[and-cuda]==2.20.0' mpi4py==4.1.0
 
 RUN mkdir -p /var/tmp/horovod && \
     cd /var/tmp/horovod || exit 1 && \
@@ -177,18 +172,35 @@ RUN mkdir -p /var/tmp/horovod && \
     cd / || exit 1 && \
     rm -rf /var/tmp/horovod
 
+COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
+
+COPY README.md /opt/hpcdl/src/README.md
+
+COPY platform /opt/hpcdl/src/platform
+
+RUN /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu130 torch==2.13.0 numpy==2.2.6 mpi4py==4.1.0 /opt/hpcdl/src && \
+    /opt/envs/tensorflow/bin/pip install --no-cache-dir --no-binary mpi4py 'tensorflow[and-cuda]==2.20.0' mpi4py==4.1.0 /opt/hpcdl/src && \
+    "/opt/envs/main/bin/python" -m hpcdl.images.banner --image hopper-cuda > /opt/hpcdl/banner && \
+    cat /opt/hpcdl/banner
+
 ENV CUDA_CACHE_DISABLE=1 \
     HPCDL_IMAGE=hopper-cuda \
-    HPCDL_IMAGES_YAML=/opt/hpcdl/images.yaml \
     OMPI_MCA_btl=^openib \
     OMPI_MCA_pml=ucx \
     PATH=/opt/envs/main/bin:$PATH
 
-ENTRYPOINT ["/bin/sh", "-c", "exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
+ARG HPCDL_CREATED=unknown
+ARG HPCDL_REVISION=unknown
+ARG HPCDL_SOURCE=unknown
+
+LABEL org.opencontainers.image.created=${HPCDL_CREATED} \
+    org.opencontainers.image.revision=${HPCDL_REVISION} \
+    org.opencontainers.image.source=${HPCDL_SOURCE}
+
+ENTRYPOINT ["/bin/sh", "-c", "cat /opt/hpcdl/banner >&2; exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
 
 # %test (Singularity) runs, and on podman-hpc/Shifter run it by hand:
 #   status=0
-#   for env in main tensorflow; do
-#       "/opt/envs/${env}/bin/python" -m hpcdl.images.check --image hopper-cuda --environment "${env}" --mode image || status=1
-#   done
+#   /opt/envs/main/bin/python -m hpcdl.images.check --image hopper-cuda --environment main --mode image || status=1
+#   /opt/envs/tensorflow/bin/python -m hpcdl.images.check --image hopper-cuda --environment tensorflow --mode image || status=1
 #   exit "${status}"

@@ -10,7 +10,7 @@ LABEL org.hpcdl.base=ubuntu:22.04 \
     org.hpcdl.fabric=omnipath \
     org.hpcdl.horovod=0.28.1 \
     org.hpcdl.horovod.frameworks=pytorch \
-    org.hpcdl.hpcdl=source \
+    org.hpcdl.hpcdl=0.1.0 \
     org.hpcdl.image=knl-mkldnn \
     org.hpcdl.libfabric=1.22.0 \
     org.hpcdl.main.intel-extension-for-pytorch=2.8.0 \
@@ -19,10 +19,13 @@ LABEL org.hpcdl.base=ubuntu:22.04 \
     org.hpcdl.main.tensorflow-cpu=2.20.0 \
     org.hpcdl.main.torch=2.8.0 \
     org.hpcdl.mpi=openmpi-4.1.6 \
+    org.hpcdl.mpi.source=build \
     org.hpcdl.mxnet.mpi4py=4.1.0 \
     org.hpcdl.mxnet.mxnet=1.9.1 \
     org.hpcdl.mxnet.numpy=1.23.5 \
-    org.hpcdl.pmix=4.2.9
+    org.hpcdl.pmix=4.2.9 \
+    org.opencontainers.image.title=hpcdl-knl-mkldnn \
+    org.opencontainers.image.version=0.1.0
 
 #     knl-mkldnn: oneDNN (MKL-DNN) PyTorch and TensorFlow for Xeon Phi KNL and Xeon, Horovod for PyTorch over MPI
 #     Run a training recipe (one rank per process; the launcher starts the ranks):
@@ -129,20 +132,12 @@ RUN mkdir -p /var/tmp && wget -q -nc -P /var/tmp https://www.open-mpi.org/softwa
 ENV LD_LIBRARY_PATH=/usr/local/openmpi/lib:$LD_LIBRARY_PATH \
     PATH=/usr/local/openmpi/bin:$PATH
 
-COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
-
-COPY README.md /opt/hpcdl/src/README.md
-
-COPY platform /opt/hpcdl/src/platform
-
-COPY containers/images.yaml /opt/hpcdl/images.yaml
-
 RUN python3 -m venv /opt/envs/main && \
     /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
-    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cpu torch==2.8.0 tensorflow-cpu==2.20.0 intel-extension-for-pytorch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 /opt/hpcdl/src && \
+    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cpu torch==2.8.0 tensorflow-cpu==2.20.0 intel-extension-for-pytorch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 && \
     python3 -m venv /opt/envs/mxnet && \
     /opt/envs/mxnet/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
-    /opt/envs/mxnet/bin/pip install --no-cache-dir --no-binary mpi4py mxnet==1.9.1 numpy==1.23.5 mpi4py==4.1.0 /opt/hpcdl/src
+    /opt/envs/mxnet/bin/pip install --no-cache-dir --no-binary mpi4py mxnet==1.9.1 numpy==1.23.5 mpi4py==4.1.0
 
 RUN mkdir -p /var/tmp/horovod && \
     cd /var/tmp/horovod || exit 1 && \
@@ -155,18 +150,35 @@ RUN mkdir -p /var/tmp/horovod && \
     cd / || exit 1 && \
     rm -rf /var/tmp/horovod
 
+COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
+
+COPY README.md /opt/hpcdl/src/README.md
+
+COPY platform /opt/hpcdl/src/platform
+
+RUN /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cpu torch==2.8.0 tensorflow-cpu==2.20.0 intel-extension-for-pytorch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 /opt/hpcdl/src && \
+    /opt/envs/mxnet/bin/pip install --no-cache-dir --no-binary mpi4py mxnet==1.9.1 numpy==1.23.5 mpi4py==4.1.0 /opt/hpcdl/src && \
+    "/opt/envs/main/bin/python" -m hpcdl.images.banner --image knl-mkldnn > /opt/hpcdl/banner && \
+    cat /opt/hpcdl/banner
+
 ENV HPCDL_IMAGE=knl-mkldnn \
-    HPCDL_IMAGES_YAML=/opt/hpcdl/images.yaml \
     KMP_AFFINITY=granularity=fine,compact,1,0 \
     KMP_BLOCKTIME=1 \
     PATH=/opt/envs/main/bin:$PATH \
     TF_ENABLE_ONEDNN_OPTS=1
 
-ENTRYPOINT ["/bin/sh", "-c", "exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
+ARG HPCDL_CREATED=unknown
+ARG HPCDL_REVISION=unknown
+ARG HPCDL_SOURCE=unknown
+
+LABEL org.opencontainers.image.created=${HPCDL_CREATED} \
+    org.opencontainers.image.revision=${HPCDL_REVISION} \
+    org.opencontainers.image.source=${HPCDL_SOURCE}
+
+ENTRYPOINT ["/bin/sh", "-c", "cat /opt/hpcdl/banner >&2; exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
 
 # %test (Singularity) runs, and on podman-hpc/Shifter run it by hand:
 #   status=0
-#   for env in main mxnet; do
-#       "/opt/envs/${env}/bin/python" -m hpcdl.images.check --image knl-mkldnn --environment "${env}" --mode image || status=1
-#   done
+#   /opt/envs/main/bin/python -m hpcdl.images.check --image knl-mkldnn --environment main --mode image || status=1
+#   /opt/envs/mxnet/bin/python -m hpcdl.images.check --image knl-mkldnn --environment mxnet --mode image || status=1
 #   exit "${status}"

@@ -13,17 +13,20 @@ LABEL org.hpcdl.base=nvidia/cuda:12.6.3-devel-ubuntu22.04 \
     org.hpcdl.gpu_archs=sm_70 \
     org.hpcdl.horovod=0.28.1 \
     org.hpcdl.horovod.frameworks=pytorch,nccl \
-    org.hpcdl.hpcdl=source \
+    org.hpcdl.hpcdl=0.1.0 \
     org.hpcdl.image=volta-cuda \
     org.hpcdl.main.mpi4py=4.1.0 \
     org.hpcdl.main.numpy=2.2.6 \
     org.hpcdl.main.torch=2.8.0 \
     org.hpcdl.mpi=openmpi-4.1.6 \
+    org.hpcdl.mpi.source=build \
     org.hpcdl.nccl=2.26.2-1 \
     org.hpcdl.pmix=4.2.9 \
     org.hpcdl.tensorflow.mpi4py=4.1.0 \
     org.hpcdl.tensorflow.tensorflow=2.20.0 \
-    org.hpcdl.ucx=1.18.1
+    org.hpcdl.ucx=1.18.1 \
+    org.opencontainers.image.title=hpcdl-volta-cuda \
+    org.opencontainers.image.version=0.1.0
 
 #     volta-cuda: CUDA 12 PyTorch and TensorFlow for V100 (sm_70), Horovod with NCCL, Open MPI + UCX + PMIx
 #     Run a training recipe (one rank per process; the launcher starts the ranks):
@@ -169,20 +172,12 @@ ENV CPATH=/usr/local/nccl/include:$CPATH \
     LIBRARY_PATH=/usr/local/nccl/lib:$LIBRARY_PATH \
     PATH=/usr/local/nccl/bin:$PATH
 
-COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
-
-COPY README.md /opt/hpcdl/src/README.md
-
-COPY platform /opt/hpcdl/src/platform
-
-COPY containers/images.yaml /opt/hpcdl/images.yaml
-
 RUN python3 -m venv /opt/envs/main && \
     /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
-    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu126 torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 nvidia-cudnn-cu12==9.10.2.21 /opt/hpcdl/src && \
+    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu126 torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 nvidia-cudnn-cu12==9.10.2.21 && \
     python3 -m venv /opt/envs/tensorflow && \
     /opt/envs/tensorflow/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
-    /opt/envs/tensorflow/bin/pip install --no-cache-dir --no-binary mpi4py 'tensorflow[and-cuda]==2.20.0' mpi4py==4.1.0 /opt/hpcdl/src
+    /opt/envs/tensorflow/bin/pip install --no-cache-dir --no-binary mpi4py 'tensorflow[and-cuda]==2.20.0' mpi4py==4.1.0
 
 RUN mkdir -p /var/tmp/horovod && \
     cd /var/tmp/horovod || exit 1 && \
@@ -195,18 +190,35 @@ RUN mkdir -p /var/tmp/horovod && \
     cd / || exit 1 && \
     rm -rf /var/tmp/horovod
 
+COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
+
+COPY README.md /opt/hpcdl/src/README.md
+
+COPY platform /opt/hpcdl/src/platform
+
+RUN /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu126 torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 nvidia-cudnn-cu12==9.10.2.21 /opt/hpcdl/src && \
+    /opt/envs/tensorflow/bin/pip install --no-cache-dir --no-binary mpi4py 'tensorflow[and-cuda]==2.20.0' mpi4py==4.1.0 /opt/hpcdl/src && \
+    "/opt/envs/main/bin/python" -m hpcdl.images.banner --image volta-cuda > /opt/hpcdl/banner && \
+    cat /opt/hpcdl/banner
+
 ENV CUDA_CACHE_DISABLE=1 \
     HPCDL_IMAGE=volta-cuda \
-    HPCDL_IMAGES_YAML=/opt/hpcdl/images.yaml \
     OMPI_MCA_btl=^openib \
     OMPI_MCA_pml=ucx \
     PATH=/opt/envs/main/bin:$PATH
 
-ENTRYPOINT ["/bin/sh", "-c", "exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
+ARG HPCDL_CREATED=unknown
+ARG HPCDL_REVISION=unknown
+ARG HPCDL_SOURCE=unknown
+
+LABEL org.opencontainers.image.created=${HPCDL_CREATED} \
+    org.opencontainers.image.revision=${HPCDL_REVISION} \
+    org.opencontainers.image.source=${HPCDL_SOURCE}
+
+ENTRYPOINT ["/bin/sh", "-c", "cat /opt/hpcdl/banner >&2; exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
 
 # %test (Singularity) runs, and on podman-hpc/Shifter run it by hand:
 #   status=0
-#   for env in main tensorflow; do
-#       "/opt/envs/${env}/bin/python" -m hpcdl.images.check --image volta-cuda --environment "${env}" --mode image || status=1
-#   done
+#   /opt/envs/main/bin/python -m hpcdl.images.check --image volta-cuda --environment main --mode image || status=1
+#   /opt/envs/tensorflow/bin/python -m hpcdl.images.check --image volta-cuda --environment tensorflow --mode image || status=1
 #   exit "${status}"

@@ -100,7 +100,7 @@ def test_volta_image_keeps_cuda_12_nccl_for_sm_70_and_a_torch_with_arch_7_0():
 
 
 def test_horovod_is_built_from_the_sdist_with_the_cxx17_fix():
-    for name in NAMES:
+    for name in (n for n in NAMES if SPECS[n].horovod):
         post = shell_of(output_paths(name)["singularity"].read_text(), "post")
         assert "--no-binary :all: horovod==0.28.1" in post
         assert "s/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/" in post
@@ -126,13 +126,15 @@ def test_the_fabric_option_switches_the_knl_image_to_ucx_on_infiniband():
     assert "-march=skylake-avx512" in text
 
 
-def test_make_images_without_a_container_builder_stops_with_one_line(tmp_path):
-    proc = subprocess.run(["make", "-s", "images", "CONTAINER_BUILDER="],
-                          cwd=ROOT, capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+def test_make_images_with_a_builder_that_is_not_installed_stops_with_one_line(tmp_path):
+    import os
+
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
+    proc = subprocess.run(["make", "-s", "images", "IMAGE_BUILDER=apptainer"], cwd=ROOT, capture_output=True,
+                          text=True, env=env)
     assert proc.returncode != 0
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("make images:")]
-    assert len(lines) == 1 and "apptainer" in lines[0]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("hpcdl: error:")]
+    assert len(lines) == 1 and "install apptainer" in lines[0], proc.stderr
 
 
 def test_images_render_leaves_unchanged_files_alone_and_keeps_modes(tmp_path):
@@ -166,3 +168,42 @@ def test_make_containers_and_modulefiles_install_no_framework(tmp_path):
         assert "'.[containers]'" in proc.stdout, proc.stdout
         assert "torch" not in proc.stdout and "tensorflow" not in proc.stdout and "-e " not in proc.stdout
         assert f"PYTHONPATH={ROOT}/platform" in proc.stdout
+
+
+
+def test_without_any_builder_the_one_line_names_what_to_install(monkeypatch):
+    from hpcdl.images import build
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(build, "SYSTEM_PATH", "/nonexistent")
+    with pytest.raises(build.BuilderMissing) as exc:
+        build.pick_builder()
+    assert exc.value.exit_code == 2 and "apptainer" in str(exc.value) and "charliecloud-builders" in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_the_local_image_needs_no_registry_and_matches_the_hosts_mpi():
+    spec = SPECS["local-cpu"]
+    assert spec.bootstrap is not None and spec.bootstrap.tool == "mmdebstrap" and spec.base_image == "debian:12"
+    assert spec.mpi.source == "distro" and spec.mpi.version.startswith("4.1")
+    docker = output_paths("local-cpu")["docker"].read_text()
+    assert "openmpi-bin" in docker and "libopenmpi-dev" in docker
+    assert "--find-links /var/tmp/wheels torch==2.13.0+cpu" in docker
+    # hpcdl's source comes after the pinned environment: a source change rebuilds only the steps after it
+    assert docker.index("torch==2.13.0+cpu") < docker.index("COPY platform")
+    # per-build labels last, so their changing values never invalidate the layer cache
+    assert docker.index("ARG HPCDL_CREATED") > docker.index("COPY platform")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_labels_carry_the_oci_keys_and_the_hpcdl_version(name):
+    from hpcdl import __version__
+
+    text = output_paths(name)["singularity"].read_text()
+    labels = [line.split(None, 1) for kind, body in sections(text) if kind == "labels" for line in body.splitlines()
+              if line.strip()]
+    found = dict(pair for pair in labels if len(pair) == 2)
+    assert found["org.hpcdl.hpcdl"] == __version__ == found["org.opencontainers.image.version"]
+    for key in ("created", "revision", "source"):
+        assert found[f"org.opencontainers.image.{key}"] == "{{ HPCDL_" + key.upper() + " }}"
+    assert "%arguments" in text

@@ -125,3 +125,33 @@ def images_check(ctx: typer.Context) -> None:
     from hpcdl.images.check import main as check_main
 
     raise typer.Exit(check_main(list(ctx.args)))
+
+
+@images_app.command("build")
+def images_build(
+    names: List[str] = typer.Argument(None, help="images to build (default: apptainer/singularity: all; "
+                                      "Charliecloud: those whose base needs no registry)"),
+    builder: str = typer.Option("auto", "--builder", help="auto, apptainer, singularity or charliecloud"),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="image cache (default: $HPCDL_IMAGE_CACHE or "
+                                         "/var/cache/hpcdl/images)"),
+    no_check: bool = typer.Option(False, "--no-check", help="skip the image check (%test) after the build"),
+    specs: Optional[Path] = SPECS,
+) -> None:
+    """Build images with the best tool here (what `make images` runs); cached by a hash of the recipe and inputs."""
+    from hpcdl.images.build import pick_builder, build
+
+    chosen = pick_builder(builder)
+    all_specs = _specs(specs)
+    if names:
+        picked = _pick(all_specs, names)
+    elif chosen == "charliecloud":
+        picked = [s for s in all_specs.values() if s.bootstrap is not None]
+        skipped = [s.name for s in all_specs.values() if s.bootstrap is None]
+        if skipped:
+            typer.echo(f"charliecloud here builds images whose base needs no registry; not building "
+                       f"{', '.join(skipped)} (name them to try)", err=True)
+    else:
+        picked = list(all_specs.values())
+    for spec in picked:
+        built = build(spec, chosen, cache, log=lambda line: typer.echo(line, err=True), check=not no_check)
+        typer.echo(built.path)

@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hpcdl.errors import HpcdlError, validation_message
 
-ROOT = Path(__file__).resolve().parents[3]
-IMAGES_YAML = ROOT / "containers" / "images.yaml"
+# The specs ship inside the package (a plain `pip install` lists images and renders modules);
+# containers/images.yaml in a checkout is a link to this file.
+IMAGES_YAML = Path(__file__).resolve().parent / "images.yaml"
 
 CpuTarget = Literal["x86_64", "x86_64_v3", "knl", "skylake_avx512", "ppc64le"]
 Fabric = Literal["infiniband", "omnipath", "ethernet"]
@@ -71,6 +72,9 @@ class Mpi(_Strict):
     pmix: str | None = Field(default=None, pattern=_VERSION, description="PMIx the MPI is built against")
     pmi2: bool = Field(default=True, description="build Slurm's PMI2 library in, for srun --mpi=pmi2")
     libfabric: str = Field(default="1.22.0", pattern=_VERSION, description="libfabric (Omni-Path, PSM2 provider)")
+    source: Literal["build", "distro"] = Field(
+        default="build", description="build: from source with hpccm's block; distro: the base distribution's "
+        "packages (the same build as a host running that distribution, so the host's srun starts its ranks)")
 
     @property
     def abi(self) -> str:
@@ -96,6 +100,8 @@ class Environment(_Strict):
     packages: dict[str, str] = Field(min_length=1)
     index_url: str | None = Field(default=None, description="extra index, e.g. PyTorch's cu126 wheels")
     extras: dict[str, str] = Field(default_factory=dict, description="package -> pip extra, e.g. and-cuda")
+    local_wheels: bool = Field(default=False, description="pip also looks in the build machine's wheel folder "
+                               "(pip's find-links), bound into the build at /var/tmp/wheels")
 
     @field_validator("packages")
     @classmethod
@@ -123,10 +129,21 @@ class Horovod(_Strict):
     environment: str = Field(default="main", description="the environment Horovod is built into")
 
 
+class Bootstrap(_Strict):
+    """A base made without a registry: a Debian root file system from the Debian mirror, which
+    the builder imports under the image's base_image name (Charliecloud: `ch-image import`)."""
+
+    tool: Literal["mmdebstrap"] = "mmdebstrap"
+    suite: str = Field(default="bookworm", pattern=r"^[a-z]+$")
+    variant: Literal["minbase", "essential", "apt", "required", "important", "standard"] = "minbase"
+    mirror: str = Field(default="http://deb.debian.org/debian", pattern=r"^https?://[A-Za-z0-9._/:-]+$")
+
+
 class ImageSpec(_Strict):
     name: str = Field(pattern=_NAME)
     description: str
     base_image: str = Field(pattern=r"^[a-z0-9][a-z0-9._/:-]*$")
+    bootstrap: Bootstrap | None = Field(default=None, description="make base_image locally where no registry is reachable")
     cpu_target: CpuTarget = "x86_64"
     cuda: Cuda | None = None
     nccl: str | None = Field(default=None, pattern=_VERSION)
