@@ -154,7 +154,8 @@ ENV CPATH=/usr/local/nccl/include:$CPATH \
     LIBRARY_PATH=/usr/local/nccl/lib:$LIBRARY_PATH \
     PATH=/usr/local/nccl/bin:$PATH
 
-RUN python3 -m venv /opt/envs/main && \
+RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
+    python3 -m venv /opt/envs/main && \
     /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
     /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu130 torch==2.13.0 numpy==2.2.6 mpi4py==4.1.0 && \
     python3 -m venv /opt/envs/tensorflow && \
@@ -178,7 +179,8 @@ COPY README.md /opt/hpcdl/src/README.md
 
 COPY platform /opt/hpcdl/src/platform
 
-RUN /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu130 torch==2.13.0 numpy==2.2.6 mpi4py==4.1.0 /opt/hpcdl/src && \
+RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
+    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu130 torch==2.13.0 numpy==2.2.6 mpi4py==4.1.0 /opt/hpcdl/src && \
     /opt/envs/tensorflow/bin/pip install --no-cache-dir --no-binary mpi4py 'tensorflow[and-cuda]==2.20.0' mpi4py==4.1.0 /opt/hpcdl/src && \
     "/opt/envs/main/bin/python" -m hpcdl.images.banner --image hopper-cuda > /opt/hpcdl/banner && \
     cat /opt/hpcdl/banner

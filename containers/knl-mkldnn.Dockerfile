@@ -132,7 +132,8 @@ RUN mkdir -p /var/tmp && wget -q -nc -P /var/tmp https://www.open-mpi.org/softwa
 ENV LD_LIBRARY_PATH=/usr/local/openmpi/lib:$LD_LIBRARY_PATH \
     PATH=/usr/local/openmpi/bin:$PATH
 
-RUN python3 -m venv /opt/envs/main && \
+RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
+    python3 -m venv /opt/envs/main && \
     /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
     /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cpu torch==2.8.0 tensorflow-cpu==2.20.0 intel-extension-for-pytorch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 && \
     python3 -m venv /opt/envs/mxnet && \
@@ -156,7 +157,8 @@ COPY README.md /opt/hpcdl/src/README.md
 
 COPY platform /opt/hpcdl/src/platform
 
-RUN /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cpu torch==2.8.0 tensorflow-cpu==2.20.0 intel-extension-for-pytorch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 /opt/hpcdl/src && \
+RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
+    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cpu torch==2.8.0 tensorflow-cpu==2.20.0 intel-extension-for-pytorch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 /opt/hpcdl/src && \
     /opt/envs/mxnet/bin/pip install --no-cache-dir --no-binary mpi4py mxnet==1.9.1 numpy==1.23.5 mpi4py==4.1.0 /opt/hpcdl/src && \
     "/opt/envs/main/bin/python" -m hpcdl.images.banner --image knl-mkldnn > /opt/hpcdl/banner && \
     cat /opt/hpcdl/banner

@@ -56,7 +56,8 @@ RUN apt-get update -y && \
         openmpi-bin && \
     rm -rf /var/lib/apt/lists/*
 
-RUN python3 -m venv /opt/envs/main && \
+RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
+    python3 -m venv /opt/envs/main && \
     /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
     /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --find-links /var/tmp/wheels torch==2.13.0+cpu numpy==2.4.6 scikit-learn==1.9.1 mpi4py==4.1.2
 
@@ -66,7 +67,8 @@ COPY README.md /opt/hpcdl/src/README.md
 
 COPY platform /opt/hpcdl/src/platform
 
-RUN /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --find-links /var/tmp/wheels torch==2.13.0+cpu numpy==2.4.6 scikit-learn==1.9.1 mpi4py==4.1.2 /opt/hpcdl/src && \
+RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
+    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --find-links /var/tmp/wheels torch==2.13.0+cpu numpy==2.4.6 scikit-learn==1.9.1 mpi4py==4.1.2 /opt/hpcdl/src && \
     "/opt/envs/main/bin/python" -m hpcdl.images.banner --image local-cpu > /opt/hpcdl/banner && \
     cat /opt/hpcdl/banner
 

@@ -112,10 +112,22 @@ class PodmanHpcRuntime(Runtime):
 
 @runtimes.register("charliecloud")
 class CharliecloudRuntime(Runtime):
-    """Charliecloud ch-run keeps the host environment; the job folder is bound and entered."""
+    """Charliecloud's ch-run on a SquashFS image (what `hpcdl images build` makes with ch-image).
+
+    ch-run keeps the host's environment (SLURM_*, PMIX_*, the plan's settings reach the ranks
+    as they are) and starts no daemon, so the host's `srun --mpi=pmix` starts ranks inside
+    directly. `--set-env` adds the image's own ENV (its PATH to /opt/envs/main/bin,
+    HPCDL_IMAGE, tuned defaults); the host's Python settings are dropped, since they name the
+    host's packages. The job folder is bound and entered; a read-only SquashFS image gets the
+    mount points made by ch-run. GPU libraries: `ch-fromhost --nvidia` injects the host's
+    driver libraries into an image directory before it is converted (Charliecloud's docs);
+    a SquashFS image cannot take them at run time, so GPU sites build with them in.
+    """
 
     def command(self, plan, site, image):
-        argv = ["ch-run"]
+        argv = ["ch-run", "--set-env"]
+        for name in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
+            argv.append(f"--unset-env={name}")
         for path in [*self.binds(site), Expanding("$HPCDL_JOB_DIR")]:
             argv += ["-b", Expanding(f"{path}:{path}")]
         argv += ["--cd", Expanding("$HPCDL_JOB_DIR")]

@@ -95,10 +95,14 @@ def sources_text(site) -> str:
 def sites_detect(
     output: Optional[Path] = typer.Option(None, "-o", "--out", help="write the profile here"),
     output_alias: Optional[Path] = typer.Option(None, "--output", hidden=True),  # the name before 0.1.0
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="container runtime the ranks run in, e.g. "
+                                          "charliecloud (default: $HPCDL_LOCAL_RUNTIME, else none)"),
+    image: Optional[str] = typer.Option(None, "--image", help="the image they run (default: $HPCDL_LOCAL_IMAGE), "
+                                        "e.g. what `hpcdl images build local-cpu` printed"),
 ) -> None:
     """Describe this node as a site profile (YAML)."""
     output = checked_output(output or output_alias, "-o")
-    text = site_to_yaml(detect_local_site())
+    text = site_to_yaml(detect_local_site(runtime, image))
     if output:
         write_atomically(output, text)
         typer.echo(f"wrote {output}")

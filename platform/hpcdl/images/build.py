@@ -50,6 +50,9 @@ BOOTSTRAP_TOOLS = {"mmdebstrap": "mmdebstrap"}
 # ch-image is a Python program that needs Debian's python3 and its modules (lark): a venv's or
 # pyenv's python3 first on PATH breaks it
 SYSTEM_PATH = "/usr/local/sbin:/usr/sbin:/sbin:/usr/bin:/bin"
+# The build machine's own CAs (Debian's place for local ones): bound at the same path during the
+# build, so the image's ca-certificates trusts them too and pip reaches PyPI through a TLS proxy
+LOCAL_CAS = Path("/usr/local/share/ca-certificates")
 
 
 class BuilderMissing(HpcdlError):
@@ -144,6 +147,10 @@ def _hash_tree(digest, folder: Path) -> None:
         digest.update(hashlib.sha256(path.read_bytes()).digest())
 
 
+def local_cas() -> Path | None:
+    return LOCAL_CAS if LOCAL_CAS.is_dir() and any(LOCAL_CAS.rglob("*.crt")) else None
+
+
 def _tool_version(argv: list[str]) -> str:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=_env())
@@ -169,6 +176,8 @@ def inputs_key(spec: ImageSpec, builder: str, recipe: str, context: Path, wheels
     if wheels is not None:
         for wheel in sorted(wheels.glob("*.whl")):  # a wheel's name and size say which build it is
             digest.update(f"{wheel.name}\0{wheel.stat().st_size}\0".encode())
+    if local_cas() is not None:
+        _hash_tree(digest, LOCAL_CAS)
     return digest.hexdigest()[:16]
 
 
@@ -296,6 +305,8 @@ def build(spec: ImageSpec, builder: str | None = None, cache: Path | None = None
                 from hpcdl.images.generate import WHEELS
 
                 argv += ["--bind", f"{wheels}:{WHEELS}"]
+            if local_cas() is not None:
+                argv += ["--bind", f"{LOCAL_CAS}:{LOCAL_CAS}"]
             for name, value in args.items():
                 argv += ["--build-arg", f"{name}={value}"]
             if not check:
@@ -334,7 +345,8 @@ def _build_charliecloud(spec, cache, context, dockerfile, wheels, args, key, out
         # re-imported when the bootstrap changed (the marker, beside the storage, which refuses
         # foreign files, names the tarball it came from)
         marker = cache / f"ch-image-base-{spec.base_image.replace('/', '_').replace(':', '_')}"
-        if not marker.exists() or marker.read_text() != tarball.name:
+        listed = subprocess.run([ch_image, "list", spec.base_image], capture_output=True, text=True, env=env)
+        if listed.returncode != 0 or not marker.exists() or marker.read_text() != tarball.name:
             t = time.monotonic()
             _run([ch_image, "import", str(tarball), spec.base_image], log, env=env, logfile=logfile)
             marker.write_text(tarball.name)
@@ -343,6 +355,8 @@ def _build_charliecloud(spec, cache, context, dockerfile, wheels, args, key, out
     argv = [ch_image, "build", "--force", "-t", tag, "-f", str(dockerfile)]
     if wheels is not None:
         argv += ["-b", f"{wheels}:{WHEELS}"]
+    if local_cas() is not None:
+        argv += ["-b", f"{LOCAL_CAS}:{LOCAL_CAS}"]
     for name, value in args.items():
         argv += ["--build-arg", f"{name}={value}"]
     t = time.monotonic()

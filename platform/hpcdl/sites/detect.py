@@ -150,23 +150,36 @@ def _cpu_target() -> str:
         return os.uname().machine
 
 
-def detect_local_site() -> Site:
+def detect_local_site(runtime: str | None = None, image: str | None = None) -> Site:
+    """This node as a site. Its ranks run natively, or in a container image: `runtime` and
+    `image` (else $HPCDL_LOCAL_RUNTIME and $HPCDL_LOCAL_IMAGE), e.g. charliecloud and the
+    SquashFS file `hpcdl images build local-cpu` printed."""
     node = detect_local_node()
     launcher = "mpirun" if shutil.which("mpirun") else "local"
+    runtime = runtime or os.environ.get("HPCDL_LOCAL_RUNTIME") or "none"
+    image = image or os.environ.get("HPCDL_LOCAL_IMAGE") or None
+    from typing import get_args
+
+    from hpcdl.errors import HpcdlError
+    from hpcdl.sites.schema import Runtime
+
+    if runtime not in get_args(Runtime):
+        raise HpcdlError(f"runtime: {runtime!r} is not one of {', '.join(get_args(Runtime))} "
+                         "(--runtime or $HPCDL_LOCAL_RUNTIME)")
     return Site(
         name="local",
         description="this node, detected by hpcdl (run `hpcdl sites detect` to save it as a profile)",
         sources=("detected with lscpu, /proc/meminfo, nvidia-smi and /sys/class/{infiniband,cxi,net}",),
         scheduler="local",
         launcher=launcher,
-        runtime="none",
+        runtime=runtime,
         mpi="openmpi" if launcher == "mpirun" else "none",
         node_kinds={"node": node},
         default_node_kind="node",
         filesystems=Filesystems(scratch=None, node_local="/tmp", node_local_kind="tmpfs"),
         modules=Modules(system="lmod" if Path(LMOD_INIT).exists() else "none",
                         init=LMOD_INIT if Path(LMOD_INIT).exists() else None),
-        defaults=Defaults(time="00:30:00", exclusive=False),
+        defaults=Defaults(time="00:30:00", exclusive=False, image=image if runtime != "none" else None),
     )
 
 
