@@ -74,14 +74,20 @@ def test_labels_and_the_start_up_line(image):
                           capture_output=True, text=True, timeout=120, env={**os.environ, "USER": "root"})
     assert proc.returncode == 0, proc.stderr
     text, banner = proc.stdout.rsplit("}", 1)
-    labels = json.loads(text + "}")["labels"]
-    assert labels["org.hpcdl.image"] == "local-cpu" and labels["org.hpcdl.hpcdl"] == __version__
-    assert labels["org.opencontainers.image.version"] == __version__
-    assert labels["org.opencontainers.image.revision"] not in ("", "unknown", "${HPCDL_REVISION}")
-    assert labels["org.opencontainers.image.created"].startswith("20")
-    assert labels["org.opencontainers.image.source"]
+    metadata = json.loads(text + "}")
     assert f"hpcdl {__version__}" in banner and "PyTorch 2.13.0+cpu" in banner and "Open MPI 4.1" in banner
     assert "CUDA none" in banner
+    # the build arguments behind the OCI labels reached the build, and the record keeps them
+    record = json.loads(open(built.record).read())
+    for name in ("HPCDL_CREATED", "HPCDL_REVISION", "HPCDL_SOURCE"):
+        assert metadata["arg"][name] == record[name] and record[name] not in ("", "unknown")
+    labels = metadata.get("labels") or {}
+    if labels:  # Charliecloud >= 0.32 keeps LABEL; 0.31 ignores it (charliecloud issue #781)
+        assert labels["org.hpcdl.image"] == "local-cpu" and labels["org.hpcdl.hpcdl"] == __version__
+        assert labels["org.opencontainers.image.revision"] == record["HPCDL_REVISION"]
+    else:
+        log = open(built.record.replace(".json", ".log"), errors="replace").read()
+        assert "not yet supported, ignored: issue #781: LABEL instruction" in log
 
 
 def _charliecloud_site(folder):
@@ -143,8 +149,6 @@ def test_cifar10_quick_trains_on_two_pretend_nodes_inside_the_image_as_outside(i
     steps_in = [(r["iter"], r["loss"]) for r in inside if r["event"] == "step"]
     steps_out = [(r["iter"], r["loss"]) for r in outside if r["event"] == "step"]
     assert len(steps_in) == 20 and steps_in == steps_out
-    # the trainer inside is the image's, not the host's
-    assert "/opt/envs/main" in json.dumps(inside) or "local-cpu" in json.dumps(inside) or True
 
 
 def test_mpi_ranks_inside_the_image_are_started_by_the_hosts_srun_across_the_pretend_nodes(image, slurm_clusters):
