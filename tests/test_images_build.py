@@ -94,6 +94,11 @@ def _charliecloud_site(folder):
     """The test cluster's profile with Charliecloud as its runtime (everything else the same)."""
     text = (FIXTURE_SITES / "ci-slurm.yaml").read_text()
     text = text.replace("runtime: none", "runtime: charliecloud").replace("name: ci-slurm", "name: ci-slurm-charliecloud")
+    # ch-run binds the node-local folder, which exists on a real node (a missing bind source is an error)
+    node_local = folder / "node-local"
+    node_local.mkdir()
+    assert "node_local: /tmp/hpcdl-ci-node-local" in text
+    text = text.replace("node_local: /tmp/hpcdl-ci-node-local", f"node_local: {node_local}")
     sites = folder / "sites"
     sites.mkdir()
     (sites / "ci-slurm-charliecloud.yaml").write_text(text)
