@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -24,7 +25,7 @@ def modulefiles_render(
     shipped: bool = typer.Option(False, "--shipped", help="every site profile shipped with hpcdl (what `make modulefiles` checks in)"),
     out: Path = typer.Option(Path("modulefiles"), "--out", "-o", help="writes OUT/<site>/, the folder for `module use`"),
     prefix: Optional[str] = typer.Option(
-        None, "--prefix", help=f"where hpcdl (and, for runtime none, the frameworks) is installed [env HPCDL_PREFIX, else {DEFAULT_PREFIX}]"
+        None, "--prefix", help=f"where hpcdl (and, for runtime none, the frameworks) is installed [env HPCDL_PREFIX, else the install running this command, else {DEFAULT_PREFIX}]"
     ),
     allow_missing_prefix: bool = typer.Option(
         False, "--allow-missing-prefix", help="render although PREFIX/bin/hpcdl does not exist yet (an install that comes later)"
@@ -35,7 +36,7 @@ def modulefiles_render(
         site = os.environ.get("HPCDL_SITE") or None
     if shipped == (site is not None):
         raise HpcdlError("give either --site NAME or --shipped")
-    prefix = prefix or os.environ.get("HPCDL_PREFIX") or DEFAULT_PREFIX
+    prefix = prefix or os.environ.get("HPCDL_PREFIX") or _this_install() or DEFAULT_PREFIX
     if not prefix.startswith("/"):
         raise HpcdlError(f"--prefix: {prefix!r} must be an absolute path (modulefiles are read from any directory)")
     names = shipped_site_names() if shipped else [site]
@@ -51,3 +52,8 @@ def modulefiles_render(
     for name, files in rendered.items():
         write_tree(files, out / name)
         typer.echo(f"wrote {len(files)} files to {out / name}/  (module use {(out / name).resolve()})")
+
+
+def _this_install() -> str | None:
+    """The prefix of the hpcdl running now, where it is an installed program (a venv or a prefix)."""
+    return sys.prefix if (Path(sys.prefix) / "bin" / "hpcdl").is_file() else None
