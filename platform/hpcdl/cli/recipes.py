@@ -12,7 +12,7 @@ from hpcdl.cli import app
 from hpcdl.cli.output import checked_output, write_atomically
 from hpcdl.errors import HpcdlError
 
-recipes_app = typer.Typer(help="Example training recipes shipped with hpcdl: list them, copy one out to edit.",
+recipes_app = typer.Typer(help="Training recipes: list the shipped ones, copy one out to edit, import a Caffe solver.",
                           invoke_without_command=True)
 app.add_typer(recipes_app, name="recipes")
 

@@ -53,8 +53,7 @@ def launch(
 
 nets_app = typer.Typer(help="The bundled networks; Caffe prototxt import and export.", add_completion=False)
 app.add_typer(nets_app, name="nets")
-recipes_app = typer.Typer(help="Training recipes: Caffe solver import.", no_args_is_help=True, add_completion=False)
-app.add_typer(recipes_app, name="recipes")
+from hpcdl.cli.recipes import recipes_app  # noqa: E402  (one `recipes` group: list, show, copy and import)
 
 
 @nets_app.callback(invoke_without_command=True)
