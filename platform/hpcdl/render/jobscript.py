@@ -22,7 +22,7 @@ from hpcdl import __version__
 from hpcdl.errors import HpcdlError
 from hpcdl.plan.model import Plan
 from hpcdl.render.shell import (
-    Expanding, env_name, join, one_line, path_with_variables, plain_word, quote, slurm_directive_value,
+    Expanding, comment_text, env_name, join, one_line, path_with_variables, plain_word, quote, slurm_directive_value,
 )
 from hpcdl.runtimes import runtime_for
 from hpcdl.sites.schema import Site
@@ -62,7 +62,20 @@ class JobOptions:
     warning_seconds: int = DEFAULT_WARNING_SECONDS
 
 
+def _one_line_only(value):
+    """jinja2's `finalize`: the backstop under every `{{ ... }}` of every template.
+
+    Each value is checked (with its field named) before it gets here; this makes sure that
+    nothing a template prints can ever start a line of its own, whatever a future field is.
+    """
+    text = "" if value is None else str(value)
+    if any(c in text for c in "\n\r\0"):
+        raise HpcdlError(f"render: a value holds a newline or NUL, which no line of a job script may: {text[:80]!r}")
+    return value
+
+
 _env = jinja2.Environment(
+    finalize=_one_line_only,
     loader=jinja2.PackageLoader("hpcdl.render", "templates"),
     undefined=jinja2.StrictUndefined,
     keep_trailing_newline=True,
@@ -73,6 +86,7 @@ _env = jinja2.Environment(
 _env.filters["q"] = quote
 _env.filters["join"] = join
 _env.filters["sbatch"] = slurm_directive_value
+_env.filters["comment"] = comment_text
 
 
 def default_image(site: Site) -> str | None:
@@ -146,7 +160,7 @@ def render_job_script(
         stage=staging(site, plan, recipe, scheduler),
         node_map=node_map_lines(plan),
         job_slug=slug(options.name),
-        name_comment=_printable(options.name),
+        name_comment=comment_text(options.name),
     )
 
 
@@ -154,11 +168,6 @@ def _heredoc_safe(text: str) -> str:
     # json.dumps escapes newlines, so no line of it can equal the heredoc's end word
     assert "\n" not in text
     return text
-
-
-def _printable(value: str) -> str:
-    """A value for a '#' comment line: shown as Python would write it when it is not plain text."""
-    return value if value.isprintable() else ascii(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,6 +207,9 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "job_resources": [f"{k}={v}" for k, v in site.defaults.job_resources.items()] if scheduler == "pbs" else [],
         "job_id_var": {"slurm": "SLURM_JOB_ID", "lsf": "LSB_JOBID", "pbs": "PBS_JOBID", "local": "HPCDL_JOB_ID"}[scheduler],
     }
+    for field in ("account", "partition", "constraint"):
+        # the merged value, the site's default included: a profile is input as much as a flag
+        one_line(field, job[field])
     if options.requeue and options.warning_seconds >= seconds:
         raise HpcdlError(
             f"time: the warning {options.warning_seconds} s before the limit needs a limit longer than {seconds} s"
@@ -429,7 +441,7 @@ def node_map_lines(plan: Plan) -> list[str]:
             f"local rank {r.local_rank}: socket {r.socket}, cores {_ranges(r.cores)}, "
             f"GPU {gpus}, NIC {r.nic or '-'}, {r.omp_num_threads} thread(s)"
         )
-    return lines
+    return [comment_text(line) for line in lines]
 
 
 def _ranges(values) -> str:

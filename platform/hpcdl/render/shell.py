@@ -44,6 +44,16 @@ def quote(value) -> str:
     return "$'" + "".join(out) + "'"
 
 
+def comment_text(value) -> str:
+    """Text for a '#' comment line that stays inside it: printable text as it is, anything
+    else (a newline, a carriage return, a control or line-separator character) as an escape.
+    """
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def join(argv) -> str:
     return " ".join(quote(a) for a in argv)
 

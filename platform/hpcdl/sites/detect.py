@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -95,6 +96,10 @@ def _gpus(sockets: int, domains_per_socket: int = 1) -> tuple[Gpu, ...]:
     return tuple(gpus)
 
 
+# a device whose name no profile may hold (sites.schema.DeviceName) is left out, not copied
+_DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
 def _nics(sockets: int, domains_per_socket: int = 1) -> tuple[Nic, ...]:
     nics = []
     ib = Path("/sys/class/infiniband")
@@ -102,17 +107,21 @@ def _nics(sockets: int, domains_per_socket: int = 1) -> tuple[Nic, ...]:
         for dev in sorted(ib.iterdir()):
             kind = "omnipath" if dev.name.startswith("hfi") else "infiniband"
             for port in sorted((dev / "ports").iterdir()) if (dev / "ports").is_dir() else []:
+                if not port.name.isdigit() or not _DEVICE.fullmatch(dev.name):
+                    continue
                 nics.append(Nic(kind=kind, device=dev.name, port=int(port.name),
                                 **_placement(dev / "device", sockets, domains_per_socket)))
     cxi = Path("/sys/class/cxi")  # HPE Slingshot 11 NICs
     if cxi.is_dir():
         for dev in sorted(cxi.iterdir()):
+            if not _DEVICE.fullmatch(dev.name):
+                continue
             nics.append(Nic(kind="slingshot", device=dev.name, **_placement(dev / "device", sockets, domains_per_socket)))
     if not nics:
         net = Path("/sys/class/net")
         for dev in sorted(net.iterdir()) if net.is_dir() else []:
             # physical Ethernet ports have a device link; lo, bridges and ifb do not
-            if (dev / "device").exists():
+            if (dev / "device").exists() and _DEVICE.fullmatch(dev.name):
                 nics.append(Nic(kind="ethernet", device=dev.name, netdev=dev.name,
                                 **_placement(dev / "device", sockets, domains_per_socket)))
     return tuple(nics)

@@ -10,9 +10,9 @@ See docs/sites.md for the field-by-field guide.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 Scheduler = Literal["slurm", "lsf", "pbs", "local"]
 Launcher = Literal["srun", "jsrun", "ibrun", "mpirun", "mpiexec", "pals", "aprun", "local"]
@@ -22,6 +22,36 @@ MpiFlavour = Literal[
 ]
 NicKind = Literal["infiniband", "omnipath", "slingshot", "aries", "ethernet"]
 GpuVendor = Literal["nvidia", "amd"]
+
+# Profile strings that name things a job script, a modulefile or a launcher uses are checked
+# here, by what they name (issue #17: a NIC name with a newline ran commands in every job).
+# Linux network and verbs device names: letters, digits and . _ - (IFNAMSIZ is 16; verbs 64).
+DeviceName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64)]
+# Lmod/Tcl module names: name/version, with the + @ : , characters Spack and vendors use.
+ModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+@:,/-]*$", max_length=255)]
+# a scheduler word: account, partition/queue, QoS, feature list (no blanks, quotes or shell text)
+SchedulerWord = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:+=,@/%&|!()\[\]*-]+$", max_length=255)]
+PATH_MAX = 4096
+
+
+def _plain_path(value: str) -> str:
+    """A path (or image name): printable text a file name can hold, within PATH_MAX."""
+    if not value or len(value) > PATH_MAX or not value.isprintable():
+        raise ValueError(f"must be a non-empty path of printable characters, at most {PATH_MAX} long")
+    return value
+
+
+SitePath = Annotated[str, AfterValidator(_plain_path)]
+
+
+def _plain_text(value: str) -> str:
+    """Free text (descriptions, models): printable, one line, a sane length."""
+    if len(value) > 1000 or not value.isprintable():
+        raise ValueError("must be printable text on one line, at most 1000 characters")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_plain_text)]
 
 # launchers that only start ranks inside their own scheduler's allocation
 LAUNCHER_NEEDS: dict[str, tuple[str, ...]] = {
@@ -52,7 +82,7 @@ class _Strict(BaseModel):
 class Gpu(_Strict):
     """One GPU (or one AMD GCD, which the OS shows as a GPU) and the socket it hangs off."""
 
-    model: str
+    model: Text
     socket: int = Field(ge=0)
     domain: int | None = Field(
         default=None, ge=0,
@@ -66,13 +96,13 @@ class Nic(_Strict):
     """One network port ranks can use: an IB HCA port, an OPA HFI, a Slingshot or Aries NIC."""
 
     kind: NicKind
-    device: str = Field(description="verbs/HFI/CXI device name, e.g. mlx5_0, hfi1_0, cxi0, eth0")
+    device: DeviceName = Field(description="verbs/HFI/CXI device name, e.g. mlx5_0, hfi1_0, cxi0, eth0")
     port: int = Field(default=1, ge=1)
     socket: int = Field(ge=0)
     domain: int | None = Field(
         default=None, ge=0, description="NUMA domain (numbered across the node) the NIC is nearest"
     )
-    netdev: str | None = Field(default=None, description="IP interface on this NIC, e.g. ib0, hsn0")
+    netdev: DeviceName | None = Field(default=None, description="IP interface on this NIC, e.g. ib0, hsn0")
     gbit_s: float | None = Field(default=None, gt=0)
     latency_us: float | None = Field(
         default=None, gt=0, description="published MPI small-message latency across the fabric (hpcdl predict)"
@@ -90,10 +120,10 @@ class IntraNodeLink(_Strict):
 class NodeKind(_Strict):
     """One kind of compute node. Core numbers count physical cores across the node, socket 0 first."""
 
-    description: str = ""
+    description: Text = ""
     count: int | None = Field(default=None, ge=1, description="nodes of this kind in the machine")
-    cpu_model: str = ""
-    cpu_target: str = Field(default="x86_64", description="archspec name: knl, skylake_avx512, power9le, zen3 ...")
+    cpu_model: Text = ""
+    cpu_target: DeviceName = Field(default="x86_64", description="archspec name: knl, skylake_avx512, power9le, zen3 ...")
     sockets: int = Field(ge=1)
     cores_per_socket: int = Field(ge=1)
     threads_per_core: int = Field(default=1, ge=1)
@@ -238,8 +268,8 @@ class BurstBuffer(_Strict):
 
 
 class Filesystems(_Strict):
-    scratch: str | None = Field(default=None, description="shared parallel filesystem for data and results")
-    node_local: str | None = Field(
+    scratch: SitePath | None = Field(default=None, description="shared parallel filesystem for data and results")
+    node_local: SitePath | None = Field(
         default=None, description="node-local storage for staged data, e.g. /mnt/bb/$USER on Summit"
     )
     node_local_kind: Literal["nvme", "ssd", "tmpfs", "burst-buffer", "ramdisk"] | None = None
@@ -248,18 +278,18 @@ class Filesystems(_Strict):
 
 class Modules(_Strict):
     system: Literal["lmod", "tcl", "none"] = "lmod"
-    init: str | None = Field(default=None, description="script to source so `module` exists in batch jobs")
-    use: tuple[str, ...] = Field(default=(), description="module folders to `module use` before loading")
-    load: tuple[str, ...] = Field(default=(), description="modules every hpcdl job loads")
-    gpu_mpi: tuple[str, ...] = Field(
+    init: SitePath | None = Field(default=None, description="script to source so `module` exists in batch jobs")
+    use: tuple[SitePath, ...] = Field(default=(), description="module folders to `module use` before loading")
+    load: tuple[ModuleName, ...] = Field(default=(), description="modules every hpcdl job loads")
+    gpu_mpi: tuple[ModuleName, ...] = Field(
         default=(),
         description=(
             "modules that make the MPI GPU-aware (Cray: the GTL, craype-accel-amd-gfx90a or craype-accel-nvidia80); "
             "GPU jobs load them and set MPICH_GPU_SUPPORT_ENABLED=1, both or neither"
         ),
     )
-    runtime: str | None = Field(default=None, description="module that provides the container runtime")
-    frameworks: dict[str, str] = Field(
+    runtime: ModuleName | None = Field(default=None, description="module that provides the container runtime")
+    frameworks: dict[str, ModuleName] = Field(
         default_factory=dict, description="the centre's own framework module, by framework (pytorch: open-ce/1.10.0...)"
     )
 
@@ -267,12 +297,12 @@ class Modules(_Strict):
 class Defaults(_Strict):
     """What a job asks the scheduler for unless the user says otherwise."""
 
-    partition: str | None = Field(default=None, description="Slurm partition, or the LSF/PBS queue")
-    account: str | None = None
-    qos: str | None = Field(default=None, description="Slurm quality of service, e.g. NERSC's regular")
+    partition: SchedulerWord | None = Field(default=None, description="Slurm partition, or the LSF/PBS queue")
+    account: SchedulerWord | None = None
+    qos: SchedulerWord | None = Field(default=None, description="Slurm quality of service, e.g. NERSC's regular")
     time: str = "00:30:00"
-    constraint: str | None = Field(default=None, description="Slurm --constraint, e.g. knl,quad,cache on Cori")
-    alloc_flags: tuple[str, ...] = Field(
+    constraint: SchedulerWord | None = Field(default=None, description="Slurm --constraint, e.g. knl,quad,cache on Cori")
+    alloc_flags: tuple[DeviceName, ...] = Field(
         default=(), description="LSF -alloc_flags, e.g. smt4 and nvme on Summit"
     )
     exclusive: bool = True
@@ -289,8 +319,8 @@ class Defaults(_Strict):
     )
     max_nodes: int | None = Field(default=None, ge=1)
     max_time: str | None = None
-    image: str | None = Field(default=None, description="image (path or name in image_dir) jobs run in")
-    image_dir: str | None = None
+    image: SitePath | None = Field(default=None, description="image (path or name in image_dir) jobs run in")
+    image_dir: SitePath | None = None
 
 
 class EnvPath(_Strict):
@@ -339,7 +369,7 @@ class Citation(_Strict):
 
 class Site(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
-    description: str = ""
+    description: Text = ""
     sources: tuple[str, ...] = Field(default=(), description="where the profile's facts come from")
     scheduler: Scheduler
     launcher: Launcher
@@ -350,7 +380,7 @@ class Site(_Strict):
     filesystems: Filesystems = Filesystems()
     modules: Modules = Modules()
     defaults: Defaults = Defaults()
-    env: dict[str, str | EnvPath] = Field(
+    env: dict[str, Text | EnvPath] = Field(
         default_factory=dict, description="site-wide settings every job exports; a path list as {prepend: [...]}"
     )
     provides_env: tuple[str, ...] = Field(
