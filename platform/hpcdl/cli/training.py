@@ -21,6 +21,8 @@ def train(
                                                   help="override snapshot_prefix; an existing snapshot is resumed"),
     framework: Optional[str] = typer.Option(None, "--framework", help="pytorch, tensorflow or mxnet (default: the plan's)"),
     dist: Optional[str] = typer.Option(None, "--dist", help="gloo, nccl, mpi, horovod (PyTorch); mwms (TF); kvstore (MXNet)"),
+    start_over: bool = typer.Option(False, "--start-over",
+                                    help="train from iteration 0 when snapshots exist but none can be used (else: refuse)"),
 ) -> None:
     """Train a recipe in this process (one rank; launchers start one per rank).
 
@@ -30,7 +32,7 @@ def train(
     from hpcdl.train.main import run_training
 
     summary = run_training(str(recipe), str(plan) if plan else None, str(results) if results else None,
-                           {"max_iter": max_iter, "snapshot_prefix": snapshot_prefix}, framework=framework, dist=dist)
+                           {"max_iter": max_iter, "snapshot_prefix": snapshot_prefix}, framework=framework, dist=dist, start_over=start_over)
     status = int(summary.get("exit_status", 0))
     if status:
         raise typer.Exit(status)

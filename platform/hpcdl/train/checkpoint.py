@@ -8,6 +8,15 @@ final name, so a reader sees the whole old file or the whole new one, never a pa
 Loading walks the snapshots from the newest down and takes the first whose length and
 checksum agree: a truncated or corrupt newest snapshot costs one snapshot interval, not
 the run.
+
+What a snapshot may hold, and whom it is trusted from (docs/security.md): tensors and plain
+data (numbers, strings, lists, dicts) only. It is read with torch.load(weights_only=True),
+which builds nothing else, so a crafted file cannot run code; the SHA-256 proves the file is
+whole, not who wrote it. A snapshot file owned by another user than the one training is not
+read at all: anyone who can write the snapshot folder could otherwise choose the weights.
+A snapshot that reads back but does not fit the net (another net's weights under the same
+prefix) is skipped for the older one; when snapshots exist and none can be used, training
+refuses to start unless asked to start over.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import struct
 import sys
 from pathlib import Path
 
+from hpcdl.errors import HpcdlError
 from hpcdl.files import write_atomically
 
 MAGIC = b"HPCDLCK1"
@@ -70,9 +80,25 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def load(path: Path) -> dict:
+def this_user() -> int | None:
+    """The uid snapshots must belong to: the user training (None where the OS has no uids)."""
+    return os.geteuid() if hasattr(os, "geteuid") else None
+
+
+def load(path: Path, owner: int | None = -1) -> dict:
+    """The snapshot's state: tensors and plain data, read without running any code.
+
+    `owner`: the uid the file must belong to (default: the user running this; None: any).
+    """
+    import pickle
+
     import torch
 
+    owner = this_user() if owner == -1 else owner
+    if owner is not None:
+        uid = os.stat(path).st_uid
+        if uid != owner:
+            raise CorruptCheckpoint(f"{path}: belongs to uid {uid}, not to uid {owner} who is training; not trusted")
     data = Path(path).read_bytes()
     if len(data) < HEADER.size:
         raise CorruptCheckpoint(f"{path}: shorter than its header ({len(data)} bytes)")
@@ -84,17 +110,83 @@ def load(path: Path) -> dict:
         raise CorruptCheckpoint(f"{path}: truncated ({len(payload)} of {length} bytes)")
     if hashlib.sha256(payload).digest() != digest:
         raise CorruptCheckpoint(f"{path}: checksum mismatch")
-    return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+    try:
+        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, ValueError, TypeError, AttributeError, EOFError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CorruptCheckpoint(f"{path}: holds more than tensors and plain data ({first})") from None
+    if not isinstance(state, dict):
+        raise CorruptCheckpoint(f"{path}: does not hold a snapshot's mapping")
+    return state
 
 
-def load_latest(prefix: str | Path, log=None) -> tuple[dict, Path] | None:
+def load_latest(prefix: str | Path, log=None, owner: int | None = -1) -> tuple[dict, Path] | None:
     """The newest snapshot that verifies; damaged ones are reported and skipped."""
     log = log or (lambda msg: print(msg, file=sys.stderr))
     for _, path in list_snapshots(prefix):
         try:
-            return load(path), path
+            return load(path, owner), path
         except (CorruptCheckpoint, OSError, EOFError, RuntimeError) as exc:
             log(f"hpcdl train: skipping snapshot {path}: {exc}")
+    return None
+
+
+def resume(prefix: str | Path, fits, start_over: bool = False, log=None, owner: int | None = -1):
+    """(state, path) of the newest snapshot that verifies and fits, or None when there is none.
+
+    `fits(state)` returns None when the state suits this run, else why not (state_fits). Each
+    snapshot skipped is reported. When snapshots exist and none can be used, this refuses
+    (HpcdlError) unless `start_over`: a requeued job must not silently lose its progress.
+    """
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    found = list_snapshots(prefix)
+    last = None
+    for _, path in found:
+        try:
+            state = load(path, owner)
+            problem = fits(state)
+        except (CorruptCheckpoint, OSError, EOFError, RuntimeError) as exc:
+            problem = str(exc).removeprefix(f"{path}: ")
+        if problem is None:
+            return state, path
+        last = problem
+        log(f"hpcdl train: skipping snapshot {path}: {problem}")
+    if found and not start_over:
+        raise HpcdlError(
+            f"snapshot_prefix: none of the {len(found)} snapshot(s) at {prefix} can be used (the last: {last}); "
+            "move them away, or pass --start-over to train from iteration 0"
+        )
+    if found:
+        log(f"hpcdl train: starting over from iteration 0, as asked; {len(found)} unusable snapshot(s) at {prefix}")
+    return None
+
+
+def state_fits(state: dict, net, optimizer=None) -> str | None:
+    """None when `state` is a snapshot of this net (and optimizer), else what does not fit."""
+    import torch
+
+    it = state.get("iter")
+    if not isinstance(it, int) or isinstance(it, bool) or it < 0:
+        return "no iteration number"
+    model = state.get("model")
+    if not isinstance(model, dict):
+        return "no model weights"
+    mine = net.state_dict()
+    if set(model) != set(mine):
+        other = sorted(set(model) ^ set(mine))
+        return f"weights of another net ({len(other)} tensor name(s) differ, e.g. {other[0]})"
+    for name, tensor in mine.items():
+        theirs = model[name]
+        if not torch.is_tensor(theirs) or theirs.shape != tensor.shape:
+            shape = tuple(theirs.shape) if torch.is_tensor(theirs) else type(theirs).__name__
+            return f"weights of another net ({name}: {shape}, this net's is {tuple(tensor.shape)})"
+    if optimizer is not None:
+        saved = (state.get("optimizer") or {}).get("velocity") if isinstance(state.get("optimizer"), dict) else None
+        if not isinstance(saved, dict):
+            return "no optimizer state"
+        for slot, v in zip(optimizer.slots, optimizer.velocity):
+            if slot.name in saved and (not torch.is_tensor(saved[slot.name]) or saved[slot.name].shape != v.shape):
+                return f"optimizer state of another net ({slot.name})"
     return None
 
 

@@ -16,7 +16,7 @@ from hpcdl.train.results import ResultsWriter
 
 def run_training(recipe_path: str, plan_path: str | None = None, results_path: str | None = None,
                  overrides: dict | None = None, exit_ranks: bool = True,
-                 framework: str | None = None, dist: str | None = None) -> dict:
+                 framework: str | None = None, dist: str | None = None, start_over: bool = False) -> dict:
     recipe = load_recipe(recipe_path)
     if overrides:
         from hpcdl.train.recipe import recipe_from_dict
@@ -33,6 +33,7 @@ def run_training(recipe_path: str, plan_path: str | None = None, results_path: s
         "plan_summary": _plan_summary(plan),
         "binding": applied,
         "plan_spatial": (plan or {}).get("spatial"),
+        "start_over": start_over,  # train from iteration 0 when every snapshot is unusable
     }
     framework = framework or (plan or {}).get("framework") or recipe.framework
     train = backend_for(framework, context["distributed"] or recipe.distributed)
@@ -99,10 +100,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="backend (default: the plan's, else the recipe's)")
     parser.add_argument("--dist", help="distribution (default: the plan's): gloo, nccl, mpi or horovod (PyTorch); "
                         "mwms (TensorFlow); kvstore (MXNet)")
+    parser.add_argument("--start-over", action="store_true",
+                        help="train from iteration 0 when snapshots exist but none can be used (else: refuse)")
     args = parser.parse_args(argv)
     overrides = {"max_iter": args.max_iter, "snapshot_prefix": args.snapshot_prefix}
     try:
-        summary = run_training(args.recipe, args.plan, args.results, overrides, framework=args.framework, dist=args.dist)
+        summary = run_training(args.recipe, args.plan, args.results, overrides, framework=args.framework, dist=args.dist,
+                               start_over=args.start_over)
     except HpcdlError as exc:
         print(f"hpcdl train: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -1,0 +1,108 @@
+"""Snapshots are data, not code (#17): read without running anything, trusted only from the user
+training, skipped when they do not fit the net, and never silently replaced by a fresh start."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from hpcdl.errors import HpcdlError
+from hpcdl.train import checkpoint
+from test_train import THREADS, records, write_recipe
+
+
+class Payload:
+    """Unpickling this runs `touch CANARY`: what a crafted snapshot in a shared folder would do."""
+
+    def __init__(self, canary):
+        self.canary = str(canary)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.canary}",))
+
+
+def test_a_crafted_snapshot_runs_no_code_and_is_skipped_for_the_older_good_one(tmp_path):
+    canary = tmp_path / "CANARY"
+    checkpoint.save({"iter": 10, "model": {"w": torch.ones(2)}}, checkpoint.snapshot_path(tmp_path / "net", 10))
+    # a valid header and checksum around a pickle that runs a command
+    checkpoint.save({"iter": 20, "model": Payload(canary)}, checkpoint.snapshot_path(tmp_path / "net", 20))
+    messages = []
+    state, path = checkpoint.load_latest(tmp_path / "net", log=messages.append)
+    assert not canary.exists()
+    assert state["iter"] == 10 and "net_iter_20.ckpt" in messages[0] and "plain data" in messages[0]
+
+
+def test_a_snapshot_owned_by_another_user_is_not_read(tmp_path):
+    path = checkpoint.save({"iter": 10, "model": {}}, checkpoint.snapshot_path(tmp_path / "net", 10))
+    me = checkpoint.this_user()
+    assert checkpoint.load(path)["iter"] == 10  # our own file
+    with pytest.raises(checkpoint.CorruptCheckpoint, match="not to uid"):
+        checkpoint.load(path, owner=me + 1)  # as another user training would see it
+    if me == 0:  # root can make the file really belong to someone else
+        os.chown(path, 4321, -1)
+        with pytest.raises(checkpoint.CorruptCheckpoint, match="belongs to uid 4321"):
+            checkpoint.load(path)
+
+
+def small_net():
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    return net
+
+
+def test_a_snapshot_of_another_net_is_skipped_for_the_older_one_that_fits(tmp_path):
+    net = small_net()
+    checkpoint.save({"iter": 10, "model": net.state_dict(), "optimizer": {"velocity": {}}},
+                    checkpoint.snapshot_path(tmp_path / "net", 10))
+    other = torch.nn.Sequential(torch.nn.Linear(5, 3))
+    checkpoint.save({"iter": 20, "model": other.state_dict(), "optimizer": {"velocity": {}}},
+                    checkpoint.snapshot_path(tmp_path / "net", 20))
+    messages = []
+    state, path = checkpoint.resume(tmp_path / "net", lambda s: checkpoint.state_fits(s, net), log=messages.append)
+    assert state["iter"] == 10 and "another net" in messages[0]
+
+
+def test_when_no_snapshot_can_be_used_training_refuses_unless_asked_to_start_over(tmp_path):
+    net = small_net()
+    (tmp_path / "net_iter_5.ckpt").write_bytes(b"junk")
+    checkpoint.save({"iter": 9, "model": {"x": torch.ones(1)}}, checkpoint.snapshot_path(tmp_path / "net", 9))
+    fits = lambda s: checkpoint.state_fits(s, net)  # noqa: E731
+    with pytest.raises(HpcdlError, match="none of the 2 snapshot.*--start-over"):
+        checkpoint.resume(tmp_path / "net", fits, log=lambda m: None)
+    messages = []
+    assert checkpoint.resume(tmp_path / "net", fits, start_over=True, log=messages.append) is None
+    assert "starting over" in messages[-1]
+    assert checkpoint.resume(tmp_path / "empty", fits) is None  # no snapshot at all: a first run
+
+
+def run_train(recipe, results, *extra):
+    return subprocess.run([sys.executable, "-m", "hpcdl", "train", str(recipe), "--results", str(results), *extra],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, **THREADS})
+
+
+def test_the_trainer_skips_another_nets_snapshot_and_refuses_when_none_fits(tmp_path):
+    prefix = tmp_path / "snap" / "s"
+    first = write_recipe(tmp_path, "a", max_iter=4, snapshot=2, snapshot_prefix=str(prefix))
+    assert run_train(first, tmp_path / "a.jsonl").returncode == 0
+    # a newer snapshot of another net under the same prefix, with a valid checksum
+    other = {"iter": 6, "model": {"conv1.weight": torch.zeros(1)}, "optimizer": {"velocity": {}}}
+    checkpoint.save(other, checkpoint.snapshot_path(prefix, 6))
+    longer = write_recipe(tmp_path, "b", max_iter=6, snapshot=2, snapshot_prefix=str(prefix))
+    proc = run_train(longer, tmp_path / "b.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    assert "s_iter_6.ckpt" in proc.stderr and "another net" in proc.stderr
+    resumed = [r for r in records(tmp_path / "b.jsonl") if r["event"] == "resume"]
+    assert resumed and resumed[0]["iter"] == 4
+    # now every snapshot is of another net: one line, no training from 0 unless asked
+    for it, path in checkpoint.list_snapshots(prefix):
+        checkpoint.save({**other, "iter": it}, path)
+    proc = run_train(longer, tmp_path / "c.jsonl")
+    lines = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert proc.returncode == 2 and len(lines) == 1 and "--start-over" in lines[0], proc.stderr
+    proc = run_train(longer, tmp_path / "d.jsonl", "--start-over")
+    assert proc.returncode == 0, proc.stderr
+    start = [r for r in records(tmp_path / "d.jsonl") if r["event"] == "start"][0]
+    assert start["iter"] == 0
