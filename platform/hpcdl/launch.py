@@ -29,6 +29,12 @@ def launch(nproc: int, argv: list[str], grace: float = 10.0) -> int:
     base = dict(os.environ)
     base.setdefault("MASTER_ADDR", "127.0.0.1")
     base.setdefault("MASTER_PORT", str(free_port()))
+    import shutil
+
+    from hpcdl.errors import HpcdlError
+
+    if shutil.which(argv[0]) is None:
+        raise HpcdlError(f"launch: {argv[0]}: no such program (or it is not executable)")
     procs = []
     for rank in range(nproc):
         env = {**base, "RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),

@@ -15,6 +15,7 @@ from hpcdl.cli import app
 from hpcdl.cli.output import console as make_console
 from hpcdl.cli.output import checked_output, write_atomically
 from hpcdl.executors import executor_for
+from hpcdl.files import claim_run_folder
 from hpcdl.plan import JobRequest, Plan, make_plan
 from hpcdl.render import JobOptions, render_job_script
 from hpcdl.render.jobscript import DEFAULT_WARNING_SECONDS, _ranges, slug
@@ -284,8 +285,7 @@ def submit(
         scheduler, job_name = scheduler or s.scheduler, name or r.name
     executor = executor_for(scheduler)
     checked_output(job_dir, "-o")
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    folder = (job_dir or Path("runs") / f"{stamp}-{slug(job_name)}").resolve()
+    folder = claim_run_folder(job_dir, "{time}-" + slug(job_name))  # unique, and not shared with a run going on
     script = folder / "job.sh"
     write_atomically(script, text, mode=0o755)
     if dry_run:
@@ -447,8 +447,7 @@ def run(
 
         raise HpcdlError(f"site {s.name!r} uses {s.scheduler}; use `hpcdl submit` there, `hpcdl run` is for local sites")
     checked_output(out_dir, "-o")
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    job_dir = (out_dir or Path("runs") / f"{stamp}-{slug(name or r.name)}").resolve()
+    job_dir = claim_run_folder(out_dir, "{time}-" + slug(name or r.name))  # unique, and not shared with a run going on
     script = job_dir / "job.sh"
     write_atomically(script, text, mode=0o755)
     console = make_console()

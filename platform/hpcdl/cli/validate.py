@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import sys
 from pathlib import Path
@@ -45,10 +44,14 @@ def validate(
     ctx = build_context(site, suite, parse_nodes(nodes), references)
     selected = select_checks(only)
     checked_output(out, "-o")
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out_dir = (out or Path("runs") / f"validate-{ctx.site.name}-{stamp}").resolve()
-    if list_jobs or dry_run:
-        _show_jobs(ctx, selected, out_dir if dry_run else None, as_json)
+    if list_jobs:
+        _show_jobs(ctx, selected, None, as_json)
+        return
+    from hpcdl.files import claim_run_folder
+
+    out_dir = claim_run_folder(out, f"validate-{ctx.site.name}-{{time}}")  # unique, and not shared with a run going on
+    if dry_run:
+        _show_jobs(ctx, selected, out_dir, as_json)
         return
     console = make_console()
     if as_json:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 
 from hpcdl.errors import HpcdlError
@@ -167,25 +166,23 @@ def picture_format(path: Path) -> str:
 
 
 def _save_atomically(fig, path: Path) -> Path:
+    import io
+
     import matplotlib.pyplot as plt
+
+    from hpcdl.files import write_atomically
 
     fmt = picture_format(path)
     if not path.parent.is_dir():
         plt.close(fig)
         raise HpcdlError(f"--picture: folder {path.parent} does not exist; create it first")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".{fmt}", dir=path.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
+    buffer = io.BytesIO()
     try:
         # no timestamp in the PNG, so the checked-in pictures equal what this draws now
-        fig.savefig(tmp, dpi=110, format=fmt, bbox_inches="tight", pad_inches=0.15, metadata=PICTURE_FORMATS[fmt])
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a picture is for everyone
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        fig.savefig(buffer, dpi=110, format=fmt, bbox_inches="tight", pad_inches=0.15, metadata=PICTURE_FORMATS[fmt])
     finally:
         plt.close(fig)
+    umask = os.umask(0)
+    os.umask(umask)
+    write_atomically(path, buffer.getvalue(), mode=0o666 & ~umask)  # a picture is for everyone
     return path

@@ -12,7 +12,17 @@ from hpcdl.train.ranks import RankInfo
 def load_plan(path: str | None) -> dict | None:
     if not path:
         return None
-    return json.loads(Path(path).read_text())
+    from hpcdl.errors import HpcdlError
+
+    try:
+        plan = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise HpcdlError(f"--plan {path}: cannot read: {exc.strerror}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HpcdlError(f"--plan {path}: not a plan written by hpcdl render (not JSON: {exc})") from None
+    if not isinstance(plan, dict) or not isinstance(plan.get("ranks"), list) or not plan["ranks"]:
+        raise HpcdlError(f"--plan {path}: not a plan written by hpcdl render (no ranks)")
+    return plan
 
 
 def apply_plan(plan: dict | None, me: RankInfo) -> dict:

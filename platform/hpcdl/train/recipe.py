@@ -6,13 +6,20 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hpcdl.errors import HpcdlError, validation_message
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan are no learning rate, momentum or fraction: refused here, not on the compute node
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+#: the largest image side a recipe may ask for: 8192 x 8192 x 3 fp32 is 768 MiB per image, more
+#: than any GPU holds for a batch of a few (spatial parallelism splits larger samples into slabs
+#: of one image, which this bounds too)
+MAX_IMAGE_SIZE = 8192
 
 
 class DataSpec(_Strict):
@@ -20,8 +27,8 @@ class DataSpec(_Strict):
 
     source: Literal["synthetic", "digits", "cifar10", "imagefolder", "tar", "mesh"] = "synthetic"
     path: str | None = None
-    image_size: int | None = Field(default=None, ge=4, description="side the images are resized to")
-    crop: int | None = Field(default=None, ge=4, description="Caffe crop_size: random crop in training, centre crop in test")
+    image_size: int | None = Field(default=None, ge=4, le=MAX_IMAGE_SIZE, description="side the images are resized to")
+    crop: int | None = Field(default=None, ge=4, le=MAX_IMAGE_SIZE, description="Caffe crop_size: random crop in training, centre crop in test")
     mirror: bool = Field(default=False, description="Caffe mirror: random horizontal flips in training")
     num_classes: int | None = Field(default=None, ge=2)
     holdout_fraction: float = Field(default=0.2, gt=0, lt=1)
@@ -46,6 +53,12 @@ class DataSpec(_Strict):
     def _caffe_fields(self) -> "DataSpec":
         if self.transform == "normalise" and (self.mean_value is not None or self.scale != 1.0):
             raise ValueError("data.mean_value and data.scale are Caffe's transform_param: they need transform caffe (or auto)")
+        return self
+
+    @model_validator(mode="after")
+    def _files_need_a_path(self) -> "DataSpec":
+        if self.source in ("cifar10", "imagefolder", "tar") and not self.path:
+            raise ValueError(f"data.source {self.source} reads files: give data.path")
         return self
 
 
@@ -130,6 +143,19 @@ class Recipe(_Strict):
     snapshot_keep: int = Field(default=3, ge=1, description="snapshots kept on disk (older ones are removed)")
     collective_timeout_s: float = Field(default=300, gt=0, description="a rank waiting longer than this on a peer fails")
 
+    @field_validator("net")
+    @classmethod
+    def _a_known_net(cls, net: str) -> str:
+        # a bundled net's name, or a net file's path (hpcdl.nets.spec.net_path): checked here, so
+        # a typo is refused at render, not on the compute node after the queue wait
+        from hpcdl.nets.spec import net_path
+
+        try:
+            net_path(net)
+        except HpcdlError as exc:
+            raise ValueError(str(exc).removeprefix("net: ")) from None
+        return net
+
     @model_validator(mode="after")
     def _needs_a_length(self) -> "Recipe":
         if self.max_iter is None and self.epochs is None:
@@ -179,6 +205,10 @@ def load_recipe(path: str | Path) -> Recipe:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise HpcdlError(f"recipe {path}: not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise HpcdlError(f"recipe {path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
+    except OSError as exc:
+        raise HpcdlError(f"recipe {path}: cannot read: {exc.strerror}") from None
     return recipe_from_dict(data, str(path), default_name=path.stem)
 
 
