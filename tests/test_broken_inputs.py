@@ -158,3 +158,40 @@ def test_recipes_that_can_only_fail_on_the_compute_node_are_refused_at_render(tm
     proc = hpcdl("render", "--site", "ci-slurm", path, "-o", out, env=SITES)
     one_line_error(proc, field)
     assert not out.exists()
+
+
+# --- item 5: sizes -----------------------------------------------------------------------------
+
+
+def site_with(tmp_path, **node):
+    sites = tmp_path / "sites"
+    sites.mkdir(exist_ok=True)
+    data = yaml.safe_load((FIXTURE_SITES / "ci-slurm.yaml").read_text())
+    data["name"] = "big"
+    kind = next(iter(data["node_kinds"].values()))
+    kind.update(node)
+    (sites / "big.yaml").write_text(yaml.safe_dump(data))
+    return {"HPCDL_SITE_PATH": str(sites)}
+
+
+@pytest.mark.parametrize("field, value", [("cores_per_socket", 50_000_000), ("sockets", 2_000_000),
+                                          ("threads_per_core", 1000), ("count", 10**12)])
+def test_impossible_node_sizes_are_refused_in_one_line(tmp_path, field, value):
+    proc = hpcdl("plan", "--site", "big", env=site_with(tmp_path, **{field: value}), timeout=60)
+    one_line_error(proc, field)
+
+
+def test_more_nodes_than_the_site_has_is_refused_in_one_line(tmp_path):
+    proc = hpcdl("render", "--site", "lassen", "-N", "100000", RECIPES / "cifar10-quick.yaml", "-o",
+                 tmp_path / "big.sh", timeout=60)
+    one_line_error(proc, "nodes", "795")
+    assert not (tmp_path / "big.sh").exists()
+    proc = hpcdl("plan", "--site", "volta-x86", "-N", "1000000000", timeout=60)
+    one_line_error(proc, "nodes")
+
+
+def test_a_job_name_or_argument_longer_than_a_command_line_is_refused_at_render(tmp_path):
+    proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "cifar10-quick.yaml", "--name", "n" * 100_000, env=SITES)
+    one_line_error(proc, "name")
+    proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "cifar10-quick.yaml", "--", "a" * 100_000, env=SITES)
+    one_line_error(proc, "launch line")

@@ -18,7 +18,7 @@ from hpcdl.errors import HpcdlError
 from hpcdl.plan.env import communication_env, rank_env, threading_env
 from hpcdl.plan.model import Plan, RankPlacement, SpatialLayout
 from hpcdl.plan.request import JobRequest
-from hpcdl.sites.schema import Gpu, Nic, NodeKind, Site
+from hpcdl.sites.schema import MAX_NODES, Gpu, Nic, NodeKind, Site
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,12 @@ class _Slot:
 def make_plan(site: Site, request: JobRequest) -> Plan:
     kind_name, node = site.node_kind(request.node_kind)
     use_gpus = _use_gpus(site, kind_name, node, request)
+    if node.count is not None and request.nodes > node.count:
+        raise HpcdlError(
+            f"nodes: {request.nodes} is more than site {site.name!r} has of node kind {kind_name!r} ({node.count})"
+        )
+    if request.nodes > MAX_NODES:
+        raise HpcdlError(f"nodes: {request.nodes} is more than any machine has (at most {MAX_NODES})")
     if site.defaults.max_nodes and request.nodes > site.defaults.max_nodes:
         raise HpcdlError(
             f"nodes: {request.nodes} is more than site {site.name!r} allows in one job "

@@ -29,6 +29,12 @@ from hpcdl.sites.schema import Site
 
 SCHEDULERS = ("local", "slurm", "lsf", "pbs")
 
+#: the longest job name: Slurm shows and stores names of any length, but a name goes into an
+#: environment variable, and any one of those is limited (MAX_ARG_STRLEN, 128 KiB)
+MAX_NAME = 1024
+#: the longest single word of the launch line or one environment value (below MAX_ARG_STRLEN)
+MAX_WORD = 65536
+
 #: how long before the time limit a --requeue job is warned (SIGUSR1): enough for a
 #: checkpoint of a ResNet-50-sized model to reach a parallel filesystem.
 DEFAULT_WARNING_SECONDS = 300
@@ -129,6 +135,8 @@ def render_job_script(
             raise HpcdlError(f"extra argument {i + 1}: contains a NUL byte, which no command line can carry")
     if not options.name.strip():
         raise HpcdlError("name: the job name is empty")
+    if len(options.name) > MAX_NAME:
+        raise HpcdlError(f"name: {len(options.name)} characters; a job name may have at most {MAX_NAME}")
     env = {env_name(k): v for k, v in sorted(plan.env.items())}
     for r in plan.ranks:
         for k in r.env:
@@ -142,6 +150,13 @@ def render_job_script(
     if program is None:
         program = ["hpcdl", "train", "recipe.json", "--plan", "plan.json", "--results", "results.jsonl"]
     program = [*program, *options.extra_args]
+    for what, words in (("the launch line", [*plan.launcher_argv, *runtime_argv, *program]), ("env", env.values())):
+        for word in words:
+            if len(str(word)) > MAX_WORD:
+                # Linux refuses any one argument or environment string over 128 KiB (MAX_ARG_STRLEN):
+                # the job would die at start with status 126, after its queue wait
+                raise HpcdlError(f"{what}: a word of {len(str(word))} characters is longer than a command "
+                                 f"line may carry ({MAX_WORD}): {str(word)[:40]!r}...")
     job = batch_request(site, plan, options, scheduler)
     template = _env.get_template(f"{scheduler}.sh.j2")
     return template.render(

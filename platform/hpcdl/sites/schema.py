@@ -32,6 +32,9 @@ ModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_
 # a scheduler word: account, partition/queue, QoS, feature list (no blanks, quotes or shell text)
 SchedulerWord = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:+=,@/%&|!()\[\]*-]+$", max_length=255)]
 PATH_MAX = 4096
+#: more nodes than any machine has (Fugaku: 158,976): a bound on counts, so a typo cannot make
+#: plan and render build millions of ranks
+MAX_NODES = 1_000_000
 
 
 def _plain_path(value: str) -> str:
@@ -121,12 +124,12 @@ class NodeKind(_Strict):
     """One kind of compute node. Core numbers count physical cores across the node, socket 0 first."""
 
     description: Text = ""
-    count: int | None = Field(default=None, ge=1, description="nodes of this kind in the machine")
+    count: int | None = Field(default=None, ge=1, le=MAX_NODES, description="nodes of this kind in the machine")
     cpu_model: Text = ""
     cpu_target: DeviceName = Field(default="x86_64", description="archspec name: knl, skylake_avx512, power9le, zen3 ...")
-    sockets: int = Field(ge=1)
-    cores_per_socket: int = Field(ge=1)
-    threads_per_core: int = Field(default=1, ge=1)
+    sockets: int = Field(ge=1, le=64)  # the largest shared-memory nodes (HPE Superdome Flex) have 32
+    cores_per_socket: int = Field(ge=1, le=1024)  # today's most: 192 (AMD Zen 5c), 260 (Sunway SW26010)
+    threads_per_core: int = Field(default=1, ge=1, le=8)  # POWER8/9 SMT8
     scheduler_cpus_per_core: int | None = Field(
         default=None, ge=1,
         description=(
@@ -146,8 +149,8 @@ class NodeKind(_Strict):
     )
     memory_gb: float = Field(gt=0)
     hbm_gb: float = Field(default=0, ge=0, description="on-package memory: KNL MCDRAM, V100/A100 HBM counts under gpus")
-    gpus: tuple[Gpu, ...] = ()
-    nics: tuple[Nic, ...] = ()
+    gpus: tuple[Gpu, ...] = Field(default=(), max_length=64)
+    nics: tuple[Nic, ...] = Field(default=(), max_length=64)
     domains_per_socket: int = Field(
         default=1, ge=1,
         description="NUMA domains per socket (AMD EPYC in NPS4 mode: 4); each holds an equal, contiguous share of cores",
@@ -317,7 +320,7 @@ class Defaults(_Strict):
         default_factory=dict,
         description="PBS job-wide resources (-l name=value, outside the select chunk): filesystems: home:eagle",
     )
-    max_nodes: int | None = Field(default=None, ge=1)
+    max_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES)
     max_time: str | None = None
     image: SitePath | None = Field(default=None, description="image (path or name in image_dir) jobs run in")
     image_dir: SitePath | None = None
