@@ -195,3 +195,53 @@ def test_a_job_name_or_argument_longer_than_a_command_line_is_refused_at_render(
     one_line_error(proc, "name")
     proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "cifar10-quick.yaml", "--", "a" * 100_000, env=SITES)
     one_line_error(proc, "launch line")
+
+
+# --- item 12: profile fields reach the job ----------------------------------------------------
+
+
+def render_site(site, *args, scheduler=None):
+    from hpcdl.plan import JobRequest, make_plan
+    from hpcdl.render import JobOptions, render_job_script
+    from hpcdl.train.recipe import load_recipe
+
+    recipe = load_recipe(RECIPES / "cifar10-quick.yaml")
+    plan = make_plan(site, JobRequest(nodes=1))
+    return render_job_script(site, plan, recipe.model_dump(mode="json"), JobOptions(name="q", time=args[0] if args else None),
+                             scheduler=scheduler)
+
+
+def test_a_sites_qos_reaches_slurm():
+    from hpcdl.sites import load_site
+
+    # NERSC's job scripts ask for it: `#SBATCH -q regular` (docs.nersc.gov, Perlmutter example scripts)
+    assert "#SBATCH --qos=regular\n" in render_site(load_site("perlmutter"))
+
+
+def test_a_time_beyond_the_sites_max_time_is_refused():
+    from hpcdl.sites import load_site
+
+    site = load_site("summit")  # max_time 24:00:00
+    assert "#BSUB -W 24:00" in render_site(site, "24:00:00")
+    with pytest.raises(HpcdlError, match="time: 30:00:00 is longer than .*max_time 24:00:00"):
+        render_site(site, "30:00:00")
+
+
+def test_the_profiles_alloc_flags_reach_lsf():
+    from hpcdl.sites import load_site
+
+    site = load_site("summit")
+    site = site.model_copy(update={"defaults": site.defaults.model_copy(update={"alloc_flags": ("gpumps", "smt1")})})
+    text = render_site(site)
+    assert '#BSUB -alloc_flags "nvme smt1 gpumps"' in text or '#BSUB -alloc_flags "nvme gpumps smt1"' in text
+
+
+def test_the_centres_framework_module_is_loaded_when_there_is_no_container(fixture_sites):
+    from hpcdl.sites import load_site
+
+    site = load_site("ci-slurm")
+    site = site.model_copy(update={
+        "runtime": "none",
+        "modules": site.modules.model_copy(update={"system": "lmod", "frameworks": {"pytorch": "pytorch/2.1"}}),
+    })
+    assert "pytorch/2.1" in [line for line in render_site(site).splitlines() if line.startswith("module load")][0]

@@ -54,7 +54,8 @@ def all_sites() -> list[str]:
 
 def render_for(site, scheduler=None, requeue=False, nodes=2) -> str:
     recipe = load_recipe(RECIPES / "digits-quick.yaml")
-    nodes = min(nodes, site.defaults.max_nodes or nodes)
+    count = site.node_kind()[1].count  # the detected local site is one node
+    nodes = min(nodes, site.defaults.max_nodes or nodes, count or nodes)
     plan = make_plan(site, JobRequest(nodes=nodes))
     # a site naming folders by project (Frontier's /lustre/orion/{project}) takes the project from the
     # account; only Slurm sets the charged one in the job ($SLURM_JOB_ACCOUNT), so other schedulers need it

@@ -192,6 +192,9 @@ def _heredoc_safe(text: str) -> str:
 def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -> dict:
     node = site.node_kinds[plan.node_kind]
     seconds = parse_time(options.time or site.defaults.time)
+    if site.defaults.max_time and seconds > parse_time(site.defaults.max_time):
+        raise HpcdlError(f"time: {options.time or site.defaults.time} is longer than site {site.name!r} allows "
+                         f"(defaults.max_time {site.defaults.max_time})")
     gpus_per_rank = len(plan.ranks[0].gpus)
     cores_per_rank = len(plan.ranks[0].cores)
     exclusive = site.defaults.exclusive if options.exclusive is None else options.exclusive
@@ -222,7 +225,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "job_resources": [f"{k}={v}" for k, v in site.defaults.job_resources.items()] if scheduler == "pbs" else [],
         "job_id_var": {"slurm": "SLURM_JOB_ID", "lsf": "LSB_JOBID", "pbs": "PBS_JOBID", "local": "HPCDL_JOB_ID"}[scheduler],
     }
-    for field in ("account", "partition", "constraint"):
+    for field in ("account", "partition", "constraint", "qos"):
         # the merged value, the site's default included: a profile is input as much as a flag
         one_line(field, job[field])
     if options.requeue and options.warning_seconds >= seconds:
@@ -289,7 +292,12 @@ def lsf_alloc_flags(site: Site, plan: Plan) -> str:
         flags.append("nvme")
     if node.threads_per_core > 1:
         flags.append(f"smt{node.threads_per_core}")
-    return " ".join(flags)
+    # and the profile's own (defaults.alloc_flags), e.g. gpumps; an SMT mode it names wins
+    own = list(site.defaults.alloc_flags)
+    if any(f.startswith("smt") for f in own):
+        flags = [f for f in flags if not f.startswith("smt")]
+    flags += [f for f in own if f not in flags]
+    return " ".join(plain_word("defaults.alloc_flags", "LSF", f) for f in flags)
 
 
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
@@ -334,6 +342,10 @@ def module_lines(site: Site, plan: Plan | None = None) -> dict:
     load = [*site.modules.load, *(plan.modules if plan else ())]
     if site.modules.runtime and site.runtime != "none":
         load.append(site.modules.runtime)
+    framework = plan.framework if plan else None
+    if site.runtime == "none" and framework in site.modules.frameworks:
+        # no container: the framework comes from the centre's own module (modules.frameworks)
+        load.append(site.modules.frameworks[framework])
     use = [path_with_variables(p) for p in site.modules.use] if load else []
     return {"init": site.modules.init if load else None, "load": load, "use": use}
 
