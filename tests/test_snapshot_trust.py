@@ -106,3 +106,35 @@ def test_the_trainer_skips_another_nets_snapshot_and_refuses_when_none_fits(tmp_
     assert proc.returncode == 0, proc.stderr
     start = [r for r in records(tmp_path / "d.jsonl") if r["event"] == "start"][0]
     assert start["iter"] == 0
+
+
+def test_a_graceful_stop_of_a_local_mpirun_job_exits_75(tmp_path):
+    """SIGTERM to the job script: the ranks snapshot and exit 75, mpirun reports 1 of its own,
+    and the script still exits 75 (requeue to resume), as docs/trainer.md promises."""
+    import signal
+    import time
+
+    from conftest import require_tool
+    from hpcdl.executors.local import job_environment
+
+    require_tool("mpirun")
+    recipe = write_recipe(tmp_path, "long", max_iter=100_000, snapshot=1000, display=1,
+                          snapshot_prefix=str(tmp_path / "snap" / "s"))
+    script = tmp_path / "job.sh"
+    proc = subprocess.run([sys.executable, "-m", "hpcdl", "render", "--site", "local", str(recipe), "-o", str(script)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "mpirun" in script.read_text()
+    job_dir = tmp_path / "job"
+    job = subprocess.Popen(["bash", str(script)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=job_environment(job_dir, HPCDL_JOB_ID="9", **THREADS))
+    results = job_dir / "results.jsonl"
+    deadline = time.monotonic() + 240
+    while not (results.exists() and any(r["event"] == "step" for r in records(results))):
+        assert job.poll() is None, job.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    job.send_signal(signal.SIGTERM)
+    out, err = job.communicate(timeout=120)
+    assert any(r["event"] == "preempted" for r in records(results)), err
+    assert job.returncode == 75, err

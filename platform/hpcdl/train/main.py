@@ -44,9 +44,22 @@ def run_training(recipe_path: str, plan_path: str | None = None, results_path: s
     finally:
         writer.close()
     status = int(summary.get("exit_status", 0))
+    if status == PREEMPTED_EXIT and me.rank == 0 and os.environ.get("HPCDL_JOB_DIR"):
+        # the job script turns a launcher's own status (mpirun says 1) back into 75 with this
+        try:
+            with open(os.path.join(os.environ["HPCDL_JOB_DIR"], PREEMPTED_MARK), "w") as f:
+                f.write(f"{summary.get('iter', '')}\n")
+        except OSError:
+            pass
     if me.world_size > 1 and exit_ranks:
         exit_rank(status)
     return summary
+
+
+#: exit status of a rank that stopped on SIGUSR1/SIGTERM after writing its snapshot (EX_TEMPFAIL)
+PREEMPTED_EXIT = 75
+#: the file rank 0 leaves in $HPCDL_JOB_DIR then, for the job script (render/templates/_body.sh.j2)
+PREEMPTED_MARK = ".hpcdl-preempted"
 
 
 # One module per framework, each with train(recipe, me, results, context) -> summary dict;
