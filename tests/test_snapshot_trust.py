@@ -138,3 +138,39 @@ def test_a_graceful_stop_of_a_local_mpirun_job_exits_75(tmp_path):
     out, err = job.communicate(timeout=120)
     assert any(r["event"] == "preempted" for r in records(results)), err
     assert job.returncode == 75, err
+
+
+def test_a_snapshot_folder_that_cannot_be_written_is_refused_before_training(tmp_path):
+    (tmp_path / "file").write_text("x")
+    recipe = write_recipe(tmp_path, "r", max_iter=200, snapshot=100, snapshot_prefix=str(tmp_path / "file" / "snap" / "s"))
+    proc = run_train(recipe, tmp_path / "r.jsonl")
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "snapshot_prefix" in lines[0], proc.stderr
+    assert not any(r["event"] == "step" for r in records(tmp_path / "r.jsonl")) if (tmp_path / "r.jsonl").exists() else True
+    with pytest.raises(HpcdlError, match="MiB free, less than one snapshot needs"):
+        checkpoint.check_folder(tmp_path / "ok" / "s", need_bytes=2**62)
+    checkpoint.check_folder(tmp_path / "ok" / "s", need_bytes=1)
+    assert os.listdir(tmp_path / "ok") == []  # the probe file is gone
+
+
+@pytest.mark.parametrize("policy", ["stop", "continue"])
+def test_a_failed_snapshot_stops_training_unless_the_recipe_says_go_on(tmp_path, monkeypatch, policy):
+    from test_train import train_here
+
+    real_save = checkpoint.save
+
+    def save(state, path):
+        if state["iter"] == 2:
+            raise HpcdlError(f"{path}: cannot write: No space left on device")
+        return real_save(state, path)
+
+    monkeypatch.setattr(checkpoint, "save", save)
+    recipe = write_recipe(tmp_path, "r", max_iter=4, snapshot=2, snapshot_failure=policy,
+                          snapshot_prefix=str(tmp_path / "snap" / "s"))
+    if policy == "stop":
+        with pytest.raises(HpcdlError, match="No space left"):
+            train_here(recipe, tmp_path / "r.jsonl")
+        return
+    train_here(recipe, tmp_path / "r.jsonl")
+    events = [(r["event"], r.get("iter")) for r in records(tmp_path / "r.jsonl")]
+    assert ("snapshot_failed", 2) in events and ("snapshot", 4) in events and events[-1][0] == "final"

@@ -190,6 +190,41 @@ def state_fits(state: dict, net, optimizer=None) -> str | None:
     return None
 
 
+def check_folder(prefix: str | Path, need_bytes: int = 0) -> None:
+    """Refuse, in one line and before any training, a snapshot folder that cannot take a snapshot.
+
+    The folder is created if need be; a file is written to it and removed (a read-only or
+    foreign folder fails here), and its free space must hold `need_bytes` (one snapshot).
+    Otherwise the first snapshot, an interval of work later, would be the first to fail.
+    """
+    import shutil
+    import tempfile
+
+    folder = Path(prefix).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".snap_probe_", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+        free = shutil.disk_usage(folder).free
+    except OSError as exc:
+        raise HpcdlError(f"snapshot_prefix: cannot write snapshots into {folder}: {exc.strerror or exc}") from None
+    if need_bytes and free < need_bytes:
+        raise HpcdlError(f"snapshot_prefix: {folder} has {free / 2**20:.1f} MiB free, "
+                         f"less than one snapshot needs ({need_bytes / 2**20:.1f} MiB)")
+
+
+def snapshot_bytes(*modules_or_tensors) -> int:
+    """About what one snapshot of these takes: their tensors, plus the header and pickle framing."""
+    import torch
+
+    total = 0
+    for item in modules_or_tensors:
+        tensors = item.state_dict().values() if hasattr(item, "state_dict") and not torch.is_tensor(item) else [item]
+        total += sum(t.numel() * t.element_size() for t in tensors if torch.is_tensor(t))
+    return total + 64 * 1024
+
+
 def prune(prefix: str | Path, keep: int) -> None:
     for _, path in list_snapshots(prefix)[keep:]:
         try:

@@ -141,6 +141,9 @@ class Recipe(_Strict):
     # gradient_lag lower `momentum` (cifar10_quick on digits: 0.5 at base_lr 0.04, not 0.9 at 0.01)
     gradient_lag: bool = Field(default=False, description="apply step t-1's averaged gradients at step t (Kurth et al. 2018)")
     snapshot_keep: int = Field(default=3, ge=1, description="snapshots kept on disk (older ones are removed)")
+    snapshot_failure: Literal["stop", "continue"] = Field(
+        default="stop", description="a snapshot that cannot be written (disk full) stops training, or is reported "
+        "and training goes on to the next one")
     collective_timeout_s: float = Field(default=300, gt=0, description="a rank waiting longer than this on a peer fails")
 
     @field_validator("net")

@@ -202,6 +202,8 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     workers = default_workers(recipe.data.workers, device)
     first_iter = 0
     if recipe.snapshot_prefix:
+        # a read-only or full folder is said now, not at the first snapshot an interval of work later
+        checkpoint.check_folder(recipe.snapshot_prefix, 2 * checkpoint.snapshot_bytes(net))
         resumed = checkpoint.resume(recipe.snapshot_prefix, lambda s: checkpoint.state_fits(s, net, optimizer),
                                     start_over=bool(context.get("start_over")))
         if resumed:
@@ -422,7 +424,15 @@ def write_snapshot(recipe, me, net, optimizer, precision, done, schedule, result
         state = {"iter": done, "model": net.state_dict(), "optimizer": optimizer.state_dict(),
                  "precision": precision.state_dict(), "recipe": recipe.model_dump(mode="json"),
                  "lr_next": schedule.rate(done)}
-        path = checkpoint.save(state, checkpoint.snapshot_path(recipe.snapshot_prefix, done))
+        try:
+            path = checkpoint.save(state, checkpoint.snapshot_path(recipe.snapshot_prefix, done))
+        except HpcdlError as exc:
+            if recipe.snapshot_failure != "continue":
+                raise
+            print(f"hpcdl train: snapshot at iteration {done} not written, going on (snapshot_failure: continue): {exc}",
+                  file=sys.stderr)
+            results.record("snapshot_failed", iter=done, error=str(exc))
+            return
         checkpoint.prune(recipe.snapshot_prefix, recipe.snapshot_keep)
         results.record("snapshot", iter=done, path=str(path))
 

@@ -81,6 +81,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     schedule = Schedule.from_recipe(recipe, max_iter, global_batch, iters_per_epoch)
     first_iter = 0
     if recipe.snapshot_prefix:
+        checkpoint.check_folder(recipe.snapshot_prefix, 2 * checkpoint.snapshot_bytes(net))
         resumed = checkpoint.resume(recipe.snapshot_prefix, lambda s: checkpoint.state_fits(s, net, optimizer),
                                     start_over=bool(context.get("start_over")))
         if resumed:
