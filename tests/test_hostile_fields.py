@@ -30,7 +30,9 @@ from hpcdl.train.recipe import Recipe
 
 C = "$HPCDL_CANARY"
 PAYLOADS = {
-    "substitution": f"a$(touch {C})`touch {C}`';touch {C};'\";touch {C};\"]]..os.execute('touch x')..[[",
+    "substitution": (f"a$(touch {C})`touch {C}`';touch {C};'\";touch {C};\""
+                     "]]..os.execute('touch '..os.getenv('HPCDL_CANARY'))..[[\"..os.execute('touch '..os.getenv('HPCDL_CANARY')).."
+                     "]==]..os.execute('touch '..os.getenv('HPCDL_CANARY'))..[==["),
     "newline": f"x\ntouch {C} #",
     "directives": f"x\r\n#SBATCH --output=y\n#BSUB -o y\n#PBS -o y\n#DW jobdw x\ntouch {C}",
 }
@@ -217,6 +219,55 @@ def check_script(world, out: Path, scheduler: str, where: str) -> None:
     assert not canary.exists() and not list(out.parent.rglob("CANARY")), f"{where}: the payload ran"
 
 
+LUA_STUBS = """
+-- every Lmod function a modulefile may call, as a no-op; os.execute and io.popen stay real,
+-- so a string that broke out of its quotes would run here
+setmetatable(_G, {__index = function(_, name) return function() return "" end end})
+for _, path in ipairs(arg) do dofile(path) end
+"""
+
+
+def check_modulefiles(world, capsys, monkeypatch, site: dict, where: str, args: list[str] = ()) -> None:
+    """`hpcdl modulefiles render` for the site: refused in one line, or every .lua parses and
+    loads (Lmod's functions stubbed) and every wrapper runs (runtimes stubbed), and no canary."""
+    from conftest import require_tool
+    from hpcdl.cli import main
+
+    lua = require_tool("lua5.3")
+    case = world["root"] / f"mods-{render.n}"
+    render.n += 1
+    (case / "sites").mkdir(parents=True)
+    (case / "sites" / "hostile.yaml").write_text(yaml.safe_dump(site))
+    monkeypatch.setenv("HPCDL_SITE_PATH", str(case / "sites"))
+    capsys.readouterr()
+    try:
+        main(["modulefiles", "render", "--site", "hostile", "--out", str(case / "tree"), *args])
+        status = 0
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else 1
+    err = capsys.readouterr().err
+    if status:
+        check_refusal(status, err, where)
+        return
+    canary = case / "CANARY"
+    env = {"PATH": f"{world['stubs']}:/usr/bin:/bin", "HOME": str(world["root"]), "USER": "u",
+           "HPCDL_CANARY": str(canary), "HPCDL_IMAGE_DIR": str(world["root"])}
+    (case / "stubs.lua").write_text(LUA_STUBS)
+    files = [p for p in (case / "tree").rglob("*") if p.is_file()]
+    assert files, where
+    modules = [str(p) for p in files if p.suffix == ".lua"]
+    wrappers = [str(p) for p in files if p.suffix != ".lua"]
+    proc = subprocess.run([lua, str(case / "stubs.lua"), *modules], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, f"{where}: {proc.stderr}"
+    assert not canary.exists(), f"{where}: loading a modulefile ran the payload"
+    for wrapper in wrappers:
+        syntax = subprocess.run(["bash", "-n", wrapper], capture_output=True, text=True)
+        assert syntax.returncode == 0, f"{where}: {wrapper}: {syntax.stderr}"
+    subprocess.run(["bash", "-c", 'for w; do bash "$w" --version; done', "_", *wrappers], capture_output=True,
+                   text=True, env=env, timeout=60)
+    assert not canary.exists(), f"{where}: a wrapper ran the payload"
+
+
 def check_refusal(status: int, err: str, where: str) -> None:
     assert status == 2, f"{where}: status {status}: {err}"
     lines = [line for line in err.splitlines() if line.strip()]
@@ -241,6 +292,7 @@ def test_every_site_profile_field(world, capsys, monkeypatch, payload):
         if path == ("name",):
             continue  # the profile's name must match its file name; tested by test_sites
         site = put(world["site"], path, value)
+        check_modulefiles(world, capsys, monkeypatch, site, f"modulefiles: site {label(path)} = {payload}")
         for scheduler in SCHEDULERS:
             where = f"site {label(path)} = {payload} ({scheduler})"
             status, err, out = render(world, capsys, monkeypatch, site, world["recipe"], [], scheduler)
@@ -273,9 +325,9 @@ def test_every_command_line_field(world, capsys, monkeypatch, payload):
             where = f"command line {field} = {payload} ({scheduler})"
             recipe_name, out_name, args = "recipe.yaml", "job.sh", []
             if field == "recipe":
-                recipe_name = value.replace("/", "_") + ".yaml"
+                recipe_name = value.replace("/", "_")[:200] + ".yaml"
             elif field in ("-o", "--output"):
-                out_name = value.replace("/", "_")
+                out_name = value.replace("/", "_")[:200]
             elif field == "--scheduler":
                 args = []  # the scheduler is chosen below; a hostile one is refused by name
                 status, err, _ = render(world, capsys, monkeypatch, world["site"], world["recipe"], [], value)
@@ -324,3 +376,9 @@ def test_an_lsf_site_constraint_with_a_newline_adds_no_directive(world, capsys, 
     status, err, _ = render(world, capsys, monkeypatch, site, world["recipe"], [], "lsf")
     check_refusal(status, err, "constraint")
     assert "defaults.constraint" in err
+
+
+@pytest.mark.parametrize("payload", sorted(PAYLOADS))
+def test_the_modulefiles_prefix_option(world, capsys, monkeypatch, payload):
+    check_modulefiles(world, capsys, monkeypatch, world["site"], f"modulefiles --prefix = {payload}",
+                      ["--prefix", "/opt/" + PAYLOADS[payload].replace("/", "_")])
