@@ -174,3 +174,41 @@ def test_a_failed_snapshot_stops_training_unless_the_recipe_says_go_on(tmp_path,
     train_here(recipe, tmp_path / "r.jsonl")
     events = [(r["event"], r.get("iter")) for r in records(tmp_path / "r.jsonl")]
     assert ("snapshot_failed", 2) in events and ("snapshot", 4) in events and events[-1][0] == "final"
+
+
+def test_the_tensorflow_and_mxnet_snapshots_follow_the_same_rules(tmp_path):
+    """framework_loop's .npz snapshots: arrays only, another net's skipped, none usable refused."""
+    import numpy as np
+
+    from hpcdl.train.framework_loop import restore_snapshot
+    from hpcdl.train.recipe import load_recipe
+
+    class Trainer:
+        framework = "tensorflow"
+
+        def __init__(self):
+            self.w = np.zeros((3, 2))
+
+        def state(self):
+            return {"w0": self.w.copy()}
+
+        def load_state(self, arrays):
+            self.w = arrays["w0"].copy()
+
+    prefix = tmp_path / "s"
+    recipe = load_recipe(write_recipe(tmp_path, "r", snapshot=1, snapshot_prefix=str(prefix)))
+
+    def write(it, w):
+        np.savez(f"{prefix}_tensorflow_iter_{it}.npz", __iter=it, __epoch=0, __cursor=it, w0=w)
+
+    write(1, np.ones((3, 2)))
+    write(2, np.ones((5, 2)))  # another net's
+    trainer = Trainer()
+    assert restore_snapshot(recipe, trainer) == (1, 0, 1) and trainer.w.sum() == 6
+    with open(f"{prefix}_tensorflow_iter_3.npz", "wb") as f:  # a pickled object, not arrays
+        np.save(f, np.array([Payload(tmp_path / "CANARY")], dtype=object), allow_pickle=True)
+    assert restore_snapshot(recipe, Trainer())[0] == 1 and not (tmp_path / "CANARY").exists()
+    os.unlink(f"{prefix}_tensorflow_iter_1.npz")
+    with pytest.raises(HpcdlError, match="--start-over"):
+        restore_snapshot(recipe, Trainer())
+    assert restore_snapshot(recipe, Trainer(), start_over=True) is None

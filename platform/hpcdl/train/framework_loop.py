@@ -14,6 +14,7 @@ import inspect
 import math
 import os
 import re
+import sys
 import time
 import zipfile
 from typing import Callable, Protocol
@@ -105,7 +106,7 @@ def run_loop(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict
     iters_per_epoch = max(1, n_train // (recipe.batch_size * me.world_size))
     rate = schedule(recipe, max_iter, global_batch, iters_per_epoch)
     start_iter, epoch, cursor = 0, 0, 0
-    resumed = restore_snapshot(recipe, trainer)
+    resumed = restore_snapshot(recipe, trainer, start_over=bool(context.get("start_over")))
     if resumed:
         start_iter, epoch, cursor = resumed
     results.record(
@@ -247,9 +248,50 @@ def write_snapshot(recipe: Recipe, trainer: FrameworkTrainer, me: RankInfo, iter
     os.replace(tmp, path)
 
 
-def restore_snapshot(recipe: Recipe, trainer: FrameworkTrainer) -> tuple[int, int, int] | None:
+def restore_snapshot(recipe: Recipe, trainer: FrameworkTrainer, start_over: bool = False) -> tuple[int, int, int] | None:
+    """(iteration, epoch, cursor) of the newest snapshot that reads back, is ours and fits the net.
+
+    Arrays only (np.load refuses pickled objects); a file another user owns, or one whose arrays
+    differ in name or shape from this net's, is reported and the older one tried; when snapshots
+    exist and none can be used, training refuses unless `start_over` (checkpoint.resume's rules).
+    """
     if not (recipe.snapshot and recipe.snapshot_prefix):
         return None
+    from hpcdl.train.checkpoint import this_user
+
+    pattern = re.compile(re.escape(f"{recipe.snapshot_prefix}_{trainer.framework}_iter_") + r"(\d+)\.npz$")
+    found = sorted(
+        ((int(m.group(1)), p) for p in glob.glob(f"{glob.escape(recipe.snapshot_prefix)}_{trainer.framework}_iter_*.npz")
+         if (m := pattern.search(p))),
+        reverse=True,
+    )
+    fresh, owner, last = None, this_user(), None
+    for _, path in found:
+        try:
+            if owner is not None and os.stat(path).st_uid != owner:
+                raise ValueError(f"belongs to uid {os.stat(path).st_uid}, not to uid {owner} who is training; not trusted")
+            with np.load(path) as z:  # allow_pickle=False: arrays only
+                arrays = {k: z[k] for k in z.files}
+            if not {"__iter", "__epoch", "__cursor"} <= set(arrays):
+                raise ValueError("not an hpcdl snapshot (no iteration)")
+            if fresh is None:
+                fresh = trainer.state()  # every rank is here: some frameworks gather state collectively
+            clash = [k for k, v in arrays.items() if k in fresh and np.shape(fresh[k]) != v.shape]
+            if clash:
+                raise ValueError(f"arrays of another net ({clash[0]}: {arrays[clash[0]].shape}, "
+                                 f"this net's is {np.shape(fresh[clash[0]])})")
+            trainer.load_state({k: v for k, v in arrays.items() if not k.startswith("__")})
+        except (OSError, ValueError, KeyError, IndexError, TypeError, zipfile.BadZipFile, EOFError) as exc:
+            last = str(exc)
+            print(f"hpcdl train: skipping snapshot {path}: {exc}", file=sys.stderr)
+            continue  # truncated, corrupt, foreign or another net's: fall back to the one before
+        return int(arrays["__iter"]), int(arrays["__epoch"]), int(arrays["__cursor"])
+    if found and not start_over:
+        raise HpcdlError(
+            f"snapshot_prefix: none of the {len(found)} snapshot(s) at {recipe.snapshot_prefix} can be used "
+            f"(the last: {last}); move them away, or pass --start-over to train from iteration 0"
+        )
+    return None
     pattern = re.compile(re.escape(f"{recipe.snapshot_prefix}_{trainer.framework}_iter_") + r"(\d+)\.npz$")
     found = sorted(
         ((int(m.group(1)), p) for p in glob.glob(f"{glob.escape(recipe.snapshot_prefix)}_{trainer.framework}_iter_*.npz")
