@@ -111,11 +111,15 @@ def net_path(name: str) -> Path:
     """A bundled net by name, or a net file by path (one `hpcdl nets import` wrote)."""
     if name.endswith((".yaml", ".yml")) or "/" in name:
         path = Path(name)
-        if not path.is_file():
+        try:
+            found = path.is_file()
+        except OSError:  # a name too long for the filesystem, say
+            found = False
+        if not found:
             raise HpcdlError(f"net: no such net file {name!r}")
         return path
     path = NET_DIR / f"{name}.yaml"
-    if not path.exists():
+    if name not in list_nets():  # a bundled net's name: never joined into a path unchecked
         raise HpcdlError(f"net: unknown network {name!r}; known: {', '.join(list_nets())} (or give a net file's path)")
     return path
 
