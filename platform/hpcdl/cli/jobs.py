@@ -177,8 +177,9 @@ def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_
     from hpcdl.nets import list_nets
 
     r = load_recipe(recipe)
-    if r.net not in list_nets():  # refused here, not by the trainer after the queue wait
-        raise HpcdlError(f"{recipe}: net: unknown network {r.net!r}; known: {', '.join(list_nets())}")
+    from hpcdl.nets.spec import net_path
+
+    net_path(r.net)  # a net file the recipe names must be there now, not only on the compute node
     # the recipe says which framework and distribution it was written for; the command line wins
     framework = framework or r.framework
     if dist == "auto" and r.distributed != "auto":

@@ -149,14 +149,12 @@ class Recipe(_Strict):
     @field_validator("net")
     @classmethod
     def _a_known_net(cls, net: str) -> str:
-        # a bundled net's name, or a net file's path (hpcdl.nets.spec.net_path): checked here, so
-        # a typo is refused at render, not on the compute node after the queue wait
-        from hpcdl.nets.spec import net_path
+        # a bundled net's name (checked here, so a typo is refused at render, not on the compute
+        # node after the queue wait), or a net file's path: `hpcdl render` checks the file is there
+        from hpcdl.nets.spec import list_nets
 
-        try:
-            net_path(net)
-        except HpcdlError as exc:
-            raise ValueError(str(exc).removeprefix("net: ")) from None
+        if not (net.endswith((".yaml", ".yml")) or "/" in net) and net not in list_nets():
+            raise ValueError(f"unknown network {net!r}; known: {', '.join(list_nets())} (or give a net file's path)")
         return net
 
     @model_validator(mode="after")
