@@ -63,6 +63,10 @@ hpcdl_launcher_pid=
 trap 'hpcdl_signal=USR1; [ -z "$hpcdl_launcher_pid" ] || kill -s USR1 "$hpcdl_launcher_pid" 2>/dev/null || true' USR1
 trap 'hpcdl_signal=TERM; [ -z "$hpcdl_launcher_pid" ] || kill -s TERM "$hpcdl_launcher_pid" 2>/dev/null || true' TERM
 
+# A rank that stopped on the signal after writing its snapshot leaves this file: the job then
+# exits 75 (requeue to resume) even where the launcher reports its own status (mpirun: 1).
+rm -f .hpcdl-preempted
+
 jsrun -n2 -a4 -c32 -g4 -r1 -bpacked:8 singularity exec --nv --bind /p/gpfs1/"${USER}" hpcdl.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
 hpcdl_launcher_pid=$!
 hpcdl_status=0
@@ -70,6 +74,9 @@ while :; do
   wait "$hpcdl_launcher_pid" && hpcdl_status=0 || hpcdl_status=$?
   kill -0 "$hpcdl_launcher_pid" 2>/dev/null || break
 done
+if [ -n "$hpcdl_signal" ] && [ -e .hpcdl-preempted ]; then
+  hpcdl_status=75
+fi
 if [ -n "$hpcdl_signal" ]; then
   echo "hpcdl: job $HPCDL_JOB_ID got SIG$hpcdl_signal; the ranks ended with status $hpcdl_status" >&2
 fi

@@ -78,6 +78,10 @@ hpcdl_launcher_pid=
 trap 'hpcdl_signal=USR1; [ -z "$hpcdl_launcher_pid" ] || kill -s USR1 "$hpcdl_launcher_pid" 2>/dev/null || true' USR1
 trap 'hpcdl_signal=TERM; [ -z "$hpcdl_launcher_pid" ] || kill -s TERM "$hpcdl_launcher_pid" 2>/dev/null || true' TERM
 
+# A rank that stopped on the signal after writing its snapshot leaves this file: the job then
+# exits 75 (requeue to resume) even where the launcher reports its own status (mpirun: 1).
+rm -f .hpcdl-preempted
+
 srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=32 --cpu-bind=mask_cpu:0xffff000000000000ffff000000000000,0xffff000000000000ffff00000000,0xffff000000000000ffff0000,0xffff000000000000ffff --gpus-per-node=4 --gpu-bind=none podman-hpc run --rm --mpi --gpu --nccl --volume "${PSCRATCH}":"${PSCRATCH}" --volume /tmp:/tmp --volume "${HPCDL_JOB_DIR}":"${HPCDL_JOB_DIR}" --workdir "${HPCDL_JOB_DIR}" --env FI_CXI_DEFAULT_CQ_SIZE --env FI_CXI_DISABLE_HOST_REGISTER --env FI_MR_CACHE_MONITOR --env FI_PROVIDER --env HPCDL_INTER_OP_THREADS --env HPCDL_INTRA_OP_THREADS --env HPCDL_JOB_DIR --env HPCDL_JOB_ID --env HPCDL_JOB_NAME --env MASTER_ADDR --env MASTER_PORT --env MPICH_GPU_SUPPORT_ENABLED --env MPICH_OFI_NIC_POLICY --env NCCL_CROSS_NIC --env NCCL_NET_GDR_LEVEL --env NCCL_SOCKET_IFNAME --env OMP_NUM_THREADS --env OMP_PLACES --env OMP_PROC_BIND hpcdl:latest hpcdl train recipe.json --plan plan.json --results results.jsonl &
 hpcdl_launcher_pid=$!
 hpcdl_status=0
@@ -85,6 +89,9 @@ while :; do
   wait "$hpcdl_launcher_pid" && hpcdl_status=0 || hpcdl_status=$?
   kill -0 "$hpcdl_launcher_pid" 2>/dev/null || break
 done
+if [ -n "$hpcdl_signal" ] && [ -e .hpcdl-preempted ]; then
+  hpcdl_status=75
+fi
 if [ -n "$hpcdl_signal" ]; then
   echo "hpcdl: job $HPCDL_JOB_ID got SIG$hpcdl_signal; the ranks ended with status $hpcdl_status" >&2
 fi
