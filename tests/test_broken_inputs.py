@@ -51,7 +51,7 @@ def test_a_folder_in_use_by_another_run_is_refused_and_free_once_it_ends(tmp_pat
 
 
 def test_two_submits_in_the_same_second_write_two_job_folders(tmp_path):
-    argv = [sys.executable, "-m", "hpcdl", "submit", "--dry-run", "--site", "ci-slurm", str(RECIPES / "cifar10-quick.yaml")]
+    argv = [sys.executable, "-m", "hpcdl", "submit", "--dry-run", "--site", "ci-slurm", str(RECIPES / "digits-quick.yaml")]
     procs = [subprocess.Popen(argv, cwd=tmp_path, env={**os.environ, **SITES}, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
     for p in procs:
@@ -69,7 +69,7 @@ def test_o_writes_through_a_symbolic_link(tmp_path):
     target.write_text("old\n")
     link = tmp_path / "link.sh"
     link.symlink_to(target)
-    proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "cifar10-quick.yaml", "-o", link, env=SITES)
+    proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "digits-quick.yaml", "-o", link, env=SITES)
     assert proc.returncode == 0, proc.stderr
     assert link.is_symlink() and target.read_text().startswith("#!/bin/bash")
 
@@ -78,7 +78,7 @@ def test_o_never_replaces_a_device_a_fifo_or_a_folder(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     for path in (fifo, tmp_path, "/dev/null"):
-        proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "cifar10-quick.yaml", "-o", path, env=SITES)
+        proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "digits-quick.yaml", "-o", path, env=SITES)
         one_line_error(proc, str(path))
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and stat.S_ISCHR(os.stat("/dev/null").st_mode)
 
@@ -99,10 +99,10 @@ def test_a_profile_or_recipe_that_is_not_utf8_is_one_line(tmp_path):
     sites.mkdir()
     (sites / "latin.yaml").write_bytes((FIXTURE_SITES / "ci-slurm.yaml").read_bytes().replace(
         b"name: ci-slurm", b"name: latin\ndescription: caf\xe9"))
-    proc = hpcdl("render", "--site", "latin", RECIPES / "cifar10-quick.yaml", env={"HPCDL_SITE_PATH": str(sites)})
+    proc = hpcdl("render", "--site", "latin", RECIPES / "digits-quick.yaml", env={"HPCDL_SITE_PATH": str(sites)})
     one_line_error(proc, "latin.yaml", "UTF-8")
     recipe = tmp_path / "r.yaml"
-    recipe.write_bytes((RECIPES / "cifar10-quick.yaml").read_bytes() + b"\n# caf\xe9\n")
+    recipe.write_bytes((RECIPES / "digits-quick.yaml").read_bytes() + b"\n# caf\xe9\n")
     proc = hpcdl("render", "--site", "ci-slurm", recipe, env=SITES)
     one_line_error(proc, "r.yaml", "UTF-8")
 
@@ -112,7 +112,7 @@ def test_bad_output_paths_are_one_line(tmp_path, where):
     (tmp_path / "job.sh").write_text("x")
     path = {"parent-is-a-file": tmp_path / "job.sh" / "x.sh", "too-long": tmp_path / ("n" * 300),
             "dotdot": tmp_path / ".."}[where]
-    proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "cifar10-quick.yaml", "-o", path, env=SITES)
+    proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "digits-quick.yaml", "-o", path, env=SITES)
     one_line_error(proc)
 
 
@@ -134,7 +134,7 @@ def test_a_missing_or_broken_plan_is_one_line(tmp_path, plan):
     path = tmp_path / "plan.json"
     if plan == "broken":
         path.write_text('{"ranks": [')
-    proc = hpcdl("train", RECIPES / "cifar10-quick.yaml", "--plan", path)
+    proc = hpcdl("train", RECIPES / "digits-quick.yaml", "--plan", path)
     one_line_error(proc, "plan.json")
 
 
@@ -150,7 +150,7 @@ def test_a_missing_or_broken_plan_is_one_line(tmp_path, plan):
     ({"momentum": float("nan")}, "momentum"),
 ])
 def test_recipes_that_can_only_fail_on_the_compute_node_are_refused_at_render(tmp_path, change, field):
-    recipe = yaml.safe_load((RECIPES / "cifar10-quick.yaml").read_text())
+    recipe = yaml.safe_load((RECIPES / "digits-quick.yaml").read_text())
     recipe.update(change)
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump(recipe))
@@ -182,7 +182,7 @@ def test_impossible_node_sizes_are_refused_in_one_line(tmp_path, field, value):
 
 
 def test_more_nodes_than_the_site_has_is_refused_in_one_line(tmp_path):
-    proc = hpcdl("render", "--site", "lassen", "-N", "100000", RECIPES / "cifar10-quick.yaml", "-o",
+    proc = hpcdl("render", "--site", "lassen", "-N", "100000", RECIPES / "digits-quick.yaml", "-o",
                  tmp_path / "big.sh", timeout=60)
     one_line_error(proc, "nodes", "795")
     assert not (tmp_path / "big.sh").exists()
@@ -191,9 +191,9 @@ def test_more_nodes_than_the_site_has_is_refused_in_one_line(tmp_path):
 
 
 def test_a_job_name_or_argument_longer_than_a_command_line_is_refused_at_render(tmp_path):
-    proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "cifar10-quick.yaml", "--name", "n" * 100_000, env=SITES)
+    proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "digits-quick.yaml", "--name", "n" * 100_000, env=SITES)
     one_line_error(proc, "name")
-    proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "cifar10-quick.yaml", "--", "a" * 100_000, env=SITES)
+    proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "digits-quick.yaml", "--", "a" * 100_000, env=SITES)
     one_line_error(proc, "launch line")
 
 
@@ -205,7 +205,7 @@ def render_site(site, *args, scheduler=None):
     from hpcdl.render import JobOptions, render_job_script
     from hpcdl.train.recipe import load_recipe
 
-    recipe = load_recipe(RECIPES / "cifar10-quick.yaml")
+    recipe = load_recipe(RECIPES / "digits-quick.yaml")
     plan = make_plan(site, JobRequest(nodes=1))
     return render_job_script(site, plan, recipe.model_dump(mode="json"), JobOptions(name="q", time=args[0] if args else None),
                              scheduler=scheduler)

@@ -166,7 +166,7 @@ def world(tmp_path_factory):
     init.write_text("module() { :; }\n")
     (root / "hosts").write_text("n1\nn2\n")
     base = put(put(BASE_SITE, ("modules", "init"), str(init)), ("filesystems", "node_local"), str(root / "nl"))
-    recipe = yaml.safe_load((RECIPES / "cifar10-quick.yaml").read_text())
+    recipe = yaml.safe_load((RECIPES / "digits-quick.yaml").read_text())
     recipe["data"].update(stage=True, path=str(root / "data"), source="cifar10")
     recipe.update(snapshot_prefix=str(root / "snaps" / "s"), snapshot=10)
     return {"root": root, "stubs": stubs, "site": base, "recipe": recipe}
