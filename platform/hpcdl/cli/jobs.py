@@ -174,11 +174,9 @@ def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_
             partition, name, scheduler=None, constraint=None, exclusive=None, requeue=False,
             warning=DEFAULT_WARNING_SECONDS, output_dir=None, extra_args=()) -> tuple:
     from hpcdl.errors import HpcdlError
-    from hpcdl.nets import list_nets
-
-    r = load_recipe(recipe)
     from hpcdl.nets.spec import net_path
 
+    r = load_recipe(recipe)
     net_path(r.net)  # a net file the recipe names must be there now, not only on the compute node
     # the recipe says which framework and distribution it was written for; the command line wins
     framework = framework or r.framework
