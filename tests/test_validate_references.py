@@ -73,3 +73,75 @@ def test_a_malformed_references_file_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "references.convergence/cifar10_quick/accuracy" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _kind_site(tmp_path, monkeypatch, cpu_model="AMD EPYC 7763"):
+    """A site with two node kinds (cpu, gpu) on HPCDL_SITE_PATH, references beside it."""
+    import yaml
+
+    (tmp_path / "references").mkdir(exist_ok=True)
+    (tmp_path / "twokinds.yaml").write_text(yaml.safe_dump({
+        "name": "twokinds", "scheduler": "slurm", "launcher": "srun", "default_node_kind": "gpu",
+        "node_kinds": {
+            "cpu": {"cpu_model": cpu_model, "sockets": 2, "cores_per_socket": 4, "memory_gb": 64},
+            "gpu": {"cpu_model": "AMD EPYC 7763", "sockets": 1, "cores_per_socket": 4, "memory_gb": 64,
+                    "gpus": [{"model": "A100", "socket": 0}]},
+        },
+    }))
+    monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
+    return tmp_path / "references"
+
+
+def test_references_are_found_per_node_kind_before_the_sites_file(tmp_path, monkeypatch):
+    from hpcdl.validate.suite import build_context
+
+    folder = _kind_site(tmp_path, monkeypatch)
+    (folder / "twokinds.yaml").write_text(
+        "hardware: {node_kind: gpu, gpu_model: A100}\n"
+        "references:\n  throughput/*/pytorch/images_per_sec: {value: 2000, tolerance: -0.1}\n")
+    (folder / "twokinds.cpu.yaml").write_text(
+        "hardware: {node_kind: cpu, cpu_model: AMD EPYC 7763}\n"
+        "references:\n  throughput/*/pytorch/images_per_sec: {value: 300, tolerance: -0.1}\n")
+    cpu = build_context("twokinds", "quick", (1,), node_kind="cpu")
+    assert cpu.node_kind_name == "cpu" and cpu.default_plan.node_kind == "cpu"
+    assert cpu.references.lookup("throughput/x/pytorch/images_per_sec").value == 300
+    assert cpu.references.warnings == ()
+    gpu = build_context("twokinds", "quick", (1,))
+    assert gpu.references.lookup("throughput/x/pytorch/images_per_sec").value == 2000
+
+
+def test_a_file_for_another_node_kind_is_not_applied_and_the_run_says_so(tmp_path, monkeypatch):
+    from hpcdl.validate.suite import build_context
+
+    folder = _kind_site(tmp_path, monkeypatch)
+    (folder / "twokinds.yaml").write_text(
+        "hardware: {node_kind: gpu}\nreferences:\n  throughput/*/pytorch/images_per_sec: {value: 2000, tolerance: -0.1}\n")
+    cpu = build_context("twokinds", "quick", (1,), node_kind="cpu")
+    assert cpu.references.entries == {} and "node kind 'gpu'" in cpu.references.source
+    assert any("'cpu' has no references" in w for w in cpu.references.warnings)
+
+
+def test_references_measured_on_another_cpu_model_are_applied_only_with_a_note(tmp_path, monkeypatch):
+    from hpcdl.validate.suite import build_context
+
+    folder = _kind_site(tmp_path, monkeypatch, cpu_model="Intel(R) Xeon(R) Processor")
+    (folder / "twokinds.cpu.yaml").write_text(
+        "hardware: {node_kind: cpu, cpu_model: AMD EPYC 7763}\n"
+        "references:\n  throughput/*/pytorch/images_per_sec: {value: 300, tolerance: -0.1}\n")
+    ctx = build_context("twokinds", "quick", (1,), node_kind="cpu")
+    assert ctx.references.lookup("throughput/x/pytorch/images_per_sec").value == 300
+    (warning,) = ctx.references.warnings
+    assert "'AMD EPYC 7763'" in warning and "'Intel(R) Xeon(R) Processor'" in warning
+    assert "different CPU model" in warning
+
+
+def test_the_shipped_local_references_name_the_hardware_they_were_measured_on():
+    loaded = load_references("local")
+    assert loaded.hardware.get("cpu_model") and loaded.hardware.get("node_kind")
+
+
+def test_a_bad_hardware_field_is_refused_with_the_field_named(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hardware: {cpu: EPYC}\nreferences: {}\n")
+    with pytest.raises(HpcdlError, match="hardware: give"):
+        load_references("x", bad)

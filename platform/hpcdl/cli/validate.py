@@ -33,6 +33,12 @@ def validate(
                                  "would be submitted; submit nothing"),
     as_json: bool = typer.Option(False, "--json", help="print the verdicts (or, with --list/--dry-run, the jobs) as JSON "
                                  "on stdout; progress goes to stderr"),
+    node_kind: Optional[str] = typer.Option(None, "--node-kind",
+                                            help="the node kind (partition) to validate (default: the site's default)"),
+    history: bool = typer.Option(True, "--history/--no-history",
+                                 help="keep this run in the site's history ($HPCDL_HISTORY) and show the trend"),
+    export_reframe: Optional[Path] = typer.Option(None, "--export-reframe", metavar="DIR",
+                                                  help="write the suite as ReFrame tests into DIR and exit (runs nothing)"),
 ) -> None:
     """Run the validation suite on a site, print the summary and write an HTML report.
 
@@ -41,8 +47,16 @@ def validate(
     from hpcdl.report import build_report
     from hpcdl.validate.suite import build_context, parse_nodes, run_suite, select_checks, summary_table
 
-    ctx = build_context(site, suite, parse_nodes(nodes), references)
+    ctx = build_context(site, suite, parse_nodes(nodes), references, node_kind=node_kind)
     selected = select_checks(only)
+    if export_reframe is not None:
+        from hpcdl.validate.reframe import export_reframe as export
+
+        written = export(ctx, selected, export_reframe, "hpcdl " + " ".join(sys.argv[1:]))
+        typer.echo(f"wrote {len(written)} files into {export_reframe}: {written[0].name} (the tests), "
+                   f"settings.py (a ReFrame configuration), jobs/ (the job scripts)")
+        typer.echo(f"run: reframe -C {export_reframe / 'settings.py'} -c {written[0]} -r")
+        return
     checked_output(out, "-o")
     if list_jobs:
         _show_jobs(ctx, selected, None, as_json)
@@ -60,13 +74,22 @@ def validate(
         console = _Console(stderr=True, soft_wrap=True)
     console.print(f"validating {ctx.site.name} ({ctx.suite} suite; checks: {', '.join(c.name for c in selected)}; "
                   f"nodes {','.join(map(str, ctx.nodes))}; references: {ctx.references.source})", highlight=False)
-    result = run_suite(ctx, selected, out_dir, max_jobs=max_jobs, console=console)
+    for warning in ctx.references.warnings:
+        print(f"hpcdl validate: note: {warning}", file=sys.stderr)
+    result = run_suite(ctx, selected, out_dir, max_jobs=max_jobs, console=console, keep_history=history)
     if as_json:
         typer.echo(json.dumps({"site": ctx.site.name, "suite": ctx.suite, "results": str(result.results),
                                "verdicts": [v.to_record() for v in result.verdicts]}))
     console.print(summary_table(result.verdicts, title=f"{ctx.site.name}: {ctx.suite} validation"))
-    report = build_report([result.results], out_dir / "report")
+    from hpcdl.validate.history import earlier_runs
+
+    earlier = earlier_runs(ctx.site.name, ctx.node_kind_name, exclude=result.kept) if history else []
+    report = build_report([result.results], out_dir / "report", history=earlier)
     console.print(f"results: {result.results}", highlight=False)
+    console.print(f"perflogs (ReFrame format): {out_dir / 'perflogs'}", highlight=False)
+    if result.kept:
+        console.print(f"kept in the site's history: {result.kept.parent} ({len(earlier)} earlier run(s) in the trend)",
+                      highlight=False)
     console.print(f"HTML report: {report / 'index.html'}", highlight=False)
     if write_profile:
         _write_profile(ctx, result, write_profile, console)

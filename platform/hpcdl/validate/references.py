@@ -15,16 +15,23 @@ CSCS keeps -5 to -10 % on its ML throughput checks (cscs-reframe-tests); what a 
 a throughput reference means is good news, never a failure. Keys may use shell patterns
 (`*`); an exact key wins over a pattern, and the first matching pattern in the file wins.
 
-Files are found, first match wins, as `references/<site>.yaml` beside the site profiles
-on HPCDL_SITE_PATH, then in ~/.config/hpcdl/sites/references/, then the ones shipped
-here (hpcdl/validate/references/<site>.yaml).
+Files are found, first match wins, as `references/<site>.<node kind>.yaml`, then
+`references/<site>.yaml`, beside the site profiles on HPCDL_SITE_PATH, then in
+~/.config/hpcdl/sites/references/, then the ones shipped here (hpcdl/validate/references/).
+A file names the hardware it was measured on:
+
+    hardware: {node_kind: cpu, cpu_model: "AMD EPYC 7763", gpu_model: ""}
+
+A file for another node kind is not used (the values are logged, and the run says why);
+one measured on another CPU (or GPU) model than the site profile's node kind is used, and
+every run says so in its output, its results and its report.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -78,6 +85,8 @@ class References:
     entries: dict[str, Reference]
     expect: dict  # what the environment must provide: framework versions, GPU stack
     source: str
+    hardware: dict = field(default_factory=dict)  # what the values were measured on
+    warnings: tuple[str, ...] = ()  # said on every run: a different CPU model, another node kind
 
     def lookup(self, name: str) -> Reference | None:
         if name in self.entries:
@@ -96,24 +105,57 @@ def references_search_path() -> list[Path]:
     return [*folders, SHIPPED]
 
 
-def find_references(site: str) -> Path | None:
+def find_references(site: str, node_kind: str | None = None) -> Path | None:
+    names = ([f"{site}.{node_kind}.yaml"] if node_kind else []) + [f"{site}.yaml"]
     for folder in references_search_path():
-        candidate = folder / f"{site}.yaml"
-        if candidate.is_file():
-            return candidate
+        for name in names:
+            candidate = folder / name
+            if candidate.is_file():
+                return candidate
     return None
 
 
-def load_references(site: str, path: Path | None = None) -> References:
-    """The references for `site` (from `path` when given); none found: an empty set, values only logged."""
-    path = path or find_references(site)
+FIELDS = ("site", "description", "sources", "hardware", "expect", "references")
+HARDWARE = ("node_kind", "cpu_model", "gpu_model")
+
+
+def _same_model(a: str, b: str) -> bool:
+    return " ".join(a.lower().split()) == " ".join(b.lower().split())
+
+
+def load_references(site: str, path: Path | None = None, node_kind: str | None = None, node=None) -> References:
+    """The references for `site` (from `path` when given); none found: an empty set, values only logged.
+
+    With `node_kind` and `node` (the site profile's NodeKind), the file's `hardware` is compared
+    with them: another node kind's file is not used; another CPU or GPU model is said.
+    """
+    path = path or find_references(site, node_kind)
     if path is None:
         return References(site, {}, {}, "none (values are logged, not judged)")
     data = read_yaml_mapping(Path(path), "a references file", empty_ok=True)
-    unknown = set(data) - {"site", "description", "sources", "expect", "references"}
+    unknown = set(data) - set(FIELDS)
     if unknown:
-        raise HpcdlError(f"{path}: {sorted(unknown)[0]}: unknown field (known: site, description, sources, expect, references)")
+        raise HpcdlError(f"{path}: {sorted(unknown)[0]}: unknown field (known: {', '.join(FIELDS)})")
+    hardware = data.get("hardware") or {}
+    if not isinstance(hardware, dict) or set(hardware) - set(HARDWARE):
+        raise HpcdlError(f"{path}: hardware: give {{node_kind: NAME, cpu_model: TEXT, gpu_model: TEXT}} "
+                         "(what the references were measured on)")
+    hardware = {k: str(v) for k, v in hardware.items() if v not in (None, "")}
     shown = _shown(Path(path))
+    warnings = []
+    if node_kind and hardware.get("node_kind") and hardware["node_kind"] != node_kind:
+        return References(site, {}, {}, f"none: {shown} was measured on node kind {hardware['node_kind']!r}, "
+                          f"not {node_kind!r} (values are logged, not judged)", hardware,
+                          (f"{shown} is for node kind {hardware['node_kind']!r}; {node_kind!r} has no references: "
+                           f"values are logged, not judged",))
+    if node is not None:
+        if hardware.get("cpu_model") and node.cpu_model and not _same_model(hardware["cpu_model"], node.cpu_model):
+            warnings.append(f"{shown} was measured on {hardware['cpu_model']!r}; this node kind is "
+                            f"{node.cpu_model!r}: the references are applied to a different CPU model")
+        gpus = {g.model for g in node.gpus if getattr(g, "model", "")}
+        if hardware.get("gpu_model") and gpus and not any(_same_model(hardware["gpu_model"], g) for g in gpus):
+            warnings.append(f"{shown} was measured on {hardware['gpu_model']!r} GPUs; this node kind has "
+                            f"{', '.join(sorted(gpus))}: the references are applied to a different GPU model")
     entries = {}
     for key, raw in (data.get("references") or {}).items():
         entries[str(key)] = _reference(raw, f"{path}: references.{key}", shown)
@@ -124,7 +166,8 @@ def load_references(site: str, path: Path | None = None) -> References:
     frameworks = expect.get("frameworks") or {}
     if not isinstance(frameworks, dict):
         raise HpcdlError(f"{path}: expect.frameworks: must map a framework to its version, e.g. pytorch: '2.13.0'")
-    return References(site, entries, {**expect, "frameworks": {k: str(v) for k, v in frameworks.items()}}, shown)
+    return References(site, entries, {**expect, "frameworks": {k: str(v) for k, v in frameworks.items()}}, shown,
+                      hardware, tuple(warnings))
 
 
 def _shown(path: Path) -> str:

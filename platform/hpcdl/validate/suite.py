@@ -37,6 +37,9 @@ class SuiteResult:
     results: Path
     verdicts: list[Verdict]
     measurements: list[dict]
+    outcomes: dict = None  # type: ignore[assignment]  # job key -> JobOutcome
+    perflogs: list[Path] = None  # type: ignore[assignment]
+    kept: Path | None = None  # the copy in the site's history (hpcdl.validate.history)
 
     @property
     def failed(self) -> list[Verdict]:
@@ -78,15 +81,22 @@ def select_checks(names: str | None) -> list:
     return [checks.get(n) for n in ORDER if n in chosen]
 
 
-def build_context(site_name: str, suite: str, nodes: tuple[int, ...] | None, references: Path | None = None) -> SuiteContext:
+def build_context(site_name: str, suite: str, nodes: tuple[int, ...] | None, references: Path | None = None,
+                  node_kind: str | None = None) -> SuiteContext:
     if suite not in SUITES:
         raise HpcdlError(f"--suite: unknown suite {suite!r}; known: {', '.join(SUITES)}")
     site = load_site(site_name)
-    _, node = site.node_kind()
+    if node_kind is not None:
+        if node_kind not in site.node_kinds:
+            raise HpcdlError(f"--node-kind: {node_kind!r} is not a node kind of site {site.name!r}; "
+                             f"it has: {', '.join(sorted(site.node_kinds))}")
+        # every job of the suite is planned for this kind: it becomes the site's default for the run
+        site = site.model_copy(update={"default_node_kind": node_kind})
+    kind, node = site.node_kind()
     nodes = nodes or default_nodes(site, suite)
     if node.count and max(nodes) > node.count:
         raise HpcdlError(f"--nodes: {max(nodes)} nodes asked for but site {site.name!r} has {node.count}")
-    refs = load_references(site.name, references)
+    refs = load_references(site.name, references, node_kind=kind, node=node)
     return SuiteContext(site, suite, nodes, refs, SUITES[suite], frameworks=frameworks_present() or ("pytorch",))
 
 
@@ -99,8 +109,33 @@ def suite_jobs(ctx: SuiteContext, selected: list) -> list[ValidationJob]:
     return list(jobs.values())
 
 
+def image_facts(site) -> dict:
+    """The image the jobs run (the site's default) and, where this host can read the file, its sha256."""
+    import hashlib
+    import os
+
+    from hpcdl.render.jobscript import default_image
+
+    try:
+        image = site.defaults.image or default_image(site)
+    except Exception:  # a site whose images cannot be listed here still validates
+        image = None
+    if not image:
+        return {}
+    path = Path(os.path.expandvars(str(image))).expanduser()
+    facts = {"image": str(image), "image_sha256": None}
+    if path.is_file():
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        facts["image_sha256"] = digest.hexdigest()
+    return facts
+
+
 def run_suite(
     ctx: SuiteContext, selected: list, out_dir: Path, *, max_jobs: int | None = None, console: Console | None = None,
+    keep_history: bool = True,
 ) -> SuiteResult:
     console = console or Console()
     jobs = suite_jobs(ctx, selected)
@@ -111,12 +146,16 @@ def run_suite(
         m, v = check.evaluate(ctx, outcomes)
         measurements += m
         verdicts += v
+    measurements += per_node_measurements(outcomes, verdicts)
     header = {
         "event": "suite", "site": ctx.site.name, "suite": ctx.suite, "nodes_requested": list(ctx.nodes),
         "checks": [c.name for c in selected], "scheduler": ctx.site.scheduler, "launcher": ctx.site.launcher,
         "node_kind": ctx.node_kind_name, "references": ctx.references.source, "hpcdl": __version__,
         "submitted_from": socket.gethostname(), "started": started.isoformat(timespec="seconds"),
         "frameworks": list(ctx.frameworks),
+        "references_hardware": dict(ctx.references.hardware),
+        "references_warnings": list(ctx.references.warnings),
+        **image_facts(ctx.site),
     }
     end = {"event": "end", "passed": sum(v.result == "pass" for v in verdicts),
            "failed": sum(v.result == "fail" for v in verdicts),
@@ -124,7 +163,31 @@ def run_suite(
     lines = [header, *measurements, *(v.to_record() for v in verdicts), end]
     results = out_dir / "results.jsonl"
     write_atomically(results, "".join(json.dumps(r) + "\n" for r in lines), mode=0o644)
-    return SuiteResult(results, verdicts, measurements)
+    from hpcdl.validate.reframe import write_perflogs
+
+    perflogs = write_perflogs(ctx, selected, outcomes, verdicts, out_dir / "perflogs")
+    kept = None
+    if keep_history:
+        from hpcdl.validate.history import history_root, keep_run
+
+        kept = keep_run(ctx.site.name, ctx.node_kind_name, header["started"], results)
+        write_perflogs(ctx, selected, outcomes, verdicts, history_root() / "perflogs")
+    return SuiteResult(results, verdicts, measurements, outcomes, perflogs, kept)
+
+
+def per_node_measurements(outcomes: dict, verdicts: list[Verdict]) -> list[dict]:
+    """One record per node of each job that ran on several: its first rank's images/s (a slow node shows)."""
+    out = []
+    for key, outcome in sorted(outcomes.items()):
+        if len(outcome.per_node) < 2:
+            continue
+        job = outcome.job.name
+        check = next((v.check for v in verdicts if v.job == job), outcome.job.kind)
+        for host, value in sorted(outcome.per_node.items()):
+            out.append({"event": "measurement", "check": check, "series": "per_node", "job": job, "host": host,
+                        "value": value, "unit": "images/s per rank", "nodes": len(outcome.per_node),
+                        "nodelist": sorted(outcome.per_node)})
+    return out
 
 
 def summary_table(verdicts: list[Verdict], title: str = "validation") -> Table:
