@@ -44,6 +44,13 @@ def shellcheck(path: Path) -> None:
     assert proc.returncode == 0, f"bash -n {path}:\n{proc.stderr}"
 
 
+@pytest.fixture(autouse=True)
+def _private_history(tmp_path_factory, monkeypatch):
+    """Validation runs in tests keep their history in a folder of their own, not in ~/.local/share."""
+    if "HPCDL_HISTORY" not in os.environ:
+        monkeypatch.setenv("HPCDL_HISTORY", str(tmp_path_factory.mktemp("history")))
+
+
 @pytest.fixture
 def isolated_jobs(tmp_path, monkeypatch):
     """Local executor state and user site folder inside the test's own tmp folder."""

@@ -1,4 +1,8 @@
-"""The report's plots (matplotlib, Agg): scaling, thread sweep, collectives, throughput."""
+"""The report's plots (matplotlib, Agg): scaling, thread sweep, collectives, throughput, trend.
+
+Where a value was judged, its reference (dotted) and bound (dashed, red) are drawn on the plot,
+so a bar or a point that failed is seen against the line it missed.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +25,18 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def scaling_plot(points: list[dict], path: Path) -> Path | None:
+def _judged(verdicts, prefix: str) -> list:
+    return [v for v in (verdicts or ()) if v.name.startswith(prefix) and v.bound is not None]
+
+
+def _ref_lines(ax, reference: float | None, bound: float | None, label: str = "", horizontal: bool = True) -> None:
+    if reference is not None:
+        ax.axhline(reference, color="grey", ls=":", lw=1, label=f"reference{label}")
+    if bound is not None:
+        ax.axhline(bound, color="tab:red", ls="--", lw=1, label=f"bound{label}")
+
+
+def scaling_plot(points: list[dict], path: Path, verdicts=()) -> Path | None:
     if not points:
         return None
     fig, (ax_x, ax_e) = plt.subplots(1, 2, figsize=(10, 4))
@@ -40,6 +55,9 @@ def scaling_plot(points: list[dict], path: Path) -> Path | None:
             ax_e.plot(*zip(*eff), marker=marker, label=mode)
             for x, e in eff:
                 ax_e.annotate(f"{e:.0%}", (x, e), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+    for v in _judged(verdicts, "scaling/")[:1]:  # one efficiency reference serves all points (patterns)
+        if v.name.endswith("/efficiency"):
+            _ref_lines(ax_e, v.reference, v.bound)
     label = "nodes" if unit == "node" else "ranks on one node"
     ax_x.set(xlabel=label, ylabel="images/s (measured aggregate)", title="Training throughput")
     ax_e.axhline(1.0, color="grey", lw=0.8, ls=":")
@@ -51,7 +69,7 @@ def scaling_plot(points: list[dict], path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def thread_sweep_plot(points: list[dict], path: Path) -> Path | None:
+def thread_sweep_plot(points: list[dict], path: Path, verdicts=()) -> Path | None:
     if not points:
         return None
     points = sorted(points, key=lambda p: (p["ranks_per_node"], p["threads_per_rank"]))
@@ -62,12 +80,15 @@ def thread_sweep_plot(points: list[dict], path: Path) -> Path | None:
     for bar, p in zip(bars, points):
         ax.annotate(f"{p['images_per_sec']:,.0f}" + (" (best)" if p.get("best") else ""),
                     (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
+    for v in _judged(verdicts, "threads/best/"):
+        _ref_lines(ax, v.reference, v.bound, " (best)")
+        ax.legend(fontsize=8)
     ax.set(xlabel="ranks per node x OpenMP threads per rank", ylabel="images/s", title="Thread sweep on one node")
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
 
 
-def collectives_plot(points: list[dict], path: Path) -> Path | None:
+def collectives_plot(points: list[dict], path: Path, verdicts=()) -> Path | None:
     if not points:
         return None
     series = defaultdict(list)
@@ -81,6 +102,10 @@ def collectives_plot(points: list[dict], path: Path) -> Path | None:
         line = ax_bw.plot(sizes, [p["busbw_GBps"] for p in mine], marker="o", ms=3, label=f"{name}: busbw")[0]
         ax_bw.plot(sizes, [p["algbw_GBps"] for p in mine], ls="--", color=line.get_color(), alpha=0.6, label=f"{name}: algbw")
         ax_t.plot(sizes, [p["time_us"] for p in mine], marker="o", ms=3, color=line.get_color(), label=name)
+        # the judged points: busbw at the largest message, time at the smallest, against their bounds
+        for v in _judged(verdicts, f"collectives/{backend}/{scope}/"):
+            ax, x = (ax_bw, sizes[-1]) if v.name.endswith("busbw_GBps") else (ax_t, sizes[0])
+            ax.plot([x], [v.bound], marker="_", ms=18, mew=2, color="tab:red")
     ax_bw.set(xscale="log", yscale="log", xlabel="message size (bytes)", ylabel="GB/s",
               title="Allreduce bandwidth (nccl-tests definitions)")
     ax_t.set(xscale="log", yscale="log", xlabel="message size (bytes)", ylabel="time per allreduce (us)",
@@ -92,7 +117,7 @@ def collectives_plot(points: list[dict], path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def throughput_plot(points: list[dict], path: Path) -> Path | None:
+def throughput_plot(points: list[dict], path: Path, verdicts=()) -> Path | None:
     if not points:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -101,6 +126,49 @@ def throughput_plot(points: list[dict], path: Path) -> Path | None:
     for bar, p in zip(bars, points):
         ax.annotate(f"{p['images_per_sec']:,.0f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     ha="center", va="bottom", fontsize=8)
-    ax.set(ylabel="images/s", title="Single-node training throughput")
+    for bar, p in zip(bars, points):
+        name = f"throughput/{p['net']}/{p['framework']}/images_per_sec"
+        for v in _judged(verdicts, name):
+            x0, w = bar.get_x(), bar.get_width()
+            ax.hlines(v.reference, x0, x0 + w, colors="grey", linestyles=":", lw=1.5)
+            ax.hlines(v.bound, x0, x0 + w, colors="tab:red", linestyles="--", lw=1.5)
+            ax.annotate(f"bound {v.bound:,.0f}", (x0 + w, v.bound), fontsize=7, color="tab:red", va="bottom")
+    ax.set(ylabel="images/s", title="Single-node training throughput (dotted: reference, dashed: bound)")
     ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def trend_plot(runs: list[tuple[str, object]], path: Path, most: int = 12) -> Path | None:
+    """Each judged value over the runs (oldest first), with its reference and bound; needs two runs."""
+    labels = sorted({r for r, _ in runs})
+    if len(labels) < 2:
+        return None
+    series: dict[str, list] = defaultdict(list)
+    for run, v in runs:
+        if v.result in ("pass", "fail") and isinstance(v.value, (int, float)) and not isinstance(v.value, bool):
+            series[v.name].append((labels.index(run), v))
+    names = [n for n in sorted(series) if len({i for i, _ in series[n]}) >= 2][:most]
+    if not names:
+        return None
+    cols = min(3, len(names))
+    rows = (len(names) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.8 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        mine = sorted(series[name], key=lambda p: p[0])
+        xs = [i for i, _ in mine]
+        ax.plot(xs, [v.value for _, v in mine], marker="o", ms=4, color="tab:blue")
+        for i, v in mine:
+            if v.result == "fail":
+                ax.plot([i], [v.value], marker="x", ms=8, mew=2, color="tab:red")
+        last = mine[-1][1]
+        ax.plot(xs, [v.reference for _, v in mine], color="grey", ls=":", lw=1)
+        ax.plot(xs, [v.bound for _, v in mine], color="tab:red", ls="--", lw=1)
+        ax.set_title(name, fontsize=8)
+        ax.set_ylabel(last.unit or "", fontsize=7)
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels([lab[5:16] for lab in labels], rotation=45, ha="right", fontsize=6)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
     return _save(fig, path)

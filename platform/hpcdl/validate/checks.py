@@ -30,6 +30,7 @@ class JobOutcome:
     output: str = ""
     host_cpu_share: float | None = None  # share of a core per thread on a shared host while it ran (runner.py)
     host_core_scaling: float | None = None  # each busy core's rate over one alone, on this host (runner.py)
+    per_node: dict = field(default_factory=dict)  # node -> its first rank's images/s (train jobs)
 
     @property
     def ok(self) -> bool:
@@ -121,7 +122,13 @@ class EnvironmentCheck(Check):
             for lib in ("cuda", "cudnn", "nccl"):
                 verdicts.append(Verdict(self.name, f"environment/{lib}", "n/a", None, message="not applicable on a CPU node", **where))
         verdicts.append(self._agreement(ctx, ranks, outcome.job.request.ranks_per_node or 1, where))
-        return [], verdicts
+        system, seen = [], set()
+        for r in ranks:  # one record per node: what it is (CPU, GPUs, driver, kernel, image)
+            if r.get("host") in seen or "system" not in r:
+                continue
+            seen.add(r.get("host"))
+            system.append(_measurement(self.name, "system", outcome, rec, host=r.get("host"), **r["system"]))
+        return system, verdicts
 
     def _agreement(self, ctx, ranks: list[dict], expected: int, where: dict) -> Verdict:
         n = len(ranks)

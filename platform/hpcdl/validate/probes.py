@@ -97,6 +97,7 @@ def probe_environment(params: dict, results: str | None) -> None:
             frameworks[name] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
     mine["frameworks"] = frameworks
     mine["math"] = _math_libraries(frameworks)
+    mine["system"] = system_facts()
 
     import torch
 
@@ -112,6 +113,34 @@ def probe_environment(params: dict, results: str | None) -> None:
     out = _Writer(results, me)
     out.record("environment", ranks_info=everyone, **_where([r["host"] for r in everyone]), python=sys.version.split()[0])
     _finish(dist, me)
+
+
+def system_facts() -> dict:
+    """What this node is: CPU model, kernel, GPU models and driver, the container image it runs in."""
+    import platform
+
+    facts: dict = {"cpu_model": None, "kernel": platform.release(), "gpus": [], "gpu_driver": None,
+                   "image": os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER")}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.split(":")[0].strip() in ("model name", "cpu"):  # x86 / POWER
+                facts["cpu_model"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:  # the NVIDIA kernel module says its version here (NVIDIA driver README, "procfs")
+        first = Path("/proc/driver/nvidia/version").read_text().splitlines()[0]
+        facts["gpu_driver"] = " ".join(w for w in first.split() if w[:1].isdigit() and "." in w)[:40] or first[:80]
+    except (OSError, IndexError):
+        pass
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            facts["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception:
+        pass
+    return facts
 
 
 def _math_libraries(frameworks: dict) -> dict:
@@ -227,9 +256,15 @@ def probe_train(recipe_path: str, plan_path: str | None, results: str | None) ->
     if me.local_rank == 0:
         Path("nodes").mkdir(exist_ok=True)
         Path("nodes", node_name()).write_text(f"{me.rank}\n")
-    from hpcdl.train.main import run_training
+    from hpcdl.train.main import exit_rank, run_training
 
-    run_training(recipe_path, plan_path, results)
+    summary = run_training(recipe_path, plan_path, results, exit_ranks=False)
+    if me.local_rank == 0:
+        # each node's own throughput (its first rank's images/s): the report's per-node breakdown
+        Path("nodes", node_name()).write_text(json.dumps({
+            "rank": me.rank, "images_per_sec_rank": summary.get("images_per_sec_rank")}) + "\n")
+    if me.world_size > 1:
+        exit_rank(int(summary.get("exit_status", 0)))
 
 
 def _finish(dist, me: RankInfo) -> None:

@@ -140,7 +140,15 @@ def _collect(executor, job: ValidationJob, job_id: str, state, job_dir: Path) ->
                 continue  # a rank killed mid-line: the rest is still evidence
     nodes_dir = job_dir / "nodes"
     nodelist = tuple(sorted(p.name for p in nodes_dir.iterdir())) if nodes_dir.is_dir() else ()
-    return JobOutcome(job, state.state, state.exit_code, records, nodelist, str(job_dir), output)
+    per_node = {}
+    for name in nodelist:  # train jobs: each node's first rank leaves its images/s (probes.probe_train)
+        try:
+            value = json.loads((nodes_dir / name).read_text()).get("images_per_sec_rank")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(value, (int, float)):
+            per_node[name] = value
+    return JobOutcome(job, state.state, state.exit_code, records, nodelist, str(job_dir), output, per_node=per_node)
 
 
 def _hhmmss(seconds: int) -> str:
