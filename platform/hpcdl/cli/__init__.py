@@ -47,6 +47,7 @@ from hpcdl.cli import validate  # noqa: E402,F401  (validate, report, probe)
 from hpcdl.cli import images  # noqa: E402,F401
 from hpcdl.cli import predict  # noqa: E402,F401  (predict)
 from hpcdl.cli import recipes  # noqa: E402,F401  (recipes)
+from hpcdl.cli import cluster  # noqa: E402,F401  (cluster up / down)
 
 
 def _plain_metavars(command) -> None:

@@ -1,0 +1,58 @@
+"""hpcdl cluster up / down: a real Slurm on this machine to try hpcdl's Slurm side (hpcdl.cluster)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from hpcdl.cli import app
+
+cluster_app = typer.Typer(help="A local Slurm (munge, slurmctld, slurmd) to try hpcdl on; needs root.",
+                          no_args_is_help=True)
+app.add_typer(cluster_app, name="cluster")
+
+
+def _folder(folder: Optional[Path]) -> Path:
+    from hpcdl.cluster import default_folder
+
+    return (folder or default_folder()).expanduser().resolve()
+
+
+@cluster_app.command("up")
+def up(
+    nodes: int = typer.Option(1, "--nodes", "-N", min=1, max=8, help="pretend nodes (they share this machine)"),
+    folder: Optional[Path] = typer.Option(None, "--dir", help="its configuration, state and logs "
+                                          "(default $HPCDL_CLUSTER_DIR or ~/.cache/hpcdl/cluster)"),
+) -> None:
+    """Start a Slurm cluster on this machine and print the two lines that point hpcdl and Slurm at it.
+
+    Run them (or `eval "$(hpcdl cluster up)"`); then `hpcdl ... --site local-slurm` submits to it.
+    """
+    from hpcdl.cluster import SITE_NAME, SlurmError, cluster_up
+    from hpcdl.errors import HpcdlError
+
+    where = _folder(folder)
+    try:
+        cluster = cluster_up(where, nodes)
+    except (SlurmError, OSError) as exc:
+        raise HpcdlError(f"cluster up: {exc}") from None
+    typer.echo(f"export SLURM_CONF={cluster.conf}")
+    typer.echo(f"export HPCDL_SITE_PATH={where / 'sites'}${{HPCDL_SITE_PATH:+:$HPCDL_SITE_PATH}}")
+    typer.echo(f"# {nodes} node(s): {', '.join(cluster.node_names)}, partition debug; site profile {SITE_NAME}; "
+               "stop it with `hpcdl cluster down`", err=True)
+
+
+@cluster_app.command("down")
+def down(
+    folder: Optional[Path] = typer.Option(None, "--dir", help="the folder `hpcdl cluster up` used"),
+) -> None:
+    """Stop the cluster `hpcdl cluster up` started (its daemons and its munged)."""
+    from hpcdl.cluster import cluster_down
+
+    where = _folder(folder)
+    if cluster_down(where):
+        typer.echo(f"stopped the cluster in {where}")
+    else:
+        typer.echo(f"no cluster was running in {where}")

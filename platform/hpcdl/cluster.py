@@ -1,0 +1,537 @@
+"""A real Slurm cluster on this machine, for trying hpcdl and for its tests: munge, slurmctld and one slurmd per node.
+
+`hpcdl cluster up [--nodes N]` starts one and `hpcdl cluster down` stops it (see
+docs/getting-started.md); the tests start theirs from the same code (tests/conftest.py).
+
+Everything it writes (slurm.conf, state, spool, logs, per-node TmpFS) lives in a folder of
+its own, and clients find it through SLURM_CONF, so /etc/slurm is never touched. Several
+clusters may run on one machine at once (two test sessions side by side): each picks free
+TCP ports for slurmctld and every slurmd, runs its own munged on its own socket and key
+(`AuthInfo=socket=...`, so one cluster's tear-down never stops another's munged), and
+starts its job ids at a random number (jobs derive MASTER_PORT from the job id). Shapes:
+
+  nodes=1  one node `localhost`, TaskPlugin task/affinity (the measured single-node set-up);
+  nodes=2  two pretend nodes n1, n2, both slurmd on 127.0.0.1 with their own ports, each
+           with its own TmpFS (PMIx step launch fails on a shared one) and TaskPlugin task/none;
+  shape=NodeShape(...)  pretend nodes n1..nN shaped like a machine's node (NodeShape.from_site):
+           its sockets, cores, hardware threads, the CPUs Slurm counts, core specialisation
+           (CpuSpecList), GPUs as GRES over stand-in character devices, memory, features,
+           partition and time limit.
+           `SlurmdParameters=config_overrides` lets this small host pose as the large node;
+           slurmctld then judges every request against that node as it would on the machine.
+
+All pretend nodes are this host, so a job's MASTER_ADDR is the batch host's own name
+(`hostname`, which /etc/hosts maps to 127.0.0.1); /etc/hosts is not edited.
+Needs root (slurmd and munged run as root here) and Slurm's and munge's Debian packages
+(slurmctld, slurmd, slurm-client, munge).
+
+    cluster = SlurmCluster(folder, nodes=2); cluster.up(); ...; cluster.down()
+
+`down()` is safe to call twice and after a failed `up()`; it stops only what `up()` started.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import os
+import random
+import shutil
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# Ports come from here, below Linux's ephemeral range (32768+, where outgoing connections and
+# the jobs' MASTER_PORT = 20000 + job id % 20000 may land) and away from Slurm's default 6817.
+PORT_RANGE = (10000, 19999)
+# the fixed ports of earlier versions of this harness, still used by older checkouts
+LEGACY_PORTS = frozenset({16817, 16818, *range(17001, 17009)})
+BRING_UP_LOCK = Path(tempfile.gettempdir()) / "hpcdl-slurm-harness.lock"
+
+
+class SlurmError(RuntimeError):
+    pass
+
+
+def _run(argv, env=None, check=True, timeout=60) -> subprocess.CompletedProcess:
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise SlurmError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+def munge_works(sock: Path | None = None) -> bool:
+    where = ["-S", str(sock)] if sock else []
+    try:
+        cred = subprocess.run(["munge", "-n", *where], capture_output=True, timeout=10)
+        if cred.returncode != 0:
+            return False
+        return subprocess.run(["unmunge", *where], input=cred.stdout, capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def free_ports(count: int, exclude=()) -> list[int]:
+    """`count` distinct TCP ports nothing listens on now (checked by binding them on every address)."""
+    chosen: list[int] = []
+    candidates = [p for p in range(PORT_RANGE[0], PORT_RANGE[1] + 1) if p not in LEGACY_PORTS and p not in exclude]
+    random.shuffle(candidates)
+    for port in candidates:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        chosen.append(port)
+        if len(chosen) == count:
+            return chosen
+    raise SlurmError(f"no {count} free TCP ports in {PORT_RANGE[0]}-{PORT_RANGE[1]}")
+
+
+@contextlib.contextmanager
+def _bring_up_lock():
+    """One cluster at a time picks its ports and starts its daemons, so two never pick the same port."""
+    with open(BRING_UP_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """One compute node as slurm.conf describes it (NodeName line, gres.conf, partition).
+
+    cpus_per_core: the hardware threads of a core Slurm counts as CPUs, the unit of
+    `--cpus-per-task`. Slurm's default is all of them (CPUs = sockets x cores x threads);
+    1 poses as a machine whose Slurm counts physical cores (slurm.conf: "CPUs ... can be set
+    to the total number of ... cores ... when you want to schedule only the cores on a
+    hyper-threaded node"; OLCF Frontier, where --threads-per-core=1 is the default).
+    spec_cores: the physical cores (numbered across the node, socket 0 first) reserved for the
+    system on every node: Slurm's core specialisation, written as CpuSpecList so Slurm keeps
+    exactly those cores from jobs (Frontier's low-noise mode: 0, 8, ..., 56; slurm.conf
+    CoreSpecCount would pick the highest-numbered cores instead).
+    """
+
+    sockets: int = 1
+    cores_per_socket: int = 2
+    threads_per_core: int = 1
+    cpus_per_core: int | None = None
+    spec_cores: tuple[int, ...] = ()
+    gpus: int = 0
+    gpu_vendor: str = "nvidia"
+    memory_mb: int = 4096
+    features: tuple[str, ...] = ()
+    partition: str = "debug"
+    max_time: str = "INFINITE"
+
+    @property
+    def cores(self) -> int:
+        return self.sockets * self.cores_per_socket
+
+    @property
+    def cpus(self) -> int:
+        """CPUs= on the NodeName line: every hardware thread, or every core where Slurm counts cores."""
+        return self.cores * (self.cpus_per_core or self.threads_per_core)
+
+    @property
+    def spec_cpu_ids(self) -> list[int]:
+        """CpuSpecList: Slurm's abstract CPU ids of the first CPU of each reserved core (Slurm adds
+        the core's other CPUs), counted in the node's CPUs (one per core when CPUs = cores)."""
+        return [core * (self.cpus // self.cores) for core in self.spec_cores]
+
+    @classmethod
+    def from_site(cls, site, kind: str | None = None) -> "NodeShape":
+        """The node of a hpcdl site profile (hpcdl.sites.schema.Site), as that machine's Slurm sees it."""
+        _, node = site.node_kind(kind)
+        features = tuple(f for f in (site.defaults.constraint or "").replace("&", ",").split(",") if f)
+        usable = {c for s in range(node.sockets) for c in node.usable_cores_of_socket(s)}
+        reserved = tuple(c for c in range(node.cores) if c not in usable)
+        return cls(
+            sockets=node.sockets, cores_per_socket=node.cores_per_socket, threads_per_core=node.threads_per_core,
+            cpus_per_core=node.scheduler_cpus_per_core, spec_cores=reserved, gpus=len(node.gpus),
+            gpu_vendor=node.gpus[0].vendor if node.gpus else "nvidia", memory_mb=int(node.memory_gb * 1024),
+            features=features, partition=site.defaults.partition or "debug",
+            max_time=_slurm_minutes(site.defaults.max_time) if site.defaults.max_time else "INFINITE",
+        )
+
+
+def _slurm_minutes(text: str) -> str:
+    from hpcdl.render.jobscript import parse_time
+
+    return str(-(-parse_time(text) // 60))
+
+
+class SlurmCluster:
+    def __init__(self, root: Path, nodes: int = 1, shape: NodeShape | None = None):
+        self.root = Path(root)
+        self.nodes = nodes
+        self.shape = shape
+        self.conf = self.root / "slurm.conf"
+        self.running = False
+        self.ctld_port = 0
+        self.node_ports: dict[str, int] = {}
+
+    @property
+    def node_names(self) -> list[str]:
+        return ["localhost"] if self.nodes == 1 and self.shape is None else [f"n{i}" for i in range(1, self.nodes + 1)]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    # ---- bring-up
+
+    @property
+    def munge_dir(self) -> Path | None:
+        """The private munged's folder (socket, key, pid), outside the 0700 test folders: the
+        socket's folder and every folder above it must be searchable by all (munged checks)."""
+        record = self.root / "munge-dir"
+        return Path(record.read_text().strip()) if record.exists() else None
+
+    @property
+    def munge_socket(self) -> Path:
+        assert self.munge_dir is not None, "up() first"
+        return self.munge_dir / "munge.socket"
+
+    def up(self) -> "SlurmCluster":
+        atexit.register(self.down)  # also when the test session is interrupted
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._start_munge()
+            with _bring_up_lock():
+                self._write_conf()
+                _run(["/usr/sbin/slurmctld", "-i", "-f", str(self.conf)], env=self.env)
+                self.running = True
+                for name in self.node_names:
+                    _run(["/usr/sbin/slurmd", "-N", name, "-f", str(self.conf)], env=self.env)
+                self._wait_idle()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def _start_munge(self) -> None:
+        """A munged of our own: its own key, socket and pid file (AuthInfo=socket=... in slurm.conf)."""
+        folder = Path(tempfile.mkdtemp(prefix="hpcdl-munge-"))
+        folder.chmod(0o755)
+        (self.root / "munge-dir").write_text(f"{folder}\n")
+        key = folder / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        _run(["/usr/sbin/munged", f"--socket={folder / 'munge.socket'}", f"--key-file={key}",
+              f"--pid-file={folder / 'munged.pid'}", f"--log-file={folder / 'munged.log'}",
+              f"--seed-file={folder / 'munged.seed'}"])
+        for _ in range(50):
+            if munge_works(self.munge_socket):
+                return
+            time.sleep(0.1)
+        raise SlurmError(f"munged did not come up: {(folder / 'munged.log').read_text(errors='replace')[-2000:]}")
+
+    def _write_conf(self) -> None:
+        cpus = os.cpu_count() or 1
+        mem = _real_memory_mb()
+        for sub in ("state", "log", "spool", "tmp"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        for name in self.node_names:
+            (self.root / "spool" / f"slurmd-{name}").mkdir(exist_ok=True)
+            (self.root / "tmp" / name).mkdir(exist_ok=True)
+        self.ctld_port, *ports = free_ports(1 + len(self.node_names))
+        self.node_ports = dict(zip(self.node_names, ports))
+        gres_lines: list[str] = []
+        if self.shape is not None:
+            node_lines, gres_lines = self._shaped_nodes(self.shape)
+            task_plugin, part_nodes = "task/none", f"n[1-{self.nodes}]"
+        elif self.nodes == 1:
+            node_lines = [f"NodeName=localhost NodeAddr=127.0.0.1 Port={ports[0]} CPUs={cpus} RealMemory={mem} "
+                          "State=UNKNOWN"]
+            task_plugin, part_nodes = "task/affinity", "localhost"
+        else:
+            # one line per pretend node: each slurmd listens on a port of its own
+            node_lines = [
+                f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs={cpus} "
+                f"RealMemory={mem // self.nodes} State=UNKNOWN"
+                for name, port in self.node_ports.items()
+            ]
+            # pretend nodes share the real cores, which task/affinity refuses to lay out twice
+            task_plugin, part_nodes = "task/none", f"n[1-{self.nodes}]"
+        r = self.root
+        partition = self.shape.partition if self.shape else "debug"
+        max_time = self.shape.max_time if self.shape else "INFINITE"
+        (self.root / "gres.conf").write_text("\n".join([*gres_lines, ""]))
+        self.conf.write_text("\n".join([
+            "ClusterName=hpcdltest",
+            "SlurmctldHost=localhost",
+            f"SlurmctldPort={self.ctld_port}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            f"AuthInfo=socket={self.munge_socket}",
+            # jobs take MASTER_PORT from the job id: two clusters here should not count alike
+            f"FirstJobId={random.randrange(1000, 19000)}",
+            f"StateSaveLocation={r}/state",
+            f"SlurmdSpoolDir={r}/spool/slurmd-%n",
+            # one TmpFS per node: PMIx makes the same folder name on every node it starts a step on
+            f"TmpFS={r}/tmp/%n",
+            f"SlurmctldPidFile={r}/slurmctld.pid",
+            f"SlurmdPidFile={r}/slurmd-%n.pid",
+            f"SlurmctldLogFile={r}/log/slurmctld.log",
+            f"SlurmdLogFile={r}/log/slurmd-%n.log",
+            "ProctrackType=proctrack/linuxproc",
+            f"TaskPlugin={task_plugin}",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core_Memory",
+            # a shaped node shares its memory out over its CPUs, so a whole-node job fits it
+            f"DefMemPerCPU={self.shape.memory_mb // self.shape.cpus if self.shape else 1000}",
+            "MpiDefault=none",
+            "MailProg=/bin/true",
+            "ReturnToService=2",
+            "SlurmdParameters=config_overrides",
+            # a cancelled job's processes get SIGKILL 5 s after SIGTERM (default 30 s)
+            "KillWait=5",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            *(["GresTypes=gpu"] if gres_lines else []),
+            *node_lines,
+            f"PartitionName={partition} Nodes={part_nodes} Default=YES MaxTime={max_time} State=UP",
+            "",
+        ]))
+
+    def _shaped_nodes(self, shape: NodeShape) -> tuple[list[str], list[str]]:
+        """NodeName lines posing as `shape`, and gres.conf lines for its GPUs.
+
+        The GPUs are character devices under the cluster's folder (gpu0, gpu1 ..., /dev/null's
+        numbers: slurmd refuses a plain file as "not a valid character or block device"):
+        slurmd takes each one's index from its name and sets CUDA_VISIBLE_DEVICES or
+        ROCR_VISIBLE_DEVICES for the tasks bound to it (gres.conf File=, AutoDetect=off).
+        """
+        devices = self.root / "dev"
+        devices.mkdir(exist_ok=True)
+        for g in range(shape.gpus):
+            # slurmd takes only character or block devices; these are /dev/null's twins
+            device = devices / f"gpu{g}"
+            if not device.exists():
+                os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        lines, gres = [], []
+        if shape.gpus:
+            gres.append("AutoDetect=off")
+        for name, port in self.node_ports.items():
+            words = [f"NodeName={name}", "NodeHostname=localhost", "NodeAddr=127.0.0.1", f"Port={port}",
+                     f"CPUs={shape.cpus}", f"Sockets={shape.sockets}", f"CoresPerSocket={shape.cores_per_socket}",
+                     f"ThreadsPerCore={shape.threads_per_core}", f"RealMemory={shape.memory_mb}"]
+            if shape.spec_cores:
+                words.append(f"CpuSpecList={','.join(map(str, shape.spec_cpu_ids))}")
+            if shape.gpus:
+                words.append(f"Gres=gpu:{shape.gpus}")
+                last = f"[0-{shape.gpus - 1}]" if shape.gpus > 1 else "0"
+                flag = "amd_gpu_env" if shape.gpu_vendor == "amd" else "nvidia_gpu_env"
+                gres.append(f"NodeName={name} Name=gpu File={devices}/gpu{last} Flags={flag}")
+            if shape.features:
+                words.append(f"Features={','.join(shape.features)}")
+            lines.append(" ".join([*words, "State=UNKNOWN"]))
+        return lines, gres
+
+    def _wait_idle(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            proc = _run(["sinfo", "-h", "-N", "-o", "%t"], env=self.env, check=False)
+            states = proc.stdout.split()
+            if proc.returncode == 0 and states.count("idle") == len(self.node_names):
+                return
+            time.sleep(0.2)
+        raise SlurmError(f"Slurm did not come up: sinfo says {proc.stdout.strip()!r}\n{self.logs()}")
+
+    def logs(self, lines: int = 20) -> str:
+        out = []
+        for log in sorted((self.root / "log").glob("*.log")):
+            out.append(f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:]))
+        return "\n".join(out)
+
+    # ---- tear-down
+
+    def down(self) -> None:
+        if self.running:
+            _run(["scontrol", "shutdown"], env=self.env, check=False)  # stops slurmctld and every slurmd
+            self.running = False
+        self._wait_for_pidfiles()
+        self._stop_munge()
+
+    def _stop_munge(self) -> None:
+        folder = self.munge_dir
+        if folder is None:
+            return
+        pidfile = folder / "munged.pid"
+        if _alive(pidfile):
+            try:
+                os.kill(int(pidfile.read_text().strip()), 15)
+            except (ProcessLookupError, ValueError):
+                pass
+            for _ in range(50):  # munged removes its pid file on exit
+                if not _alive(pidfile):
+                    break
+                time.sleep(0.1)
+        shutil.rmtree(folder, ignore_errors=True)
+        (self.root / "munge-dir").unlink(missing_ok=True)
+
+    def _wait_for_pidfiles(self, timeout: float = 15) -> None:
+        """The daemons remove their pid files on exit; those still alive after the wait are killed."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            alive = [p for p in self.root.glob("*.pid") if _alive(p)]
+            if not alive:
+                break
+            time.sleep(0.2)
+        for pidfile in self.root.glob("*.pid"):
+            if _alive(pidfile):
+                try:
+                    os.kill(int(pidfile.read_text().strip()), 9)
+                except (ProcessLookupError, ValueError):
+                    pass
+            pidfile.unlink(missing_ok=True)
+
+
+def _alive(pidfile: Path) -> bool:
+    try:
+        pid = int(pidfile.read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    # a daemon that exited but was not yet reaped by PID 1 shows as a zombie (in a container)
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _real_memory_mb() -> int:
+    proc = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, timeout=30)
+    for word in proc.stdout.split():
+        if word.startswith("RealMemory="):
+            return int(word.split("=", 1)[1])
+    return 1024
+
+
+class SlurmClusters:
+    """One cluster up at a time per test session (the jobs share the machine's cores); the
+    session fixture asks for a shape and gets it, and tears the last one down at the end."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.current: SlurmCluster | None = None
+
+    def ensure(self, nodes: int, shape: NodeShape | None = None) -> SlurmCluster:
+        """A cluster of `nodes` nodes, shaped like `shape` when given; the one up is reused when it fits."""
+        current = self.current
+        if current is not None and current.nodes == nodes and current.shape == shape:
+            return current
+        self.down()
+        self.count = getattr(self, "count", 0) + 1
+        folder = f"{nodes}-node" if shape is None else f"{nodes}-shaped-{self.count}"
+        cluster = SlurmCluster(self.root / folder, nodes, shape)
+        self.current = cluster.up()
+        return cluster
+
+    def down(self) -> None:
+        if self.current is not None:
+            self.current.down()
+            self.current = None
+
+
+SITE_NAME = "local-slurm"
+
+
+def site_profile(nodes: int) -> str:
+    """A site profile for the cluster: this machine's node as detected, under Slurm with srun and PMIx.
+
+    The pretend nodes share this machine's cores (nodes_per_host), and Open MPI's shared-memory
+    transport breaks across pretend nodes on one host, so MPI goes over TCP (OMPI_MCA_btl).
+    """
+    import yaml
+
+    from hpcdl.sites.detect import detect_local_site, site_to_yaml
+
+    local = yaml.safe_load(site_to_yaml(detect_local_site()))
+    kind = next(iter(local["node_kinds"]))
+    node = local["node_kinds"][kind]
+    node["nodes_per_host"] = nodes
+    node["count"] = nodes
+    node.pop("gpus", None) if not node.get("gpus") else None
+    profile = {
+        "name": SITE_NAME,
+        "description": f"the Slurm `hpcdl cluster up` started on this machine ({nodes} node(s))",
+        "scheduler": "slurm", "launcher": "srun", "runtime": "none", "mpi": local.get("mpi", "openmpi"),
+        "node_kinds": {kind: node}, "default_node_kind": kind,
+        "modules": {"system": "none"},
+        "defaults": {"partition": "debug", "time": "00:10:00", "exclusive": False},
+        "env": {"OMPI_MCA_btl": "self,tcp"},
+    }
+    return ("# Written by `hpcdl cluster up`: the local Slurm it started, as a site profile.\n"
+            + yaml.safe_dump(profile, sort_keys=False))
+
+
+def default_folder() -> Path:
+    return Path(os.environ.get("HPCDL_CLUSTER_DIR") or "~/.cache/hpcdl/cluster").expanduser()
+
+
+def cluster_up(folder: Path, nodes: int = 1) -> SlurmCluster:
+    """Start the cluster and leave it running (until cluster_down); write its site profile beside it."""
+    from hpcdl.files import write_atomically
+
+    folder = Path(folder).resolve()
+    if (folder / "slurm.conf").exists() and any(_alive(p) for p in folder.glob("*.pid")):
+        raise SlurmError(f"a cluster is already running in {folder}: `hpcdl cluster down` first")
+    cluster = SlurmCluster(folder, nodes)
+    cluster.up()
+    atexit.unregister(cluster.down)  # it stays up until `down`
+    write_atomically(folder / "sites" / f"{SITE_NAME}.yaml", site_profile(nodes), mode=0o644)
+    return cluster
+
+
+def cluster_down(folder: Path) -> bool:
+    """Stop what cluster_up started in `folder`; False when nothing was running there."""
+    folder = Path(folder).resolve()
+    cluster = SlurmCluster(folder)
+    was = any(_alive(p) for p in folder.glob("*.pid")) or cluster.munge_dir is not None
+    cluster.running = was and (folder / "slurm.conf").exists()
+    cluster.down()
+    return was
+
+
+def main(argv: list[str] | None = None) -> int:
+    """By hand, to look at a failing job: python -m hpcdl.cluster up|down FOLDER [NODES] [SITE[:KIND]].
+
+    SITE (a shipped profile or a YAML file) poses the nodes as that site's node kind.
+    """
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2 or args[0] not in ("up", "down"):
+        print("usage: python -m hpcdl.cluster up|down FOLDER [NODES] [SITE[:KIND]]", file=sys.stderr)
+        return 2
+    root, nodes = Path(args[1]).resolve(), int(args[2]) if len(args) > 2 else 1
+    shape = None
+    if len(args) > 3:
+        from hpcdl.sites import load_site
+        from hpcdl.sites.registry import load_site_file
+
+        name, _, kind = args[3].partition(":")
+        site = load_site_file(Path(name)) if name.endswith((".yaml", ".yml")) else load_site(name)
+        shape = NodeShape.from_site(site, kind or None)
+    cluster = SlurmCluster(root, nodes, shape)
+    if args[0] == "up":
+        cluster.up()
+        atexit.unregister(cluster.down)  # it stays up until `down`
+        print(f"export SLURM_CONF={cluster.conf}")
+    else:
+        cluster_down(root)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

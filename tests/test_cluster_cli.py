@@ -1,0 +1,76 @@
+"""`hpcdl cluster up/down`: the local Slurm the tests use, shipped for people to try hpcdl on.
+
+Up prints the two exports (SLURM_CONF, HPCDL_SITE_PATH with the `local-slurm` profile it
+writes); a validation job then runs through it with sbatch and srun; down stops every daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, hpcdl, require_tool
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+def _needs_slurm_and_root():
+    for tool in ("slurmctld", "slurmd", "sbatch", "munged"):
+        if not (shutil.which(tool) or Path("/usr/sbin", tool).exists()):
+            require_tool(tool)
+    if os.geteuid() != 0:
+        message = "starting slurmctld/slurmd/munged needs root"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def exports(stdout: str) -> dict:
+    """The `export NAME=VALUE` lines, as a shell would set them (HPCDL_SITE_PATH's `${...:+...}` tail dropped)."""
+    out = {}
+    for line in stdout.splitlines():
+        if line.startswith("export "):
+            name, value = line[len("export "):].split("=", 1)
+            out[name] = value.split("${", 1)[0]
+    return out
+
+
+def test_cluster_up_runs_a_validation_job_and_down_stops_it(tmp_path, tmp_path_factory):
+    _needs_slurm_and_root()
+    # a short folder: PMIx puts unix sockets under it, and their paths may not exceed 107 characters
+    folder = tmp_path_factory.mktemp("cl")
+    proc = hpcdl("cluster", "up", "--nodes", "2", "--dir", folder, timeout=180)
+    try:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        env = exports(proc.stdout)
+        assert env["SLURM_CONF"] == str(folder / "slurm.conf")
+        assert env["HPCDL_SITE_PATH"] == str(folder / "sites")
+        sinfo = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True,
+                               env={**os.environ, **env}, timeout=60)
+        assert sorted(sinfo.stdout.split()) == ["idle", "idle", "n1", "n2"]
+        again = hpcdl("cluster", "up", "--dir", folder, timeout=60)
+        assert again.returncode == 2 and "already running" in again.stderr
+
+        jobs_env = {**env, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                    "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "platform"), os.environ.get("PYTHONPATH"))
+                                                  if p)}
+        shown = hpcdl("sites", "show", "local-slurm", env=jobs_env)
+        assert shown.returncode == 0 and "scheduler: slurm" in shown.stdout and "nodes_per_host: 2" in shown.stdout
+        out = tmp_path / "val"
+        run = hpcdl("validate", "--site", "local-slurm", "--checks", "environment", "--nodes", "1", "--max-jobs", "1",
+                    "--no-history", "-o", out, env=jobs_env, cwd=tmp_path, timeout=600)
+        assert run.returncode == 0, run.stdout[-4000:] + run.stderr
+        suite = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+        assert suite["scheduler"] == "slurm" and suite["site"] == "local-slurm"
+        assert "#SBATCH --partition=debug" in next((out / "jobs").glob("*/job.sh")).read_text()
+    finally:
+        down = hpcdl("cluster", "down", "--dir", folder, timeout=120)
+    assert down.returncode == 0 and "stopped the cluster" in down.stdout
+    assert not any(folder.glob("*.pid"))
+    assert "no cluster was running" in hpcdl("cluster", "down", "--dir", folder, timeout=60).stdout
