@@ -44,11 +44,11 @@ def shellcheck(path: Path) -> None:
     assert proc.returncode == 0, f"bash -n {path}:\n{proc.stderr}"
 
 
-@pytest.fixture(autouse=True)
-def _private_history(tmp_path_factory, monkeypatch):
+def pytest_configure(config):
     """Validation runs in tests keep their history in a folder of their own, not in ~/.local/share."""
-    if "HPCDL_HISTORY" not in os.environ:
-        monkeypatch.setenv("HPCDL_HISTORY", str(tmp_path_factory.mktemp("history")))
+    import tempfile
+
+    os.environ.setdefault("HPCDL_HISTORY", tempfile.mkdtemp(prefix="hpcdl-test-history-"))
 
 
 @pytest.fixture
