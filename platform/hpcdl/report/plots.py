@@ -29,7 +29,7 @@ def _judged(verdicts, prefix: str) -> list:
     return [v for v in (verdicts or ()) if v.name.startswith(prefix) and v.bound is not None]
 
 
-def _ref_lines(ax, reference: float | None, bound: float | None, label: str = "", horizontal: bool = True) -> None:
+def _ref_lines(ax, reference: float | None, bound: float | None, label: str = "") -> None:
     if reference is not None:
         ax.axhline(reference, color="grey", ls=":", lw=1, label=f"reference{label}")
     if bound is not None:

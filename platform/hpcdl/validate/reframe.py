@@ -302,7 +302,7 @@ def test_file(ctx, jobs: list[ExportedJob], command: str) -> str:
         "import reframe as rfm",
         "import reframe.utility.sanity as sn",
         "from reframe.core.backends import getlauncher",
-        "from reframe.core.builtins import performance_function, run_after, run_before, sanity_function, variable",
+        "from reframe.core.builtins import run_after, run_before, sanity_function, variable",
         "from reframe.core.exceptions import SanityError",
         "",
         "",
