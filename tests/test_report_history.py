@@ -130,3 +130,13 @@ def test_write_perflogs_appends_per_run_and_moves_an_old_header_aside(tmp_path):
     lines = log.read_text().splitlines()
     assert len(lines) == 3 and lines[0].startswith("job_completion_time|") and "images_per_sec=800.0" in lines[1]
     assert (log.parent / f"{log.name}.h0").read_text() == "an|older|header\nold line\n"
+
+
+def test_a_note_about_the_references_hardware_is_shown_with_the_run(tmp_path):
+    run = a_run(tmp_path / "a", "2026-11-20T10:00:00+00:00")
+    lines = run.read_text().splitlines()
+    suite = json.loads(lines[0])
+    suite["references_warnings"] = ["local.yaml was measured on 'AMD EPYC'; this node kind is 'Intel Xeon'"]
+    run.write_text("\n".join([json.dumps(suite), *lines[1:]]) + "\n")
+    html = (build_report([run], tmp_path / "r") / "index.html").read_text()
+    assert "<strong>note:</strong> local.yaml was measured on &#39;AMD EPYC&#39;" in html
