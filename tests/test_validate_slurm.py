@@ -111,3 +111,33 @@ def test_the_two_pretend_node_points_carry_a_prediction_and_its_error(slurm_quic
     for r in two:
         assert r["predicted_images_per_sec"] > 0 and r["cpu_share"] == pytest.approx(0.5, abs=0.5)
         assert r["prediction_within"] == (abs(r["prediction_error"]) <= AGREEMENT)
+
+
+def test_the_two_node_jobs_give_each_nodes_own_throughput_and_the_report_shows_them(slurm_quick_run):
+    _, out, records = slurm_quick_run
+    per_node = [r for r in records if r.get("series") == "per_node"]
+    jobs = {r["job"] for r in per_node}
+    assert jobs and all("-2n-" in job for job in jobs)
+    for job in jobs:
+        mine = [r for r in per_node if r["job"] == job]
+        assert sorted(r["host"] for r in mine) == ["n1", "n2"] and all(r["value"] > 0 for r in mine)
+    html = (out / "report" / "index.html").read_text()
+    assert "<h2>Per node</h2>" in html and "<h2>System</h2>" in html
+
+
+def test_the_environment_check_records_what_each_node_is(slurm_quick_run):
+    _, _, records = slurm_quick_run
+    (system,) = [r for r in records if r.get("series") == "system"]
+    assert system["cpu_model"] and system["kernel"] and system["host"] in ("n1", "n2")
+
+
+def test_the_run_left_reframe_format_perflogs_and_links_each_row_to_its_log(slurm_quick_run):
+    _, out, _ = slurm_quick_run
+    logs = sorted((out / "perflogs" / "ci-slurm" / "node").glob("hpcdl_*.log"))
+    assert len(logs) >= 8
+    for log in logs:
+        header, line = log.read_text().splitlines()[:2]
+        assert header.startswith("job_completion_time|name|system|partition|") and len(line.split("|")) == len(
+            header.split("|"))
+    html = (out / "report" / "index.html").read_text()
+    assert '<a href="../jobs/' in html and "/output.log\">output.log</a>" in html

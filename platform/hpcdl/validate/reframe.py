@@ -529,7 +529,8 @@ def write_perflogs(ctx, selected, outcomes: dict, verdicts, prefix: Path) -> lis
             values.append((p.pvar, value, p.unit, ref[0], ref[1], ref[2]))
         times = [r["time"] for r in records if isinstance(r.get("time"), (int, float))]
         ok = outcome.ok and f"validate-{job.key}" not in failed_jobs and all(v[1] is not None for v in values)
-        nodelist = outcome.nodelist or ()
+        # the scheduler's nodes: the job folder's nodes/ (train jobs), else what the probe gathered
+        nodelist = outcome.nodelist or next((tuple(r["nodelist"]) for r in records if r.get("nodelist")), ())
         line = perflog_line(max(times) if times else time.time(), job.class_name, ctx.site.name,
                             ctx.node_kind_name, job.nodes * job.ranks_per_node, nodelist,
                             "pass" if ok else "fail", values)
