@@ -159,7 +159,7 @@ def test_an_unknown_scheduler_is_refused(fixture_sites):
 
 
 def test_render_writes_the_file_atomically_and_prints_without_o(tmp_path, fixture_sites):
-    out = tmp_path / "sub" / "job.sh"
+    out = tmp_path / "job.sh"
     proc = hpcdl("render", "--site", "ci-slurm", RECIPES / "digits-quick.yaml", "-o", out,
                  env={"HPCDL_SITE_PATH": str(fixture_sites)})
     assert proc.returncode == 0 and out.read_text().startswith("#!/bin/bash\n#SBATCH")

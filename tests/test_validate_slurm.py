@@ -25,7 +25,7 @@ def slurm_quick_run(slurm_clusters, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("validate-slurm")
     out = tmp / "out"
     env = {"SLURM_CONF": str(cluster.conf), "HPCDL_SITE_PATH": str(FIXTURE_SITES),
-           "HPCDL_LOCAL_JOBS": str(tmp / "local-jobs")}
+           "HPCDL_LOCAL_JOBS": str(tmp / "local-jobs"), "HPCDL_HISTORY": str(tmp / "history")}
     proc = hpcdl("validate", "--site", "ci-slurm", "--suite", "quick", "--nodes", "1,2", "--max-jobs", "1",
                  "-o", out, env=env, cwd=tmp, timeout=1200)
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()] if out.exists() else []
