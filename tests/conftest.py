@@ -25,6 +25,18 @@ def require_tool(name: str) -> str:
     pytest.skip(message)
 
 
+def require_slurm_daemons() -> None:
+    """Slurm's and munge's daemons, and root to start them: missing, a failure in CI, a skip elsewhere."""
+    for tool in ("slurmctld", "slurmd", "sbatch", "munged"):
+        if not (shutil.which(tool) or Path("/usr/sbin", tool).exists()):
+            require_tool(tool)
+    if os.geteuid() != 0:
+        message = "starting slurmctld/slurmd/munged needs root"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
 def hpcdl(*args: str, check: bool = False, env: dict | None = None, cwd=None, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run the real command line in a fresh process."""
     proc = subprocess.run(
@@ -75,14 +87,7 @@ def slurm_clusters(tmp_path_factory):
     Ask it for a shape: `slurm_clusters.ensure(1)` (one node) or `.ensure(2)` (pretend nodes n1, n2),
     or `.ensure(2, NodeShape.from_site(site))`: two pretend nodes posing as the site's node kind.
     """
-    for tool in ("slurmctld", "slurmd", "sbatch", "munged"):
-        if not (shutil.which(tool) or Path("/usr/sbin", tool).exists()):
-            require_tool(tool)
-    if os.geteuid() != 0:
-        message = "starting slurmctld/slurmd/munged needs root"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_slurm_daemons()
     from slurm_cluster import SlurmClusters
 
     clusters = SlurmClusters(tmp_path_factory.mktemp("slurm"))

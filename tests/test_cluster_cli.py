@@ -8,27 +8,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, hpcdl, require_tool
+from conftest import ROOT, hpcdl, require_slurm_daemons
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
-def _needs_slurm_and_root():
-    for tool in ("slurmctld", "slurmd", "sbatch", "munged"):
-        if not (shutil.which(tool) or Path("/usr/sbin", tool).exists()):
-            require_tool(tool)
-    if os.geteuid() != 0:
-        message = "starting slurmctld/slurmd/munged needs root"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
 
 
 def exports(stdout: str) -> dict:
@@ -42,7 +32,7 @@ def exports(stdout: str) -> dict:
 
 
 def test_cluster_up_runs_a_validation_job_and_down_stops_it(tmp_path, tmp_path_factory):
-    _needs_slurm_and_root()
+    require_slurm_daemons()
     # a short folder: PMIx puts unix sockets under it, and their paths may not exceed 107 characters
     folder = tmp_path_factory.mktemp("cl")
     proc = hpcdl("cluster", "up", "--nodes", "2", "--dir", folder, timeout=180)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import mxnet as mx
 from mxnet.gluon import HybridBlock, nn
 
-from hpcdl.nets.spec import Layer, NetSpec, _pair
+from hpcdl.nets.spec import Layer, NetSpec, _pair, eltwise
 
 
 def _initializer(layer: Layer):
@@ -212,7 +212,7 @@ class CaffeNet(HybridBlock):
             if layer.type == "Concat":
                 out = F.concat(*ins, dim=1)
             elif layer.type == "Eltwise":
-                out = _eltwise(F, layer, ins)
+                out = eltwise(layer, ins, F.maximum)
             else:
                 out = self.blocks[layer.name](ins[0])
             blobs[layer.top] = out
@@ -224,21 +224,6 @@ class CaffeNet(HybridBlock):
         if self.spec.aux_outputs:
             return tuple([blobs[self.spec.output], *(blobs[top] for top, _ in self.spec.aux_outputs)])
         return blobs[self.spec.output]
-
-
-def _eltwise(F, layer: Layer, ins: list):
-    """Caffe's Eltwise: SUM (with per-bottom coeff), PROD or MAX."""
-    op = layer.p("operation", "SUM")
-    if op == "SUM":
-        coeff = layer.p("coeff") or [1.0] * len(ins)
-        out = ins[0] * coeff[0] if coeff[0] != 1 else ins[0]
-        for c, other in zip(coeff[1:], ins[1:]):
-            out = out + (other * c if c != 1 else other)
-        return out
-    out = ins[0]
-    for other in ins[1:]:
-        out = out * other if op == "PROD" else F.maximum(out, other)
-    return out
 
 
 def build_gluon(spec: NetSpec) -> CaffeNet:

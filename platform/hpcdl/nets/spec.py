@@ -260,31 +260,20 @@ def _substitute(value, variables: dict, where: str):
     return value
 
 
-def filler_scale(layer: Layer, filler: dict) -> float:
-    """Caffe's XavierFiller bound or MSRAFiller std (filler.hpp) for a layer's weights.
-
-    Caffe's blob is (num_output, channels / group, kh, kw): fan_in = count / num_output,
-    fan_out = count / (channels / group); `variance_norm` picks n = fan_in (Caffe's
-    default, FAN_IN), fan_out (FAN_OUT) or their mean (AVERAGE). Xavier draws
-    U(-sqrt(3 / n), sqrt(3 / n)); MSRA draws N(0, sqrt(2 / n)). (Glorot's uniform, which
-    the frameworks call xavier, is AVERAGE: not Caffe's default.)
-    """
-    p = layer.params
-    if layer.type == "Convolution":
-        kh, kw = _pair(p["kernel_size"])
-        fan_in, fan_out = layer.in_channels // p.get("group", 1) * kh * kw, p["num_output"] * kh * kw
-    else:
-        fan_in, fan_out = layer.in_channels, p["num_output"]
-    norm = str(filler.get("variance_norm", "FAN_IN")).upper()
-    n = {"FAN_IN": fan_in, "FAN_OUT": fan_out, "AVERAGE": (fan_in + fan_out) / 2.0}.get(norm)
-    if n is None:
-        raise HpcdlError(f"layer {layer.name}: weight_filler variance_norm {norm!r}; Caffe's are FAN_IN, FAN_OUT, AVERAGE")
-    kind = filler.get("type")
-    if kind == "xavier":
-        return math.sqrt(3.0 / n)
-    if kind == "msra":
-        return math.sqrt(2.0 / n)
-    raise ValueError(kind)
+def eltwise(layer: Layer, ins: list, maximum):
+    """Caffe's Eltwise on any framework's tensors: SUM (with per-bottom coeff), PROD or MAX
+    (`maximum` is the framework's elementwise maximum, e.g. torch.maximum or Gluon's F.maximum)."""
+    op = layer.p("operation", "SUM")
+    if op == "SUM":
+        coeff = layer.p("coeff") or [1.0] * len(ins)
+        out = ins[0] * coeff[0] if coeff[0] != 1 else ins[0]
+        for c, other in zip(coeff[1:], ins[1:]):
+            out = out + (other * c if c != 1 else other)
+        return out
+    out = ins[0]
+    for other in ins[1:]:
+        out = out * other if op == "PROD" else maximum(out, other)
+    return out
 
 
 def _pair(v) -> tuple[int, int]:

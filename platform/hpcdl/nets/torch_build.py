@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hpcdl.nets.spec import Layer, NetSpec, _pair
+from hpcdl.nets.spec import Layer, NetSpec, _pair, eltwise
 
 
 def _module(layer: Layer) -> nn.Module:
@@ -138,7 +138,7 @@ class CaffeNet(nn.Module):
             if layer.type == "Concat":
                 out = torch.cat(ins, dim=1)
             elif layer.type == "Eltwise":
-                out = _eltwise(layer, ins)
+                out = eltwise(layer, ins, torch.maximum)
             else:
                 out = self.layers[_key(layer.name)](ins[0])
             for b in layer.bottom:
@@ -183,21 +183,6 @@ def caffe_fill(tensor: torch.Tensor, filler: dict) -> None:
         tensor.copy_(kernel.to(tensor.dtype).expand_as(tensor))
     else:
         raise ValueError(f"filler type {kind} has no PyTorch builder")
-
-
-def _eltwise(layer: Layer, ins: list):
-    """Caffe's Eltwise: SUM (with per-bottom coeff), PROD or MAX."""
-    op = layer.p("operation", "SUM")
-    if op == "SUM":
-        coeff = layer.p("coeff") or [1.0] * len(ins)
-        out = ins[0] * coeff[0] if coeff[0] != 1 else ins[0]
-        for c, other in zip(coeff[1:], ins[1:]):
-            out = out + (other * c if c != 1 else other)
-        return out
-    out = ins[0]
-    for other in ins[1:]:
-        out = out * other if op == "PROD" else torch.maximum(out, other)
-    return out
 
 
 def _key(name: str) -> str:
