@@ -6,7 +6,6 @@ container images, a distributed trainer and validation jobs).
 
 First try:  hpcdl plan --site frontier      (the node map of a one-node job)
 Then:       hpcdl sites show frontier; module avail pytorch tensorflow mxnet
-No framework image is built for frontier yet: set defaults.image in its profile.
 ]])
 whatis("Name: hpcdl")
 whatis("Version: 0.1.0")

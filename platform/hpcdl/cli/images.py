@@ -49,13 +49,16 @@ def images_list(specs: Optional[Path] = SPECS,
 
         rows = [{"name": s.name, "cpu_target": s.cpu_target,
                  "cuda": {"version": s.cuda.version, "gpu_archs": list(s.cuda.gpu_archs)} if s.cuda else None,
+                 "rocm": {"version": s.rocm.version, "gpu_archs": list(s.rocm.gpu_archs)} if s.rocm else None,
+                 "net_plugin": s.net_plugin_library,
                  "mpi": {"flavour": s.mpi.flavour, "version": s.mpi.version, "fabric": s.mpi.fabric},
                  "environments": {n: dict(e.packages) for n, e in s.environments.items()}}
                 for s in _specs(specs).values()]
         typer.echo(json.dumps(rows, indent=2))
         return
     for spec in _specs(specs).values():
-        gpu = f"CUDA {spec.cuda.version} {','.join(spec.cuda.gpu_archs)}" if spec.cuda else "CPU"
+        gpu = (f"CUDA {spec.cuda.version} {','.join(spec.cuda.gpu_archs)}" if spec.cuda
+               else f"ROCm {spec.rocm.version} {','.join(spec.rocm.gpu_archs)}" if spec.rocm else "CPU")
         frameworks = ", ".join(f"{p} {v}" for e in spec.environments.values() for p, v in e.packages.items()
                                if p not in ("numpy", "mpi4py"))
         typer.echo(f"{spec.name:<14} {spec.cpu_target:<15} {gpu:<22} {spec.mpi.flavour} {spec.mpi.version} "

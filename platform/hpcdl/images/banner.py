@@ -49,6 +49,8 @@ def cuda_version() -> str:
     try:
         from torch import version as tv  # torch/version.py imports nothing heavy
 
+        if getattr(tv, "hip", None):
+            return f"ROCm (HIP {tv.hip})"
         return f"CUDA {tv.cuda}" if tv.cuda else "CUDA none (CPU build)"
     except Exception:
         return "CUDA unknown"

@@ -177,6 +177,40 @@ def cuda_results(spec) -> list[Result]:
     return results
 
 
+def rocm_results(spec) -> list[Result]:
+    """torch built for the spec's ROCm; a GCD works if the node has one."""
+    if not _installed("torch"):
+        return [Result("rocm", NOT_APPLICABLE, "torch is not in this environment")]
+    import torch
+
+    hip = getattr(torch.version, "hip", None)
+    if not hip:
+        return [Result("rocm", FAILED, f"torch is not a ROCm build (CUDA {torch.version.cuda or 'none'})")]
+    same = hip.split(".")[:2] == spec.rocm.version.split(".")[:2]
+    results = [Result("rocm", PASSED if same else FAILED, f"torch built for HIP {hip} (spec ROCm {spec.rocm.version})")]
+    if not Path("/dev/kfd").exists():
+        results.append(Result("gpu", NOT_APPLICABLE, "no AMD GPU on this node (run the image with --rocm on one)"))
+    elif torch.cuda.is_available():
+        results.append(Result("gpu", PASSED, torch.cuda.get_device_name(0)))
+    else:
+        results.append(Result("gpu", FAILED, "/dev/kfd is present but torch cannot use a GPU"))
+    return results
+
+
+def net_plugin_result(spec) -> Result | None:
+    """The libfabric NCCL/RCCL plugin the plan's NCCL_NET_PLUGIN names: present, or absent (failed)
+    where the spec builds it. Not applicable in an image without one: the site's own (a host module,
+    podman-hpc --nccl) or TCP sockets serve there."""
+    if spec is None or not spec.gpu:
+        return None
+    library = spec.net_plugin_library
+    if library is None:
+        return Result("nccl net plugin", NOT_APPLICABLE, "the image carries none (the site's own, or TCP sockets)")
+    if Path(library).is_file():
+        return Result("nccl net plugin", PASSED, f"present: {library} (aws-ofi-nccl {spec.net_plugin.version})")
+    return Result("nccl net plugin", FAILED, f"absent: {library} (the spec builds aws-ofi-nccl {spec.net_plugin.version})")
+
+
 # every rank's result is gathered to rank 0, which prints one line: ranks printing on their
 # own share one pipe and their lines can run together under load
 ALLREDUCE = (
@@ -240,7 +274,13 @@ def run_checks(spec=None, environment: str = "main", mode: str = "host") -> list
     gpu = spec is not None and spec.gpu
     if not gpu:
         results += onednn_results(gpu=False)
-    results += cuda_results(spec)
+    if spec is not None and spec.rocm is not None:
+        results += rocm_results(spec)
+    else:
+        results += cuda_results(spec)
+    plugin = net_plugin_result(spec)
+    if plugin is not None:
+        results.append(plugin)
     results.append(mpi_result())
     return results
 

@@ -104,6 +104,27 @@ def horovod_nccl_needs_cuda_and_nccl(spec: ImageSpec) -> str | None:
     return None
 
 
+@rule("gpu-stack")
+def one_gpu_stack(spec: ImageSpec) -> str | None:
+    if spec.cuda and spec.rocm:
+        return "cuda and rocm: an image is built for NVIDIA or for AMD GPUs, not both"
+    return None
+
+
+@rule("net-plugin")
+def net_plugin_needs_gpus_and_libfabric(spec: ImageSpec) -> str | None:
+    # aws-ofi-nccl is built against libfabric and CUDA or ROCm (its configure: --with-libfabric,
+    # --with-cuda / --with-rocm); the image builds libfabric only for mpi.fabric slingshot/omnipath
+    if not spec.net_plugin:
+        return None
+    if not spec.gpu:
+        return "net_plugin: the NCCL/RCCL network plugin needs cuda or rocm in the image"
+    if spec.mpi.fabric not in ("slingshot", "omnipath") or spec.mpi.source != "build":
+        return (f"net_plugin: aws-ofi-nccl is built against the image's libfabric, which mpi.fabric "
+                f"{spec.mpi.fabric} does not build; use mpi.fabric: slingshot")
+    return None
+
+
 @rule("openmpi-pmi2")
 def openmpi_5_has_no_pmi2(spec: ImageSpec) -> str | None:
     # Open MPI 5 removed its PMI-1/PMI-2 components; it starts only through PMIx.
@@ -180,6 +201,17 @@ def gpu_sm(model: str) -> str | None:
     return next((sm for word, sm in NVIDIA_SM if word in upper), None)
 
 
+#: AMD GPU architecture by a word of the model name (ROCm "GPU architecture specs" table);
+#: an MI250X GCD is gfx90a, MI300A/MI300X gfx942
+AMD_GFX = (("MI300", "gfx942"), ("MI325", "gfx942"), ("MI250", "gfx90a"), ("MI210", "gfx90a"),
+           ("MI100", "gfx908"), ("MI50", "gfx906"), ("MI60", "gfx906"), ("MI355", "gfx950"), ("MI350", "gfx950"))
+
+
+def gpu_gfx(model: str) -> str | None:
+    upper = model.upper()
+    return next((gfx for word, gfx in AMD_GFX if word in upper), None)
+
+
 def _runs_sass(built: tuple[str, ...], sm: str) -> bool:
     """CUDA machine code for sm_XY runs on GPUs of the same major version and minor >= Y."""
     major, minor = divmod(int(sm[3:]), 10)
@@ -200,9 +232,19 @@ def hardware_problems(spec: ImageSpec, site: Site) -> list[str]:
         problems.append(f"the image is compiled with -march=knl (AVX-512ER/PF, Xeon Phi only) but {where} is not a KNL")
     elif spec.cpu_target == "skylake_avx512" and not node.cpu_target.startswith(AVX512_TARGETS[1:]):
         problems.append(f"the image is compiled for AVX-512 (skylake_avx512) but {where} lacks it")
-    if not node.gpus or spec.cuda is None:
+    if not node.gpus or not spec.gpu:
         return problems
     gpu = node.gpus[0]
+    if spec.rocm is not None:
+        if gpu.vendor != "amd":
+            problems.append(f"the image is built with ROCm but {where} has {gpu.vendor.upper()} GPUs ({gpu.model})")
+            return problems
+        # ROCm code objects are built per gfx target and run only on that one (no PTX-like fallback)
+        gfx = gpu_gfx(gpu.model)
+        if gfx and gfx not in spec.rocm.gpu_archs:
+            problems.append(f"the image's ROCm code is built for {', '.join(spec.rocm.gpu_archs)} but {where} has "
+                            f"{gpu.model} ({gfx})")
+        return problems
     if gpu.vendor != "nvidia":
         problems.append(f"the image is built with CUDA but {where} has {gpu.vendor.upper()} GPUs ({gpu.model})")
         return problems

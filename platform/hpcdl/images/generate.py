@@ -80,13 +80,14 @@ def mpi_blocks(spec: ImageSpec) -> list:
         # Omni-Path wants PSM2 (or the libfabric provider over it); UCX gains nothing there
         # (easybuild-framework#4560). hpccm has no PSM2 or libfabric block.
         blocks.append(packages(apt=["libpsm2-dev", "libnuma-dev"], yum=["libpsm2-devel", "numactl-devel"]))
-        blocks.append(generic_autotools(
-            url=f"https://github.com/ofiwg/libfabric/releases/download/v{mpi.libfabric}/libfabric-{mpi.libfabric}.tar.bz2",
-            prefix="/usr/local/libfabric",
-            configure_opts=["--enable-psm2=yes", "--enable-verbs=no", "--enable-psm3=no"],
-            devel_environment={"PATH": "/usr/local/libfabric/bin:$PATH",
-                               "LD_LIBRARY_PATH": "/usr/local/libfabric/lib:$LD_LIBRARY_PATH"},
-        ))
+        blocks.append(libfabric_block(mpi.libfabric, ["--enable-psm2=yes", "--enable-verbs=no", "--enable-psm3=no"]))
+    elif mpi.fabric == "slingshot":
+        # Slingshot's provider (cxi) needs HPE's libcxi and driver, which only the machine has: the
+        # image builds MPICH and the NCCL/RCCL plugin against upstream libfabric (same soname,
+        # libfabric.so.1), and at run time the site puts its own libfabric first (OLCF's
+        # apptainer-enable-mpi module, NERSC podman-hpc's mpich and nccl modules bind
+        # /opt/cray/libfabric), so both reach the NIC through the host's cxi provider.
+        blocks.append(libfabric_block(mpi.libfabric, []))
     if mpi.pmix:
         blocks.append(pmix(version=mpi.pmix))
     if mpi.pmi2 and mpi.flavour == "openmpi":
@@ -113,14 +114,49 @@ def mpi_blocks(spec: ImageSpec) -> list:
         ))
     else:
         # MPICH ABI: the library a Cray site (or Intel MPI, MVAPICH2) swaps in at run time
-        device = "ch4:ofi" if mpi.fabric == "omnipath" else "ch4:ucx" if mpi.ucx else "ch4:ofi"
+        device = "ch4:ofi" if mpi.fabric in ("omnipath", "slingshot") else "ch4:ucx" if mpi.ucx else "ch4:ofi"
         opts = [f"--with-device={device}", "--disable-fortran"]
-        if mpi.fabric == "omnipath":
+        if mpi.fabric in ("omnipath", "slingshot"):
             opts.append("--with-libfabric=/usr/local/libfabric")
         if mpi.ucx:
             opts.append("--with-ucx=/usr/local/ucx")
         blocks.append(mpich(version=mpi.version, configure_opts=opts))
     return blocks
+
+
+def libfabric_block(version: str, configure_opts: list[str]):
+    return generic_autotools(
+        url=f"https://github.com/ofiwg/libfabric/releases/download/v{version}/libfabric-{version}.tar.bz2",
+        prefix="/usr/local/libfabric",
+        configure_opts=configure_opts,
+        devel_environment={"PATH": "/usr/local/libfabric/bin:$PATH",
+                           "LD_LIBRARY_PATH": "/usr/local/libfabric/lib:$LD_LIBRARY_PATH"},
+    )
+
+
+def net_plugin_block(spec: ImageSpec):
+    """aws-ofi-nccl from its release tarball, built against the image's libfabric and CUDA or ROCm.
+
+    The flags are the ones OLCF publishes for Frontier ("PyTorch on Frontier", manual RCCL network
+    plugin build: aws-ofi-nccl 1.19.2, `./configure --with-libfabric=... --with-rocm=${ROCM_PATH}`,
+    then `ln -s librccl-net.so libnccl-net.so` "that some versions of RCCL need to find the plugin")
+    and the ones aws-ofi-nccl's README names (--with-libfabric, --with-cuda, --disable-tests: its
+    tests need an MPI launch between hosts). hpccm has no block for it.
+    """
+    plugin = spec.net_plugin
+    opts = ["--with-libfabric=/usr/local/libfabric", "--disable-tests"]
+    post: list[str] = []
+    if spec.rocm:
+        opts.append("--with-rocm=/opt/rocm")
+        post.append(f"ln -sf librccl-net.so {plugin.prefix}/lib/libnccl-net.so")
+    else:
+        opts.append("--with-cuda=/usr/local/cuda")
+    return generic_autotools(
+        url=f"https://github.com/aws/aws-ofi-nccl/releases/download/v{plugin.version}/aws-ofi-nccl-{plugin.version}.tar.gz",
+        prefix=plugin.prefix,
+        configure_opts=opts,
+        postinstall=post,
+    )
 
 
 def nccl_block(spec: ImageSpec):
@@ -142,15 +178,22 @@ def labels(spec: ImageSpec) -> dict[str, str]:
         out["org.hpcdl.ucx"] = spec.mpi.ucx
     if spec.mpi.pmix:
         out["org.hpcdl.pmix"] = spec.mpi.pmix
-    if spec.mpi.fabric == "omnipath":
+    if spec.mpi.fabric in ("omnipath", "slingshot"):
         out["org.hpcdl.libfabric"] = spec.mpi.libfabric
     if spec.cuda:
         out["org.hpcdl.cuda"] = spec.cuda.version
         out["org.hpcdl.gpu_archs"] = ",".join(spec.cuda.gpu_archs)
         if spec.cuda.cudnn:
             out["org.hpcdl.cudnn"] = spec.cuda.cudnn
+    if spec.rocm:
+        out["org.hpcdl.rocm"] = spec.rocm.version
+        out["org.hpcdl.gpu_archs"] = ",".join(spec.rocm.gpu_archs)
     if spec.nccl:
         out["org.hpcdl.nccl"] = spec.nccl
+    if spec.net_plugin:
+        # what `hpcdl images check` and the plan read: the plugin and the file NCCL_NET_PLUGIN names
+        out["org.hpcdl.net_plugin"] = f"aws-ofi-nccl-{spec.net_plugin.version}"
+        out["org.hpcdl.net_plugin.library"] = spec.net_plugin_library
     for env_name, env in spec.environments.items():
         for package, version in env.packages.items():
             out[f"org.hpcdl.{env_name}.{package}"] = version
@@ -216,6 +259,9 @@ def stage(spec: ImageSpec, container_format: str) -> hpccm.Stage:
     if spec.base_image.startswith("debian"):
         # hpccm knows no Debian; its apt-based Ubuntu 22.04 steps are the ones that fit Debian 12
         base["_distro"] = "ubuntu22"
+    elif "ubuntu-22.04" in spec.base_image or "ubuntu-24.04" in spec.base_image:
+        # AMD's rocm/dev-ubuntu-XX.04 tags: hpccm reads the distribution only from ubuntu:XX.04 names
+        base["_distro"] = "ubuntu24" if "24.04" in spec.base_image else "ubuntu22"
     s += baseimage(image=spec.base_image, **base)
     s += comment(f"hpcdl image {spec.name}: {spec.description}. Generated by `make containers` "
                  "from containers/images.yaml; edit the spec, not this file.")
@@ -229,6 +275,8 @@ def stage(spec: ImageSpec, container_format: str) -> hpccm.Stage:
         s += block
     if spec.cuda and spec.nccl:
         s += nccl_block(spec)
+    if spec.net_plugin:
+        s += net_plugin_block(spec)
     s += shell(commands=python_environments(spec, "pins"))
     if spec.horovod:
         s += shell(commands=horovod_build(spec))

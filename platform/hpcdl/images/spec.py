@@ -20,7 +20,8 @@ from hpcdl.errors import HpcdlError, validation_message
 IMAGES_YAML = Path(__file__).resolve().parent / "images.yaml"
 
 CpuTarget = Literal["x86_64", "x86_64_v3", "knl", "skylake_avx512", "ppc64le"]
-Fabric = Literal["infiniband", "omnipath", "ethernet"]
+# slingshot: HPE Cray EX (Slingshot 11); MPICH and the NCCL/RCCL plugin over libfabric
+Fabric = Literal["infiniband", "omnipath", "slingshot", "ethernet"]
 MpiFlavour = Literal["openmpi", "mpich"]
 
 _NAME = r"^[a-z0-9][a-z0-9._-]*$"
@@ -64,6 +65,27 @@ class Cuda(_Strict):
         return tuple(f"{a[3:-1]}.{a[-1]}" for a in self.gpu_archs)
 
 
+class Rocm(_Strict):
+    version: str = Field(pattern=_VERSION, description="ROCm major.minor, e.g. 6.4")
+    gpu_archs: tuple[str, ...] = Field(min_length=1, description="gfx90a (MI250X), gfx942 (MI300) ...")
+
+    @field_validator("gpu_archs")
+    @classmethod
+    def _gfx_names(cls, archs: tuple[str, ...]) -> tuple[str, ...]:
+        for arch in archs:
+            if not (arch.startswith("gfx") and arch[3:].isalnum()):
+                raise ValueError(f"{arch!r} is not an AMD GPU architecture like gfx90a")
+        return archs
+
+
+class NetPlugin(_Strict):
+    """The libfabric NCCL/RCCL network plugin (aws-ofi-nccl; built with --with-rocm it is RCCL's,
+    librccl-net.so): without it NCCL and RCCL cross Slingshot over TCP sockets."""
+
+    version: str = Field(pattern=_VERSION, description="aws-ofi-nccl release, e.g. 1.19.2")
+    prefix: str = Field(default="/opt/aws-ofi-nccl", pattern=r"^/[A-Za-z0-9._/-]+$")
+
+
 class Mpi(_Strict):
     flavour: MpiFlavour = "openmpi"
     version: str = Field(pattern=_VERSION)
@@ -71,7 +93,8 @@ class Mpi(_Strict):
     ucx: str | None = Field(default=None, pattern=_VERSION, description="UCX version (InfiniBand)")
     pmix: str | None = Field(default=None, pattern=_VERSION, description="PMIx the MPI is built against")
     pmi2: bool = Field(default=True, description="build Slurm's PMI2 library in, for srun --mpi=pmi2")
-    libfabric: str = Field(default="1.22.0", pattern=_VERSION, description="libfabric (Omni-Path, PSM2 provider)")
+    libfabric: str = Field(default="1.22.0", pattern=_VERSION,
+                           description="libfabric (Omni-Path: PSM2 provider; Slingshot: the site's own replaces it at run time)")
     source: Literal["build", "distro"] = Field(
         default="build", description="build: from source with hpccm's block; distro: the base distribution's "
         "packages (the same build as a host running that distribution, so the host's srun starts its ranks)")
@@ -146,7 +169,10 @@ class ImageSpec(_Strict):
     bootstrap: Bootstrap | None = Field(default=None, description="make base_image locally where no registry is reachable")
     cpu_target: CpuTarget = "x86_64"
     cuda: Cuda | None = None
+    rocm: Rocm | None = Field(default=None, description="AMD GPUs: ROCm, with RCCL from the framework wheels")
     nccl: str | None = Field(default=None, pattern=_VERSION)
+    net_plugin: NetPlugin | None = Field(
+        default=None, description="aws-ofi-nccl built into the image against its libfabric (mpi.fabric: slingshot)")
     mpi: Mpi
     environments: dict[str, Environment]
     horovod: Horovod | None = None
@@ -165,7 +191,19 @@ class ImageSpec(_Strict):
 
     @property
     def gpu(self) -> bool:
-        return self.cuda is not None
+        return self.cuda is not None or self.rocm is not None
+
+    @property
+    def gpu_archs(self) -> tuple[str, ...]:
+        return self.cuda.gpu_archs if self.cuda else self.rocm.gpu_archs if self.rocm else ()
+
+    @property
+    def net_plugin_library(self) -> str | None:
+        """The file NCCL_NET_PLUGIN names: RCCL's build of the plugin is librccl-net.so (OLCF
+        "PyTorch on Frontier"), NCCL's libnccl-net.so."""
+        if not self.net_plugin:
+            return None
+        return f"{self.net_plugin.prefix}/lib/{'librccl-net.so' if self.rocm else 'libnccl-net.so'}"
 
     def pinned(self, package: str) -> list[tuple[str, str]]:
         """(environment, version) for each environment that pins `package`."""

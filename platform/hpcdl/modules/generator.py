@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcdl import __version__
+from hpcdl.errors import HpcdlError
 from hpcdl.modules.images import ImageFrameworks, frameworks_for_site
 from hpcdl.modules.model import BINDS_SLOT, IMAGE_SLOT, ModulePath, ModuleSpec, Wrapper
 from hpcdl.plan import JobRequest, make_plan
@@ -195,6 +196,14 @@ def container_argv(site: Site) -> tuple[tuple[str, ...], tuple[tuple[str, str, s
     on Summit exists only inside jobs that asked for the NVMe, and apptainer refuses to start
     with a missing bind source, which would break `python` on a login node.
     """
+    from hpcdl.render.jobscript import with_project
+
+    try:
+        # a project folder ({project}) is the job's account: Slurm sets $SLURM_JOB_ACCOUNT in a job,
+        # and outside one the folder does not exist, so the wrapper leaves it unbound
+        site = with_project(site, None)
+    except HpcdlError:
+        pass
     plan = make_plan(site, JobRequest(nodes=1, ranks_per_node=1))
     runtime = runtime_for(site.runtime)
     argv = list(runtime.command(plan, site, IMAGE_SLOT))

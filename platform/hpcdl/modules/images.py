@@ -66,6 +66,20 @@ def image_frameworks(spec: ImageSpec) -> ImageFrameworks:
     )
 
 
+def image_spec_for_site(site: Site) -> ImageSpec | None:
+    """The spec of the image the site's jobs run in, when it is one of hpcdl's; None for runtime
+    `none`, no fitting image, or an image hpcdl does not know (the site's own, by path)."""
+    if site.runtime == "none":
+        return None
+    name = image_name_for_site(site)
+    return _specs(IMAGES_YAML).get(name) if name else None
+
+
+@lru_cache(maxsize=4)
+def _specs(path: Path | str) -> dict[str, ImageSpec]:
+    return load_images(path)
+
+
 @lru_cache(maxsize=4)
 def load_image_table(path: Path | str = IMAGES_YAML) -> dict[str, ImageFrameworks]:
     """Image name -> its frameworks, read from containers/images.yaml (hpcdl.images.spec.IMAGES_YAML:
@@ -84,7 +98,7 @@ NATIVE = ImageFrameworks("native", {"pytorch": "2.13.0", "tensorflow": "2.21.0"}
 
 def image_name_for_site(site: Site) -> str | None:
     """defaults.image (a name, or a path whose stem is the name); else chosen from the hardware;
-    None when no image is built for it (e.g. AMD GPUs, or A100s: hopper-cuda is built for sm_90)."""
+    None when no image is built for it (e.g. A100s: hopper-cuda is built for sm_90)."""
     if site.defaults.image:
         # registry/path/volta-cuda:0.1, /sw/images/volta-cuda.sif -> volta-cuda
         return PurePosixPath(site.defaults.image).name.split(":")[0].split(".")[0]
@@ -100,6 +114,13 @@ def image_name_for_site(site: Site) -> str | None:
     if not node.gpus:
         return "knl-mkldnn"
     model = node.gpus[0].model.upper()
+    if node.gpus[0].vendor == "amd":
+        # the ROCm image built for the GCDs' gfx target (an MI250X GCD: gfx90a), by the specs' data
+        from hpcdl.images.compat import gpu_gfx
+
+        gfx = gpu_gfx(model)
+        return next((name for name, spec in sorted(_specs(IMAGES_YAML).items())
+                     if spec.rocm and gfx in spec.rocm.gpu_archs), None)
     if node.gpus[0].vendor != "nvidia":
         return None
     if "V100" in model or "VOLTA" in model:

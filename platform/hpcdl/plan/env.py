@@ -86,6 +86,7 @@ def communication_env(
     ranks_per_node: int,
     threads: int = 1,
     mode: str = "per-gpu",
+    net_plugin: bool = False,
 ) -> dict[str, str]:
     env: dict[str, str] = {}
     kinds = {n.kind for n in node.nics}
@@ -103,9 +104,10 @@ def communication_env(
             env["I_MPI_FABRICS"] = "shm:ofi"
     if "slingshot" in kinds:
         # HPE Cray MPI: OFI/cxi is the only netmod on Slingshot 11 (HPE CPE docs); NCCL needs the
-        # aws-ofi-nccl plugin with these settings (NERSC podman-hpc nccl module).
+        # aws-ofi-nccl plugin with these settings (NERSC podman-hpc nccl module). They tune the
+        # plugin's libfabric path, so they go with the plugin or not at all (planner._collective_plugin).
         env["FI_PROVIDER"] = "cxi"
-        if use_gpus:
+        if use_gpus and net_plugin:
             env["NCCL_CROSS_NIC"] = "1"
             env["NCCL_NET_GDR_LEVEL"] = "PHB"
             env["FI_CXI_DISABLE_HOST_REGISTER"] = "1"

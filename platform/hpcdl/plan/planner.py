@@ -79,16 +79,21 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         for n in range(request.nodes)
         for p in local
     )
+    plugin = _collective_plugin(site, node, use_gpus)
     env = {
         **threading_env(node, request.framework, threads, len(cores[0])),
-        **communication_env(site, node, request, distributed, use_gpus, ranks_per_node, threads, mode),
+        **communication_env(site, node, request, distributed, use_gpus, ranks_per_node, threads, mode,
+                            net_plugin=plugin is not None),
         # the site's own settings win: the centre knows its machine best
         **{k: v for k, v in site.env.items() if isinstance(v, str)},
     }
+    if plugin and plugin[0] == "image" and not {"NCCL_NET_PLUGIN", "NCCL_NET"} & set(env):
+        # the image's own build of the plugin: "Without this the plugin will not be used!" (OLCF)
+        env["NCCL_NET_PLUGIN"] = plugin[1]
     env_paths = {k: {"prepend": list(v.prepend), "append": list(v.append)}
                  for k, v in site.env.items() if not isinstance(v, str)}
     modules = _plan_modules(site, use_gpus, env, notes)
-    _check_collective_plugin(site, node, distributed, use_gpus, request.nodes, env, env_paths, modules, notes)
+    _check_collective_plugin(site, node, distributed, use_gpus, request.nodes, plugin, notes)
     if use_gpus and site.launch.gpu_visibility == "node":
         notes.append("every rank sees every GPU of its node and drives its own by local rank (HPCDL_GPU), "
                      "so CUDA IPC works between the ranks of a node")
@@ -167,24 +172,40 @@ def _plan_modules(site: Site, use_gpus: bool, env: dict[str, str], notes: list[s
     return ()
 
 
+def _collective_plugin(site: Site, node: NodeKind, use_gpus: bool) -> tuple[str, str] | None:
+    """Who brings the libfabric NCCL/RCCL plugin (aws-ofi-nccl/aws-ofi-rccl) on a Slingshot GPU node:
+    ("image", the library NCCL_NET_PLUGIN names) when the site's image carries it, ("site", what)
+    when the centre does (a module such as OLCF's rccl-net-plugin, a runtime module such as podman-hpc
+    `nccl` or Shifter `nccl-plugin`, or NCCL_NET_PLUGIN/NCCL_NET in the profile's env, ALCF-style),
+    None when nothing does. Without it NCCL and RCCL fall back to TCP sockets, which "does not scale"
+    (OLCF "PyTorch on Frontier"), and the plugin's settings would be set for nothing."""
+    if not (use_gpus and any(n.kind == "slingshot" for n in node.nics)):
+        return None
+    if {"NCCL_NET_PLUGIN", "NCCL_NET"} & set(site.env):
+        return ("site", "env")
+    paths = [p for v in site.env.values() if not isinstance(v, str) for p in (*v.prepend, *v.append)]
+    names = [*site.modules.load, *site.container.modules, *(site.container.gpu_modules or ()), *paths]
+    found = [name for name in names if any(w in name.lower() for w in ("nccl", "rccl", "ofi"))]
+    if found:
+        return ("site", found[0])
+    from hpcdl.modules.images import image_spec_for_site
+
+    spec = image_spec_for_site(site)
+    if spec is not None and spec.net_plugin_library:
+        return ("image", spec.net_plugin_library)
+    return None
+
+
 def _check_collective_plugin(site: Site, node: NodeKind, distributed: str, use_gpus: bool, nodes: int,
-                             env: dict[str, str], env_paths: dict, modules: tuple[str, ...], notes: list[str]) -> None:
-    """NCCL/RCCL across Slingshot needs the libfabric plugin (aws-ofi-nccl/aws-ofi-rccl): without it
-    they fall back to TCP sockets, which "does not scale" (OLCF "PyTorch on Frontier"). A centre
-    enables it with a module (OLCF rccl-net-plugin), a runtime module (podman-hpc --nccl, Shifter
-    nccl-plugin), or NCCL_NET_PLUGIN / NCCL_NET with the plugin's folder on LD_LIBRARY_PATH (ALCF)."""
+                             plugin: tuple[str, str] | None, notes: list[str]) -> None:
+    """Say so when collectives between nodes cross Slingshot without the plugin."""
     if not (use_gpus and nodes > 1 and distributed in ("nccl", "horovod")):
         return
-    if not any(n.kind == "slingshot" for n in node.nics):
-        return
-    if {"NCCL_NET_PLUGIN", "NCCL_NET"} & set(env):
-        return
-    paths = [p for v in env_paths.values() for p in (*v["prepend"], *v["append"])]
-    names = [*site.modules.load, *modules, *site.container.modules, *(site.container.gpu_modules or ()), *paths]
-    if any(w in name.lower() for name in names for w in ("nccl", "rccl", "ofi")):
+    if not any(n.kind == "slingshot" for n in node.nics) or plugin is not None:
         return
     notes.append("Slingshot without the libfabric NCCL/RCCL plugin: collectives between nodes fall back to TCP "
-                 "sockets; enable it in the profile (a module, a runtime module, or NCCL_NET_PLUGIN/NCCL_NET)")
+                 "sockets; enable it in the profile (a module, a runtime module, or NCCL_NET_PLUGIN/NCCL_NET) "
+                 "or run an image that carries it (images.yaml net_plugin)")
 
 
 def _port(nic: Nic) -> str:
