@@ -37,7 +37,7 @@ export HPCDL_JOB_ID HPCDL_JOB_NAME
 # (the profile names no init script: modules.init); module scripts read unset variables,
 # hence set +u around them.
 set +u
-module load craype-accel-amd-gfx90a rocm
+module load olcf-container-tools apptainer-enable-mpi craype-accel-amd-gfx90a rocm
 set -u
 
 HPCDL_JOB_DIR=${HPCDL_JOB_DIR:-"$SLURM_SUBMIT_DIR/hpcdl-runs/digits-quick-$HPCDL_JOB_ID"}
@@ -77,6 +77,9 @@ export OMP_NUM_THREADS=7
 export OMP_PLACES=cores
 export OMP_PROC_BIND=close
 
+# The image is the one the site's framework modules run, in the folder `module load hpcdl` names.
+: "${HPCDL_IMAGE_DIR:?is not set: module load hpcdl first, or render with --image}"
+
 # Rank 0 runs on the allocation's first node, where Slurm also runs this batch step.
 MASTER_ADDR=$(hostname)
 export MASTER_ADDR
@@ -94,7 +97,7 @@ trap 'hpcdl_signal=TERM; [ -z "$hpcdl_launcher_pid" ] || kill -s TERM "$hpcdl_la
 # exits 75 (requeue to resume) even where the launcher reports its own status (mpirun: 1).
 rm -f .hpcdl-preempted
 
-srun --nodes=2 --ntasks=16 --ntasks-per-node=8 --cpus-per-task=7 --cpu-bind=mask_cpu:0xfe000000000000,0xfe00000000000000,0xfe0000,0xfe000000,0xfe,0xfe00,0xfe00000000,0xfe0000000000 --gpus-per-node=8 --gpu-bind=map_gpu:0,1,2,3,4,5,6,7 apptainer exec --rocm --bind /lustre/orion/"${SLURM_JOB_ACCOUNT}"/scratch/"${USER}" --bind /mnt/bb/"${USER}" hpcdl.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
+srun --nodes=2 --ntasks=16 --ntasks-per-node=8 --cpus-per-task=7 --cpu-bind=mask_cpu:0xfe000000000000,0xfe00000000000000,0xfe0000,0xfe000000,0xfe,0xfe00,0xfe00000000,0xfe0000000000 --gpus-per-node=8 --gpu-bind=map_gpu:0,1,2,3,4,5,6,7 apptainer exec --rocm --bind /lustre/orion/"${SLURM_JOB_ACCOUNT}"/scratch/"${USER}" --bind /mnt/bb/"${USER}" "${HPCDL_IMAGE_DIR}"/mi250x-rocm.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
 hpcdl_launcher_pid=$!
 hpcdl_status=0
 while :; do
