@@ -164,3 +164,31 @@ def test_a_cuda_image_is_refused_on_amd_gpus_and_a_knl_image_off_knl():
 def test_images_compat_for_summit_refuses_every_image():
     proc = hpcdl("images", "compat", "--site", "summit")
     assert proc.returncode == 2 and "ppc64le" in proc.stderr
+
+
+def test_a_rocm_image_is_refused_on_nvidia_gpus_on_other_gfx_and_on_power9():
+    rocm = SPECS["mi250x-rocm"]
+    mi300 = _site("srun", "cray-mpich", cpu_target="zen4", gpus=[{"model": "AMD Instinct MI300A", "vendor": "amd", "socket": 0}])
+    a100 = _site("srun", "cray-mpich", cpu_target="zen3", gpus=[{"model": "NVIDIA A100-SXM4-40GB", "socket": 0}])
+    p9 = _site("srun", "cray-mpich", cpu_target="power9", gpus=[{"model": "AMD Instinct MI250X GCD", "vendor": "amd", "socket": 0}])
+    assert any("gfx90a" in p and "(gfx942)" in p for p in site_problems(rocm, mi300))
+    assert any("ROCm" in p and "NVIDIA" in p for p in site_problems(rocm, a100))
+    assert any("built for x86_64" in p and "ppc64le" in p for p in site_problems(rocm, p9))
+    assert site_problems(rocm, load_site("frontier")) == []
+
+
+def test_images_compat_picks_out_the_one_image_frontier_can_run():
+    proc = hpcdl("images", "compat", "mi250x-rocm", "--site", "frontier")
+    assert proc.returncode == 0 and "mi250x-rocm: ok on frontier" in proc.stdout
+    proc = hpcdl("images", "compat", "volta-cuda", "--site", "frontier")
+    assert proc.returncode == 2 and "AMD" in proc.stderr
+
+
+def test_a_net_plugin_needs_gpus_and_the_images_libfabric():
+    rocm = SPECS["mi250x-rocm"]
+    ib = _with(rocm, mpi=rocm.mpi.model_copy(update={"fabric": "infiniband", "ucx": "1.18.1"}))
+    assert any("net_plugin" in p and "libfabric" in p for p in image_problems(ib))
+    cpu = _with(rocm, rocm=None)
+    assert any("net_plugin" in p and "cuda or rocm" in p for p in image_problems(cpu))
+    both = _with(SPECS["volta-cuda"], rocm=rocm.rocm)
+    assert any("not both" in p for p in image_problems(both))

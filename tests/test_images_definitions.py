@@ -59,7 +59,7 @@ def test_definition_parses_with_spython_into_the_expected_sections(name):
     assert any(e.startswith("HPCDL_IMAGE=") for e in recipe.environ)
     assert "hpcdl\" train" in recipe.cmd
     install = "\n".join(recipe.install)
-    assert "openmpi" in install and "python3 -m venv /opt/envs/main" in install
+    assert spec.mpi.flavour in install and "python3 -m venv /opt/envs/main" in install
     # spython turns %test into lines of a tests script it runs
     assert "hpcdl.images.check" in install and recipe.test
     assert "pyproject.toml /opt/hpcdl/src/pyproject.toml" in recipe.files
@@ -115,6 +115,46 @@ def test_knl_image_targets_knl_over_omnipath_and_keeps_mxnet_in_its_own_environm
     assert "-march=knl" in text and "--with-psm2" in text and "--enable-psm2=yes" in text
     assert spec.environments["mxnet"].version_of("numpy") == "1.23.5"
     assert "mxnet" not in spec.environments["main"].packages
+
+
+def test_slingshot_images_build_the_libfabric_plugin_for_their_gpus():
+    """Every image for Slingshot with GPUs carries aws-ofi-nccl, built against its libfabric with the
+    flags OLCF publishes (PyTorch on Frontier: --with-libfabric, --with-rocm, the libnccl-net.so link)."""
+    slingshot = [n for n in NAMES if SPECS[n].mpi.fabric == "slingshot" and SPECS[n].gpu]
+    assert "mi250x-rocm" in slingshot
+    for name in slingshot:
+        spec = SPECS[name]
+        assert spec.net_plugin is not None, f"{name}: a Slingshot GPU image without the NCCL/RCCL plugin"
+        post = shell_of(output_paths(name)["singularity"].read_text(), "post")
+        docker = output_paths(name)["docker"].read_text()
+        v = spec.net_plugin.version
+        tarball = f"https://github.com/aws/aws-ofi-nccl/releases/download/v{v}/aws-ofi-nccl-{v}.tar.gz"
+        for text in (post, docker):
+            assert tarball in text
+            assert "--with-libfabric=/usr/local/libfabric" in text
+            assert "libfabric-" + spec.mpi.libfabric + ".tar.bz2" in text
+            # libfabric before the plugin and the MPI that use it
+            assert text.index("libfabric-" + spec.mpi.libfabric) < text.index(tarball)
+        gpu_flag = "--with-rocm=/opt/rocm" if spec.rocm else "--with-cuda=/usr/local/cuda"
+        assert gpu_flag in post
+        if spec.rocm:
+            assert "ln -sf librccl-net.so /opt/aws-ofi-nccl/lib/libnccl-net.so" in post
+        if spec.mpi.flavour == "mpich":
+            assert "--with-device=ch4:ofi --with-libfabric=/usr/local/libfabric" in post
+        labels = SingularityParser(str(output_paths(name)["singularity"])).recipe["spython-base"].labels
+        found = dict(label.split(" ", 1) for label in labels)
+        assert found["org.hpcdl.net_plugin"] == f"aws-ofi-nccl-{v}"
+        assert found["org.hpcdl.net_plugin.library"] == spec.net_plugin_library
+        assert found["org.hpcdl.fabric"] == "slingshot"
+
+
+def test_the_rocm_image_is_labelled_with_its_gfx_target_and_runs_with_rocm():
+    spec = SPECS["mi250x-rocm"]
+    text = output_paths("mi250x-rocm")["singularity"].read_text()
+    assert spec.rocm.gpu_archs == ("gfx90a",) and spec.cuda is None and spec.mpi.abi == "mpich"
+    assert "org.hpcdl.gpu_archs gfx90a" in text and "org.hpcdl.rocm 6.4" in text
+    assert "whl/rocm6.4" in text and "apptainer run --rocm" in text and "--nv" not in text
+    assert spec.net_plugin_library == "/opt/aws-ofi-nccl/lib/librccl-net.so"
 
 
 def test_the_fabric_option_switches_the_knl_image_to_ucx_on_infiniband():
