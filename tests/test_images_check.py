@@ -65,3 +65,24 @@ def test_the_gpu_image_spec_on_a_cpu_build_of_torch_reports_cuda_not_applicable(
 def test_an_environment_not_in_the_image_is_one_line_and_exit_2():
     proc = hpcdl("images", "check", "--image", "knl-mkldnn", "--environment", "nope")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "nope" in proc.stderr
+
+
+def test_the_net_plugin_row_says_present_or_absent(tmp_path):
+    rocm = SPECS["mi250x-rocm"]
+    # where the spec builds it and the file is not there (any machine but the image): absent, failed
+    row = check.net_plugin_result(rocm)
+    assert row.check == "nccl net plugin" and row.status == check.FAILED and row.detail.startswith("absent: ")
+    assert "/opt/aws-ofi-nccl/lib/librccl-net.so" in row.detail
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "librccl-net.so").write_bytes(b"")
+    here = rocm.model_copy(update={"net_plugin": rocm.net_plugin.model_copy(update={"prefix": str(tmp_path)})})
+    row = check.net_plugin_result(here)
+    assert row.status == check.PASSED and row.detail.startswith("present: ")
+    # a GPU image without one: not applicable (the site's own serves); a CPU image: no row
+    assert check.net_plugin_result(SPECS["volta-cuda"]).status == check.NOT_APPLICABLE
+    assert check.net_plugin_result(SPECS["knl-mkldnn"]) is None
+
+
+def test_the_rocm_image_spec_on_a_cpu_build_of_torch_fails_its_rocm_row():
+    rows = {r.check: r for r in check.rocm_results(SPECS["mi250x-rocm"])}
+    assert rows["rocm"].status == check.FAILED and "not a ROCm build" in rows["rocm"].detail
