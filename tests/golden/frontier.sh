@@ -37,7 +37,7 @@ export HPCDL_JOB_ID HPCDL_JOB_NAME
 # (the profile names no init script: modules.init); module scripts read unset variables,
 # hence set +u around them.
 set +u
-module load olcf-container-tools apptainer-enable-mpi craype-accel-amd-gfx90a rocm
+module load olcf-container-tools apptainer-enable-mpi apptainer-enable-gpu craype-accel-amd-gfx90a rocm
 set -u
 
 HPCDL_JOB_DIR=${HPCDL_JOB_DIR:-"$SLURM_SUBMIT_DIR/hpcdl-runs/digits-quick-$HPCDL_JOB_ID"}
