@@ -192,3 +192,15 @@ def test_a_net_plugin_needs_gpus_and_the_images_libfabric():
     assert any("net_plugin" in p and "cuda or rocm" in p for p in image_problems(cpu))
     both = _with(SPECS["volta-cuda"], rocm=rocm.rocm)
     assert any("not both" in p for p in image_problems(both))
+
+
+def test_perlmutter_and_frontier_each_get_the_one_image_built_for_their_gpus_and_mpi():
+    from hpcdl.modules.images import image_name_for_site
+
+    assert image_name_for_site(load_site("perlmutter")) == "ampere-cuda"
+    assert image_name_for_site(load_site("frontier")) == "mi250x-rocm"
+    for site, name in (("perlmutter", "ampere-cuda"), ("frontier", "mi250x-rocm")):
+        assert site_problems(SPECS[name], load_site(site)) == []
+    # an A100 site whose launcher starts Open MPI ranks gets no MPICH image picked for it
+    a100 = _site("srun", "openmpi", cpu_target="zen3", gpus=[{"model": "NVIDIA A100-SXM4-40GB", "socket": 0}])
+    assert image_name_for_site(a100) is None

@@ -121,7 +121,7 @@ def test_slingshot_images_build_the_libfabric_plugin_for_their_gpus():
     """Every image for Slingshot with GPUs carries aws-ofi-nccl, built against its libfabric with the
     flags OLCF publishes (PyTorch on Frontier: --with-libfabric, --with-rocm, the libnccl-net.so link)."""
     slingshot = [n for n in NAMES if SPECS[n].mpi.fabric == "slingshot" and SPECS[n].gpu]
-    assert "mi250x-rocm" in slingshot
+    assert {"mi250x-rocm", "ampere-cuda"} <= set(slingshot)
     for name in slingshot:
         spec = SPECS[name]
         assert spec.net_plugin is not None, f"{name}: a Slingshot GPU image without the NCCL/RCCL plugin"
@@ -139,6 +139,8 @@ def test_slingshot_images_build_the_libfabric_plugin_for_their_gpus():
         assert gpu_flag in post
         if spec.rocm:
             assert "ln -sf librccl-net.so /opt/aws-ofi-nccl/lib/libnccl-net.so" in post
+        else:
+            assert spec.net_plugin_library == "/opt/aws-ofi-nccl/lib/libnccl-net.so"
         if spec.mpi.flavour == "mpich":
             assert "--with-device=ch4:ofi --with-libfabric=/usr/local/libfabric" in post
         labels = SingularityParser(str(output_paths(name)["singularity"])).recipe["spython-base"].labels

@@ -51,13 +51,18 @@ def test_perlmutter_takes_the_plugin_from_podman_hpc_and_sets_its_values_not_a_p
     assert "NCCL_NET_PLUGIN" not in plan.env  # the nccl module sets NCCL_NET and LD_LIBRARY_PATH itself
     assert plan.env["NCCL_CROSS_NIC"] == "1" and plan.env["FI_CXI_DISABLE_HOST_REGISTER"] == "1"
     bare = site.model_copy(update={"container": site.container.model_copy(update={"gpu_modules": ("gpu",)})})
+    # without podman-hpc's module, the plugin of Perlmutter's own image (ampere-cuda) serves
     plan = _plan(bare)
-    assert not set(PLUGIN_SETTINGS) & set(plan.env)
+    assert plan.env["NCCL_NET_PLUGIN"] == load_images()["ampere-cuda"].net_plugin_library
+    assert set(PLUGIN_SETTINGS) <= set(plan.env)
+    # and with an image of the site's own, nothing brings it: none of its settings, and a note
+    plan = _plan(_with_image(bare, "registry.nersc.gov/m0000/my-torch:1.0"))
+    assert not set(PLUGIN_SETTINGS) & set(plan.env) and "NCCL_NET_PLUGIN" not in plan.env
     assert any("TCP sockets" in n for n in plan.notes)
 
 
 def test_a_profile_that_names_the_plugin_in_its_env_keeps_it_and_gets_the_settings():
-    site = load_site("perlmutter")
+    site = _with_image(load_site("perlmutter"), "registry.nersc.gov/m0000/my-torch:1.0")
     env = {**site.env, "NCCL_NET_PLUGIN": "/sw/aws-ofi-nccl/lib/libnccl-net.so"}
     site = site.model_copy(update={"env": env, "container": site.container.model_copy(update={"gpu_modules": ("gpu",)})})
     plan = _plan(site)

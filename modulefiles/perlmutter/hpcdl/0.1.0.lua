@@ -6,7 +6,6 @@ container images, a distributed trainer and validation jobs).
 
 First try:  hpcdl plan --site perlmutter      (the node map of a one-node job)
 Then:       hpcdl sites show perlmutter; module avail pytorch tensorflow mxnet
-No framework image is built for perlmutter yet: set defaults.image in its profile.
 ]])
 whatis("Name: hpcdl")
 whatis("Version: 0.1.0")

@@ -151,6 +151,9 @@ def net_plugin_block(spec: ImageSpec):
         post.append(f"ln -sf librccl-net.so {plugin.prefix}/lib/libnccl-net.so")
     else:
         opts.append("--with-cuda=/usr/local/cuda")
+        # newer releases install libnccl-net-ofi.so; the name NCCL_NET_PLUGIN gives is libnccl-net.so
+        lib = f"{plugin.prefix}/lib"
+        post.append(f"test -e {lib}/libnccl-net.so || ln -s libnccl-net-ofi.so {lib}/libnccl-net.so")
     return generic_autotools(
         url=f"https://github.com/aws/aws-ofi-nccl/releases/download/v{plugin.version}/aws-ofi-nccl-{plugin.version}.tar.gz",
         prefix=plugin.prefix,

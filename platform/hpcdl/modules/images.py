@@ -127,7 +127,12 @@ def image_name_for_site(site: Site) -> str | None:
         return "volta-cuda"
     if any(h in model for h in ("H100", "H200", "GH200", "HOPPER")):
         return "hopper-cuda"
-    return None
+    # any other NVIDIA GPU: the CUDA image whose code runs on it and whose MPI the site can start
+    # (an A100 on HPE Cray EX: ampere-cuda, MPICH ABI for Cray MPICH)
+    from hpcdl.images.compat import site_problems
+
+    return next((name for name, spec in sorted(_specs(IMAGES_YAML).items())
+                 if spec.cuda and not site_problems(spec, site)), None)
 
 
 def frameworks_for_site(site: Site) -> ImageFrameworks | None:
