@@ -178,7 +178,11 @@ def _collective_plugin(site: Site, node: NodeKind, use_gpus: bool) -> tuple[str,
     when the centre does (a module such as OLCF's rccl-net-plugin, a runtime module such as podman-hpc
     `nccl` or Shifter `nccl-plugin`, or NCCL_NET_PLUGIN/NCCL_NET in the profile's env, ALCF-style),
     None when nothing does. Without it NCCL and RCCL fall back to TCP sockets, which "does not scale"
-    (OLCF "PyTorch on Frontier"), and the plugin's settings would be set for nothing."""
+    (OLCF "PyTorch on Frontier"), and the plugin's settings would be set for nothing.
+
+    The image is the site's own (defaults.image, else the one picked for its hardware), read from
+    the image specs hpcdl ships (package data, like the site profiles): the plan stays a function
+    of its inputs."""
     if not (use_gpus and any(n.kind == "slingshot" for n in node.nics)):
         return None
     if {"NCCL_NET_PLUGIN", "NCCL_NET"} & set(site.env):
