@@ -149,15 +149,16 @@ class NodeShape:
     @classmethod
     def from_site(cls, site, kind: str | None = None) -> "NodeShape":
         """The node of a hpcdl site profile (hpcdl.sites.schema.Site), as that machine's Slurm sees it."""
-        _, node = site.node_kind(kind)
-        features = tuple(f for f in (site.defaults.constraint or "").replace("&", ",").split(",") if f)
+        kind, node = site.node_kind(kind)
+        defaults = site.job_defaults(kind)
+        features = tuple(f for f in (defaults.constraint or "").replace("&", ",").split(",") if f)
         usable = {c for s in range(node.sockets) for c in node.usable_cores_of_socket(s)}
         reserved = tuple(c for c in range(node.cores) if c not in usable)
         return cls(
             sockets=node.sockets, cores_per_socket=node.cores_per_socket, threads_per_core=node.threads_per_core,
             cpus_per_core=node.scheduler_cpus_per_core, spec_cores=reserved, gpus=len(node.gpus),
             gpu_vendor=node.gpus[0].vendor if node.gpus else "nvidia", memory_mb=int(node.memory_gb * 1024),
-            features=features, partition=site.defaults.partition or "debug",
+            features=features, partition=defaults.partition or "debug",
             max_time=_slurm_minutes(site.defaults.max_time) if site.defaults.max_time else "INFINITE",
         )
 

@@ -191,6 +191,9 @@ def _heredoc_safe(text: str) -> str:
 
 def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -> dict:
     node = site.node_kinds[plan.node_kind]
+    # the site's defaults, with the node kind's own partition, qos, constraint and directives
+    # (Perlmutter: -C gpu for its GPU nodes, -C cpu for its CPU nodes)
+    defaults = site.job_defaults(plan.node_kind)
     seconds = parse_time(options.time or site.defaults.time)
     if site.defaults.max_time and seconds > parse_time(site.defaults.max_time):
         raise HpcdlError(f"time: {options.time or site.defaults.time} is longer than site {site.name!r} allows "
@@ -212,15 +215,15 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "gpus_per_node": gpus_per_rank * plan.ranks_per_node,
         "seconds": seconds,
         "account": options.account or site.defaults.account,
-        "partition": options.partition or site.defaults.partition,
-        "qos": site.defaults.qos,
-        "constraint": options.constraint if options.constraint is not None else site.defaults.constraint,
+        "partition": options.partition or defaults.partition,
+        "qos": defaults.qos,
+        "constraint": options.constraint if options.constraint is not None else defaults.constraint,
         "exclusive": exclusive,
         "requeue": options.requeue,
         "warning_seconds": options.warning_seconds,
         "output_dir": options.output_dir,
         # the profile's extra directives are written for its own scheduler
-        "directives": list(site.defaults.directives) if scheduler == site.scheduler else [],
+        "directives": list(defaults.directives) if scheduler == site.scheduler else [],
         "account_flag": site.defaults.account_flag or "-P",
         "job_resources": [f"{k}={v}" for k, v in site.defaults.job_resources.items()] if scheduler == "pbs" else [],
         "job_id_var": {"slurm": "SLURM_JOB_ID", "lsf": "LSB_JOBID", "pbs": "PBS_JOBID", "local": "HPCDL_JOB_ID"}[scheduler],

@@ -120,6 +120,22 @@ class IntraNodeLink(_Strict):
     latency_us: float = Field(gt=0, description="latency of one step of a collective inside the node")
 
 
+class NodeKindDefaults(_Strict):
+    """What a job on this node kind asks the scheduler for, where it differs from the site's `defaults`.
+
+    Machines with several node kinds reach each through its own partition or feature (NERSC
+    Perlmutter: `-C gpu` for GPU nodes, `-C cpu` for CPU nodes; JSC JUWELS: `--partition=booster`
+    beside `batch`). A field left out takes the site's; `directives`, when given, replace the site's.
+    """
+
+    partition: SchedulerWord | None = Field(default=None, description="Slurm partition, or LSF/PBS queue, of this kind")
+    qos: SchedulerWord | None = None
+    constraint: SchedulerWord | None = Field(default=None, description="Slurm --constraint (PBS chunk resources) of this kind")
+    directives: tuple[str, ...] | None = Field(
+        default=None, description="further scheduler options for jobs on this kind, in place of the site's"
+    )
+
+
 class NodeKind(_Strict):
     """One kind of compute node. Core numbers count physical cores across the node, socket 0 first."""
 
@@ -171,6 +187,10 @@ class NodeKind(_Strict):
     nodes_per_host: int = Field(
         default=1, ge=1,
         description="nodes sharing one physical machine (a test cluster's pretend nodes): they share its cores",
+    )
+    defaults: NodeKindDefaults = Field(
+        default_factory=NodeKindDefaults,
+        description="partition, qos, constraint and directives of this kind where they differ from the site's",
     )
 
     @property
@@ -409,12 +429,15 @@ class Site(_Strict):
                 f"default_node_kind: {self.default_node_kind!r} is not one of {sorted(self.node_kinds)}"
             )
         self._only_guaranteed_variables()
-        for i, d in enumerate(self.defaults.directives):
-            if not _DIRECTIVE.match(d):
-                raise ValueError(
-                    f"defaults.directives[{i}]: {d!r} is not one scheduler option; write -X value or --name=value "
-                    "with letters, digits and . _ : + = , @ / % - only"
-                )
+        lists = [("defaults.directives", self.defaults.directives)]
+        lists += [(f"node_kinds.{k}.defaults.directives", n.defaults.directives or ()) for k, n in self.node_kinds.items()]
+        for where, directives in lists:
+            for i, d in enumerate(directives):
+                if not _DIRECTIVE.match(d):
+                    raise ValueError(
+                        f"{where}[{i}]: {d!r} is not one scheduler option; write -X value or --name=value "
+                        "with letters, digits and . _ : + = , @ / % - only"
+                    )
         for k, v in self.defaults.job_resources.items():
             if self.scheduler != "pbs":
                 raise ValueError(f"defaults.job_resources: PBS job-wide resources, but the scheduler is {self.scheduler}")
@@ -454,6 +477,12 @@ class Site(_Strict):
                         f"{field}: ${var} is set neither by {self.scheduler} nor by the login; list it under "
                         f"provides_env if the centre sets it in every job{hint}"
                     )
+
+    def job_defaults(self, kind: str | None = None) -> Defaults:
+        """The site's `defaults` with the node kind's own partition, qos, constraint and directives."""
+        _, node = self.node_kind(kind)
+        own = node.defaults.model_dump(exclude_none=True)
+        return self.defaults.model_copy(update=own) if own else self.defaults
 
     def node_kind(self, name: str | None = None) -> tuple[str, NodeKind]:
         from hpcdl.errors import HpcdlError
