@@ -367,6 +367,11 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
     # group by NUMA domain only where every rank of the socket has one; a domain pool and the
     # whole socket's pool would overlap
     whole_socket = {s.socket for s in slots if s.domain is None}
+    # A socket whose ranks leave some of its NUMA domains empty (JSC JUWELS Booster: 4 GPUs on
+    # 8 domains of 6 cores, and the centre runs 12 cores per GPU rank) shares out the whole
+    # socket, in the order of the ranks' domains, so no core idles and each rank's block still
+    # holds its device's domain; where the blocks would miss a rank's domain, domains it is.
+    whole_socket |= _sockets_shared_by_domain_order(node, slots)
     groups: dict[tuple[int, int | None], list[int]] = {}
     for i, slot in enumerate(slots):
         domain = None if slot.socket in whole_socket else slot.domain
@@ -388,8 +393,16 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
             f"{len(usable(key))} usable cores; ask for fewer ranks per node"
         )
     cores: list[tuple[int, ...]] = [()] * len(slots)
+    by_domain_order = _sockets_shared_by_domain_order(node, slots)
     for key, members in groups.items():
         pool = usable(key)
+        if key[1] is None and key[0] in by_domain_order:
+            # each rank's share of the socket, in the order of its device's domain
+            members = sorted(members, key=lambda i: slots[i].domain)
+            share = len(pool) // len(members)
+            for k, i in enumerate(members):
+                cores[i] = pool[k * share : k * share + per_rank]
+            continue
         for k, i in enumerate(members):
             cores[i] = pool[k * per_rank : (k + 1) * per_rank]
     reserved = node.reserved_cores_per_socket * node.sockets + len(node.reserved_cores)
@@ -399,6 +412,27 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
     if idle > 0:
         notes.append(f"{per_rank} cores per rank; {idle} usable core(s) per node stay idle so every rank gets the same")
     return cores
+
+
+def _sockets_shared_by_domain_order(node: NodeKind, slots: list[_Slot]) -> set[int]:
+    """Sockets whose ranks all have a NUMA domain but leave some of its domains without a rank, and
+    where sharing the socket's cores out contiguously, in the order of the ranks' domains, gives
+    every rank a block that holds cores of its own domain."""
+    found = set()
+    for socket in {s.socket for s in slots}:
+        members = [s for s in slots if s.socket == socket]
+        if any(s.domain is None for s in members):
+            continue
+        domains = range(socket * node.domains_per_socket, (socket + 1) * node.domains_per_socket)
+        if all(any(s.domain == d for s in members) for d in domains):
+            continue  # every domain has a rank: each rank keeps to its own domain
+        pool = node.usable_cores_of_socket(socket)
+        share = len(pool) // len(members)
+        ordered = sorted(members, key=lambda s: s.domain)
+        if share and all(any(node.domain_of_core(c) == s.domain for c in pool[k * share:(k + 1) * share])
+                         for k, s in enumerate(ordered)):
+            found.add(socket)
+    return found
 
 
 def _threads_per_rank(node: NodeKind, request: JobRequest, cores_per_rank: int, notes: list[str]) -> int:
