@@ -78,6 +78,13 @@ class SrunLauncher(Launcher):
             # Slurm's unit: CPUs per core as the site's Slurm counts them (schema: scheduler_cpus_per_core)
             f"--cpus-per-task={cores_per_rank(plan) * site.node_kinds[plan.node_kind].cpus_per_core}",
         ]
+        node = site.node_kinds[plan.node_kind]
+        if node.cpus_per_core < node.threads_per_core:
+            # ask for the unit -c was counted in, where that is fewer threads than a core has: the
+            # default on Frontier and LUMI-G, what JSC asks of every job ("we strongly recommend
+            # --hint=nomultithread (which implies --threads-per-core=1)"); srun takes no --hint
+            # beside --cpu-bind
+            argv.append(f"--threads-per-core={node.cpus_per_core}")
         c = cores_per_rank(plan)
         if all(r.cores == tuple(range(i * c, (i + 1) * c)) for i, r in enumerate(local)):
             argv.append("--cpu-bind=cores")

@@ -211,6 +211,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # physical cores (OLCF Frontier: "-c" counts physical cores under --threads-per-core=1)
         "cpus_per_rank": cores_per_rank * node.cpus_per_core,
         "threads_per_rank": plan.threads_per_rank,
+        # Slurm: the hardware threads per core -c counts, asked for where fewer than the core has
+        "threads_per_core": node.cpus_per_core if node.cpus_per_core < node.threads_per_core else None,
         "gpus_per_rank": gpus_per_rank,
         "gpus_per_node": gpus_per_rank * plan.ranks_per_node,
         "seconds": seconds,
