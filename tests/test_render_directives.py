@@ -58,7 +58,8 @@ def test_summit_style_lsf_asks_for_whole_nodes_nvme_and_smt4_and_launches_with_j
 
 def test_classic_lsf_counts_slots_and_spreads_them_with_ptile(fixture_sites):
     d = directives(render("test-pbs-xeon", scheduler="lsf"), "#BSUB")
-    assert "-n 4" in d and '-R "span[ptile=2]"' in d and "-x" in d
+    # a slot per core of every rank: 2 nodes x 2 ranks x 24 cores (IBM LSF: a slot is a CPU)
+    assert "-n 96" in d and '-R "span[ptile=48]"' in d and "-x" in d
 
 
 def test_pbs_asks_for_a_select_statement_with_mpiprocs_and_ompthreads(fixture_sites):

@@ -248,6 +248,15 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # classic LSF counts slots (-n) and spreads them with span[ptile=]. -alloc_flags is CSM's.
         job["csm"] = plan.launcher == "jsrun"
         job["alloc_flags"] = lsf_alloc_flags(site, plan) if job["csm"] else ""
+        # classic LSF: a slot is one CPU, a core unless the cluster counts threads (EGO_DEFINE_NCPUS;
+        # Mount Sinai Minerva: "each slot you ask for will have 1 cpu and 3GB of memory"), so each
+        # rank asks for a slot per core it runs on, as PBS ncpus does; asking in cores never asks
+        # more than a node holds. mpirun is told the ranks itself (-np, ppr).
+        job["slots"] = plan.world_size * cores_per_rank
+        job["slots_per_node"] = plan.ranks_per_node * cores_per_rank
+        # GPUs per node: the -gpu option (LSF 10.1), or the older rusage[ngpus_excl_p=N] some centres
+        # still document (Minerva); defaults.gpu_request picks
+        job["gpu_request"] = site.defaults.gpu_request or "gpu"
         for field in ("account", "partition"):
             if job[field]:
                 plain_word(field, "LSF", job[field])

@@ -336,6 +336,13 @@ class Defaults(_Strict):
         default=(),
         description="further scheduler options, one per directive line: --network=disable_rdzv_get, -S 2",
     )
+    gpu_request: Literal["gpu", "rusage"] | None = Field(
+        default=None,
+        description=(
+            "LSF without CSM: GPUs per node by -gpu \"num=N:mode=exclusive_process\" (gpu, the default) or "
+            "-R \"rusage[ngpus_excl_p=N]\" (rusage), as the centre documents"
+        ),
+    )
     job_resources: dict[str, str] = Field(
         default_factory=dict,
         description="PBS job-wide resources (-l name=value, outside the select chunk): filesystems: home:eagle",
@@ -443,6 +450,8 @@ class Site(_Strict):
                 raise ValueError(f"defaults.job_resources: PBS job-wide resources, but the scheduler is {self.scheduler}")
             if not (_WORD.match(k) and _WORD.match(v)) or "=" in k:
                 raise ValueError(f"defaults.job_resources.{k}: {v!r} is not a plain name=value a #PBS -l line carries")
+        if self.defaults.gpu_request and self.scheduler != "lsf":
+            raise ValueError(f"defaults.gpu_request: an LSF setting, but the scheduler is {self.scheduler}")
         if self.defaults.account_flag and self.scheduler != "lsf":
             raise ValueError(f"defaults.account_flag: an LSF setting, but the scheduler is {self.scheduler}")
         for what, words in (("launch.args", self.launch.args), ("container.args", self.container.args),
