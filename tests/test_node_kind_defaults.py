@@ -97,3 +97,13 @@ def test_blocks_that_would_miss_a_rank_s_domain_keep_to_the_domains(tmp_path):
     # both GPUs of socket 0 on domains 2 and 3: half-socket blocks would put one rank on domains 0-1
     plan = make_plan(_numa_site(tmp_path, [2, 3]), JobRequest(nodes=1))
     assert [r.cores for r in plan.local_ranks()] == [tuple(range(12, 18)), tuple(range(18, 24))]
+
+
+def test_a_site_that_needs_an_account_refuses_a_job_without_one(tmp_path):
+    data = yaml.safe_load(TWO_KINDS)
+    data["defaults"]["account_required"] = True
+    site = _site(tmp_path, yaml.safe_dump(data))
+    plan = make_plan(site, JobRequest(nodes=1, node_kind="gpu"))
+    with pytest.raises(HpcdlError, match=r"^account: .*defaults.account_required"):
+        render_job_script(site, plan, {}, JobOptions())
+    assert "#SBATCH --account=abc" in render_job_script(site, plan, {}, JobOptions(account="abc"))

@@ -141,6 +141,11 @@ def render_job_script(
     for r in plan.ranks:
         for k in r.env:
             env_name(k)
+    if site.defaults.account_required and scheduler == site.scheduler and not (options.account or site.defaults.account):
+        # the centre ends such a job at once (Minerva: "If -P option is not specified, job will be
+        # immediately terminated"): better refused here than after the queue wait
+        raise HpcdlError(f"account: site {site.name!r} runs no job without an account or project "
+                         "(defaults.account_required); give it with --account")
     site = with_project(site, options.account or site.defaults.account, scheduler)
     image = options.image or site.defaults.image or default_image(site)
     if image and site.defaults.image_dir and not image.startswith(("/", "docker:", "docker://", "oras://")) \

@@ -336,6 +336,10 @@ class Defaults(_Strict):
         default=(),
         description="further scheduler options, one per directive line: --network=disable_rdzv_get, -S 2",
     )
+    account_required: bool = Field(
+        default=False,
+        description="the centre refuses or ends jobs that name no account/project (Minerva: 'All jobs must specify project')",
+    )
     gpu_request: Literal["gpu", "rusage"] | None = Field(
         default=None,
         description=(
