@@ -142,11 +142,11 @@ def test_an_unknown_site_names_the_known_ones():
 
 def test_the_site_guide_documents_every_schema_field():
     from conftest import ROOT
-    from hpcdl.sites.schema import Defaults, Filesystems, Gpu, Modules, Nic, NodeKind, Site
+    from hpcdl.sites.schema import Defaults, Filesystems, Gpu, Modules, Nic, NodeKind, NodeKindDefaults, Site
 
     guide = (ROOT / "docs" / "sites.md").read_text()
     prefixed = {Filesystems: "filesystems.", Modules: "modules.", Defaults: "defaults."}
-    for model in (Site, NodeKind, Gpu, Nic, Filesystems, Modules, Defaults):
+    for model in (Site, NodeKind, NodeKindDefaults, Gpu, Nic, Filesystems, Modules, Defaults):
         for field in model.model_fields:
             assert f"`{prefixed.get(model, '')}{field}`" in guide or f"`{field}`" in guide, (
                 f"docs/sites.md does not document {model.__name__}.{field}")
