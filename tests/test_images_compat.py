@@ -204,3 +204,21 @@ def test_perlmutter_and_frontier_each_get_the_one_image_built_for_their_gpus_and
     # an A100 site whose launcher starts Open MPI ranks gets no MPICH image picked for it
     a100 = _site("srun", "openmpi", cpu_target="zen3", gpus=[{"model": "NVIDIA A100-SXM4-40GB", "socket": 0}])
     assert image_name_for_site(a100) is None
+
+
+def test_a_job_runs_the_image_of_the_node_kind_it_was_planned_for_not_the_default_kinds():
+    """Perlmutter's default kind has A100s, its CPU kind none: a CPU job got the CUDA image (and a
+    GPU job on a machine whose default kind is the CPU one, NCAR Derecho, got the CPU image, run
+    with --nv, and no NCCL plugin). The image, and the plugin settings read from its spec, follow
+    the plan's node kind."""
+    from hpcdl.modules.images import image_name_for_site
+    from hpcdl.plan.planner import make_plan
+    from hpcdl.plan.request import JobRequest
+    from hpcdl.render.jobscript import JobOptions, render_job_script
+
+    site = load_site("perlmutter")
+    assert image_name_for_site(site) == image_name_for_site(site, "gpu") == "ampere-cuda"
+    assert image_name_for_site(site, "cpu") == "knl-mkldnn"
+    plan = make_plan(site, JobRequest(nodes=1, framework="pytorch", node_kind="cpu", use_gpus=False))
+    script = render_job_script(site, plan, {}, JobOptions(account="m0000"))
+    assert "knl-mkldnn" in script and "ampere-cuda" not in script

@@ -66,12 +66,12 @@ def image_frameworks(spec: ImageSpec) -> ImageFrameworks:
     )
 
 
-def image_spec_for_site(site: Site) -> ImageSpec | None:
+def image_spec_for_site(site: Site, node_kind: str | None = None) -> ImageSpec | None:
     """The spec of the image the site's jobs run in, when it is one of hpcdl's; None for runtime
     `none`, no fitting image, or an image hpcdl does not know (the site's own, by path)."""
     if site.runtime == "none":
         return None
-    name = image_name_for_site(site)
+    name = image_name_for_site(site, node_kind)
     return _specs(IMAGES_YAML).get(name) if name else None
 
 
@@ -96,13 +96,15 @@ def images_table() -> dict[str, ImageFrameworks]:
 NATIVE = ImageFrameworks("native", {"pytorch": "2.13.0", "tensorflow": "2.21.0"})
 
 
-def image_name_for_site(site: Site) -> str | None:
-    """defaults.image (a name, or a path whose stem is the name); else chosen from the hardware;
-    None when no image is built for it (e.g. A100s: hopper-cuda is built for sm_90)."""
+def image_name_for_site(site: Site, node_kind: str | None = None) -> str | None:
+    """defaults.image (a name, or a path whose stem is the name); else chosen from the hardware of
+    `node_kind` (default: the site's default kind); None when no image is built for it (e.g.
+    A100s: hopper-cuda is built for sm_90). A job on a machine with CPU and GPU kinds (NCAR
+    Derecho, Perlmutter) runs the image of the kind it was planned for, not the default's."""
     if site.defaults.image:
         # registry/path/volta-cuda:0.1, /sw/images/volta-cuda.sif -> volta-cuda
         return PurePosixPath(site.defaults.image).name.split(":")[0].split(".")[0]
-    _, node = site.node_kind()
+    _, node = site.node_kind(node_kind)
     from hpcdl.images.compat import cpu_family
 
     if cpu_family(node.cpu_target) != "x86_64":

@@ -79,7 +79,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         for n in range(request.nodes)
         for p in local
     )
-    plugin = _collective_plugin(site, node, use_gpus)
+    plugin = _collective_plugin(site, kind_name, node, use_gpus)
     env = {
         **threading_env(node, request.framework, threads, len(cores[0])),
         **communication_env(site, node, request, distributed, use_gpus, ranks_per_node, threads, mode,
@@ -172,7 +172,7 @@ def _plan_modules(site: Site, use_gpus: bool, env: dict[str, str], notes: list[s
     return ()
 
 
-def _collective_plugin(site: Site, node: NodeKind, use_gpus: bool) -> tuple[str, str] | None:
+def _collective_plugin(site: Site, kind_name: str, node: NodeKind, use_gpus: bool) -> tuple[str, str] | None:
     """Who brings the libfabric NCCL/RCCL plugin (aws-ofi-nccl/aws-ofi-rccl) on a Slingshot GPU node:
     ("image", the library NCCL_NET_PLUGIN names) when the site's image carries it, ("site", what)
     when the centre does (a module such as OLCF's rccl-net-plugin, a runtime module such as podman-hpc
@@ -182,7 +182,8 @@ def _collective_plugin(site: Site, node: NodeKind, use_gpus: bool) -> tuple[str,
 
     The image is the site's own (defaults.image, else the one picked for its hardware), read from
     the image specs hpcdl ships (package data, like the site profiles): the plan stays a function
-    of its inputs."""
+    of its inputs. It is the image of the planned node kind, which on a machine with CPU and GPU
+    kinds is not the default kind's."""
     if not (use_gpus and any(n.kind == "slingshot" for n in node.nics)):
         return None
     if {"NCCL_NET_PLUGIN", "NCCL_NET"} & set(site.env):
@@ -194,7 +195,7 @@ def _collective_plugin(site: Site, node: NodeKind, use_gpus: bool) -> tuple[str,
         return ("site", found[0])
     from hpcdl.modules.images import image_spec_for_site
 
-    spec = image_spec_for_site(site)
+    spec = image_spec_for_site(site, kind_name)
     if spec is not None and spec.net_plugin_library:
         return ("image", spec.net_plugin_library)
     return None

@@ -95,7 +95,7 @@ _env.filters["sbatch"] = slurm_directive_value
 _env.filters["comment"] = comment_text
 
 
-def default_image(site: Site) -> str | None:
+def default_image(site: Site, node_kind: str | None = None) -> str | None:
     """The image the site's framework modules run (hpcdl.modules), so scripts and modules agree.
 
     An image file lives in the folder the `hpcdl` module names in $HPCDL_IMAGE_DIR unless the
@@ -107,7 +107,7 @@ def default_image(site: Site) -> str | None:
 
     if site.runtime == "none":
         return None
-    name = image_name_for_site(site)
+    name = image_name_for_site(site, node_kind)
     if name is None:
         return None
     suffix = IMAGE_FILE_SUFFIX.get(site.runtime)
@@ -147,7 +147,7 @@ def render_job_script(
         raise HpcdlError(f"account: site {site.name!r} runs no job without an account or project "
                          "(defaults.account_required); give it with --account")
     site = with_project(site, options.account or site.defaults.account, scheduler)
-    image = options.image or site.defaults.image or default_image(site)
+    image = options.image or site.defaults.image or default_image(site, plan.node_kind)
     if image and site.defaults.image_dir and not image.startswith(("/", "docker:", "docker://", "oras://")) \
             and site.runtime in ("apptainer", "singularity", "charliecloud"):
         image = str(PurePosixPath(site.defaults.image_dir) / image)
