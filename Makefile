@@ -110,6 +110,8 @@ modulefiles: | $(RENDER_DEP)
 # $(HPCDL_IMAGE_CACHE) (default /var/cache/hpcdl/images), so a second run builds nothing.
 IMAGES ?=
 IMAGE_BUILDER ?= auto
+# SIF=1: a Charliecloud build also writes NAME-KEY.sif (siftool) beside the SquashFS image
+SIF ?=
 
 containers: | $(RENDER_DEP)
 	$(HPCDL_HERE) images compat --specs containers/images.yaml
@@ -117,7 +119,7 @@ containers: | $(RENDER_DEP)
 
 images: $(STAMPS)/venv
 	$(VENV)/bin/hpcdl images render --check
-	$(VENV)/bin/hpcdl images build --builder $(IMAGE_BUILDER) $(IMAGES)
+	$(VENV)/bin/hpcdl images build --builder $(IMAGE_BUILDER) $(if $(SIF),--sif) $(IMAGES)
 
 clean:
 	rm -rf $(STAMPS) runs build *.egg-info  # the Horovod wheel cache lives outside: a build costs minutes

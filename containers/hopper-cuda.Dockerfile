@@ -173,6 +173,9 @@ RUN mkdir -p /var/tmp/horovod && \
     cd / || exit 1 && \
     rm -rf /var/tmp/horovod
 
+RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
+    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu130 torch==2.13.0 numpy==2.2.6 mpi4py==4.1.0 'jinja2>=3.1' 'PyYAML>=6.0' 'pydantic>=2.5,<3' 'typer>=0.12' 'rich>=13' 'matplotlib>=3.7' 'Pillow>=9' 'numpy>=1.23' 'scikit-learn>=1.3' 'protobuf>=4.21' 'python-hostlist>=2.0'/opt/envs/tensorflow/bin/pip install --no-cache-dir --no-binary mpi4py 'tensorflow[and-cuda]==2.20.0' mpi4py==4.1.0 'jinja2>=3.1' 'PyYAML>=6.0' 'pydantic>=2.5,<3' 'typer>=0.12' 'rich>=13' 'matplotlib>=3.7' 'Pillow>=9' 'numpy>=1.23' 'scikit-learn>=1.3' 'protobuf>=4.21' 'python-hostlist>=2.0'
+
 COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
 
 COPY README.md /opt/hpcdl/src/README.md
@@ -180,8 +183,8 @@ COPY README.md /opt/hpcdl/src/README.md
 COPY platform /opt/hpcdl/src/platform
 
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
-    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu130 torch==2.13.0 numpy==2.2.6 mpi4py==4.1.0 /opt/hpcdl/src && \
-    /opt/envs/tensorflow/bin/pip install --no-cache-dir --no-binary mpi4py 'tensorflow[and-cuda]==2.20.0' mpi4py==4.1.0 /opt/hpcdl/src && \
+    /opt/envs/main/bin/pip install --no-cache-dir --no-deps --no-build-isolation /opt/hpcdl/src && \
+    /opt/envs/tensorflow/bin/pip install --no-cache-dir --no-deps --no-build-isolation /opt/hpcdl/src && \
     "/opt/envs/main/bin/python" -m hpcdl.images.banner --image hopper-cuda > /opt/hpcdl/banner && \
     cat /opt/hpcdl/banner
 
@@ -198,6 +201,8 @@ ARG HPCDL_SOURCE=unknown
 LABEL org.opencontainers.image.created=${HPCDL_CREATED} \
     org.opencontainers.image.revision=${HPCDL_REVISION} \
     org.opencontainers.image.source=${HPCDL_SOURCE}
+
+RUN python3 -c 'import json, os, sys; labels = json.loads(sys.argv[1]); labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)' '{"org.hpcdl.base": "nvidia/cuda:13.0.2-devel-ubuntu24.04", "org.hpcdl.cpu_target": "x86_64", "org.hpcdl.cuda": "13.0", "org.hpcdl.fabric": "infiniband", "org.hpcdl.gpu_archs": "sm_90", "org.hpcdl.horovod": "0.28.1", "org.hpcdl.horovod.frameworks": "pytorch,nccl", "org.hpcdl.hpcdl": "0.1.0", "org.hpcdl.image": "hopper-cuda", "org.hpcdl.main.mpi4py": "4.1.0", "org.hpcdl.main.numpy": "2.2.6", "org.hpcdl.main.torch": "2.13.0", "org.hpcdl.mpi": "openmpi-5.0.8", "org.hpcdl.mpi.source": "build", "org.hpcdl.nccl": "2.28.7-1", "org.hpcdl.pmix": "5.0.8", "org.hpcdl.tensorflow.mpi4py": "4.1.0", "org.hpcdl.tensorflow.tensorflow": "2.20.0", "org.hpcdl.ucx": "1.19.0", "org.opencontainers.image.title": "hpcdl-hopper-cuda", "org.opencontainers.image.version": "0.1.0"}' '{"org.opencontainers.image.created": "HPCDL_CREATED", "org.opencontainers.image.revision": "HPCDL_REVISION", "org.opencontainers.image.source": "HPCDL_SOURCE"}' /.singularity.d/labels.json
 
 ENTRYPOINT ["/bin/sh", "-c", "cat /opt/hpcdl/banner >&2; exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
 

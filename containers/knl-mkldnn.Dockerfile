@@ -151,6 +151,9 @@ RUN mkdir -p /var/tmp/horovod && \
     cd / || exit 1 && \
     rm -rf /var/tmp/horovod
 
+RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
+    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cpu torch==2.8.0 tensorflow-cpu==2.20.0 intel-extension-for-pytorch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 'jinja2>=3.1' 'PyYAML>=6.0' 'pydantic>=2.5,<3' 'typer>=0.12' 'rich>=13' 'matplotlib>=3.7' 'Pillow>=9' 'numpy>=1.23' 'scikit-learn>=1.3' 'protobuf>=4.21' 'python-hostlist>=2.0'/opt/envs/mxnet/bin/pip install --no-cache-dir --no-binary mpi4py mxnet==1.9.1 numpy==1.23.5 mpi4py==4.1.0 'jinja2>=3.1' 'PyYAML>=6.0' 'pydantic>=2.5,<3' 'typer>=0.12' 'rich>=13' 'matplotlib>=3.7' 'Pillow>=9' 'numpy>=1.23' 'scikit-learn>=1.3' 'protobuf>=4.21' 'python-hostlist>=2.0'
+
 COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
 
 COPY README.md /opt/hpcdl/src/README.md
@@ -158,8 +161,8 @@ COPY README.md /opt/hpcdl/src/README.md
 COPY platform /opt/hpcdl/src/platform
 
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
-    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cpu torch==2.8.0 tensorflow-cpu==2.20.0 intel-extension-for-pytorch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 /opt/hpcdl/src && \
-    /opt/envs/mxnet/bin/pip install --no-cache-dir --no-binary mpi4py mxnet==1.9.1 numpy==1.23.5 mpi4py==4.1.0 /opt/hpcdl/src && \
+    /opt/envs/main/bin/pip install --no-cache-dir --no-deps --no-build-isolation /opt/hpcdl/src && \
+    /opt/envs/mxnet/bin/pip install --no-cache-dir --no-deps --no-build-isolation /opt/hpcdl/src && \
     "/opt/envs/main/bin/python" -m hpcdl.images.banner --image knl-mkldnn > /opt/hpcdl/banner && \
     cat /opt/hpcdl/banner
 
@@ -176,6 +179,8 @@ ARG HPCDL_SOURCE=unknown
 LABEL org.opencontainers.image.created=${HPCDL_CREATED} \
     org.opencontainers.image.revision=${HPCDL_REVISION} \
     org.opencontainers.image.source=${HPCDL_SOURCE}
+
+RUN python3 -c 'import json, os, sys; labels = json.loads(sys.argv[1]); labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)' '{"org.hpcdl.base": "ubuntu:22.04", "org.hpcdl.cpu_target": "knl", "org.hpcdl.fabric": "omnipath", "org.hpcdl.horovod": "0.28.1", "org.hpcdl.horovod.frameworks": "pytorch", "org.hpcdl.hpcdl": "0.1.0", "org.hpcdl.image": "knl-mkldnn", "org.hpcdl.libfabric": "1.22.0", "org.hpcdl.main.intel-extension-for-pytorch": "2.8.0", "org.hpcdl.main.mpi4py": "4.1.0", "org.hpcdl.main.numpy": "2.2.6", "org.hpcdl.main.tensorflow-cpu": "2.20.0", "org.hpcdl.main.torch": "2.8.0", "org.hpcdl.mpi": "openmpi-4.1.6", "org.hpcdl.mpi.source": "build", "org.hpcdl.mxnet.mpi4py": "4.1.0", "org.hpcdl.mxnet.mxnet": "1.9.1", "org.hpcdl.mxnet.numpy": "1.23.5", "org.hpcdl.pmix": "4.2.9", "org.opencontainers.image.title": "hpcdl-knl-mkldnn", "org.opencontainers.image.version": "0.1.0"}' '{"org.opencontainers.image.created": "HPCDL_CREATED", "org.opencontainers.image.revision": "HPCDL_REVISION", "org.opencontainers.image.source": "HPCDL_SOURCE"}' /.singularity.d/labels.json
 
 ENTRYPOINT ["/bin/sh", "-c", "cat /opt/hpcdl/banner >&2; exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
 

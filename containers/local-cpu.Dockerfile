@@ -61,6 +61,9 @@ RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/
     /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
     /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --find-links /var/tmp/wheels torch==2.13.0+cpu numpy==2.4.6 scikit-learn==1.9.1 mpi4py==4.1.2
 
+RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
+    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --find-links /var/tmp/wheels torch==2.13.0+cpu numpy==2.4.6 scikit-learn==1.9.1 mpi4py==4.1.2 'jinja2>=3.1' 'PyYAML>=6.0' 'pydantic>=2.5,<3' 'typer>=0.12' 'rich>=13' 'matplotlib>=3.7' 'Pillow>=9' 'numpy>=1.23' 'scikit-learn>=1.3' 'protobuf>=4.21' 'python-hostlist>=2.0'
+
 COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
 
 COPY README.md /opt/hpcdl/src/README.md
@@ -68,7 +71,7 @@ COPY README.md /opt/hpcdl/src/README.md
 COPY platform /opt/hpcdl/src/platform
 
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
-    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --find-links /var/tmp/wheels torch==2.13.0+cpu numpy==2.4.6 scikit-learn==1.9.1 mpi4py==4.1.2 /opt/hpcdl/src && \
+    /opt/envs/main/bin/pip install --no-cache-dir --no-deps --no-build-isolation /opt/hpcdl/src && \
     "/opt/envs/main/bin/python" -m hpcdl.images.banner --image local-cpu > /opt/hpcdl/banner && \
     cat /opt/hpcdl/banner
 
@@ -82,6 +85,8 @@ ARG HPCDL_SOURCE=unknown
 LABEL org.opencontainers.image.created=${HPCDL_CREATED} \
     org.opencontainers.image.revision=${HPCDL_REVISION} \
     org.opencontainers.image.source=${HPCDL_SOURCE}
+
+RUN python3 -c 'import json, os, sys; labels = json.loads(sys.argv[1]); labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)' '{"org.hpcdl.base": "debian:12", "org.hpcdl.cpu_target": "x86_64", "org.hpcdl.fabric": "ethernet", "org.hpcdl.hpcdl": "0.1.0", "org.hpcdl.image": "local-cpu", "org.hpcdl.main.mpi4py": "4.1.2", "org.hpcdl.main.numpy": "2.4.6", "org.hpcdl.main.scikit-learn": "1.9.1", "org.hpcdl.main.torch": "2.13.0+cpu", "org.hpcdl.mpi": "openmpi-4.1.4", "org.hpcdl.mpi.source": "distro", "org.hpcdl.pmix": "4.2.2", "org.opencontainers.image.title": "hpcdl-local-cpu", "org.opencontainers.image.version": "0.1.0"}' '{"org.opencontainers.image.created": "HPCDL_CREATED", "org.opencontainers.image.revision": "HPCDL_REVISION", "org.opencontainers.image.source": "HPCDL_SOURCE"}' /.singularity.d/labels.json
 
 ENTRYPOINT ["/bin/sh", "-c", "cat /opt/hpcdl/banner >&2; exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
 

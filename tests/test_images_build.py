@@ -174,3 +174,87 @@ def test_mpi_ranks_inside_the_image_are_started_by_the_hosts_srun_across_the_pre
     assert len(lines) == 2, proc.stdout + proc.stderr
     assert all(" of 2 " in l and " sum 3 " in l and "Open MPI v4.1" in l for l in lines), lines
     assert {l.split()[5] for l in lines} == {"n1", "n2"}
+
+
+def test_validate_site_local_runs_its_ranks_inside_the_image_through_the_local_slurm(image, slurm_clusters, tmp_path):
+    """`hpcdl validate --site local` with the image: the local site, told to submit to Slurm and
+    run its ranks in Charliecloud (HPCDL_LOCAL_SCHEDULER/RUNTIME/IMAGE), sends its jobs to the
+    two pretend nodes; srun --mpi=pmix on the host starts each rank inside the image, and MPI
+    and torch.distributed agree on one node and talk across both (gloo and MPI allreduce).
+    Only the two checks that prove the stack (environment, collectives); the timings are
+    judged against the test cluster's references, but this test asserts on what ran, not speed."""
+    built, _ = image
+    cluster = slurm_clusters.ensure(2)
+    out = tmp_path / "out"
+    env = {"SLURM_CONF": str(cluster.conf), "USER": os.environ.get("USER", "root"),
+           "HPCDL_LOCAL_SCHEDULER": "slurm", "HPCDL_LOCAL_RUNTIME": "charliecloud", "HPCDL_LOCAL_IMAGE": built.path,
+           "HPCDL_LOCAL_JOBS": str(tmp_path / "local-jobs"), "HPCDL_HISTORY": str(tmp_path / "history")}
+    proc = hpcdl("validate", "--site", "local", "--checks", "environment,collectives", "--nodes", "2",
+                 "--max-jobs", "1", "--references", FIXTURE_SITES / "references" / "ci-slurm.yaml", "-o", out,
+                 env=env, cwd=tmp_path, timeout=600)
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    verdicts = {r["name"]: r for r in records if r["event"] == "verdict"}
+    # a failure may only be a timing off its reference on a loaded machine, never the stack
+    failed = [n for n, v in verdicts.items() if v["result"] == "fail"]
+    assert all(n.endswith(("_GBps", "_us")) for n in failed), proc.stdout[-4000:] + proc.stderr
+    assert proc.returncode == (1 if failed else 0), proc.stderr
+    suite = records[0]
+    assert suite["event"] == "suite" and suite["scheduler"] == "slurm" and suite["launcher"] == "srun"
+    assert suite["image"] == built.path
+    launcher = verdicts["environment/launcher"]
+    assert launcher["result"] == "pass" and "MPI and torch.distributed agree" in launcher["message"], launcher
+    assert "Open MPI v4.1" in launcher["message"]
+    assert verdicts["environment/pytorch"]["value"] == "2.13.0+cpu"
+    scripts = sorted((out / "jobs").glob("*/job.sh"))
+    assert scripts and all(" --mpi=pmix ch-run --set-env " in s.read_text() and built.path in s.read_text()
+                           for s in scripts)
+    across = [r for r in records if r.get("series") == "collective" and r["scope"] == "inter-node"]
+    assert {r["backend"] for r in across} == {"gloo", "mpi"}
+    assert all(r["nodes"] == 2 and r["nodelist"] == ["n1", "n2"] and r["ranks"] == 2 for r in across)
+
+
+def test_the_labels_are_in_the_image_where_apptainer_keeps_them(image):
+    """Charliecloud 0.31 drops LABEL; the Dockerfile's labels step writes every label, the
+    per-build OCI ones included, to /.singularity.d/labels.json, and the image check shows them."""
+    from hpcdl import __version__
+    from hpcdl.images.build import ch_run_argv, run_check
+    from hpcdl.images.spec import load_image
+
+    built, _ = image
+    proc = subprocess.run([*ch_run_argv(built.path), "cat", "/.singularity.d/labels.json"], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "USER": os.environ.get("USER", "root")})
+    assert proc.returncode == 0, proc.stderr
+    labels = json.loads(proc.stdout)
+    record = json.loads(open(built.record).read())
+    assert labels["org.hpcdl.image"] == "local-cpu" and labels["org.hpcdl.hpcdl"] == __version__
+    assert labels["org.opencontainers.image.version"] == __version__
+    assert labels["org.opencontainers.image.created"] == record["HPCDL_CREATED"]
+    assert labels["org.opencontainers.image.revision"] == record["HPCDL_REVISION"]
+    assert labels["org.opencontainers.image.source"] == record["HPCDL_SOURCE"]
+    out = run_check(built.path, load_image("local-cpu"), log=lambda _: None).stdout
+    line = next(l for l in out.splitlines() if l.strip().startswith("labels "))
+    assert "passed" in line and record["HPCDL_REVISION"] in line, out
+
+
+def test_the_squashfs_image_wraps_into_a_sif_with_the_layout_siftool_lists(image, tmp_path):
+    require_tool("siftool")
+    from hpcdl.images.build import write_sif
+    from hpcdl.images.spec import load_image
+
+    built, _ = image
+    sif = write_sif(built.path, load_image("local-cpu"), tmp_path / "local-cpu.sif", log=lambda _: None)
+    try:
+        listed = subprocess.run(["siftool", "list", str(sif)], capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        rows = [l for l in listed.stdout.splitlines() if l[:1].isdigit()]
+        assert len(rows) == 2, listed.stdout
+        assert "Def.FILE" in rows[0] and "FS (Squashfs/*System/amd64)" in rows[1], listed.stdout
+        # the primary partition is the SquashFS image, byte for byte where siftool says it lies
+        info = subprocess.run(["siftool", "info", "2", str(sif)], capture_output=True, text=True, timeout=60).stdout
+        fields = {k.strip(): v.strip() for k, _, v in (l.partition(":") for l in info.splitlines())}
+        assert int(fields["Size"]) == os.path.getsize(built.path), info
+        with open(sif, "rb") as f, open(built.path, "rb") as g:
+            f.seek(int(fields["Offset"]))
+            assert f.read(1 << 20) == g.read(1 << 20)
+    finally:
+        sif.unlink(missing_ok=True)

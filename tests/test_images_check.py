@@ -86,3 +86,17 @@ def test_the_net_plugin_row_says_present_or_absent(tmp_path):
 def test_the_rocm_image_spec_on_a_cpu_build_of_torch_fails_its_rocm_row():
     rows = {r.check: r for r in check.rocm_results(SPECS["mi250x-rocm"])}
     assert rows["rocm"].status == check.FAILED and "not a ROCm build" in rows["rocm"].detail
+
+
+def test_the_labels_result_wants_the_image_name_and_the_four_oci_keys(tmp_path):
+    from hpcdl.images.spec import load_image
+
+    spec = load_image("local-cpu")
+    path = tmp_path / "labels.json"
+    good = {"org.hpcdl.image": "local-cpu", **{f"org.opencontainers.image.{k}": "x" for k in check.OCI_KEYS}}
+    path.write_text(json.dumps(good))
+    assert check.labels_result(spec, path).status == check.PASSED
+    path.write_text(json.dumps({**good, "org.opencontainers.image.revision": ""}))
+    result = check.labels_result(spec, path)
+    assert result.status == check.FAILED and "no org.opencontainers.image.revision" in result.detail
+    assert check.labels_result(spec, tmp_path / "none.json").status == check.FAILED

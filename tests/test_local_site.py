@@ -55,3 +55,12 @@ def test_plan_json_has_the_documented_fields():
         assert key in data
     for rank in data["ranks"]:
         assert set(rank) >= {"rank", "node", "local_rank", "socket", "cores", "gpus", "nic", "omp_num_threads"}
+
+
+def test_the_local_site_told_to_use_slurm_where_none_answers_says_so(tmp_path):
+    # (tests/test_images_build.py runs `--site local` through the real local Slurm)
+    env = {"SLURM_CONF": str(tmp_path / "no-slurm.conf")}
+    proc = hpcdl("sites", "detect", "--scheduler", "slurm", env=env)
+    assert proc.returncode == 2 and "scheduler: slurm, but no Slurm answers here" in proc.stderr, proc.stderr
+    proc = hpcdl("plan", "--site", "local", env={**env, "HPCDL_LOCAL_SCHEDULER": "pbs"})
+    assert proc.returncode == 2 and "scheduler: 'pbs' is not one of local, slurm" in proc.stderr, proc.stderr

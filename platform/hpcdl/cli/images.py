@@ -138,6 +138,8 @@ def images_build(
     cache: Optional[Path] = typer.Option(None, "--cache", help="image cache (default: $HPCDL_IMAGE_CACHE or "
                                          "/var/cache/hpcdl/images)"),
     no_check: bool = typer.Option(False, "--no-check", help="skip the image check (%test) after the build"),
+    sif: bool = typer.Option(False, "--sif", help="Charliecloud: also wrap the SquashFS image in a SIF file "
+                             "(NAME-KEY.sif beside it, with siftool)"),
     specs: Optional[Path] = SPECS,
 ) -> None:
     """Build images with the best tool here (what `make images` runs); cached by a hash of the recipe and inputs."""
@@ -158,3 +160,10 @@ def images_build(
     for spec in picked:
         built = build(spec, chosen, cache, log=lambda line: typer.echo(line, err=True), check=not no_check)
         typer.echo(built.path)
+        if sif and built.path.endswith(".sqfs"):
+            from hpcdl.images.build import write_sif
+
+            target = Path(built.path).with_suffix(".sif")
+            if not target.exists():
+                write_sif(built.path, spec, target, log=lambda line: typer.echo(line, err=True))
+            typer.echo(target)

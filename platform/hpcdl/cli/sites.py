@@ -99,10 +99,12 @@ def sites_detect(
                                           "charliecloud (default: $HPCDL_LOCAL_RUNTIME, else none)"),
     image: Optional[str] = typer.Option(None, "--image", help="the image they run (default: $HPCDL_LOCAL_IMAGE), "
                                         "e.g. what `hpcdl images build local-cpu` printed"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="local, or slurm: jobs go to the Slurm "
+                                            "this node submits to (default: $HPCDL_LOCAL_SCHEDULER, else local)"),
 ) -> None:
     """Describe this node as a site profile (YAML)."""
     output = checked_output(output or output_alias, "-o")
-    text = site_to_yaml(detect_local_site(runtime, image))
+    text = site_to_yaml(detect_local_site(runtime, image, scheduler))
     if output:
         write_atomically(output, text)
         typer.echo(f"wrote {output}")

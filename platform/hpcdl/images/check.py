@@ -257,6 +257,27 @@ def _is_open_mpi(mpirun: str) -> bool:
     return "Open MPI" in out or "OpenRTE" in out
 
 
+LABELS_JSON = Path("/.singularity.d/labels.json")
+#: the OCI keys every hpcdl image carries (generate.labels, generate.build_arg_labels)
+OCI_KEYS = ("version", "created", "revision", "source")
+
+
+def labels_result(spec, path: Path = LABELS_JSON) -> Result:
+    """The image's labels (Apptainer's %labels, or the Dockerfile's labels step) name this image
+    and carry the OCI version, created, revision and source."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return Result("labels", FAILED, f"cannot read {path}: {exc}")
+    missing = [k for k in OCI_KEYS if not found.get(f"org.opencontainers.image.{k}")]
+    if found.get("org.hpcdl.image") != spec.name or missing:
+        return Result("labels", FAILED, f"{path}: org.hpcdl.image={found.get('org.hpcdl.image')!r}"
+                      + (f", no org.opencontainers.image.{'/'.join(missing)}" if missing else ""))
+    oci = {k: found[f"org.opencontainers.image.{k}"] for k in OCI_KEYS}
+    return Result("labels", PASSED, f"{len(found)} labels; hpcdl {oci['version']}, revision {oci['revision']}, "
+                                    f"created {oci['created']}, source {oci['source']}")
+
+
 def run_checks(spec=None, environment: str = "main", mode: str = "host") -> list[Result]:
     pins = dict(spec.environments[environment].packages) if spec is not None else {}
     if spec is not None and spec.horovod and spec.horovod.environment == environment:
@@ -282,6 +303,8 @@ def run_checks(spec=None, environment: str = "main", mode: str = "host") -> list
     if plugin is not None:
         results.append(plugin)
     results.append(mpi_result())
+    if spec is not None and mode == "image":
+        results.append(labels_result(spec))
     return results
 
 

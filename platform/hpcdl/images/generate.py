@@ -9,6 +9,7 @@ itself, %help and %test) are jinja2 templates in images/templates/. One spec, tw
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import hpccm
@@ -221,6 +222,24 @@ def build_arg_labels(container_format: str) -> dict[str, str]:
             "org.opencontainers.image.source": ref("HPCDL_SOURCE")}
 
 
+LABELS_JSON = "/.singularity.d/labels.json"
+
+
+def labels_json_step(spec: ImageSpec) -> str:
+    """Every label, the per-build ones included, into /.singularity.d/labels.json, where Apptainer
+    keeps them (its %labels) and `apptainer inspect` and hpcdl's image check read them. Builders
+    from the Dockerfile need it: Charliecloud 0.31 drops LABEL (its issue #781), and podman keeps
+    labels only in the image config, which a SquashFS or SIF made from the tree loses."""
+    args = {key: value[2:-1] for key, value in build_arg_labels("docker").items()}
+    program = ('import json, os, sys; labels = json.loads(sys.argv[1]); '
+               'labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); '
+               'os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); '
+               'json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)')
+    # POSIX quoting (shlex), not bash's $'...': RUN lines run under /bin/sh, which is dash on Debian
+    words = [program, json.dumps(labels(spec), sort_keys=True), json.dumps(args, sort_keys=True), LABELS_JSON]
+    return "RUN python3 -c " + " ".join(shlex.quote(w) for w in words)
+
+
 def runtime_environment(spec: ImageSpec) -> dict[str, str]:
     env = {
         "PATH": f"{ENVS}/main/bin:$PATH",
@@ -233,9 +252,24 @@ def runtime_environment(spec: ImageSpec) -> dict[str, str]:
 
 
 def python_environments(spec: ImageSpec, part: str) -> list[str]:
-    """part 'pins': the venvs with their pinned packages; 'hpcdl': hpcdl into each, pins held."""
+    """part 'pins': the venvs with their pinned packages; 'deps': hpcdl's requirements into each,
+    pins held; 'hpcdl': hpcdl itself (the source with --no-deps, or a released version)."""
     return _lines("environments.sh.j2", spec=spec, envs=ENVS, part=part, wheels=WHEELS,
-                  cudnn=_cudnn_requirement(spec), hpcdl_home=HPCDL_HOME)
+                  cudnn=_cudnn_requirement(spec), hpcdl_home=HPCDL_HOME,
+                  requirements=hpcdl_requirements() if part == "deps" else ())
+
+
+def hpcdl_requirements() -> tuple[str, ...]:
+    """hpcdl's own run-time requirements, as its pyproject.toml names them (the checkout's, which
+    the image copies in; an installed hpcdl's metadata where there is no checkout)."""
+    pyproject = CONTAINERS.parent / "pyproject.toml"
+    if pyproject.is_file():
+        import tomllib
+
+        return tuple(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
+    from importlib.metadata import requires
+
+    return tuple(r for r in (requires("hpcdl") or ()) if "extra ==" not in r)
 
 
 def _cudnn_requirement(spec: ImageSpec) -> str | None:
@@ -283,6 +317,9 @@ def stage(spec: ImageSpec, container_format: str) -> hpccm.Stage:
     s += shell(commands=python_environments(spec, "pins"))
     if spec.horovod:
         s += shell(commands=horovod_build(spec))
+    if spec.hpcdl == "source":
+        # hpcdl's requirements before its source: a change to the source alone reuses this step
+        s += shell(commands=python_environments(spec, "deps"))
     # hpcdl's source last, so a change to it rebuilds only what follows (layer caches).
     # One copy per item with a full destination: Docker's COPY of a folder copies its contents,
     # Singularity's %files the folder itself; naming the destination makes both agree.
@@ -299,6 +336,8 @@ def stage(spec: ImageSpec, container_format: str) -> hpccm.Stage:
     else:
         s += raw(singularity="%arguments\n" + "\n".join(f"    {k}={v}" for k, v in BUILD_ARGS.items()))
     s += label(metadata=build_arg_labels(container_format))
+    if container_format == "docker":
+        s += raw(docker=labels_json_step(spec))
     train = f'"{ENVS}/${{HPCDL_IMAGE_ENV:-main}}/bin/hpcdl" train'
     banner = f"cat {HPCDL_HOME}/banner >&2"
     if container_format == "singularity":

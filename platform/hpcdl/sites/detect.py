@@ -159,36 +159,86 @@ def _cpu_target() -> str:
         return os.uname().machine
 
 
-def detect_local_site(runtime: str | None = None, image: str | None = None) -> Site:
+def slurm_facts() -> dict:
+    """The Slurm this node submits to (`sinfo`, `scontrol show node`, found through $SLURM_CONF
+    like every Slurm client): its default partition, node count, the nodes that share one host
+    (a test cluster's pretend nodes) and the memory Slurm grants a node, in MB."""
+    from hpcdl.errors import HpcdlError
+
+    partitions = _run(["sinfo", "-h", "-o", "%P %D"])
+    nodes = _run(["scontrol", "show", "node", "-o"])
+    if not partitions or not nodes:
+        raise HpcdlError("scheduler: slurm, but no Slurm answers here (sinfo/scontrol failed; is $SLURM_CONF set "
+                         "and slurmctld up?)")
+    default, count = None, 0
+    for line in partitions.splitlines():
+        name, _, n = line.partition(" ")
+        if name.endswith("*") or default is None:
+            default, count = name.rstrip("*"), int(n or 0)
+    hosts: dict[str, int] = {}
+    memory: list[int] = []
+    for line in nodes.splitlines():
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        host = fields.get("NodeHostName") or fields.get("NodeAddr") or fields.get("NodeName", "")
+        hosts[host] = hosts.get(host, 0) + 1
+        if fields.get("RealMemory", "").isdigit():
+            memory.append(int(fields["RealMemory"]))
+    return {"partition": default, "nodes": count or sum(hosts.values()),
+            "nodes_per_host": max(hosts.values()) if hosts else 1, "memory_mb": min(memory) if memory else None}
+
+
+def detect_local_site(runtime: str | None = None, image: str | None = None, scheduler: str | None = None) -> Site:
     """This node as a site. Its ranks run natively, or in a container image: `runtime` and
     `image` (else $HPCDL_LOCAL_RUNTIME and $HPCDL_LOCAL_IMAGE), e.g. charliecloud and the
-    SquashFS file `hpcdl images build local-cpu` printed."""
-    node = detect_local_node()
-    launcher = "mpirun" if shutil.which("mpirun") else "local"
-    runtime = runtime or os.environ.get("HPCDL_LOCAL_RUNTIME") or "none"
-    image = image or os.environ.get("HPCDL_LOCAL_IMAGE") or None
+    SquashFS file `hpcdl images build local-cpu` printed. With `scheduler` slurm (else
+    $HPCDL_LOCAL_SCHEDULER), jobs go to the Slurm this node submits to (`hpcdl cluster up`'s
+    pretend nodes, or a real one), launched by srun with PMIx, on nodes shaped like this one."""
     from typing import get_args
 
     from hpcdl.errors import HpcdlError
     from hpcdl.sites.schema import Runtime
 
+    node = detect_local_node()
+    launcher = "mpirun" if shutil.which("mpirun") else "local"
+    runtime = runtime or os.environ.get("HPCDL_LOCAL_RUNTIME") or "none"
+    image = image or os.environ.get("HPCDL_LOCAL_IMAGE") or None
+    scheduler = scheduler or os.environ.get("HPCDL_LOCAL_SCHEDULER") or "local"
     if runtime not in get_args(Runtime):
         raise HpcdlError(f"runtime: {runtime!r} is not one of {', '.join(get_args(Runtime))} "
                          "(--runtime or $HPCDL_LOCAL_RUNTIME)")
+    if scheduler not in ("local", "slurm"):
+        raise HpcdlError(f"scheduler: {scheduler!r} is not one of local, slurm (--scheduler or $HPCDL_LOCAL_SCHEDULER)")
+    env: dict[str, str] = {}
+    partition = None
+    sources = ["detected with lscpu, /proc/meminfo, nvidia-smi and /sys/class/{infiniband,cxi,net}"]
+    if scheduler == "slurm":
+        facts = slurm_facts()
+        launcher, partition = "srun", facts["partition"]
+        update: dict = {"count": facts["nodes"], "nodes_per_host": facts["nodes_per_host"]}
+        if facts["memory_mb"]:
+            update["memory_gb"] = round(facts["memory_mb"] / 1024, 1)
+        node = node.model_copy(update=update)
+        if facts["nodes_per_host"] > 1:
+            # Open MPI's shared-memory transport breaks across pretend nodes on one host
+            env["OMPI_MCA_btl"] = "self,tcp"
+        sources.append("the Slurm it submits to: sinfo (default partition, nodes), scontrol show node "
+                       "(hosts, RealMemory)")
     return Site(
         name="local",
         description="this node, detected by hpcdl (run `hpcdl sites detect` to save it as a profile)",
-        sources=("detected with lscpu, /proc/meminfo, nvidia-smi and /sys/class/{infiniband,cxi,net}",),
-        scheduler="local",
+        sources=tuple(sources),
+        scheduler=scheduler,
         launcher=launcher,
         runtime=runtime,
-        mpi="openmpi" if launcher == "mpirun" else "none",
+        mpi="openmpi" if launcher in ("mpirun", "srun") else "none",
         node_kinds={"node": node},
         default_node_kind="node",
         filesystems=Filesystems(scratch=None, node_local="/tmp", node_local_kind="tmpfs"),
         modules=Modules(system="lmod" if Path(LMOD_INIT).exists() else "none",
                         init=LMOD_INIT if Path(LMOD_INIT).exists() else None),
-        defaults=Defaults(time="00:30:00", exclusive=False, image=image if runtime != "none" else None),
+        defaults=Defaults(time="00:30:00", exclusive=False, partition=partition,
+                          image=image if runtime != "none" else None),
+        env=env,
     )
 
 
