@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 @pytest.fixture(scope="module")
 def image():
-    for tool in ("ch-image", "ch-run", "ch-convert", "mksquashfs", "squashfuse", "mmdebstrap"):
+    for tool in ("ch-image", "ch-run", "mksquashfs", "squashfuse", "mmdebstrap"):
         require_tool(tool)
     from hpcdl.images.build import build
     from hpcdl.images.spec import load_image

@@ -46,7 +46,7 @@ BUILDERS = ("apptainer", "singularity", "charliecloud")
 TOOLS = {
     "apptainer": {"apptainer": "apptainer (https://apptainer.org/docs/admin/latest/installation.html)"},
     "singularity": {"singularity": "singularity-ce"},
-    "charliecloud": {"ch-image": "charliecloud-builders", "ch-convert": "charliecloud-runtime",
+    "charliecloud": {"ch-image": "charliecloud-builders",
                      "ch-run": "charliecloud-runtime", "mksquashfs": "squashfs-tools", "squashfuse": "squashfuse"},
 }
 BOOTSTRAP_TOOLS = {"mmdebstrap": "mmdebstrap"}
