@@ -98,6 +98,9 @@ RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/
     /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
     /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/rocm6.4 torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0
 
+RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
+    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/rocm6.4 torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 'jinja2>=3.1' 'PyYAML>=6.0' 'pydantic>=2.5,<3' 'typer>=0.12' 'rich>=13' 'matplotlib>=3.7' 'Pillow>=9' 'numpy>=1.23' 'scikit-learn>=1.3' 'protobuf>=4.21' 'python-hostlist>=2.0'
+
 COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
 
 COPY README.md /opt/hpcdl/src/README.md
@@ -105,7 +108,7 @@ COPY README.md /opt/hpcdl/src/README.md
 COPY platform /opt/hpcdl/src/platform
 
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
-    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/rocm6.4 torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 /opt/hpcdl/src && \
+    /opt/envs/main/bin/pip install --no-cache-dir --no-deps --no-build-isolation /opt/hpcdl/src && \
     "/opt/envs/main/bin/python" -m hpcdl.images.banner --image mi250x-rocm > /opt/hpcdl/banner && \
     cat /opt/hpcdl/banner
 
@@ -120,6 +123,8 @@ ARG HPCDL_SOURCE=unknown
 LABEL org.opencontainers.image.created=${HPCDL_CREATED} \
     org.opencontainers.image.revision=${HPCDL_REVISION} \
     org.opencontainers.image.source=${HPCDL_SOURCE}
+
+RUN python3 -c 'import json, os, sys; labels = json.loads(sys.argv[1]); labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)' '{"org.hpcdl.base": "rocm/dev-ubuntu-22.04:6.4.2", "org.hpcdl.cpu_target": "x86_64", "org.hpcdl.fabric": "slingshot", "org.hpcdl.gpu_archs": "gfx90a", "org.hpcdl.hpcdl": "0.1.0", "org.hpcdl.image": "mi250x-rocm", "org.hpcdl.libfabric": "1.22.0", "org.hpcdl.main.mpi4py": "4.1.0", "org.hpcdl.main.numpy": "2.2.6", "org.hpcdl.main.torch": "2.8.0", "org.hpcdl.mpi": "mpich-4.1.2", "org.hpcdl.mpi.source": "build", "org.hpcdl.net_plugin": "aws-ofi-nccl-1.19.2", "org.hpcdl.net_plugin.library": "/opt/aws-ofi-nccl/lib/librccl-net.so", "org.hpcdl.rocm": "6.4", "org.opencontainers.image.title": "hpcdl-mi250x-rocm", "org.opencontainers.image.version": "0.1.0"}' '{"org.opencontainers.image.created": "HPCDL_CREATED", "org.opencontainers.image.revision": "HPCDL_REVISION", "org.opencontainers.image.source": "HPCDL_SOURCE"}' /.singularity.d/labels.json
 
 ENTRYPOINT ["/bin/sh", "-c", "cat /opt/hpcdl/banner >&2; exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
 
