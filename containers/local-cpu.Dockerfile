@@ -8,6 +8,8 @@ FROM debian:12
 LABEL org.hpcdl.base=debian:12 \
     org.hpcdl.cpu_target=x86_64 \
     org.hpcdl.fabric=ethernet \
+    org.hpcdl.horovod=0.28.1 \
+    org.hpcdl.horovod.frameworks=pytorch \
     org.hpcdl.hpcdl=0.1.0 \
     org.hpcdl.image=local-cpu \
     org.hpcdl.main.mpi4py=4.1.2 \
@@ -61,6 +63,8 @@ RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/
     /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
     /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --find-links /var/tmp/wheels torch==2.13.0+cpu numpy==2.4.6 scikit-learn==1.9.1 mpi4py==4.1.2
 
+RUN if [ -n "$(ls /var/tmp/horovod-wheels/horovod-0.28.1-*.whl 2>/dev/null)" ] && /opt/envs/main/bin/pip install --no-cache-dir /var/tmp/horovod-wheels/horovod-0.28.1-*.whl; then echo "Horovod 0.28.1: the build machine's wheel"; else mkdir -p /var/tmp/horovod && cd /var/tmp/horovod || exit 1 && /opt/envs/main/bin/pip download --no-deps --no-binary :all: horovod==0.28.1 && tar -xzf horovod-0.28.1.tar.gz && sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' horovod-0.28.1/CMakeLists.txt horovod-0.28.1/horovod/torch/CMakeLists.txt && grep -q 'CMAKE_CXX_STANDARD 17' horovod-0.28.1/horovod/torch/CMakeLists.txt && /opt/envs/main/bin/pip install --no-cache-dir cmake && HOROVOD_WITH_MPI=1 HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_BUILD_ARCH_FLAGS=-march=x86-64 MAKEFLAGS="-j$(nproc)" /opt/envs/main/bin/pip install --no-cache-dir --no-build-isolation ./horovod-0.28.1 && cd / || exit 1 && rm -rf /var/tmp/horovod; fi
+
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
     /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --find-links /var/tmp/wheels torch==2.13.0+cpu numpy==2.4.6 scikit-learn==1.9.1 mpi4py==4.1.2 'jinja2>=3.1' 'PyYAML>=6.0' 'pydantic>=2.5,<3' 'typer>=0.12' 'rich>=13' 'matplotlib>=3.7' 'Pillow>=9' 'numpy>=1.23' 'scikit-learn>=1.3' 'protobuf>=4.21' 'python-hostlist>=2.0'
 
@@ -86,7 +90,7 @@ LABEL org.opencontainers.image.created=${HPCDL_CREATED} \
     org.opencontainers.image.revision=${HPCDL_REVISION} \
     org.opencontainers.image.source=${HPCDL_SOURCE}
 
-RUN python3 -c 'import json, os, sys; labels = json.loads(sys.argv[1]); labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)' '{"org.hpcdl.base": "debian:12", "org.hpcdl.cpu_target": "x86_64", "org.hpcdl.fabric": "ethernet", "org.hpcdl.hpcdl": "0.1.0", "org.hpcdl.image": "local-cpu", "org.hpcdl.main.mpi4py": "4.1.2", "org.hpcdl.main.numpy": "2.4.6", "org.hpcdl.main.scikit-learn": "1.9.1", "org.hpcdl.main.torch": "2.13.0+cpu", "org.hpcdl.mpi": "openmpi-4.1.4", "org.hpcdl.mpi.source": "distro", "org.hpcdl.pmix": "4.2.2", "org.opencontainers.image.title": "hpcdl-local-cpu", "org.opencontainers.image.version": "0.1.0"}' '{"org.opencontainers.image.created": "HPCDL_CREATED", "org.opencontainers.image.revision": "HPCDL_REVISION", "org.opencontainers.image.source": "HPCDL_SOURCE"}' /.singularity.d/labels.json
+RUN python3 -c 'import json, os, sys; labels = json.loads(sys.argv[1]); labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)' '{"org.hpcdl.base": "debian:12", "org.hpcdl.cpu_target": "x86_64", "org.hpcdl.fabric": "ethernet", "org.hpcdl.horovod": "0.28.1", "org.hpcdl.horovod.frameworks": "pytorch", "org.hpcdl.hpcdl": "0.1.0", "org.hpcdl.image": "local-cpu", "org.hpcdl.main.mpi4py": "4.1.2", "org.hpcdl.main.numpy": "2.4.6", "org.hpcdl.main.scikit-learn": "1.9.1", "org.hpcdl.main.torch": "2.13.0+cpu", "org.hpcdl.mpi": "openmpi-4.1.4", "org.hpcdl.mpi.source": "distro", "org.hpcdl.pmix": "4.2.2", "org.opencontainers.image.title": "hpcdl-local-cpu", "org.opencontainers.image.version": "0.1.0"}' '{"org.opencontainers.image.created": "HPCDL_CREATED", "org.opencontainers.image.revision": "HPCDL_REVISION", "org.opencontainers.image.source": "HPCDL_SOURCE"}' /.singularity.d/labels.json
 
 ENTRYPOINT ["/bin/sh", "-c", "cat /opt/hpcdl/banner >&2; exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
 

@@ -60,7 +60,8 @@ def test_the_image_check_passes_inside_the_image(image):
     built, _ = image
     out = run_check(built.path, load_image("local-cpu"), log=lambda _: None).stdout
     assert "image check: local-cpu [main, image mode]" in out
-    for check in ("torch", "torch oneDNN", "mpi allreduce"):
+    assert "horovod build" in out and "MPI" in next(l for l in out.splitlines() if "horovod build" in l)
+    for check in ("torch", "torch oneDNN", "horovod build", "mpi allreduce"):
         line = next(l for l in out.splitlines() if l.strip().startswith(check + " "))
         assert "passed" in line, out
 

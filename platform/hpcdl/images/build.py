@@ -137,6 +137,25 @@ def local_wheels(spec: ImageSpec) -> Path | None:
                      "($PIP_FIND_LINKS, /etc/pip.conf) holds a wheel of a pinned package")
 
 
+def horovod_wheels(spec: ImageSpec) -> Path | None:
+    """The folder of hpcdl's own Horovod wheel for this image, bound into the build at
+    HOROVOD_WHEELS: what `make horovod` (tools/build-horovod.sh) caches in
+    $HPCDL_WHEEL_CACHE (default ~/.cache/hpcdl/wheels) as horovod-VERSION-torch-TORCH/. It fits a
+    CPU image whose Horovod is for PyTorch alone, built against the same torch release (the
+    image's pin) and CPython and the same Open MPI; the recipe installs it only where pip takes
+    it, else builds Horovod from source."""
+    hvd = spec.horovod
+    if hvd is None or spec.gpu or hvd.nccl or tuple(hvd.frameworks) != ("pytorch",):
+        return None
+    torch = spec.environments[hvd.environment].packages.get("torch")
+    if not torch:
+        return None
+    root = Path(os.environ.get("HPCDL_WHEEL_CACHE")
+                or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hpcdl" / "wheels")
+    folder = root / f"horovod-{hvd.version}-torch-{torch.split('+')[0]}"
+    return folder if any(folder.glob(f"horovod-{hvd.version}-*.whl")) else None
+
+
 def stage_context(dest: Path) -> None:
     """What the recipe copies in (hpcdl's source and package data), without caches or builds."""
     if not (ROOT / "pyproject.toml").is_file():
@@ -182,8 +201,9 @@ def inputs_key(spec: ImageSpec, builder: str, recipe: str, context: Path, wheels
     _hash_tree(digest, context / "platform")
     for item in ("pyproject.toml", "README.md"):
         digest.update(hashlib.sha256((context / item).read_bytes()).digest())
-    if wheels is not None:
-        for wheel in sorted(wheels.glob("*.whl")):  # a wheel's name and size say which build it is
+    for folder in (wheels, horovod_wheels(spec)):
+        for wheel in sorted(folder.glob("*.whl")) if folder is not None else ():
+            # a wheel's name and size say which build it is
             digest.update(f"{wheel.name}\0{wheel.stat().st_size}\0".encode())
     if local_cas() is not None:
         _hash_tree(digest, LOCAL_CAS)
@@ -314,6 +334,10 @@ def build(spec: ImageSpec, builder: str | None = None, cache: Path | None = None
                 from hpcdl.images.generate import WHEELS
 
                 argv += ["--bind", f"{wheels}:{WHEELS}"]
+            if horovod_wheels(spec) is not None:
+                from hpcdl.images.generate import HOROVOD_WHEELS
+
+                argv += ["--bind", f"{horovod_wheels(spec)}:{HOROVOD_WHEELS}"]
             if local_cas() is not None:
                 argv += ["--bind", f"{LOCAL_CAS}:{LOCAL_CAS}"]
             for name, value in args.items():
@@ -371,6 +395,10 @@ def _build_charliecloud(spec, cache, context, dockerfile, wheels, args, key, out
     argv = [ch_image, "build", "--force", "-t", tag, "-f", str(dockerfile)]
     if wheels is not None:
         argv += ["-b", f"{wheels}:{WHEELS}"]
+    if horovod_wheels(spec) is not None:
+        from hpcdl.images.generate import HOROVOD_WHEELS
+
+        argv += ["-b", f"{horovod_wheels(spec)}:{HOROVOD_WHEELS}"]
     if local_cas() is not None:
         argv += ["-b", f"{LOCAL_CAS}:{LOCAL_CAS}"]
     for name, value in args.items():

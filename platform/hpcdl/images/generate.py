@@ -33,6 +33,8 @@ HPCDL_HOME = "/opt/hpcdl"
 # where the build machine's wheel folder is bound for environments with local_wheels
 # (ch-image build -b, apptainer build --bind)
 WHEELS = "/var/tmp/wheels"
+# where the builder binds a wheel of Horovod it has for the image (hpcdl.images.build.horovod_wheels)
+HOROVOD_WHEELS = "/var/tmp/horovod-wheels"
 # set by the builder (hpcdl images build); a plain `apptainer build` or `podman build` gets these
 BUILD_ARGS = {"HPCDL_CREATED": "unknown", "HPCDL_REVISION": "unknown", "HPCDL_SOURCE": "unknown"}
 
@@ -279,9 +281,17 @@ def _cudnn_requirement(spec: ImageSpec) -> str | None:
 
 
 def horovod_build(spec: ImageSpec) -> list[str]:
-    return _lines("horovod.sh.j2", spec=spec, hvd=spec.horovod, envs=ENVS,
-                  arch_flags=ARCH_FLAGS[spec.cpu_target],
-                  cuda_cc=",".join(a[3:] for a in spec.cuda.gpu_archs) if spec.cuda else "")
+    """Horovod into its environment: the build machine's own wheel of it where the builder
+    offers one (bound at HOROVOD_WHEELS, see hpcdl.images.build.horovod_wheels) and pip takes
+    it, else built from source (the patched release, minutes of compiling)."""
+    build = _lines("horovod.sh.j2", spec=spec, hvd=spec.horovod, envs=ENVS,
+                   arch_flags=ARCH_FLAGS[spec.cpu_target],
+                   cuda_cc=",".join(a[3:] for a in spec.cuda.gpu_archs) if spec.cuda else "")
+    pip = quote(f"{ENVS}/{spec.horovod.environment}/bin/pip")
+    wheel = f"{HOROVOD_WHEELS}/horovod-{spec.horovod.version}-*.whl"  # a glob: left unquoted, no blanks in it
+    return [f'if [ -n "$(ls {wheel} 2>/dev/null)" ] && {pip} install --no-cache-dir {wheel}; then '
+            f'echo "Horovod {spec.horovod.version}: the build machine\'s wheel"; else '
+            + " && ".join(build) + "; fi"]
 
 
 def stage(spec: ImageSpec, container_format: str) -> hpccm.Stage:
