@@ -119,7 +119,7 @@ containers: | $(RENDER_DEP)
 
 images: $(STAMPS)/venv
 	$(VENV)/bin/hpcdl images render --check
-	$(VENV)/bin/hpcdl images build --builder $(IMAGE_BUILDER) $(if $(SIF),--sif) $(IMAGES)
+	HPCDL_WHEEL_CACHE=$(WHEEL_CACHE) $(VENV)/bin/hpcdl images build --builder $(IMAGE_BUILDER) $(if $(SIF),--sif) $(IMAGES)
 
 clean:
 	rm -rf $(STAMPS) runs build *.egg-info  # the Horovod wheel cache lives outside: a build costs minutes
