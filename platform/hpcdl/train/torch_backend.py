@@ -225,11 +225,12 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     results.begin_progress(first_iter, max_iter)
     feed = DeviceFeed(AheadOfTime(batches, first_iter * recipe.iter_size, workers), device, memory_format)
 
-    images_per_iter = recipe.batch_size * recipe.iter_size
-    window_start, window_images, window_losses = time.perf_counter(), 0, []
-    train_time, trained_images = 0.0, 0
-    accuracy, test_loss, loss = float("nan"), float("nan"), float("nan")
-    preempted = False
+    book = IterationEnd(
+        recipe, me, results, comm, schedule, stop, model, max_iter=max_iter, iters_per_epoch=iters_per_epoch,
+        samples_per_iter=recipe.batch_size * recipe.iter_size, replicas=me.world_size,
+        evaluate=lambda: evaluate(net, data, recipe, me, comm, device, memory_format, precision),
+        snapshot=lambda done: write_snapshot(recipe, me, net, optimizer, precision, done, schedule, results),
+    )
     done = first_iter
     model.train()
     for it in range(first_iter, max_iter):
@@ -248,53 +249,14 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
                 precision.backward(micro_loss)
             loss_sum += micro_loss.detach()
         take_step(optimizer, precision, lag, lr)
-        # losses stay tensors until a display step: reading one waits for a GPU to finish
-        window_losses.append(loss_sum)
-        window_images += images_per_iter
-        trained_images += images_per_iter
         done = it + 1
-        if done % recipe.display == 0 or done == max_iter:
-            loss = float(loss_sum)
-            train_time += time.perf_counter() - iter_start
-            iter_start = None
-            elapsed = time.perf_counter() - window_start
-            mean_loss = float(torch.stack(window_losses).mean())
-            total_images, loss_total, window_loss = comm.sum([float(window_images), loss, mean_loss])
-            slowest = comm.max(elapsed)
-            results.record(
-                "step", iter=done, epoch=round(done / iters_per_epoch, 3), loss=loss_total / me.world_size,
-                loss_window=window_loss / me.world_size, lr=lr,
-                images_per_sec_rank=window_images / elapsed, images_per_sec_total=total_images / slowest,
-            )
-            window_start, window_images, window_losses = time.perf_counter(), 0, []
-        if iter_start is not None:
-            train_time += time.perf_counter() - iter_start
-        results.advance(done, loss=loss, lr=lr)
-        if (recipe.test_interval and done % recipe.test_interval == 0) or done == max_iter:
-            accuracy, test_loss = evaluate(net, data, recipe, me, comm, device, memory_format, precision)
-            results.record("test", iter=done, accuracy=accuracy, loss=test_loss)
-            model.train()
-            window_start = time.perf_counter()  # testing is not training throughput
-        stop_now = agreement.wait()
-        if recipe.snapshot_prefix and ((recipe.snapshot and done % recipe.snapshot == 0) or stop_now or done == max_iter):
-            write_snapshot(recipe, me, net, optimizer, precision, done, schedule, results)
-        if stop_now and done < max_iter:
-            preempted = True
-            results.record("preempted", iter=done, signal=int(stop.signal or 0), lr=schedule.rate(done),
-                           snapshot=str(checkpoint.snapshot_path(recipe.snapshot_prefix, done)) if recipe.snapshot_prefix else None)
+        if book.after(done, iter_start, loss_sum, lr, agreement):
             break
 
     feed.close()
-    wall = time.perf_counter() - started
-    total_images, loss_total = comm.sum([float(trained_images), loss])
-    loss = loss_total / me.world_size  # the last iteration's loss over the global batch
-    slowest_train = comm.max(train_time)
-    slowest_wall = comm.max(wall)
+    preempted = book.preempted
     summary = dict(
-        iter=done, accuracy=accuracy, test_loss=test_loss, loss=loss,
-        images_per_sec_total=total_images / slowest_train if slowest_train else 0.0,
-        images_per_sec_rank=trained_images / train_time if train_time else 0.0,
-        time_to_solution_s=slowest_wall, train_time_s=slowest_train,
+        **book.totals(done, time.perf_counter() - started),
         nodes=context.get("nodes", 1), ranks=me.world_size, site=context.get("site"), net=spec.name,
         framework="pytorch", distributed=backend, device=str(device), precision=recipe.precision,
         global_batch=global_batch, plan=context.get("plan_summary"), recipe=recipe.name,
@@ -310,6 +272,84 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     if preempted:
         summary["exit_status"] = PREEMPTED_EXIT
     return summary
+
+
+class IterationEnd:
+    """What both PyTorch loops (train above, hpcdl.train.spatial.loop) do after an update.
+
+    The display step (losses averaged over the window and over the replicas, images per
+    second), the progress line, the test interval, the snapshot interval, and the stop a
+    SIGUSR1/SIGTERM asked for (snapshot, a `preempted` record, leave the loop). A replica is
+    a copy of the model: every rank here, a spatial group of `ways` ranks there, whose ranks
+    each count the group's samples.
+    """
+
+    def __init__(self, recipe: Recipe, me: RankInfo, results: ResultsWriter, comm, schedule: Schedule,
+                 stop: StopRequest, model, *, max_iter: int, iters_per_epoch: int, samples_per_iter: int,
+                 replicas: int, evaluate, snapshot, ways: int = 1):
+        self.recipe, self.me, self.results, self.comm, self.schedule = recipe, me, results, comm, schedule
+        self.stop, self.model, self.max_iter, self.iters_per_epoch = stop, model, max_iter, iters_per_epoch
+        self.samples_per_iter, self.replicas, self.ways = samples_per_iter, replicas, ways
+        self.evaluate, self.snapshot = evaluate, snapshot
+        self.window_start, self.window_samples, self.window_losses = time.perf_counter(), 0, []
+        self.train_time, self.trained = 0.0, 0
+        self.accuracy, self.test_loss, self.loss = float("nan"), float("nan"), float("nan")
+        self.preempted = False
+
+    def after(self, done: int, iter_start: float, loss_sum, lr: float, agreement) -> bool:
+        """Iteration `done` is over (it started at `iter_start`); True: leave the loop, pre-empted."""
+        recipe, results, comm = self.recipe, self.results, self.comm
+        # losses stay tensors until a display step: reading one waits for a GPU to finish
+        self.window_losses.append(loss_sum)
+        self.window_samples += self.samples_per_iter
+        self.trained += self.samples_per_iter
+        if done % recipe.display == 0 or done == self.max_iter:
+            self.loss = float(loss_sum)
+            self.train_time += time.perf_counter() - iter_start
+            iter_start = None
+            elapsed = time.perf_counter() - self.window_start
+            mean_loss = float(torch.stack(self.window_losses).mean())
+            # a spatial group's loss is the sum of its ranks' parts; the run's, the mean over replicas
+            total, loss_total, window_loss = comm.sum([float(self.window_samples), self.loss, mean_loss])
+            slowest = comm.max(elapsed)
+            results.record(
+                "step", iter=done, epoch=round(done / self.iters_per_epoch, 3), loss=loss_total / self.replicas,
+                loss_window=window_loss / self.replicas, lr=lr,
+                images_per_sec_rank=self.window_samples / elapsed / self.ways,
+                images_per_sec_total=total / self.ways / slowest,
+            )
+            self.window_start, self.window_samples, self.window_losses = time.perf_counter(), 0, []
+        if iter_start is not None:
+            self.train_time += time.perf_counter() - iter_start
+        results.advance(done, loss=self.loss, lr=lr)
+        if (recipe.test_interval and done % recipe.test_interval == 0) or done == self.max_iter:
+            self.accuracy, self.test_loss = self.evaluate()
+            results.record("test", iter=done, accuracy=self.accuracy, loss=self.test_loss)
+            self.model.train()
+            self.window_start = time.perf_counter()  # testing is not training throughput
+        stop_now = agreement.wait()
+        if recipe.snapshot_prefix and ((recipe.snapshot and done % recipe.snapshot == 0) or stop_now
+                                       or done == self.max_iter):
+            self.snapshot(done)
+        if stop_now and done < self.max_iter:
+            self.preempted = True
+            results.record("preempted", iter=done, signal=int(self.stop.signal or 0), lr=self.schedule.rate(done),
+                           snapshot=str(checkpoint.snapshot_path(recipe.snapshot_prefix, done))
+                           if recipe.snapshot_prefix else None)
+        return self.preempted
+
+    def totals(self, done: int, wall: float) -> dict:
+        """The summary's figures over all ranks: the slowest rank's times, the last loss."""
+        comm = self.comm
+        total, loss_total = comm.sum([float(self.trained), self.loss])
+        slowest_train, slowest_wall = comm.max(self.train_time), comm.max(wall)
+        return dict(
+            iter=done, accuracy=self.accuracy, test_loss=self.test_loss,
+            loss=loss_total / self.replicas,  # the last iteration's loss over the global batch
+            images_per_sec_total=total / self.ways / slowest_train if slowest_train else 0.0,
+            images_per_sec_rank=self.trained / self.train_time / self.ways if self.train_time else 0.0,
+            time_to_solution_s=slowest_wall, train_time_s=slowest_train,
+        )
 
 
 def rank_batches(recipe: Recipe, data: Dataset, me: RankInfo, comm: Distributed, nodes: int) -> Batches:

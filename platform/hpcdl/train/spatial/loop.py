@@ -36,7 +36,7 @@ from hpcdl.train.spatial.parallel import Layout, loss_part, make_layout, reduce_
 
 def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:
     from hpcdl.train.torch_backend import (
-        PREEMPTED_EXIT, Precision, StopRequest, choose_device, make_comm, param_slots, write_snapshot,
+        PREEMPTED_EXIT, IterationEnd, Precision, StopRequest, choose_device, make_comm, param_slots, write_snapshot,
     )
 
     started = time.perf_counter()
@@ -102,11 +102,13 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     )
     results.begin_progress(first_iter, max_iter)
 
-    samples_per_iter = recipe.batch_size * recipe.iter_size
-    window_start, window_samples, window_losses = time.perf_counter(), 0, []
-    train_time, trained = 0.0, 0
-    accuracy, test_loss, loss = float("nan"), float("nan"), float("nan")
-    preempted, done = False, first_iter
+    book = IterationEnd(
+        recipe, me, results, comm, schedule, stop, model, max_iter=max_iter, iters_per_epoch=iters_per_epoch,
+        samples_per_iter=recipe.batch_size * recipe.iter_size, replicas=layout.data_groups, ways=ways,
+        evaluate=lambda: evaluate(model, data, recipe, layout, comm, device, weights, pixels),
+        snapshot=lambda done: write_snapshot(recipe, me, net, optimizer, precision, done, schedule, results),
+    )
+    done = first_iter
     activation_bytes = 0
     model.train()
     for it in range(first_iter, max_iter):
@@ -131,52 +133,15 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
         reduce_gradients(params, layout)
         if precision.unscale_and_check(optimizer):
             optimizer.step(lr)
-        window_losses.append(loss_sum)
-        window_samples += samples_per_iter
-        trained += samples_per_iter
         done = it + 1
-        if done % recipe.display == 0 or done == max_iter:
-            # a group's loss is the sum of its ranks' parts; the run's, the mean over groups
-            loss = float(loss_sum)
-            train_time += time.perf_counter() - iter_start
-            iter_start = None
-            elapsed = time.perf_counter() - window_start
-            mean_loss = float(torch.stack(window_losses).mean())
-            loss_total, window_loss = comm.sum([loss, mean_loss])
-            slowest = comm.max(elapsed)
-            results.record(
-                "step", iter=done, epoch=round(done / iters_per_epoch, 3), loss=loss_total / layout.data_groups,
-                loss_window=window_loss / layout.data_groups, lr=lr,
-                images_per_sec_rank=window_samples / elapsed / ways,
-                images_per_sec_total=window_samples * layout.data_groups / slowest,
-            )
-            window_start, window_samples, window_losses = time.perf_counter(), 0, []
-        if iter_start is not None:
-            train_time += time.perf_counter() - iter_start
-        results.advance(done, loss=loss, lr=lr)
-        if (recipe.test_interval and done % recipe.test_interval == 0) or done == max_iter:
-            accuracy, test_loss = evaluate(model, data, recipe, layout, comm, device, weights, pixels)
-            results.record("test", iter=done, accuracy=accuracy, loss=test_loss)
-            model.train()
-            window_start = time.perf_counter()
-        stop_now = agreement.wait()
-        if recipe.snapshot_prefix and ((recipe.snapshot and done % recipe.snapshot == 0) or stop_now or done == max_iter):
-            write_snapshot(recipe, me, net, optimizer, precision, done, schedule, results)
-        if stop_now and done < max_iter:
-            preempted = True
-            results.record("preempted", iter=done, signal=int(stop.signal or 0), lr=schedule.rate(done),
-                           snapshot=str(checkpoint.snapshot_path(recipe.snapshot_prefix, done)) if recipe.snapshot_prefix else None)
+        if book.after(done, iter_start, loss_sum, lr, agreement):
             break
 
-    wall = time.perf_counter() - started
-    (loss_total,) = comm.sum([loss])
-    slowest_train, slowest_wall = comm.max(train_time), comm.max(wall)
+    preempted = book.preempted
+    totals = book.totals(done, time.perf_counter() - started)
     activation_mib = comm.max(activation_bytes) / 2**20
     summary = dict(
-        iter=done, accuracy=accuracy, test_loss=test_loss, loss=loss_total / layout.data_groups,
-        images_per_sec_total=trained * layout.data_groups / slowest_train if slowest_train else 0.0,
-        images_per_sec_rank=trained / train_time / ways if train_time else 0.0,
-        time_to_solution_s=slowest_wall, train_time_s=slowest_train, nodes=context.get("nodes", 1),
+        **totals, nodes=context.get("nodes", 1),
         ranks=me.world_size, site=context.get("site"), net=spec.name, framework="pytorch", distributed=backend,
         device=str(device), precision=recipe.precision, global_batch=global_batch, plan=context.get("plan_summary"),
         recipe=recipe.name, preempted=preempted, spatial_ways=ways, data_parallel_groups=layout.data_groups,
