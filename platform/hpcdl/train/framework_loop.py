@@ -292,18 +292,3 @@ def restore_snapshot(recipe: Recipe, trainer: FrameworkTrainer, start_over: bool
             f"(the last: {last}); move them away, or pass --start-over to train from iteration 0"
         )
     return None
-    pattern = re.compile(re.escape(f"{recipe.snapshot_prefix}_{trainer.framework}_iter_") + r"(\d+)\.npz$")
-    found = sorted(
-        ((int(m.group(1)), p) for p in glob.glob(f"{glob.escape(recipe.snapshot_prefix)}_{trainer.framework}_iter_*.npz")
-         if (m := pattern.search(p))),
-        reverse=True,
-    )
-    for _, path in found:
-        try:
-            with np.load(path) as z:
-                arrays = {k: z[k] for k in z.files}
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError):
-            continue  # truncated or corrupt: fall back to the one before
-        trainer.load_state({k: v for k, v in arrays.items() if not k.startswith("__")})
-        return int(arrays["__iter"]), int(arrays["__epoch"]), int(arrays["__cursor"])
-    return None
