@@ -22,7 +22,8 @@ def test_rendered_local_script_passes_shellcheck(tmp_path):
 
 
 @pytest.mark.slow
-def test_hpcdl_run_trains_two_ranks_on_digits_to_90_percent(tmp_path, isolated_jobs):
+def test_hpcdl_run_trains_two_ranks_on_digits_to_95_percent(tmp_path, isolated_jobs):
+    """recipes/digits-quick.yaml on 2 ranks reaches what its comment promises (>= 95 % held out)."""
     run_dir = tmp_path / "run"
     proc = hpcdl("run", "--site", "local", RECIPES / "digits-quick.yaml", "--out", run_dir, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -32,7 +33,7 @@ def test_hpcdl_run_trains_two_ranks_on_digits_to_90_percent(tmp_path, isolated_j
     final = records[-1]
     assert final["event"] == "final"
     assert final["ranks"] == 2 and final["nodes"] == 1
-    assert final["accuracy"] >= 0.90
+    assert final["accuracy"] >= 0.95
     assert final["images_per_sec_total"] > 0
     assert all({"iter", "loss", "lr", "images_per_sec_rank", "images_per_sec_total"} <= set(s) for s in steps)
     assert (run_dir / "job.sh").exists() and (run_dir / "output.log").exists()
