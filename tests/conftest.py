@@ -81,6 +81,25 @@ def fixture_sites(monkeypatch):
 
 
 @pytest.fixture(scope="session")
+def local_quick_validation(tmp_path_factory):
+    """One run of `hpcdl validate --site local --suite quick` (what `make run` does), shared by the tests
+    of the suite (test_validate_run) and of its predictions beside the measured scaling (test_predict_validation).
+
+    A history of its own: the first run on a fresh machine, whatever other tests validated before.
+    Returns (process, out folder, results records, the profile the thread sweep was written into)."""
+    import json
+
+    tmp = tmp_path_factory.mktemp("quick")
+    out = tmp / "out"
+    profile = tmp / "local.yaml"
+    proc = hpcdl("validate", "--site", "local", "--suite", "quick", "-o", out, "--write-profile", profile,
+                 env={"HPCDL_LOCAL_JOBS": str(tmp / "local-jobs"), "HPCDL_HISTORY": str(tmp / "history")},
+                 cwd=tmp, timeout=1500)
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()] if out.exists() else []
+    return proc, out, records, profile
+
+
+@pytest.fixture(scope="session")
 def slurm_clusters(tmp_path_factory):
     """The real Slurm the tests start here (tests/slurm_cluster.py); torn down at the end, whatever happened.
 

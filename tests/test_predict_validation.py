@@ -3,8 +3,9 @@
 The prediction for p > 1 is made from the same run's p = 1 point and collectives check only.
 The stored run (tests/fixtures/predict/) is a real `hpcdl validate --site local --checks
 collectives,scaling` on the 2-core development machine while other sessions loaded it; the
-slow test below runs it again. How close the prediction comes on a quiet machine is a speed
-figure, measured by `make bench` and written into docs/performance.md.
+slow test below reads a live one (the session's local quick suite, conftest). How close the
+prediction comes on a quiet machine is a speed figure, measured by `make bench` and written
+into docs/performance.md.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 
 import pytest
 
-from conftest import FIXTURE_SITES, ROOT, hpcdl
+from conftest import FIXTURE_SITES, ROOT
 from hpcdl.predict.calibration import calibrate, fit_link
 from hpcdl.predict.validation import AGREEMENT, with_predictions
 from hpcdl.sites import load_site
@@ -91,14 +92,13 @@ def test_pretend_nodes_on_one_host_share_its_cores():
 
 
 @pytest.mark.slow
-def test_a_live_two_rank_run_reports_measured_beside_predicted_with_its_error(tmp_path):
+def test_a_live_two_rank_run_reports_measured_beside_predicted_with_its_error(local_quick_validation):
     # How close the prediction comes on this machine is a speed figure: `make bench` measures it
     # (docs/performance.md, "Predicted vs measured"), never a timed test. Here: a real run makes
     # a prediction for every p > 1 point from its own p = 1 point and says whether it is within.
-    out = tmp_path / "out"
-    proc = hpcdl("validate", "--site", "local", "--checks", "collectives,scaling", "-o", out,
-                 env={"HPCDL_LOCAL_JOBS": str(tmp_path / "local-jobs")}, cwd=tmp_path, timeout=1200)
-    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    # The run is the session's local quick suite (conftest), whose collectives and scaling checks
+    # are the ones `--checks collectives,scaling` would run on their own.
+    proc, out, records, _ = local_quick_validation
     later = [r for r in records if r.get("series") == "scaling" and r["p"] > 1]
     assert later, proc.stdout[-3000:] + proc.stderr
     for r in later:

@@ -11,18 +11,9 @@ from conftest import hpcdl
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    """One run of `hpcdl validate --site local --suite quick` (what `make run` does), shared by the tests below.
-
-    A history of its own: the first run on a fresh machine, whatever other tests validated before."""
-    tmp = tmp_path_factory.mktemp("quick")
-    out = tmp / "out"
-    profile = tmp / "local.yaml"
-    proc = hpcdl("validate", "--site", "local", "--suite", "quick", "-o", out, "--write-profile", profile,
-                 env={"HPCDL_LOCAL_JOBS": str(tmp / "local-jobs"), "HPCDL_HISTORY": str(tmp / "history")},
-                 cwd=tmp, timeout=1500)
-    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()] if out.exists() else []
-    return proc, out, records, profile
+def quick_run(local_quick_validation):
+    """`hpcdl validate --site local --suite quick` (what `make run` does), run once per session (conftest)."""
+    return local_quick_validation
 
 
 @pytest.mark.slow
