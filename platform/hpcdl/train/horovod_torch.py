@@ -58,9 +58,7 @@ class HorovodTrainer:
     framework = "pytorch"
 
     def __init__(self, hvd, model: torch.nn.Module, recipe: Recipe, fp16_allreduce: bool, spec=None):
-        from hpcdl.train.optim import CaffeSGD
-        from hpcdl.train.torch_backend import param_slots
-        from hpcdl.train.update_rule import caffe_clip_bound
+        from hpcdl.train.torch_backend import caffe_sgd
 
         self.hvd, self.model, self.recipe = hvd, model, recipe
         self.spec = spec if spec is not None else getattr(model, "spec", None)
@@ -71,9 +69,7 @@ class HorovodTrainer:
             backward_passes_per_step=recipe.iter_size, op=hvd.Average,
         )
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        self.optimizer = CaffeSGD(param_slots(model, recipe), recipe.momentum, recipe.weight_decay, recipe.rule,
-                                  trust=recipe.trust, eps=recipe.larc_eps, clip_gradients=caffe_clip_bound(recipe),
-                                  momentum_correction=recipe.momentum_correction)
+        self.optimizer = caffe_sgd(model, recipe)
         self._calls = 0
 
     def train_step(self, xs, ys, lr):

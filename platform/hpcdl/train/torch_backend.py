@@ -187,9 +187,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     # gradient lag averages the gradients itself, a step late; otherwise DDP does, in buckets
     lag = GradientLag(net.parameters(), me.world_size, recipe.gradient_compression) if recipe.gradient_lag else None
     model = comm.wrap(net, device, recipe) if lag is None else net
-    optimizer = CaffeSGD(param_slots(net, recipe), recipe.momentum, recipe.weight_decay, recipe.rule,
-                         trust=recipe.trust, eps=recipe.larc_eps, clip_gradients=caffe_clip_bound(recipe),
-                         momentum_correction=recipe.momentum_correction)
+    optimizer = caffe_sgd(net, recipe)
     optimizer.lag = lag  # its lagged gradients travel in the optimizer's snapshot
     precision = Precision(recipe, device)
 
@@ -200,19 +198,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     schedule = Schedule.from_recipe(recipe, max_iter, global_batch, iters_per_epoch)
 
     workers = default_workers(recipe.data.workers, device)
-    first_iter = 0
-    if recipe.snapshot_prefix:
-        # a read-only or full folder is said now, not at the first snapshot an interval of work later
-        checkpoint.check_folder(recipe.snapshot_prefix, 2 * checkpoint.snapshot_bytes(net))
-        resumed = checkpoint.resume(recipe.snapshot_prefix, lambda s: checkpoint.state_fits(s, net, optimizer),
-                                    start_over=bool(context.get("start_over")))
-        if resumed:
-            state, path = resumed
-            net.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            precision.load_state_dict(state.get("precision", {}))
-            first_iter = state["iter"]
-            results.record("resume", iter=first_iter, snapshot=str(path), lr=schedule.rate(first_iter))
+    first_iter = resume(recipe, net, optimizer, precision, schedule, results, context)
 
     results.record(
         "start", net=spec.name, parameters=spec.parameter_count, data=data.name, ranks=me.world_size,
@@ -350,6 +336,33 @@ class IterationEnd:
             images_per_sec_rank=self.trained / self.train_time / self.ways if self.train_time else 0.0,
             time_to_solution_s=slowest_wall, train_time_s=slowest_train,
         )
+
+
+def caffe_sgd(net, recipe: Recipe) -> CaffeSGD:
+    """Caffe's SGD over the net's blobs, with the recipe's update rule, trust ratio and clipping."""
+    return CaffeSGD(param_slots(net, recipe), recipe.momentum, recipe.weight_decay, recipe.rule,
+                    trust=recipe.trust, eps=recipe.larc_eps, clip_gradients=caffe_clip_bound(recipe),
+                    momentum_correction=recipe.momentum_correction)
+
+
+def resume(recipe: Recipe, net, optimizer: CaffeSGD, precision: "Precision", schedule: Schedule,
+           results: ResultsWriter, context: dict) -> int:
+    """The iteration to start from: 0, or the newest usable snapshot's, its weights, velocities and
+    loss scale loaded (checkpoint.resume's rules for which one is usable)."""
+    if not recipe.snapshot_prefix:
+        return 0
+    # a read-only or full folder is said now, not at the first snapshot an interval of work later
+    checkpoint.check_folder(recipe.snapshot_prefix, 2 * checkpoint.snapshot_bytes(net))
+    resumed = checkpoint.resume(recipe.snapshot_prefix, lambda s: checkpoint.state_fits(s, net, optimizer),
+                                start_over=bool(context.get("start_over")))
+    if not resumed:
+        return 0
+    state, path = resumed
+    net.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    precision.load_state_dict(state.get("precision", {}))
+    results.record("resume", iter=state["iter"], snapshot=str(path), lr=schedule.rate(state["iter"]))
+    return state["iter"]
 
 
 def rank_batches(recipe: Recipe, data: Dataset, me: RankInfo, comm: Distributed, nodes: int) -> Batches:

@@ -21,11 +21,8 @@ import torch.nn.functional as F
 from hpcdl.errors import HpcdlError
 from hpcdl.nets import load_net
 from hpcdl.nets.torch_build import build_torch
-from hpcdl.train import checkpoint
 from hpcdl.train.data import Batches, centre_crop, load_dataset
 from hpcdl.train.mesh_data import MeshBatches, MeshSamples, inverse_frequency_weights
-from hpcdl.train.optim import CaffeSGD
-from hpcdl.train.update_rule import caffe_clip_bound
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
@@ -36,7 +33,8 @@ from hpcdl.train.spatial.parallel import Layout, loss_part, make_layout, reduce_
 
 def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:
     from hpcdl.train.torch_backend import (
-        PREEMPTED_EXIT, IterationEnd, Precision, StopRequest, choose_device, make_comm, param_slots, write_snapshot,
+        PREEMPTED_EXIT, IterationEnd, Precision, StopRequest, caffe_sgd, choose_device, make_comm, resume,
+        write_snapshot,
     )
 
     started = time.perf_counter()
@@ -67,9 +65,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
         raise HpcdlError(f"net {spec.name}: its output is {'per pixel' if model.split_output else 'one per sample'} "
                          f"but data source {recipe.data.source} gives {'per-pixel' if data.per_pixel else 'per-sample'} "
                          "targets")
-    optimizer = CaffeSGD(param_slots(net, recipe), recipe.momentum, recipe.weight_decay, recipe.rule,
-                         trust=recipe.trust, eps=recipe.larc_eps, clip_gradients=caffe_clip_bound(recipe),
-                         momentum_correction=recipe.momentum_correction)
+    optimizer = caffe_sgd(net, recipe)
     precision = Precision(recipe, device)
     params = [s.tensor for s in optimizer.slots]
     weights = torch.from_numpy(data.class_weights).to(device) if data.class_weights is not None else None
@@ -79,17 +75,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     iters_per_epoch = max(1, data.batches.per_epoch // recipe.iter_size)
     max_iter = recipe.max_iter or max(1, math.ceil(recipe.epochs * iters_per_epoch))
     schedule = Schedule.from_recipe(recipe, max_iter, global_batch, iters_per_epoch)
-    first_iter = 0
-    if recipe.snapshot_prefix:
-        checkpoint.check_folder(recipe.snapshot_prefix, 2 * checkpoint.snapshot_bytes(net))
-        resumed = checkpoint.resume(recipe.snapshot_prefix, lambda s: checkpoint.state_fits(s, net, optimizer),
-                                    start_over=bool(context.get("start_over")))
-        if resumed:
-            state, path = resumed
-            net.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            first_iter = state["iter"]
-            results.record("resume", iter=first_iter, snapshot=str(path), lr=schedule.rate(first_iter))
+    first_iter = resume(recipe, net, optimizer, precision, schedule, results, context)
 
     results.record(
         "start", net=spec.name, parameters=spec.parameter_count, data=recipe.data.source, ranks=me.world_size,
