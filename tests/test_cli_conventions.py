@@ -4,6 +4,9 @@ default site, one error style, --json on every listing verb, lines that stay who
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 from conftest import RECIPES, hpcdl
 from hpcdl import __version__
@@ -27,8 +30,11 @@ def test_version():
 def test_shell_completion_is_offered():
     out = hpcdl("--help", check=True).stdout
     assert "--install-completion" in out and "--show-completion" in out
-    proc = hpcdl("--show-completion", "bash", check=True)
-    assert "_HPCDL_COMPLETE" in proc.stdout
+    # --show-completion writes the script for the shell it is typed in (Typer asks shellingham, which
+    # walks up the parent processes): typed in bash, as a user does, not under whatever started pytest
+    proc = subprocess.run(["bash", "-c", '"$0" -m hpcdl --show-completion; status=$?; exit "$status"', sys.executable],
+                          capture_output=True, text=True, timeout=120, env=os.environ.copy())
+    assert proc.returncode == 0 and "_HPCDL_COMPLETE" in proc.stdout, proc.stdout + proc.stderr
     # what bash asks when the user presses TAB after `hpcdl pl`
     proc = hpcdl(env={"_HPCDL_COMPLETE": "complete_bash", "COMP_WORDS": "hpcdl pl", "COMP_CWORD": "1"}, check=True)
     assert proc.stdout.split() == ["plan"]
