@@ -1,45 +1,50 @@
 """Benchmark rows for the TensorFlow and MXNet backends: the trainer against a bare loop.
 
-For each framework, in one process and one run: the bundled trainer's images/s (its own
-step records, after a warm-up window) and a bare training loop written directly in that
-framework (same net, batch, optimizer and thread count; a fixed in-memory batch, no
-records). The ratio trainer/bare is the overhead the trainer adds. MXNet runs from its
-own venv, so each framework is measured in a child process of the right Python.
+For each framework and net, in one process: the bundled trainer trains a recipe while a
+bare training loop written directly in that framework (same net, batch, images, SGD with
+the same momentum and weight decay, same thread count) runs one window of iterations
+each time the trainer writes a display record. So trainer and bare loop alternate window
+by window and a busy spell of the shared machine falls on both alike. Each side is timed
+in the process's CPU seconds; the figure is each side's best window (timeit's reasoning:
+other work only ever slows a window down), with the median beside it. The ratio
+trainer/bare is the overhead the trainer adds. MXNet runs from its own venv, so each
+framework is measured in a child process of the right Python.
 
     from hpcdl.bench_frameworks import framework_rows, markdown_table
-    rows = framework_rows()           # list of dicts, one per framework
+    rows = framework_rows()           # list of dicts, one per framework and net
     text = markdown_table(rows)       # a section for docs/performance.md
 
-or `python -m hpcdl.bench_frameworks --framework tensorflow` for one row as JSON.
+or `python -m hpcdl.bench_frameworks --framework tensorflow` for that framework's rows as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
+import statistics
 import subprocess
 import sys
-import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-
-NET = "cifar10_quick"
-BATCH = 32
-WINDOW = 10  # iterations per timed window
-WINDOWS = 6  # the first is warm-up (graph tracing, allocation) and is dropped
-REPEATS = 3  # bare loop and trainer, interleaved; each side the best of its windows and repeats
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench_recipe(path: Path, framework: str, iterations: int) -> Path:
-    recipe = path / f"bench-{framework}-{iterations}.yaml"
-    recipe.write_text(
-        f"name: bench-{framework}\nnet: {NET}\ndata: {{source: digits, image_size: 32}}\nbatch_size: {BATCH}\n"
-        f"base_lr: 0.01\nmomentum: 0.9\nweight_decay: 0.004\nmax_iter: {iterations}\ndisplay: {WINDOW}\n"
-    )
-    return recipe
+@dataclass(frozen=True)
+class Case:
+    net: str
+    size: int      # image side, px
+    batch: int
+    window: int    # iterations per timed window (the trainer's display interval)
+    windows: int   # timed windows per side; one more is run first as warm-up and dropped
+
+
+# the PyTorch section's nets and sizes (hpcdl.bench): cifar10_quick at 32 px, resnet50 at 64 px
+CASES = (Case("cifar10_quick", 32, 64, window=10, windows=24), Case("resnet50", 64, 16, window=2, windows=10))
+LR, MOMENTUM, WEIGHT_DECAY = 0.001, 0.9, 0.0005
 
 
 def _clock() -> float:
@@ -49,24 +54,30 @@ def _clock() -> float:
     return time.process_time()
 
 
-def trainer_images_per_sec(framework: str) -> float:
-    """The trainer's rate over WINDOW * (WINDOWS - 1) iterations: two whole runs that differ
-    only in length, so start-up, graph tracing and the final test cancel in the difference."""
-    from hpcdl.train.main import run_training
-
-    spent = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        # a first short run pays what happens once per process (imports, reading the data set's
-        # module, the framework's first graph): the measured pair then differs in length only
-        for iterations in (WINDOW, WINDOW, WINDOW * WINDOWS):
-            recipe = _bench_recipe(Path(tmp), framework, iterations)
-            start = _clock()
-            run_training(str(recipe), None, str(Path(tmp) / f"r{iterations}.jsonl"), framework=framework)
-            spent[iterations] = _clock() - start
-    return WINDOW * (WINDOWS - 1) * BATCH / (spent[WINDOW * WINDOWS] - spent[WINDOW])
+def _recipe(case: Case) -> dict:
+    return {
+        "name": f"bench-{case.net}", "net": case.net, "batch_size": case.batch, "base_lr": LR, "momentum": MOMENTUM,
+        "weight_decay": WEIGHT_DECAY, "max_iter": case.window * (case.windows + 1), "display": case.window,
+        "data": _data(case),
+    }
 
 
-def bare_tensorflow_images_per_sec() -> float:
+def _data(case: Case) -> dict:
+    return {"source": "synthetic", "image_size": case.size, "num_classes": 10,
+            "synthetic_samples": max(4 * case.batch, 256), "holdout_fraction": 0.05}
+
+
+def _images(case: Case):
+    """The very images the trainer trains on (values matter: tiny ones run slower as denormals)."""
+    from hpcdl.train.data import load_dataset
+    from hpcdl.train.recipe import DataSpec
+
+    data = load_dataset(DataSpec(**_data(case)), (3, case.size, case.size), 1)
+    return data.train.images, data.train.labels
+
+
+def bare_tensorflow(case: Case):
+    """The few lines everyone writes: Keras SGD, a compiled step, a random in-memory batch per step."""
     import numpy as np
     import tensorflow as tf
     import keras
@@ -74,87 +85,134 @@ def bare_tensorflow_images_per_sec() -> float:
     from hpcdl.nets import load_net
     from hpcdl.nets.keras_build import build_keras
 
-    model = build_keras(load_net(NET))
-    optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
-    x = tf.constant(np.random.default_rng(0).standard_normal((BATCH, 3, 32, 32), dtype=np.float32))
-    y = tf.constant(np.random.default_rng(1).integers(0, 10, BATCH))
+    model = build_keras(load_net(case.net, num_classes=10, image_size=case.size))
+    optimizer = keras.optimizers.SGD(learning_rate=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+    images, labels = _images(case)
+    rng = np.random.default_rng(1)
 
     @tf.function
-    def step():
+    def step(x, y):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, model(x, training=True)))
         optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
         return loss
 
-    return _time_windows(lambda: float(step()))
+    def window():
+        for _ in range(case.window):
+            idx = rng.integers(0, len(images), case.batch)
+            loss = step(tf.constant(images[idx]), tf.constant(labels[idx]))
+        return float(loss)  # one read per window, as the trainer's display record
+
+    return window
 
 
-def bare_mxnet_images_per_sec() -> float:
+def bare_mxnet(case: Case):
+    """The few lines everyone writes: a hybridized Gluon net, gluon.Trainer's SGD, a random batch per step."""
     import mxnet as mx
+    import numpy as np
     from mxnet import autograd, gluon
 
     from hpcdl.nets import load_net
     from hpcdl.nets.gluon_build import build_gluon
 
-    net = build_gluon(load_net(NET))
+    net = build_gluon(load_net(case.net, num_classes=10, image_size=case.size))
     net.initialize()
-    net.hybridize(static_alloc=True)
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9}, kvstore="local")
+    net.hybridize(static_alloc=True, static_shape=True)
+    trainer = gluon.Trainer(net.collect_params(), "sgd",
+                            {"learning_rate": LR, "momentum": MOMENTUM, "wd": WEIGHT_DECAY}, kvstore="local")
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    x = mx.nd.random.normal(shape=(BATCH, 3, 32, 32))
-    y = mx.nd.array([i % 10 for i in range(BATCH)])
+    images, labels = _images(case)
+    rng = np.random.default_rng(1)
 
-    def step():
-        with autograd.record():
-            loss = loss_fn(net(x), y)
-        loss.backward()
-        trainer.step(BATCH)
-        return float(loss.mean().asscalar())  # waits for the step, as the trainer's loss read does
+    def window():
+        for _ in range(case.window):
+            idx = rng.integers(0, len(images), case.batch)
+            x, y = mx.nd.array(images[idx]), mx.nd.array(labels[idx])
+            with autograd.record():
+                loss = loss_fn(net(x), y)
+            loss.backward()
+            trainer.step(case.batch)
+        return float(loss.mean().asscalar())  # one read per window (it waits for the work), as the trainer's
 
-    return _time_windows(step)
-
-
-def _time_windows(step) -> float:
-    """As the trainer's side: the first window (tracing, allocation) apart, the rest as one span."""
-    for _ in range(WINDOW):
-        step()
-    start = _clock()
-    for _ in range(WINDOW * (WINDOWS - 1)):
-        step()
-    return WINDOW * (WINDOWS - 1) * BATCH / (_clock() - start)
+    return window
 
 
-def measure(framework: str) -> dict:
-    """One row, measured in this process (which must be able to import the framework)."""
+def measure_case(framework: str, case: Case) -> dict:
+    """Trainer and bare loop windows, interleaved in this process (which must import the framework)."""
+    from hpcdl.train.main import backend_for
+    from hpcdl.train.ranks import RankInfo
+    from hpcdl.train.recipe import recipe_from_dict
+    from hpcdl.train.results import ResultsWriter
+
+    if framework == "tensorflow":  # size TensorFlow's pools before the bare loop starts its runtime
+        import tensorflow as tf
+
+        from hpcdl.train.tf_backend import configure_threads, thread_counts
+
+        configure_threads(tf, *thread_counts(os.environ))
+    bare_window = (bare_tensorflow if framework == "tensorflow" else bare_mxnet)(case)
+    bare_window()  # tracing and first allocations, before any window is timed
+    trainer_s: list[float] = []
+    bare_s: list[float] = []
+
+    class Interleaved(ResultsWriter):
+        """At each display record: close the trainer's window, run and time one bare window."""
+
+        mark = 0.0
+
+        def record(self, event: str, **fields) -> None:
+            super().record(event, **fields)
+            if event == "start":
+                self.mark = _clock()
+            elif event == "step":
+                trainer_s.append(_clock() - self.mark)
+                start = _clock()
+                bare_window()
+                bare_s.append(_clock() - start)
+                self.mark = _clock()
+
+    recipe = recipe_from_dict(_recipe(case), f"bench-{framework}-{case.net}")
+    writer = Interleaved(None, enabled=True, stream=io.StringIO(), progress=False)
+    context = {"site": "none", "nodes": 1, "distributed": None, "plan_summary": None, "start_over": False}
+    backend_for(framework, None)(recipe, RankInfo(0, 1, 0, "none"), writer, context)
+    trainer_s, bare_s = trainer_s[1:], bare_s[1:]  # the first window traces the trainer's step
+    rate = lambda seconds: case.window * case.batch / seconds  # noqa: E731
+    trainer, bare = rate(min(trainer_s)), rate(min(bare_s))
+    return {"framework": framework, "net": case.net, "image_size": case.size, "batch": case.batch,
+            "window": case.window, "windows": len(trainer_s), "threads": int(os.environ["HPCDL_INTRA_OP_THREADS"]),
+            "trainer_images_per_sec": round(trainer, 1), "bare_images_per_sec": round(bare, 1),
+            "ratio": round(trainer / bare, 3),
+            "median_ratio": round(rate(statistics.median(trainer_s)) / rate(statistics.median(bare_s)), 3),
+            "trainer_windows_s": [round(s, 4) for s in trainer_s], "bare_windows_s": [round(s, 4) for s in bare_s]}
+
+
+def measure(framework: str, cases=CASES) -> list[dict]:
+    """This framework's rows, measured in this process."""
     # one thread by default: on a shared machine a second OpenMP thread that waits for a core
     # swamps the ratio; HPCDL_INTRA_OP_THREADS=N measures N
     threads = int(os.environ.get("HPCDL_INTRA_OP_THREADS", "1"))
     os.environ.update({"OMP_NUM_THREADS": str(threads), "HPCDL_INTRA_OP_THREADS": str(threads),
-                       "HPCDL_INTER_OP_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
-    bare_loop = bare_tensorflow_images_per_sec if framework == "tensorflow" else bare_mxnet_images_per_sec
-    bares, trainers = [], []
-    for _ in range(REPEATS):  # interleaved: a busy spell of the machine slows both sides alike
-        bares.append(bare_loop())
-        trainers.append(trainer_images_per_sec(framework))
-    bare, trainer = max(bares), max(trainers)
-    return {"framework": framework, "net": NET, "batch": BATCH, "threads": threads,
-            "trainer_images_per_sec": round(trainer, 1), "bare_images_per_sec": round(bare, 1),
-            "ratio": round(trainer / bare, 3), "trainer_runs": [round(v, 1) for v in trainers],
-            "bare_runs": [round(v, 1) for v in bares]}
+                       "HPCDL_INTER_OP_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "MXNET_CPU_WORKER_NTHREADS": "1"})
+    return [measure_case(framework, case) for case in cases]
 
 
 def framework_rows(mxnet_python: str | None = None) -> list[dict]:
-    """TensorFlow (this venv) and MXNet (.venv-mxnet) rows, each from a child process."""
+    """TensorFlow (this venv) and MXNet (.venv-mxnet) rows, each framework from a child process."""
     pythons = {"tensorflow": sys.executable, "mxnet": mxnet_python or str(ROOT / ".venv-mxnet" / "bin" / "python")}
     rows = []
     for framework, python in pythons.items():
+        load = os.getloadavg()[0]
+        path = os.pathsep.join(filter(None, (str(ROOT / "platform"), os.environ.get("PYTHONPATH"))))
         proc = subprocess.run([python, "-W", "ignore", "-m", "hpcdl.bench_frameworks", "--framework", framework],
-                              capture_output=True, text=True, timeout=1200)
+                              capture_output=True, text=True, timeout=1800, env={**os.environ, "PYTHONPATH": path})
         if proc.returncode != 0:
             rows.append({"framework": framework, "error": (proc.stderr.strip().splitlines() or ["failed"])[-1]})
             continue
-        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-        print(f"bench: {framework}: trainer/bare = {rows[-1]['ratio']}", file=sys.stderr, flush=True)
+        for row in json.loads(proc.stdout.strip().splitlines()[-1]):
+            row.update(load_before=round(load, 2), load_after=round(os.getloadavg()[0], 2))
+            rows.append(row)
+            print(f"bench: {framework} {row['net']}: trainer/bare = {row['ratio']} (median {row['median_ratio']})",
+                  file=sys.stderr, flush=True)
     return rows
 
 
@@ -162,32 +220,37 @@ def markdown_table(rows: list[dict]) -> str:
     lines = [
         "## TensorFlow and MXNet: trainer against a bare loop",
         "",
-        f"{NET}, batch {BATCH}, one process per framework, bare loop and trainer interleaved {REPEATS} times, "
-        f"each side the best of its repeats; {WINDOW * (WINDOWS - 1)} timed iterations after {WINDOW} of warm-up "
-        "(the trainer's as the difference of two whole runs of different length), timed in the process's CPU "
-        "seconds, which other work on a shared machine does not inflate. The bare loop is the same net and SGD "
-        "written directly in the "
-        "framework on one fixed in-memory batch; the trainer computes its Caffe update inside the compiled "
-        "step (TensorFlow: one tf.function; MXNet: fused multi-tensor kernels).",
+        "One process per framework. The trainer trains the recipe (synthetic images, SGD with momentum 0.9 and "
+        "weight decay 0.0005, a display record every window) while, at each display record, a bare loop written "
+        "directly in the framework runs one window of its own: the same net, batch and images (a random batch "
+        "from memory each step), SGD with the same momentum and weight decay (Keras' SGD with a `tf.function` "
+        "step; Gluon's Trainer on a net hybridized with static_alloc and static_shape), its loss read once per "
+        "window. Trainer and bare loop thus alternate window by window; each is timed in the process's CPU "
+        "seconds, which other work on a shared machine does not inflate, and each side's figure is its best "
+        "window after a first one of warm-up (the median ratio beside it). One thread each.",
         "",
-        "| framework | threads | trainer img/s | bare loop img/s | trainer / bare |",
-        "| --- | --- | --- | --- | --- |",
+        "| framework | net | image | batch | timed windows | trainer img/s | bare loop img/s | trainer / bare "
+        "| median trainer / bare | load before, after |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['framework']} | - | - | - | not measured: {r['error']} |")
+            lines.append(f"| {r['framework']} | - | - | - | - | - | - | not measured: {r['error']} | - | - |")
         else:
-            lines.append(f"| {r['framework']} | {r['threads']} | {r['trainer_images_per_sec']} | "
-                         f"{r['bare_images_per_sec']} | {r['ratio']} |")
+            lines.append(f"| {r['framework']} | {r['net']} | {r['image_size']} px | {r['batch']} | "
+                         f"{r['windows']} x {r['window']} it | {r['trainer_images_per_sec']} | "
+                         f"{r['bare_images_per_sec']} | **{r['ratio']}** | {r['median_ratio']} | "
+                         f"{r.get('load_before', '-')}, {r.get('load_after', '-')} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpcdl.bench_frameworks")
-    parser.add_argument("--framework", choices=("tensorflow", "mxnet"), help="measure one row here, print JSON")
+    parser.add_argument("--framework", choices=("tensorflow", "mxnet"), help="measure its rows here, print JSON")
+    parser.add_argument("--net", choices=[c.net for c in CASES], help="only this net")
     args = parser.parse_args(argv)
     if args.framework:
-        print(json.dumps(measure(args.framework)))
+        print(json.dumps(measure(args.framework, [c for c in CASES if args.net in (None, c.net)])))
     else:
         print(markdown_table(framework_rows()))
     return 0

@@ -33,8 +33,12 @@ from hpcdl.train.schedule import learning_rate
 class FrameworkTrainer(Protocol):
     framework: str
 
-    def train_step(self, xs: np.ndarray, ys: np.ndarray, lr: float) -> float:
-        """One SGD iteration over iter_size micro-batches xs[k], ys[k]; this rank's mean loss."""
+    def train_step(self, xs: np.ndarray, ys: np.ndarray, lr: float, read: bool = True) -> float | None:
+        """One SGD iteration over iter_size micro-batches xs[k], ys[k]; this rank's mean loss.
+
+        With `read` False the loss is not wanted (not a display iteration): the backend may
+        return None and skip waiting for the step to finish just to read it.
+        """
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """The net's output blob (logits, or probabilities if it ends in Softmax)."""
@@ -129,11 +133,13 @@ def run_loop(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict
             batches.append(order[cursor : cursor + recipe.batch_size])
             cursor += recipe.batch_size
         idx = np.stack(batches)
-        loss = trainer.train_step(_transformed(recipe, me, it, _images(data, "train", idx)), data.train_y[idx], lr)
+        last = it + 1 == max_iter
+        shown = (it + 1) % recipe.display == 0 or last
+        loss = trainer.train_step(_transformed(recipe, me, it, _images(data, "train", idx)), data.train_y[idx], lr,
+                                  read=shown)
         window_images += recipe.batch_size * recipe.iter_size
 
-        last = it + 1 == max_iter
-        if (it + 1) % recipe.display == 0 or last:
+        if shown:
             elapsed = time.perf_counter() - window_start
             total_images, loss_sum = trainer.sum([float(window_images), float(loss)])
             slowest = trainer.max(elapsed)
@@ -202,7 +208,9 @@ def _images(data: Dataset, part: str, idx: np.ndarray) -> np.ndarray:
     """Images by index: from memory, or decoded from files where the data set's split can."""
     split = getattr(data, part, None)
     if split is not None and hasattr(split, "take"):
-        return np.stack([split.take(row) for row in idx]) if idx.ndim > 1 else split.take(idx)
+        if idx.ndim > 1 and getattr(split, "images", None) is None:  # files: decoded micro-batch by micro-batch
+            return np.stack([split.take(row) for row in idx])
+        return split.take(idx)  # in memory: one copy, (iter_size, batch, C, H, W) for 2-D idx
     return getattr(data, f"{part}_x")[idx]
 
 

@@ -72,7 +72,7 @@ class HorovodTrainer:
         self.optimizer = caffe_sgd(model, recipe)
         self._calls = 0
 
-    def train_step(self, xs, ys, lr):
+    def train_step(self, xs, ys, lr, read=True):  # the loss is read in any case (one .item() per micro-batch)
         self.model.train()
         self.allreduce.zero_grad()
         total = 0.0

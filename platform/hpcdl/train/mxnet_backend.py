@@ -51,9 +51,13 @@ class GluonTrainer:
         self.mx, self.net, self.autograd = mx, net, autograd
         self.recipe, self.rank, self.world_size, self.kvstore = recipe, me.rank, me.world_size, kvstore
         self.params = net.collect_params()
-        for param in self.params.values():
-            if param.grad_req != "null":
-                param.grad_req = "add"  # iter_size micro-batches accumulate; zeroed after each step
+        # iter_size micro-batches accumulate into the gradients (zeroed after each step); with
+        # one micro-batch, backward writes them: no zeroing pass, no add into every gradient
+        self.accumulate = recipe.iter_size > 1
+        if self.accumulate:
+            for param in self.params.values():
+                if param.grad_req != "null":
+                    param.grad_req = "add"
         # The update is hpcdl.train.update_rule (Caffe's momentum convention, LARS/LARC,
         # clipping, no_bias_decay), shared with TensorFlow; gradients are summed through the
         # kvstore below with a separate push and pull per parameter (Gluon's fused pushpull in
@@ -86,9 +90,14 @@ class GluonTrainer:
             nll = (1.0 - e) * nll - e * mx.nd.mean(log_p, axis=1)
         return nll
 
-    def train_step(self, xs, ys, lr):
+    def train_step(self, xs, ys, lr, read: bool = True):
+        """One iteration; its mean loss as a float when `read`, else None without waiting for the step.
+
+        Reading the loss waits for MXNet's engine to finish the step; framework_loop reads
+        it at display iterations only, so the Python side of the next step overlaps this one.
+        """
         mx = self.mx
-        total = 0.0
+        means = []
         for k in range(len(xs)):
             x, y = mx.nd.array(xs[k]), mx.nd.array(ys[k])
             with self.autograd.record():
@@ -100,7 +109,7 @@ class GluonTrainer:
                 else:
                     loss = self._loss(out, y)
             loss.backward()  # the sum over the batch; step() divides by the global batch
-            total += float(loss.mean().asscalar()) / len(xs)
+            means.append(loss.mean())
         if self.world_size > 1:
             for i, param in enumerate(self.learned):
                 self.kvstore.push(GRADIENT_KEYS + i, param.grad(), priority=-i)
@@ -109,9 +118,14 @@ class GluonTrainer:
         # the summed gradients are divided by the global batch inside the fused update
         images = len(xs) * len(xs[0]) * self.world_size
         self._fused_update().step(1.0 / images, lr)
-        for param in self.params.values():
-            if param.grad_req != "null":
+        if self.accumulate:
+            for param in self.learned:
                 param.zero_grad()
+        if not read:
+            return None
+        total = 0.0
+        for mean in means:
+            total += float(mean.asscalar()) / len(xs)
         return total
 
     def _fused_update(self):
@@ -207,6 +221,6 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
         from hpcdl.caffe.weights import read_caffemodel, to_gluon
 
         to_gluon(net, spec, read_caffemodel(recipe.weights))  # Caffe's --weights
-    net.hybridize(static_alloc=True)
+    net.hybridize(static_alloc=True, static_shape=True)  # one batch shape: memory planned once
     trainer = GluonTrainer(mx, net, recipe, kvstore, me, from_logits=spec.layers[-1].type != "Softmax", multipliers=True)
     return run_loop(recipe, me, results, context, data, spec, trainer)

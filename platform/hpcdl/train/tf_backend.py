@@ -208,15 +208,16 @@ class KerasTrainer:
             return total
 
         def replica_step(xs, ys, scale):
-            grads = [tf.zeros_like(v) for v in variables]
-            total = 0.0
+            grads, total = None, None
             for k in range(iter_size):
                 with tf.GradientTape() as tape:
                     loss = net_loss(ys[k], model(xs[k], training=True))
                     # summed over replicas below: divide here to average them
                     scaled_loss = loss * scale / (iter_size * world_size)
-                grads = [a + tf.cast(b, a.dtype) for a, b in zip(grads, tape.gradient(scaled_loss, variables))]
-                total += loss / iter_size
+                micro = [tf.cast(g, v.dtype) for g, v in zip(tape.gradient(scaled_loss, variables), variables)]
+                # the first micro-batch's gradients as they are (no zeros to add them to)
+                grads = micro if grads is None else [a + b for a, b in zip(grads, micro)]
+                total = loss / iter_size if total is None else total + loss / iter_size
             if world_size > 1:
                 grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
             return total, grads
@@ -238,28 +239,33 @@ class KerasTrainer:
         self.update = update = CompiledUpdate(tf, self.rule, self.variables, loss_scaling=self.scaling)
 
         @tf.function
-        def step_and_update(xs, ys, scale, lr, correction):
+        def step_and_update(xs, ys, scalars):
+            scale, lr, correction = scalars[0], scalars[1], scalars[2]
             loss, grads = step(xs, ys, scale)
             return loss, update.apply(grads, scale, lr, correction)
 
         self._step_and_update = step_and_update
+        self._scalars = (None, None)  # (scale, lr, correction) and its tensor, made again when one changes
 
-    def train_step(self, xs, ys, lr):
+    def train_step(self, xs, ys, lr, read: bool = True):
+        """One iteration; its mean loss as a float, or None when not `read` (no copy to the host)."""
         tf = self.tf
         scale = self.scale if self.scaling else 1.0
-        loss, finite = self._step_and_update(tf.constant(xs), tf.constant(ys), tf.constant(scale, tf.float32),
-                                             tf.constant(lr, tf.float32), tf.constant(self.update.correction(lr), tf.float32))
+        key = (scale, lr, self.update.correction(lr))
+        if self._scalars[0] != key:  # the rate changes at the schedule's steps only: one small tensor per change
+            self._scalars = (key, tf.constant(key, tf.float32))
+        loss, finite = self._step_and_update(tf.constant(xs), tf.constant(ys), self._scalars[1])
         if self.scaling:
             if not bool(finite):
                 if self.dynamic:  # the step was skipped: halve the scale (NVIDIA's mixed-precision guide)
                     self.scale /= 2.0
                     self.good_steps = 0
-                return float(loss)
+                return float(loss) if read else None
             self.good_steps += 1
             if self.dynamic and self.good_steps % 2000 == 0:
                 self.scale *= 2.0
         self.rule.last_lr = lr
-        return float(loss)
+        return float(loss) if read else None
 
     def predict(self, x):
         out = self.model(x, training=False)
