@@ -44,15 +44,16 @@ def test_the_report_carries_the_tensorflow_and_mxnet_rows_when_measured(tmp_path
                           "channels_last": [25.0], "ratio": 1.25},
         "ranks_vs_threads": {"one_rank_two_threads": [100.0], "two_ranks_one_thread": [150.0], "ratio": 1.5},
         "frameworks": [
-            {"framework": "tensorflow", "net": "cifar10_quick", "batch": 32, "threads": 1,
-             "trainer_images_per_sec": 1500.0, "bare_images_per_sec": 1600.0, "ratio": 0.938},
+            {"framework": "tensorflow", "net": "cifar10_quick", "image_size": 32, "batch": 64, "window": 10,
+             "windows": 24, "threads": 1, "trainer_images_per_sec": 1500.0, "bare_images_per_sec": 1600.0,
+             "ratio": 0.938, "median_ratio": 0.95, "load_before": [1.0, 1.0, 1.0], "load_after": [1.5, 1.0, 1.0]},
             {"framework": "mxnet", "error": "No module named 'mxnet'"},
         ],
     }
     out = tmp_path / "performance.md"
     write_report(results, out)
     text = out.read_text()
-    assert "| tensorflow | 1 | 1500.0 | 1600.0 | 0.938 |" in text
+    assert "| tensorflow | cifar10_quick | 32 px | 64 | 24 x 10 it | 1500.0 | 1600.0 | **0.938** | 0.95 | 1.0, 1.5 |" in text
     assert "not measured: No module named 'mxnet'" in text
 
 

@@ -201,7 +201,7 @@ def framework_rows(mxnet_python: str | None = None) -> list[dict]:
     pythons = {"tensorflow": sys.executable, "mxnet": mxnet_python or str(ROOT / ".venv-mxnet" / "bin" / "python")}
     rows = []
     for framework, python in pythons.items():
-        load = os.getloadavg()[0]
+        load = os.getloadavg()  # uptime's 1, 5 and 15 minute load averages, before and after
         path = os.pathsep.join(filter(None, (str(ROOT / "platform"), os.environ.get("PYTHONPATH"))))
         proc = subprocess.run([python, "-W", "ignore", "-m", "hpcdl.bench_frameworks", "--framework", framework],
                               capture_output=True, text=True, timeout=1800, env={**os.environ, "PYTHONPATH": path})
@@ -209,7 +209,7 @@ def framework_rows(mxnet_python: str | None = None) -> list[dict]:
             rows.append({"framework": framework, "error": (proc.stderr.strip().splitlines() or ["failed"])[-1]})
             continue
         for row in json.loads(proc.stdout.strip().splitlines()[-1]):
-            row.update(load_before=round(load, 2), load_after=round(os.getloadavg()[0], 2))
+            row.update(load_before=[round(v, 2) for v in load], load_after=[round(v, 2) for v in os.getloadavg()])
             rows.append(row)
             print(f"bench: {framework} {row['net']}: trainer/bare = {row['ratio']} (median {row['median_ratio']})",
                   file=sys.stderr, flush=True)
@@ -230,18 +230,24 @@ def markdown_table(rows: list[dict]) -> str:
         "window after a first one of warm-up (the median ratio beside it). One thread each.",
         "",
         "| framework | net | image | batch | timed windows | trainer img/s | bare loop img/s | trainer / bare "
-        "| median trainer / bare | load before, after |",
+        "| median trainer / bare | load (1 min) before, after |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['framework']} | - | - | - | - | - | - | not measured: {r['error']} | - | - |")
-        else:
-            lines.append(f"| {r['framework']} | {r['net']} | {r['image_size']} px | {r['batch']} | "
-                         f"{r['windows']} x {r['window']} it | {r['trainer_images_per_sec']} | "
-                         f"{r['bare_images_per_sec']} | **{r['ratio']}** | {r['median_ratio']} | "
-                         f"{r.get('load_before', '-')}, {r.get('load_after', '-')} |")
+            continue
+        # rows of an earlier bench (one whole-run figure per side) lack the window fields
+        image = f"{r['image_size']} px" if "image_size" in r else "-"
+        windows = f"{r['windows']} x {r['window']} it" if "windows" in r else "-"
+        lines.append(f"| {r['framework']} | {r.get('net', '-')} | {image} | {r.get('batch', '-')} | {windows} | "
+                     f"{r['trainer_images_per_sec']} | {r['bare_images_per_sec']} | **{r['ratio']}** | "
+                     f"{r.get('median_ratio', '-')} | {_load(r.get('load_before'))}, {_load(r.get('load_after'))} |")
     return "\n".join(lines) + "\n"
+
+
+def _load(values) -> str:
+    return str(values[0]) if isinstance(values, list) and values else "-"
 
 
 def main(argv: list[str] | None = None) -> int:
