@@ -100,7 +100,11 @@ def schedule(recipe: Recipe, max_iter: int, global_batch: int, iters_per_epoch: 
 def run_loop(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict, data: Dataset, spec: NetSpec,
              trainer: FrameworkTrainer, final_fields: Callable[[], dict] | None = None) -> dict:
     """Train to max_iter (resuming from the newest snapshot); `final_fields` adds to the final record."""
-    refuse_unsupported(recipe, "pytorch with horovod" if context.get("distributed") == "horovod" else trainer.framework)
+    label = "pytorch with horovod" if context.get("distributed") == "horovod" else trainer.framework
+    refuse_unsupported(recipe, label)
+    if getattr(recipe.data, "loader", "hpcdl") != "hpcdl":
+        raise HpcdlError(f"recipe {recipe.name}: data.loader: {recipe.data.loader} feeds the PyTorch trainer with "
+                         f"torch.distributed on CUDA only, not {label}")
     if getattr(recipe.data, "shuffle", "global") != "global":
         raise HpcdlError(f"recipe {recipe.name}: data.shuffle: node is implemented in the PyTorch trainer with "
                          f"torch.distributed only, not in {trainer.framework}")

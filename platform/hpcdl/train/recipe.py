@@ -38,6 +38,9 @@ class DataSpec(_Strict):
     # shuffles the shard it staged (executors/staging.py) and deals it to its own ranks
     shuffle: Literal["global", "node"] = Field(default="global", description="shuffle the whole set, or each node's shard")
     workers: int | None = Field(default=None, ge=0, description="decode processes per rank; default: the rank's cores - 1 on a GPU, 0 on a CPU")
+    loader: Literal["hpcdl", "dali"] = Field(
+        default="hpcdl", description="hpcdl: Pillow in worker processes; dali: NVIDIA DALI decodes JPEGs on the GPU "
+                                     "(PyTorch on CUDA, image files; pip install nvidia-dali-cuda120)")
     # Caffe's transform_param: pixels 0-255 (BGR for image files, as cv::imread reads them;
     # CIFAR-10's binary order as convert_cifar_data stores it) minus the mean, times scale.
     # hpcdl's own: pixels / 255 standardised by the data set's channel mean and std.
@@ -53,6 +56,12 @@ class DataSpec(_Strict):
     def _caffe_fields(self) -> "DataSpec":
         if self.transform == "normalise" and (self.mean_value is not None or self.scale != 1.0):
             raise ValueError("data.mean_value and data.scale are Caffe's transform_param: they need transform caffe (or auto)")
+        return self
+
+    @model_validator(mode="after")
+    def _dali_decodes_files(self) -> "DataSpec":
+        if self.loader == "dali" and self.source not in ("imagefolder", "tar"):
+            raise ValueError(f"data.loader: dali decodes image files (source imagefolder or tar), not source {self.source}")
         return self
 
     @model_validator(mode="after")

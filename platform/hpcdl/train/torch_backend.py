@@ -164,6 +164,11 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
         torch.set_num_threads(threads)
     torch.manual_seed(recipe.random_seed)  # the same initial weights on every rank
     device = choose_device(recipe, me)
+    dali = getattr(recipe.data, "loader", "hpcdl") == "dali"
+    if dali:  # a rank without a GPU, or a node without DALI, is refused before the data set is read
+        from hpcdl.train.dali_feed import check_device
+
+        check_device(device)
     cuda_settings = apply_cuda_settings(recipe, device)
     # the recipe's choice, else the plan's (the site knows its fabric), else by device
     backend = recipe.distributed if recipe.distributed != "auto" else (
@@ -209,7 +214,12 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
         data_workers=workers, **cuda_settings,
     )
     results.begin_progress(first_iter, max_iter)
-    feed = DeviceFeed(AheadOfTime(batches, first_iter * recipe.iter_size, workers), device, memory_format)
+    if dali:  # JPEGs decoded on the GPU, the same files, crops and flips as Batches draws
+        from hpcdl.train.dali_feed import DaliFeed
+
+        feed = DaliFeed(batches, first_iter * recipe.iter_size, device, memory_format, threads=max(1, workers))
+    else:
+        feed = DeviceFeed(AheadOfTime(batches, first_iter * recipe.iter_size, workers), device, memory_format)
 
     book = IterationEnd(
         recipe, me, results, comm, schedule, stop, model, max_iter=max_iter, iters_per_epoch=iters_per_epoch,
