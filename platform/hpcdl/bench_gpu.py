@@ -210,6 +210,12 @@ def gpu_rows() -> dict:
     return out
 
 
+#: the optional GPU JPEG decoder has no figure yet: it needs its own wheel on the GPU node
+DALI_NOTE = ("NVIDIA DALI (`data.loader: dali`, JPEGs decoded on the GPU) against hpcdl's decode workers on the same "
+             "folder is still to be measured: it needs DALI on the GPU node (`pip install nvidia-dali-cuda120`), "
+             "which hpcdl does not install.")
+
+
 def markdown(gpu: dict | None) -> str:
     lines = ["## GPU: ResNet-50, data pipeline, LARC", ""]
     if not gpu or "skipped" in gpu:
@@ -217,7 +223,7 @@ def markdown(gpu: dict | None) -> str:
         return "\n".join(lines + [
             f"Skipped: {reason}. The GPU figures (ResNet-50 at 224 px, batch 256, bf16/fp16 channels_last: trainer "
             "vs bare loop; JPEG folder through hpcdl's loader vs torch's DataLoader with 14 workers; LARC vs SGD "
-            "step) are still to be measured: run `make bench` on a GPU node.", ""])
+            "step) are still to be measured: run `make bench` on a GPU node.", "", DALI_NOTE, ""])
     d = gpu["device"]
     lines += [f"Device: {d['name']} ({d['memory_gib']} GiB), driver {d['driver']}, CUDA {d['cuda']}, "
               f"cuDNN {d['cudnn']}, torch {d['torch']}.", "",
@@ -231,7 +237,7 @@ def markdown(gpu: dict | None) -> str:
               f"{ld['torch_dataloader']:.0f} img/s (**{ld['ratio']:.2f}x**); the trainer on the folder "
               f"{jp['jpeg']:.0f} img/s against {jp['synthetic']:.0f} on synthetic data (**{jp['ratio']:.2f}**, goal >= 0.9).",
               "", f"Optimizer step on ResNet-50's parameters: SGD {lr['sgd_ms']:.2f} ms, LARC {lr['larc_ms']:.2f} ms "
-              f"(**{lr['ratio']:.2f}x**, goal <= 1.05).", ""]
+              f"(**{lr['ratio']:.2f}x**, goal <= 1.05).", "", DALI_NOTE, ""]
     return "\n".join(lines)
 
 
