@@ -43,7 +43,7 @@ class Case:
 
 
 # the PyTorch section's nets and sizes (hpcdl.bench): cifar10_quick at 32 px, resnet50 at 64 px
-CASES = (Case("cifar10_quick", 32, 64, window=10, windows=24), Case("resnet50", 64, 16, window=2, windows=10))
+CASES = (Case("cifar10_quick", 32, 64, window=10, windows=24), Case("resnet50", 64, 16, window=2, windows=16))
 LR, MOMENTUM, WEIGHT_DECAY = 0.001, 0.9, 0.0005
 
 
