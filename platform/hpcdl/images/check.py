@@ -168,12 +168,8 @@ def cuda_results(spec) -> list[Result]:
         results.append(Result("nccl", PASSED, f"torch's NCCL {nccl}"))
     except Exception as exc:
         results.append(Result("nccl", FAILED, str(exc).splitlines()[0]))
-    if not _gpu_present():
-        results.append(Result("gpu", NOT_APPLICABLE, "no NVIDIA GPU on this node (run the image with --nv on one)"))
-    elif torch.cuda.is_available():
-        results.append(Result("gpu", PASSED, torch.cuda.get_device_name(0)))
-    else:
-        results.append(Result("gpu", FAILED, "a GPU is present but torch cannot use it (driver too old? --nv?)"))
+    results.append(_gpu_row(torch, _gpu_present(), "no NVIDIA GPU on this node (run the image with --nv on one)",
+                            "a GPU is present but torch cannot use it (driver too old? --nv?)"))
     return results
 
 
@@ -188,13 +184,18 @@ def rocm_results(spec) -> list[Result]:
         return [Result("rocm", FAILED, f"torch is not a ROCm build (CUDA {torch.version.cuda or 'none'})")]
     same = hip.split(".")[:2] == spec.rocm.version.split(".")[:2]
     results = [Result("rocm", PASSED if same else FAILED, f"torch built for HIP {hip} (spec ROCm {spec.rocm.version})")]
-    if not Path("/dev/kfd").exists():
-        results.append(Result("gpu", NOT_APPLICABLE, "no AMD GPU on this node (run the image with --rocm on one)"))
-    elif torch.cuda.is_available():
-        results.append(Result("gpu", PASSED, torch.cuda.get_device_name(0)))
-    else:
-        results.append(Result("gpu", FAILED, "/dev/kfd is present but torch cannot use a GPU"))
+    results.append(_gpu_row(torch, Path("/dev/kfd").exists(), "no AMD GPU on this node (run the image with --rocm on one)",
+                            "/dev/kfd is present but torch cannot use a GPU"))
     return results
+
+
+def _gpu_row(torch, present: bool, absent: str, unusable: str) -> Result:
+    """The node's first GPU as torch sees it (torch.cuda serves CUDA and ROCm builds alike)."""
+    if not present:
+        return Result("gpu", NOT_APPLICABLE, absent)
+    if torch.cuda.is_available():
+        return Result("gpu", PASSED, torch.cuda.get_device_name(0))
+    return Result("gpu", FAILED, unusable)
 
 
 def net_plugin_result(spec) -> Result | None:

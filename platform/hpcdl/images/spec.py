@@ -42,6 +42,15 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def _arch_names(archs: tuple[str, ...], prefix: str, rest_ok, what: str) -> tuple[str, ...]:
+    """Each name is `prefix` followed by what `rest_ok` accepts (sm_90, gfx90a)."""
+    for arch in archs:
+        rest = arch[len(prefix):]
+        if not (arch.startswith(prefix) and rest and rest_ok(rest)):
+            raise ValueError(f"{arch!r} is not {what}")
+    return archs
+
+
 class Cuda(_Strict):
     version: str = Field(pattern=_VERSION, description="CUDA toolkit major.minor, e.g. 12.6")
     cudnn: str | None = Field(default=None, pattern=_VERSION, description="cuDNN pinned through pip")
@@ -50,10 +59,7 @@ class Cuda(_Strict):
     @field_validator("gpu_archs")
     @classmethod
     def _sm_names(cls, archs: tuple[str, ...]) -> tuple[str, ...]:
-        for arch in archs:
-            if not (arch.startswith("sm_") and arch[3:].isdigit()):
-                raise ValueError(f"{arch!r} is not a GPU architecture like sm_70")
-        return archs
+        return _arch_names(archs, "sm_", str.isdigit, "a GPU architecture like sm_70")
 
     @property
     def major(self) -> int:
@@ -72,10 +78,7 @@ class Rocm(_Strict):
     @field_validator("gpu_archs")
     @classmethod
     def _gfx_names(cls, archs: tuple[str, ...]) -> tuple[str, ...]:
-        for arch in archs:
-            if not (arch.startswith("gfx") and arch[3:].isalnum()):
-                raise ValueError(f"{arch!r} is not an AMD GPU architecture like gfx90a")
-        return archs
+        return _arch_names(archs, "gfx", str.isalnum, "an AMD GPU architecture like gfx90a")
 
 
 class NetPlugin(_Strict):
