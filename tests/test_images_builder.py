@@ -113,6 +113,28 @@ def test_a_cached_image_is_returned_without_building(tmp_path, monkeypatch):
     assert not (tmp_path / "work" / "local-cpu").exists()
 
 
+def test_the_cache_keeps_the_newest_builds_of_each_image_only(tmp_path, monkeypatch):
+    def entry(name, key, age):
+        for suffix in (".sqfs", ".json", ".log"):
+            path = tmp_path / f"{name}-{key}{suffix}"
+            path.write_text("x")
+            os.utime(path, (1_000_000 - age, 1_000_000 - age))
+
+    for age, key in enumerate(["a" * 16, "b" * 16, "c" * 16, "d" * 16]):
+        entry("local-cpu", key, age)
+    entry("local", "e" * 16, 10)  # another image whose name is a prefix: untouched
+    (tmp_path / "base-bookworm-0123456789abcdef.tar").write_text("base")
+    monkeypatch.setenv("HPCDL_IMAGE_KEEP", "2")
+    assert build.prune(tmp_path, "local-cpu") == ["local-cpu-" + "c" * 16, "local-cpu-" + "d" * 16]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted([*(f"local-cpu-{k * 16}{s}" for k in "ab" for s in (".sqfs", ".json", ".log")),
+                           *(f"local-{'e' * 16}{s}" for s in (".sqfs", ".json", ".log")),
+                           "base-bookworm-0123456789abcdef.tar"])
+    monkeypatch.setenv("HPCDL_IMAGE_KEEP", "0")
+    with pytest.raises(build.HpcdlError, match="HPCDL_IMAGE_KEEP"):
+        build.prune(tmp_path, "local-cpu")
+
+
 def test_hpcdl_images_build_names_the_missing_builder_in_one_line(tmp_path):
     from conftest import hpcdl
 

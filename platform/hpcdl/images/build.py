@@ -28,6 +28,7 @@ import getpass
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -41,6 +42,7 @@ from hpcdl.images.spec import ImageSpec
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_CACHE = Path("/var/cache/hpcdl/images")
+DEFAULT_KEEP = 3  # builds of one image kept in the cache (HPCDL_IMAGE_KEEP)
 BUILDERS = ("apptainer", "singularity", "charliecloud")
 #: the tools each builder needs, and the Debian package that has each
 TOOLS = {
@@ -354,7 +356,33 @@ def build(spec: ImageSpec, builder: str | None = None, cache: Path | None = None
         shutil.copy2(logfile, cache / f"{spec.name}-{key}.log")
         shutil.rmtree(work, ignore_errors=True)
         log(f"{spec.name}: built {out} in {seconds:.0f} s")
+        for gone in prune(cache, spec.name):
+            log(f"{spec.name}: removed the older build {gone}")
         return Built(spec.name, builder, key, str(out), False, seconds, str(record))
+
+
+def keep_count() -> int:
+    """How many builds of one image the cache keeps: $HPCDL_IMAGE_KEEP, at least 1 (default 3)."""
+    value = os.environ.get("HPCDL_IMAGE_KEEP") or str(DEFAULT_KEEP)
+    if not value.isdigit() or int(value) < 1:
+        raise HpcdlError(f"HPCDL_IMAGE_KEEP: {value!r} is not a whole number of at least 1")
+    return int(value)
+
+
+def prune(cache: Path, name: str, keep: int | None = None) -> list[str]:
+    """Remove all but the newest `keep` builds of image `name` (its .sqfs/.sif, record and log),
+    so that a cache that CI fills with one build per hpcdl change does not fill the disk."""
+    keep = keep_count() if keep is None else keep
+    pattern = re.compile(rf"{re.escape(name)}-([0-9a-f]{{16}})\.json")
+    records = sorted((p for p in Path(cache).iterdir() if pattern.fullmatch(p.name)),
+                     key=lambda p: p.stat().st_mtime, reverse=True)
+    gone = []
+    for record in records[keep:]:
+        stem = record.name[:-len(".json")]
+        for suffix in (".sqfs", ".sif", ".log", ".json"):
+            (Path(cache) / f"{stem}{suffix}").unlink(missing_ok=True)
+        gone.append(stem)
+    return gone
 
 
 def _build_charliecloud(spec, cache, context, dockerfile, wheels, args, key, out, log, logfile, steps) -> None:
