@@ -75,3 +75,50 @@ def test_cpu_jobs_and_non_slingshot_sites_get_no_plugin_settings():
     assert not set(PLUGIN_SETTINGS) & set(cpu.env) and "NCCL_NET_PLUGIN" not in cpu.env
     ib = _plan(load_site("volta-x86"))
     assert "NCCL_NET_PLUGIN" not in ib.env and "FI_CXI_DISABLE_HOST_REGISTER" not in ib.env
+
+
+def _plan_image(site, image, net_plugin=None):
+    return make_plan(site, JobRequest(nodes=2, framework="pytorch", image=image, net_plugin=net_plugin))
+
+
+def test_an_image_named_for_the_job_brings_its_own_plugin_or_none():
+    site = load_site("frontier")  # its own image, mi250x-rocm, carries the RCCL plugin
+    specs = load_images()
+    # a known spec, by name, by registry tag or by the file hpcdl's build cache writes: its plugin
+    for image in ("mi250x-rocm", "/sw/images/mi250x-rocm.sif", "/cache/mi250x-rocm-0123456789abcdef.sif",
+                  "docker://hpcdl/mi250x-rocm:latest"):
+        assert _plan_image(site, image).env["NCCL_NET_PLUGIN"] == specs["mi250x-rocm"].net_plugin_library, image
+    # a known spec without the plugin, or an image hpcdl does not know: no path that may not exist there
+    for image in ("volta-cuda", "/sw/frontier/my-own.sif", "/cache/mi250x-rocm-custom.sif"):
+        plan = _plan_image(site, image)
+        assert "NCCL_NET_PLUGIN" not in plan.env and not set(PLUGIN_SETTINGS) & set(plan.env), image
+        assert any("TCP sockets" in n for n in plan.notes)
+    unknown = _plan_image(site, "/sw/frontier/my-own.sif")
+    assert any("cannot be known" in n and "--net-plugin" in n for n in unknown.notes)
+    # the user says where the image's plugin is: it is named, with all of its settings
+    plan = _plan_image(site, "/sw/frontier/my-own.sif", "/opt/ofi/lib/librccl-net.so")
+    assert plan.env["NCCL_NET_PLUGIN"] == "/opt/ofi/lib/librccl-net.so" and set(PLUGIN_SETTINGS) <= set(plan.env)
+
+
+def test_an_unknown_image_keeps_the_plugin_the_site_brings():
+    site = load_site("perlmutter")  # podman-hpc's nccl module brings the host's plugin
+    plan = _plan_image(site, "registry.nersc.gov/m0000/my-torch:1.0")
+    assert set(PLUGIN_SETTINGS) <= set(plan.env) and "NCCL_NET_PLUGIN" not in plan.env
+    assert not any("cannot be known" in n for n in plan.notes)
+
+
+def test_render_with_image_gets_the_plan_of_that_image():
+    from pathlib import Path
+
+    from conftest import hpcdl
+
+    recipe = Path(__file__).resolve().parents[1] / "platform/hpcdl/recipes/cifar10-quick.yaml"
+    base = ["render", "-s", "frontier", "-N", "2", recipe]
+    own = hpcdl(*base, check=True).stdout
+    assert "export NCCL_NET_PLUGIN=" in own
+    other = hpcdl(*base, "--image", "/sw/frontier/my-own.sif", check=True).stdout
+    assert "export NCCL_NET_PLUGIN=" not in other and "export FI_CXI_DISABLE_HOST_REGISTER=" not in other
+    named = hpcdl(*base, "--image", "/sw/frontier/my-own.sif", "--net-plugin", "/opt/p/librccl-net.so", check=True).stdout
+    assert "export NCCL_NET_PLUGIN=/opt/p/librccl-net.so" in named and "export FI_CXI_DISABLE_HOST_REGISTER=" in named
+    bad = hpcdl(*base, "--net-plugin", "a\nb")
+    assert bad.returncode != 0 and "net_plugin" in bad.stderr + bad.stdout and not bad.stdout.startswith("#!")

@@ -32,10 +32,13 @@ ThreadsOpt = typer.Option(None, "--threads-per-rank", "-t", min=1, help="OpenMP 
 ModeOpt = typer.Option("auto", "--mode", "-m", help="auto, per-gpu, per-nic, per-socket, per-node or per-core")
 KindOpt = typer.Option(None, "--node-kind", help="node kind (default: the site's default)")
 DistOpt = typer.Option("auto", "--dist", help="auto, gloo, nccl, mpi or horovod")
+NET_PLUGIN_HELP = ("Slingshot: the NCCL/RCCL network plugin (aws-ofi-nccl) inside an image hpcdl does not build, "
+                   "e.g. /opt/aws-ofi-nccl/lib/libnccl-net.so; set as NCCL_NET_PLUGIN with the plugin's settings")
 
 
 def build_plan(site_name, nodes, framework, ranks_per_node, threads, mode, node_kind, dist,
-               use_gpus=None, precision="fp32", spatial_ways=1, spatial_split="rows") -> tuple:
+               use_gpus=None, precision="fp32", spatial_ways=1, spatial_split="rows", image=None,
+               net_plugin=None) -> tuple:
     from pydantic import ValidationError
 
     from hpcdl.errors import HpcdlError, validation_message
@@ -45,7 +48,7 @@ def build_plan(site_name, nodes, framework, ranks_per_node, threads, mode, node_
         request = JobRequest(
             nodes=nodes, framework=framework, ranks_per_node=ranks_per_node, threads_per_rank=threads,
             mode=mode, node_kind=node_kind, distributed=dist, use_gpus=use_gpus, precision=precision,
-            spatial_ways=spatial_ways, spatial_split=spatial_split,
+            spatial_ways=spatial_ways, spatial_split=spatial_split, image=image, net_plugin=net_plugin,
         )
     except ValidationError as exc:
         raise HpcdlError(validation_message(exc, "request")) from None
@@ -85,13 +88,16 @@ def plan(
     precision: str = typer.Option("fp32", "--precision", help="fp32, bf16 or fp16"),
     spatial_ways: int = typer.Option(1, "--spatial-ways", min=1, help="ranks that share each sample (spatial parallelism)"),
     spatial_split: str = typer.Option("rows", "--spatial-split", help="rows or rows_and_columns"),
+    image: Optional[str] = typer.Option(None, "--image", help="the container image the job runs (default: the site's)"),
+    net_plugin: Optional[str] = typer.Option(None, "--net-plugin", help=NET_PLUGIN_HELP),
     as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
     picture: Optional[Path] = typer.Option(None, "--picture", help="draw one node's layout to this PNG"),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="also predict images/s and efficiency for this recipe"),
 ) -> None:
     """Show where every rank runs: node map, environment and launch line (before anything is submitted)."""
     s, p = build_plan(site, nodes, framework or "pytorch", ranks_per_node, threads_per_rank, mode, node_kind, dist,
-                      use_gpus=gpus, precision=precision, spatial_ways=spatial_ways, spatial_split=spatial_split)
+                      use_gpus=gpus, precision=precision, spatial_ways=spatial_ways, spatial_split=spatial_split,
+                      image=image, net_plugin=net_plugin)
     if picture:
         from hpcdl.plan.picture import picture_format
 
@@ -156,6 +162,7 @@ def _per_rank_env_lines(p: Plan) -> list[str]:
 
 
 ImageOpt = typer.Option(None, "--image", help="container image (default: the site's)")
+NetPluginOpt = typer.Option(None, "--net-plugin", help=NET_PLUGIN_HELP)
 TimeOpt = typer.Option(None, "--time", help="wall-clock limit: HH:MM:SS, MM:SS, minutes or D-HH:MM:SS")
 AccountOpt = typer.Option(None, "--account", "-A", help="account/project to charge")
 PartitionOpt = typer.Option(None, "--partition", "-p", help="partition (Slurm) or queue (LSF, PBS)")
@@ -172,7 +179,7 @@ EXTRA = {"allow_extra_args": True}  # trainer arguments after `--`, e.g. -- --ma
 
 def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_kind, dist, image, time, account,
             partition, name, scheduler=None, constraint=None, exclusive=None, requeue=False,
-            warning=DEFAULT_WARNING_SECONDS, output_dir=None, extra_args=()) -> tuple:
+            warning=DEFAULT_WARNING_SECONDS, output_dir=None, extra_args=(), net_plugin=None) -> tuple:
     from hpcdl.errors import HpcdlError
     from hpcdl.nets.spec import net_path
 
@@ -184,7 +191,7 @@ def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_
         dist = r.distributed
     ways, split = (r.spatial.ways, r.spatial.split) if r.spatial else (1, "rows")
     s, p = build_plan(site, nodes, framework, ranks_per_node, threads, mode, node_kind, dist,
-                      spatial_ways=ways, spatial_split=split)
+                      spatial_ways=ways, spatial_split=split, image=image, net_plugin=net_plugin)
     options = JobOptions(
         name=name or r.name, time=time, account=account, partition=partition, image=image,
         constraint=constraint, exclusive=exclusive, requeue=requeue, warning_seconds=warning,
@@ -219,7 +226,7 @@ def render(
     partition: Optional[str] = PartitionOpt, name: Optional[str] = NameOpt,
     scheduler: Optional[str] = SchedulerOpt, constraint: Optional[str] = ConstraintOpt,
     exclusive: Optional[bool] = ExclusiveOpt, requeue: bool = RequeueOpt, warning: int = WarningOpt,
-    output_dir: Optional[str] = OutputDirOpt,
+    output_dir: Optional[str] = OutputDirOpt, net_plugin: Optional[str] = NetPluginOpt,
     output: Optional[Path] = typer.Option(None, "-o", "--out", help="write the script here"),
     output_alias: Optional[Path] = typer.Option(None, "--output", hidden=True),  # the name before 0.1.0
 ) -> None:
@@ -229,7 +236,7 @@ def render(
     """
     *_, text = _render(site, nodes, recipe, framework, ranks_per_node, threads_per_rank, mode, node_kind, dist,
                        image, time, account, partition, name, scheduler, constraint, exclusive, requeue, warning,
-                       output_dir, ctx.args)
+                       output_dir, ctx.args, net_plugin)
     output = checked_output(output or output_alias, "-o")
     if output:
         write_atomically(output, text, mode=0o755)
@@ -259,7 +266,7 @@ def submit(
     partition: Optional[str] = PartitionOpt, name: Optional[str] = NameOpt,
     scheduler: Optional[str] = SchedulerOpt, constraint: Optional[str] = ConstraintOpt,
     exclusive: Optional[bool] = ExclusiveOpt, requeue: bool = RequeueOpt, warning: int = WarningOpt,
-    output_dir: Optional[str] = OutputDirOpt,
+    output_dir: Optional[str] = OutputDirOpt, net_plugin: Optional[str] = NetPluginOpt,
     job_dir: Optional[Path] = typer.Option(None, "-o", "--out", help="job folder (default runs/<time>-<name>)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="write the script and show the submit command only"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable: job id, scheduler, job folder, script"),
@@ -280,7 +287,7 @@ def submit(
             raise HpcdlError("site: give --site to submit a recipe (or pass a rendered job script)")
         s, _, r, text = _render(site, nodes, source, framework, ranks_per_node, threads_per_rank, mode, node_kind,
                                 dist, image, time, account, partition, name, scheduler, constraint, exclusive,
-                                requeue, warning, output_dir, ctx.args)
+                                requeue, warning, output_dir, ctx.args, net_plugin)
         scheduler, job_name = scheduler or s.scheduler, name or r.name
     executor = executor_for(scheduler)
     checked_output(job_dir, "-o")

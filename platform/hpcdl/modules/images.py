@@ -7,6 +7,7 @@ Nothing else in hpcdl.modules reads image facts.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
@@ -96,6 +97,22 @@ def images_table() -> dict[str, ImageFrameworks]:
 NATIVE = ImageFrameworks("native", {"pytorch": "2.13.0", "tensorflow": "2.21.0"})
 
 
+def image_stem(image: str) -> str:
+    """The image name a reference spells: registry/path/volta-cuda:0.1, /sw/images/volta-cuda.sif and a
+    build from hpcdl's cache, volta-cuda-<16 hex key>.sif (hpcdl.images.build), all -> volta-cuda."""
+    stem = PurePosixPath(str(image)).name.split(":")[0].split(".")[0]
+    built = re.fullmatch(r"(.+)-[0-9a-f]{16}", stem)
+    if built and built.group(1) in _specs(IMAGES_YAML):
+        return built.group(1)
+    return stem
+
+
+def image_spec_named(image: str) -> ImageSpec | None:
+    """The spec of the image a user names (--image, defaults.image): by its name or the name of its
+    built file; None for an image hpcdl does not know."""
+    return _specs(IMAGES_YAML).get(image_stem(image))
+
+
 def image_name_for_site(site: Site, node_kind: str | None = None) -> str | None:
     """defaults.image (a name, or a path whose stem is the name); else chosen from the hardware of
     `node_kind` (default: the site's default kind); None when no image is built for it (e.g.
@@ -103,7 +120,7 @@ def image_name_for_site(site: Site, node_kind: str | None = None) -> str | None:
     Derecho, Perlmutter) runs the image of the kind it was planned for, not the default's."""
     if site.defaults.image:
         # registry/path/volta-cuda:0.1, /sw/images/volta-cuda.sif -> volta-cuda
-        return PurePosixPath(site.defaults.image).name.split(":")[0].split(".")[0]
+        return image_stem(site.defaults.image)
     _, node = site.node_kind(node_kind)
     from hpcdl.images.compat import cpu_family
 

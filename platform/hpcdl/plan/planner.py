@@ -79,7 +79,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         for n in range(request.nodes)
         for p in local
     )
-    plugin = _collective_plugin(site, kind_name, node, use_gpus)
+    plugin = _collective_plugin(site, kind_name, node, use_gpus, request, notes)
     env = {
         **threading_env(node, request.framework, threads, len(cores[0])),
         **communication_env(site, node, request, distributed, use_gpus, ranks_per_node, threads, mode,
@@ -87,7 +87,10 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         # the site's own settings win: the centre knows its machine best
         **{k: v for k, v in site.env.items() if isinstance(v, str)},
     }
-    if plugin and plugin[0] == "image" and not {"NCCL_NET_PLUGIN", "NCCL_NET"} & set(env):
+    if plugin and plugin[0] == "request":
+        # the user's word on the image they run wins over the profile's
+        env["NCCL_NET_PLUGIN"] = plugin[1]
+    elif plugin and plugin[0] == "image" and not {"NCCL_NET_PLUGIN", "NCCL_NET"} & set(env):
         # the image's own build of the plugin: "Without this the plugin will not be used!" (OLCF)
         env["NCCL_NET_PLUGIN"] = plugin[1]
     env_paths = {k: {"prepend": list(v.prepend), "append": list(v.append)}
@@ -172,20 +175,25 @@ def _plan_modules(site: Site, use_gpus: bool, env: dict[str, str], notes: list[s
     return ()
 
 
-def _collective_plugin(site: Site, kind_name: str, node: NodeKind, use_gpus: bool) -> tuple[str, str] | None:
+def _collective_plugin(site: Site, kind_name: str, node: NodeKind, use_gpus: bool,
+                       request: JobRequest | None = None, notes: list[str] | None = None) -> tuple[str, str] | None:
     """Who brings the libfabric NCCL/RCCL plugin (aws-ofi-nccl/aws-ofi-rccl) on a Slingshot GPU node:
-    ("image", the library NCCL_NET_PLUGIN names) when the site's image carries it, ("site", what)
-    when the centre does (a module such as OLCF's rccl-net-plugin, a runtime module such as podman-hpc
-    `nccl` or Shifter `nccl-plugin`, or NCCL_NET_PLUGIN/NCCL_NET in the profile's env, ALCF-style),
-    None when nothing does. Without it NCCL and RCCL fall back to TCP sockets, which "does not scale"
-    (OLCF "PyTorch on Frontier"), and the plugin's settings would be set for nothing.
+    ("request", the library) when the user names it for their image (--net-plugin), ("image", the
+    library NCCL_NET_PLUGIN names) when the job's image carries it, ("site", what) when the centre
+    does (a module such as OLCF's rccl-net-plugin, a runtime module such as podman-hpc `nccl` or
+    Shifter `nccl-plugin`, or NCCL_NET_PLUGIN/NCCL_NET in the profile's env, ALCF-style), None when
+    nothing does. Without it NCCL and RCCL fall back to TCP sockets, which "does not scale" (OLCF
+    "PyTorch on Frontier"), and the plugin's settings would be set for nothing.
 
-    The image is the site's own (defaults.image, else the one picked for its hardware), read from
-    the image specs hpcdl ships (package data, like the site profiles): the plan stays a function
-    of its inputs. It is the image of the planned node kind, which on a machine with CPU and GPU
-    kinds is not the default kind's."""
+    The image is the one the user names (--image), else the site's own (defaults.image, else the one
+    picked for its hardware, of the planned node kind), read from the image specs hpcdl ships
+    (package data, like the site profiles): the plan stays a function of its inputs. An image hpcdl
+    does not know may or may not carry the plugin, and where it does its path is unknown: the plan
+    names none for it (NCCL_NET_PLUGIN naming a missing file breaks NCCL's start)."""
     if not (use_gpus and any(n.kind == "slingshot" for n in node.nics)):
         return None
+    if request is not None and request.net_plugin:
+        return ("request", request.net_plugin)
     if {"NCCL_NET_PLUGIN", "NCCL_NET"} & set(site.env):
         return ("site", "env")
     paths = [p for v in site.env.values() if not isinstance(v, str) for p in (*v.prepend, *v.append)]
@@ -193,9 +201,20 @@ def _collective_plugin(site: Site, kind_name: str, node: NodeKind, use_gpus: boo
     found = [name for name in names if any(w in name.lower() for w in ("nccl", "rccl", "ofi"))]
     if found:
         return ("site", found[0])
-    from hpcdl.modules.images import image_spec_for_site
+    from hpcdl.modules.images import image_spec_for_site, image_spec_named
 
-    spec = image_spec_for_site(site, kind_name)
+    image = (request.image if request is not None else None) or site.defaults.image
+    if image and site.runtime != "none":
+        spec = image_spec_named(image)
+        if spec is None:
+            if notes is not None:
+                notes.append(
+                    f"image {image!r} is not one hpcdl builds: whether it carries the libfabric NCCL/RCCL "
+                    "plugin, and where, cannot be known, so the plan names none; say so with --net-plugin "
+                    "LIBRARY (its path inside the image), or NCCL_NET_PLUGIN in the profile's env")
+            return None
+    else:
+        spec = image_spec_for_site(site, kind_name)
     if spec is not None and spec.net_plugin_library:
         return ("image", spec.net_plugin_library)
     return None

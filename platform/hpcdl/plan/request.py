@@ -29,3 +29,8 @@ class JobRequest(BaseModel):
     use_gpus: bool | None = Field(default=None, description="None: use GPUs when the node has them")
     spatial_ways: int = Field(default=1, ge=1, description="ranks that share each sample (spatial parallelism)")
     spatial_split: SpatialSplit = Field(default="rows", description="the image axes a sample is cut along")
+    image: str | None = Field(default=None, description="the container image the job runs (--image); None: the site's")
+    net_plugin: str | None = Field(
+        default=None, min_length=1, pattern=r"^[^\n\r\x00]+$",
+        description="the NCCL/RCCL network plugin the image carries (NCCL_NET_PLUGIN), for an image hpcdl does not know",
+    )
