@@ -76,6 +76,25 @@ def test_srun_leaves_every_gpu_visible_where_the_profile_says_so():
     assert "--gpus-per-node=4" in argv and "--gpu-bind=none" in argv
 
 
+def test_srun_takes_the_sites_own_mpi_plugin_instead_of_pmix():
+    # SDSC Expanse starts Open MPI with `srun --mpi=pmi2` (expanse-101 hellompi-slurm.sb): a site's
+    # `--mpi=` in launch.args is the only one on the line, and the image check asks for that PMI
+    from hpcdl.images.compat import launcher_needs
+    from hpcdl.sites.schema import Site
+
+    def site(args):
+        kind = {"sockets": 2, "cores_per_socket": 4, "threads_per_core": 1, "memory_gb": 8}
+        return Site.model_validate({"name": "pmi-test", "scheduler": "slurm", "launcher": "srun", "mpi": "openmpi",
+                                    "node_kinds": {"n": kind}, "launch": {"args": args}})
+
+    for args, plugin in (([], "pmix"), (["--mpi=pmi2"], "pmi2"), (["--mpi", "pmi2"], "pmi2")):
+        s = site(args)
+        argv = launcher_for("srun").command(make_plan(s, JobRequest(nodes=1)), s)
+        named = [a for i, a in enumerate(argv) if a.startswith("--mpi=") or argv[i - 1] == "--mpi"]
+        assert named == [f"--mpi={plugin}"] or named == [plugin], argv
+        assert launcher_needs(s)[1] == plugin
+
+
 def _pals_site(**node):
     from hpcdl.sites.schema import Site
 

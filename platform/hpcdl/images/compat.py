@@ -162,8 +162,11 @@ def launcher_needs(site: Site) -> tuple[str | None, str | None, str]:
         # mpich module, ARCHER2 Singularity guide): the image must be MPICH ABI.
         return "mpich", "pmi2", "Cray MPICH is swapped in at run time and needs an MPICH-ABI image"
     if site.launcher == "srun":
-        # the srun launcher asks for --mpi=pmix for Open MPI, Slurm's pmi2 otherwise (launchers/mpi.py)
-        pmi = "pmix" if site.mpi == "openmpi" else "pmi2"
+        # the srun launcher asks for --mpi=pmix for Open MPI, Slurm's pmi2 otherwise, unless the
+        # site's launch.args name their own --mpi= (launchers/mpi.py)
+        from hpcdl.launchers.mpi import srun_mpi_plugin
+
+        pmi = srun_mpi_plugin(site)
         return None, pmi, f"srun --mpi={pmi}"
     if site.launcher == "jsrun":
         return "openmpi", "pmix", "jsrun starts ranks through Spectrum MPI's PMIx"
