@@ -98,6 +98,22 @@ def test_stampede2_knl_two_ranks_per_node_share_the_64_cores():
     assert plan.env["I_MPI_PIN_DOMAIN"] == "omp"
 
 
+def test_intel_mpi_ranks_away_from_consecutive_blocks_get_their_own_domain_masks():
+    # Intel MPI's `omp` domains are blocks of OMP_NUM_THREADS CPUs from CPU 0, local rank i in block i.
+    # 3 GPUs, one on socket 0 and two on socket 1 (TACC Lonestar6's A100 nodes), one rank per GPU:
+    # rank 1 sits on socket 1, where `omp` would have put it on socket 0, so each rank's domain is
+    # its own mask (Intel MPI reference: I_MPI_PIN_DOMAIN=[m1,...,mn])
+    from hpcdl.sites.schema import Site
+
+    kind = {"sockets": 2, "cores_per_socket": 8, "threads_per_core": 1, "memory_gb": 64,
+            "gpus": [{"model": "A100", "socket": 0}, {"model": "A100", "socket": 1}, {"model": "A100", "socket": 1}]}
+    site = Site.model_validate({"name": "impi-test", "scheduler": "slurm", "launcher": "ibrun", "mpi": "intel-mpi",
+                                "node_kinds": {"gpu": kind}})
+    plan = make_plan(site, JobRequest(nodes=1))
+    assert [r.cores for r in plan.ranks] == [tuple(range(4)), tuple(range(8, 12)), tuple(range(12, 16))]
+    assert plan.env["I_MPI_PIN_DOMAIN"] == "[f,f00,f000]"
+
+
 def test_stampede2_skx_runs_one_rank_per_socket_with_24_threads():
     plan = plan_for("stampede2-skx", nodes=2)
     assert [(r.socket, r.omp_num_threads) for r in plan.local_ranks()] == [(0, 24), (1, 24)]

@@ -117,22 +117,22 @@ def plan(
         return
     console = make_console()
     print_node_map(p, console)
-    console.print("environment (every rank):", highlight=False)
+    console.print("environment (every rank):", highlight=False, markup=False)
     for name, value in sorted(p.env.items()):
-        console.print(f"  {name}={value}", highlight=False)
+        console.print(f"  {name}={value}", highlight=False, markup=False)
     for name, parts in sorted(p.env_paths.items()):
         value = ":".join([*parts["prepend"], f"${name}", *parts["append"]])
-        console.print(f"  {name}={value}  (the job shell expands it)", highlight=False)
+        console.print(f"  {name}={value}  (the job shell expands it)", highlight=False, markup=False)
     if p.modules:
-        console.print("modules the plan adds: " + " ".join(p.modules), highlight=False)
+        console.print("modules the plan adds: " + " ".join(p.modules), highlight=False, markup=False)
     per_rank = _per_rank_env_lines(p)
     if per_rank:
-        console.print("environment (per local rank, applied by each rank from plan.json):", highlight=False)
+        console.print("environment (per local rank, applied by each rank from plan.json):", highlight=False, markup=False)
         for line in per_rank:
-            console.print(f"  {line}", highlight=False)
-    console.print("launch: " + " ".join(p.launcher_argv), highlight=False)
+            console.print(f"  {line}", highlight=False, markup=False)
+    console.print("launch: " + " ".join(p.launcher_argv), highlight=False, markup=False)
     for note in p.notes:
-        console.print(f"  - {note}", highlight=False)
+        console.print(f"  - {note}", highlight=False, markup=False)
     if picture:
         console.print(f"picture: {picture}", highlight=False)
     if prediction:
