@@ -180,7 +180,6 @@ EXTRA = {"allow_extra_args": True}  # trainer arguments after `--`, e.g. -- --ma
 def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_kind, dist, image, time, account,
             partition, name, scheduler=None, constraint=None, exclusive=None, requeue=False,
             warning=DEFAULT_WARNING_SECONDS, output_dir=None, extra_args=(), net_plugin=None) -> tuple:
-    from hpcdl.errors import HpcdlError
     from hpcdl.nets.spec import net_path
 
     r = load_recipe(recipe)

@@ -28,7 +28,7 @@ class CompiledUpdate:
 
     def apply(self, grads: list, scale, lr, correction):
         """Unscale, check, clip and step; returns whether the gradients were finite (else no step)."""
-        tf, rule = self.tf, self.rule
+        tf = self.tf
         grads = [tf.cast(g, v.dtype) for g, v in zip(grads, self.variables)]
         if not self.loss_scaling:  # fp32 and bf16: nothing to unscale, no overflow to look for
             self._step(grads, lr, correction)

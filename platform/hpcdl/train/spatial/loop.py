@@ -28,7 +28,7 @@ from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
 from hpcdl.train.schedule import Schedule
 from hpcdl.train.spatial.net import SpatialNet
-from hpcdl.train.spatial.parallel import Layout, loss_part, make_layout, reduce_gradients, slab
+from hpcdl.train.spatial.parallel import Layout, loss_part, make_layout, reduce_gradients
 
 
 def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:
