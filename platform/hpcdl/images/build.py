@@ -332,16 +332,8 @@ def build(spec: ImageSpec, builder: str | None = None, cache: Path | None = None
             argv = [_which(builder), "build", "--force"]
             if os.geteuid() != 0:
                 argv.append("--fakeroot")
-            if wheels is not None:
-                from hpcdl.images.generate import WHEELS
-
-                argv += ["--bind", f"{wheels}:{WHEELS}"]
-            if horovod_wheels(spec) is not None:
-                from hpcdl.images.generate import HOROVOD_WHEELS
-
-                argv += ["--bind", f"{horovod_wheels(spec)}:{HOROVOD_WHEELS}"]
-            if local_cas() is not None:
-                argv += ["--bind", f"{LOCAL_CAS}:{LOCAL_CAS}"]
+            for bind in _build_binds(spec, wheels):
+                argv += ["--bind", bind]
             for name, value in args.items():
                 argv += ["--build-arg", f"{name}={value}"]
             if not check:
@@ -385,9 +377,23 @@ def prune(cache: Path, name: str, keep: int | None = None) -> list[str]:
     return gone
 
 
-def _build_charliecloud(spec, cache, context, dockerfile, wheels, args, key, out, log, logfile, steps) -> None:
-    from hpcdl.images.generate import WHEELS
+def _build_binds(spec: ImageSpec, wheels: Path | None) -> list[str]:
+    """SOURCE:TARGET folders of this host a build reads (either builder): the local wheel folder,
+    the Horovod wheel `make horovod` cached, the local CAs."""
+    from hpcdl.images.generate import HOROVOD_WHEELS, WHEELS
 
+    binds = []
+    if wheels is not None:
+        binds.append(f"{wheels}:{WHEELS}")
+    horovod = horovod_wheels(spec)
+    if horovod is not None:
+        binds.append(f"{horovod}:{HOROVOD_WHEELS}")
+    if local_cas() is not None:
+        binds.append(f"{LOCAL_CAS}:{LOCAL_CAS}")
+    return binds
+
+
+def _build_charliecloud(spec, cache, context, dockerfile, wheels, args, key, out, log, logfile, steps) -> None:
     env = _env({"CH_IMAGE_STORAGE": str(cache / "ch-image")})
     ch_image = _which("ch-image")
     if spec.bootstrap is not None:
@@ -421,14 +427,8 @@ def _build_charliecloud(spec, cache, context, dockerfile, wheels, args, key, out
     # whole tree out of the cache (80,000 files) and deleting it afterwards took 157 s here
     tag = f"hpcdl-{spec.name}:build"
     argv = [ch_image, "build", "--force", "-t", tag, "-f", str(dockerfile)]
-    if wheels is not None:
-        argv += ["-b", f"{wheels}:{WHEELS}"]
-    if horovod_wheels(spec) is not None:
-        from hpcdl.images.generate import HOROVOD_WHEELS
-
-        argv += ["-b", f"{horovod_wheels(spec)}:{HOROVOD_WHEELS}"]
-    if local_cas() is not None:
-        argv += ["-b", f"{LOCAL_CAS}:{LOCAL_CAS}"]
+    for bind in _build_binds(spec, wheels):
+        argv += ["-b", bind]
     for name, value in args.items():
         argv += ["--build-arg", f"{name}={value}"]
     t = time.monotonic()

@@ -90,7 +90,7 @@ class SrunLauncher(Launcher):
             argv.append("--cpu-bind=cores")
         else:
             argv.append("--cpu-bind=mask_cpu:" + ",".join(_hex_mask(r.cpus) for r in local))
-        if site.mpi == "openmpi" and not _site_names_mpi(site):  # a site's own --mpi= wins
+        if site.mpi == "openmpi" and _site_mpi(site) is None:  # a site's own --mpi= wins
             argv.append("--mpi=pmix")
         gpus_used = sorted({g for r in local for g in r.gpus})
         if gpus_used:
@@ -107,21 +107,23 @@ class SrunLauncher(Launcher):
         return argv + list(site.launch.args)
 
 
-def _site_names_mpi(site: Site) -> bool:
-    return any(a == "--mpi" or a.startswith("--mpi=") for a in site.launch.args)
+def _site_mpi(site: Site) -> str | None:
+    """The PMI plugin the site's own `launch.args` give srun (`--mpi=X` or `--mpi X`; "" for a bare
+    `--mpi` at the end), None where they give none."""
+    args = list(site.launch.args)
+    for i, a in enumerate(args):
+        if a.startswith("--mpi="):
+            return a.split("=", 1)[1]
+        if a == "--mpi":
+            return args[i + 1] if i + 1 < len(args) else ""
+    return None
 
 
 def srun_mpi_plugin(site: Site) -> str | None:
     """The PMI plugin srun starts ranks with: the site's own `--mpi=` in `launch.args` where it
     names one (SDSC's Expanse guide starts Open MPI with `srun --mpi=pmi2`), else `pmix` for
     Open MPI (hpcdl adds `--mpi=pmix`) and Slurm's default, taken as pmi2, otherwise."""
-    args = list(site.launch.args)
-    for i, a in enumerate(args):
-        if a.startswith("--mpi="):
-            return a.split("=", 1)[1]
-        if a == "--mpi" and i + 1 < len(args):
-            return args[i + 1]
-    return "pmix" if site.mpi == "openmpi" else "pmi2"
+    return _site_mpi(site) or ("pmix" if site.mpi == "openmpi" else "pmi2")
 
 
 def _hex_mask(ids) -> str:

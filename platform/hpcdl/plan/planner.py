@@ -400,7 +400,8 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
     # 8 domains of 6 cores, and the centre runs 12 cores per GPU rank) shares out the whole
     # socket, in the order of the ranks' domains, so no core idles and each rank's block still
     # holds its device's domain; where the blocks would miss a rank's domain, domains it is.
-    whole_socket |= _sockets_shared_by_domain_order(node, slots)
+    by_domain_order = _sockets_shared_by_domain_order(node, slots)
+    whole_socket |= by_domain_order
     groups: dict[tuple[int, int | None], list[int]] = {}
     for i, slot in enumerate(slots):
         domain = None if slot.socket in whole_socket else slot.domain
@@ -422,7 +423,6 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
             f"{len(usable(key))} usable cores; ask for fewer ranks per node"
         )
     cores: list[tuple[int, ...]] = [()] * len(slots)
-    by_domain_order = _sockets_shared_by_domain_order(node, slots)
     for key, members in groups.items():
         pool = usable(key)
         if key[1] is None and key[0] in by_domain_order:
