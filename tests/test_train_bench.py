@@ -102,3 +102,20 @@ def test_the_gpu_section_reports_device_ratios_and_goals(tmp_path):
     text = markdown(gpu)
     assert "NVIDIA H100 80GB HBM3" in text and "driver 570.1" in text
     assert "| bf16 | 3000 | 2950 | **0.983** |" in text and "**1.03x**, goal <= 1.05" in text
+
+
+@pytest.mark.slow
+def test_the_gpu_section_rehearses_every_path_on_the_cpu(tmp_path):
+    """The GPU section's code (bare loop with autocast/GradScaler, the trainer at bf16/fp16, the JPEG folder through
+    hpcdl's feed and torch's DataLoader, LARC against SGD) at toy sizes on the CPU: where no GPU is, this is the
+    only run it gets, and a GPU node should not be the first to find a broken path."""
+    from hpcdl.bench_gpu import REHEARSAL, gpu_rows, markdown
+
+    gpu = gpu_rows(REHEARSAL, "cpu")
+    assert [r["precision"] for r in gpu["rows"]] == ["bf16", "fp16"]
+    figures = [v for r in gpu["rows"] for v in (r["bare"], r["trainer"])]
+    figures += [gpu["loader"]["hpcdl_loader"], gpu["loader"]["torch_dataloader"], gpu["jpeg_vs_synthetic"]["jpeg"],
+                gpu["larc_vs_sgd"]["sgd_ms"], gpu["larc_vs_sgd"]["larc_ms"]]
+    assert all(f > 0 for f in figures)
+    text = markdown(gpu)
+    assert text.count("Rehearsal (") == 1 and "not the section's figures" in text and "| fp16 |" in text

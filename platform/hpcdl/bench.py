@@ -290,18 +290,21 @@ def run_only(section: str, out: Path) -> dict:
     return results
 
 
-def _machine() -> str:
-    model = "unknown CPU"
+def cpu_model() -> str:
+    """The CPU's model name, as /proc/cpuinfo gives it."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return "unknown CPU"
+
+
+def _machine() -> str:
     import torch
 
-    return f"{os.cpu_count()} CPUs ({model}), torch {torch.__version__}"
+    return f"{os.cpu_count()} CPUs ({cpu_model()}), torch {torch.__version__}"
 
 
 def write_report(r: dict, out: Path) -> None:

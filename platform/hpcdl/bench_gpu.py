@@ -14,49 +14,76 @@ the JPEG pipeline >= 0.9 of the synthetic rate with 14 workers; LARC <= 1.05 of 
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-NET, SIZE, BATCH = "resnet50", 224, 256
-WARMUP, TIMED = 10, 30
-WORKERS = 14
+
+@dataclass(frozen=True)
+class Scale:
+    """How big the section's runs are. Windows are `warmup` iterations long; each rate is the best window."""
+
+    net: str = "resnet50"
+    size: int = 224
+    batch: int = 256
+    warmup: int = 10
+    timed: int = 30          # a multiple of warmup: the timed windows after the warm-up one
+    workers: int = 14
+    jpegs: int = 4096
+    jpeg_side: int = 320     # ImageNet's typical JPEG: the decode cost is what is measured
+    loader_batches: int = 40
+    optimizer_steps: int = 50
+
+
+#: issue 14's sizes: ResNet-50 at 224 px, batch 256 per GPU, 14 decode workers
+FULL = Scale()
+#: every path of the section at toy sizes: CI runs it on the CPU (the CUDA path has no other test
+#: there), and a GPU node runs it first, in seconds, before the full run
+REHEARSAL = Scale(net="cifar10_quick", size=32, batch=8, warmup=2, timed=4, workers=2, jpegs=48, jpeg_side=40,
+                  loader_batches=4, optimizer_steps=3)
 
 BARE_LOOP = r"""
 import json, sys, time
 import torch, torch.nn.functional as F
 from hpcdl.nets import load_net
 from hpcdl.nets.torch_build import build_torch
-net, size, batch, precision, warmup, timed = sys.argv[1], *map(int, sys.argv[2:4]), sys.argv[4], *map(int, sys.argv[5:7])
-torch.backends.cudnn.benchmark = True
-torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-dev = torch.device("cuda")
+net, device, precision = sys.argv[1:4]
+size, batch, window, timed = map(int, sys.argv[4:8])
+dev = torch.device(device)
+if dev.type == "cuda":
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 model = build_torch(load_net(net, num_classes=1000, image_size=size)).to(dev, memory_format=torch.channels_last)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
 dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
+scaler = torch.amp.GradScaler(dev.type, enabled=precision == "fp16")
 x = torch.randn(batch, 3, size, size, device=dev).contiguous(memory_format=torch.channels_last)
 y = torch.randint(0, 1000, (batch,), device=dev)
+sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 def step():
     opt.zero_grad(set_to_none=True)
-    with torch.autocast("cuda", dtype=dtype):
+    with torch.autocast(dev.type, dtype=dtype):
         loss = F.cross_entropy(model(x), y)
     scaler.scale(loss).backward()
     scaler.step(opt)
     scaler.update()
-for _ in range(warmup):
+marks = []
+for i in range(window + timed):
+    if i >= window and (i - window) % window == 0:
+        sync()
+        marks.append(time.perf_counter())
     step()
-torch.cuda.synchronize()
-start = time.perf_counter()
-for _ in range(timed):
-    step()
-torch.cuda.synchronize()
-print(json.dumps({"images_per_sec": batch * timed / (time.perf_counter() - start)}))
+sync()
+marks.append(time.perf_counter())
+windows = [batch * window / (b - a) for a, b in zip(marks, marks[1:])]
+print(json.dumps({"images_per_sec": max(windows), "windows": windows}))
 """
 
 
@@ -66,9 +93,23 @@ def available() -> bool:
     return torch.cuda.is_available()
 
 
-def device_info() -> dict:
+def _sync(device: str) -> None:
     import torch
 
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def device_info(device: str = "cuda") -> dict:
+    import torch
+
+    if device != "cuda":
+        import os
+
+        from hpcdl.bench import cpu_model
+
+        return {"name": f"{os.cpu_count()} CPUs ({cpu_model()})", "memory_gib": None, "driver": "-", "cuda": None, "cudnn": None,
+                "torch": torch.__version__}
     props = torch.cuda.get_device_properties(0)
     driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                             capture_output=True, text=True).stdout.strip().splitlines()
@@ -76,34 +117,42 @@ def device_info() -> dict:
             "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "torch": torch.__version__}
 
 
-def bare_loop(precision: str) -> float:
-    out = subprocess.run([sys.executable, "-c", BARE_LOOP, NET, str(SIZE), str(BATCH), precision, str(WARMUP),
-                          str(TIMED)], capture_output=True, text=True, check=True, timeout=1200)
+def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """A measuring process; its stderr in the error when it fails (a GPU run is too dear to rerun blind)."""
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench gpu: {' '.join(args[:3])} ... failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def bare_loop(precision: str, scale: Scale = FULL, device: str = "cuda") -> float:
+    out = _run([sys.executable, "-c", BARE_LOOP, scale.net, device, precision, str(scale.size), str(scale.batch),
+                str(scale.warmup), str(scale.timed)], timeout=1200)
     return json.loads(out.stdout.strip().splitlines()[-1])["images_per_sec"]
 
 
-def trainer(precision: str, work: Path, data: dict | None = None, workers: int | None = None) -> float:
-    """The trainer's images/s over the display windows after the warm-up window."""
+def trainer(precision: str, work: Path, scale: Scale = FULL, device: str = "cuda", data: dict | None = None,
+            workers: int | None = None) -> float:
+    """The trainer's best display window after the warm-up one (the bare loop's measure), images/s."""
     recipe = {
-        "name": "bench-gpu", "net": NET, "batch_size": BATCH, "base_lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4,
-        "max_iter": WARMUP + TIMED, "display": WARMUP, "device": "cuda", "precision": precision,
-        "channels_last": True, "loss_scale": "dynamic",
-        "data": data or {"source": "synthetic", "image_size": SIZE, "num_classes": 1000,
-                         "synthetic_samples": 2 * BATCH, "holdout_fraction": 0.01},
+        "name": "bench-gpu", "net": scale.net, "batch_size": scale.batch, "base_lr": 0.1, "momentum": 0.9,
+        "weight_decay": 1e-4, "max_iter": scale.warmup + scale.timed, "display": scale.warmup, "device": device,
+        "precision": precision, "channels_last": True, "loss_scale": "dynamic",
+        "data": data or {"source": "synthetic", "image_size": scale.size, "num_classes": 1000,
+                         "synthetic_samples": 2 * scale.batch, "holdout_fraction": 0.01},
     }
     if workers is not None:
         recipe["data"]["workers"] = workers
     path = work / f"gpu-{time.monotonic_ns()}.yaml"
     path.write_text(yaml.safe_dump(recipe))
     results = path.with_suffix(".jsonl")
-    subprocess.run([sys.executable, "-m", "hpcdl.train", str(path), "--results", str(results)],
-                   capture_output=True, text=True, check=True, timeout=1800)
+    _run([sys.executable, "-m", "hpcdl.train", str(path), "--results", str(results)], timeout=1800)
     steps = [r for r in map(json.loads, results.read_text().splitlines()) if r["event"] == "step"]
     return max(r["images_per_sec_rank"] for r in steps[1:])
 
 
-def write_jpegs(root: Path, count: int = 4096, classes: int = 16, side: int = 320) -> Path:
-    """A folder of JPEGs of ImageNet's typical size (the decode cost is what is measured)."""
+def write_jpegs(root: Path, count: int = FULL.jpegs, classes: int = 16, side: int = FULL.jpeg_side) -> Path:
+    """A folder of JPEGs (`classes` class folders) of `side` px, as an ImageNet training folder is laid out."""
     import numpy as np
     from PIL import Image
 
@@ -116,7 +165,19 @@ def write_jpegs(root: Path, count: int = 4096, classes: int = 16, side: int = 32
     return root
 
 
-def loader_rates(root: Path, batches: int = 40) -> dict:
+def timed_rate(step, items: int, repeats: int, device: str, warmup: int = 3) -> float:
+    """Items per second over `repeats` calls of `step` after `warmup` calls, the device drained at both ends."""
+    for _ in range(warmup):
+        step()
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        step()
+    _sync(device)
+    return items * repeats / (time.perf_counter() - start)
+
+
+def loader_rates(root: Path, scale: Scale = FULL, device: str = "cuda") -> dict:
     """Images/s through hpcdl's feed and through torch's DataLoader, same decode, same workers."""
     import numpy as np
     import torch
@@ -125,23 +186,16 @@ def loader_rates(root: Path, batches: int = 40) -> dict:
     from hpcdl.train.feed import AheadOfTime, DeviceFeed
     from hpcdl.train.recipe import DataSpec
 
-    data = load_dataset(DataSpec(source="imagefolder", path=str(root), image_size=SIZE, holdout_fraction=0.01),
-                        (3, SIZE, SIZE), 1)
-    dev = torch.device("cuda")
+    data = load_dataset(DataSpec(source="imagefolder", path=str(root), image_size=scale.size, holdout_fraction=0.01),
+                        (3, scale.size, scale.size), 1)
+    dev = torch.device(device)
 
-    def rate(next_batch) -> float:
-        for _ in range(3):
-            next_batch()
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(batches):
-            next_batch()
-        torch.cuda.synchronize()
-        return BATCH * batches / (time.perf_counter() - start)
-
-    feed = DeviceFeed(AheadOfTime(Batches(data.train, BATCH, 1, 0, 1), 0, WORKERS), dev, torch.channels_last)
-    ours = rate(feed.next)
-    feed.close()
+    feed = DeviceFeed(AheadOfTime(Batches(data.train, scale.batch, 1, 0, 1), 0, scale.workers), dev,
+                      torch.channels_last)
+    try:
+        ours = timed_rate(feed.next, scale.batch, scale.loader_batches, device)
+    finally:
+        feed.close()
 
     class Images(torch.utils.data.Dataset):
         def __len__(self):
@@ -150,63 +204,65 @@ def loader_rates(root: Path, batches: int = 40) -> dict:
         def __getitem__(self, i):
             return torch.from_numpy(data.train.take(np.array([i]))[0]), int(data.train.labels[i])
 
-    loader = torch.utils.data.DataLoader(Images(), batch_size=BATCH, shuffle=True, num_workers=WORKERS,
-                                         pin_memory=True, drop_last=True, persistent_workers=True)
+    loader = torch.utils.data.DataLoader(Images(), batch_size=scale.batch, shuffle=True, num_workers=scale.workers,
+                                         pin_memory=device == "cuda", drop_last=True, persistent_workers=True)
     it = iter(loader)
 
     def torch_next():
         nonlocal it
         try:
-            x, y = next(it)
+            x, _ = next(it)
         except StopIteration:
             it = iter(loader)
-            x, y = next(it)
+            x, _ = next(it)
         x.to(dev, non_blocking=True)
 
-    theirs = rate(torch_next)
+    theirs = timed_rate(torch_next, scale.batch, scale.loader_batches, device)
+    del it, loader   # stops the DataLoader's persistent workers now, not at exit
     return {"hpcdl_loader": ours, "torch_dataloader": theirs, "ratio": ours / theirs}
 
 
-def optimizer_step_ms(rule: str, steps: int = 50) -> float:
+def optimizer_step_ms(rule: str, scale: Scale = FULL, device: str = "cuda") -> float:
+    """One CaffeSGD step on the net's parameters (momentum, weight decay; LARC's trust ratio for larc_clip), ms."""
     import torch
 
     from hpcdl.nets import load_net
     from hpcdl.nets.torch_build import build_torch, parameter_multipliers
     from hpcdl.train.optim import CaffeSGD, ParamSlot
 
-    net = build_torch(load_net(NET, num_classes=1000, image_size=SIZE)).cuda()
+    net = build_torch(load_net(scale.net, num_classes=1000, image_size=scale.size)).to(device)
     slots = [ParamSlot(n, t, lr, d) for n, t, lr, d in parameter_multipliers(net)]
     opt = CaffeSGD(slots, 0.9, 1e-4, rule, trust=0.02, eps=1e-8)
     for s in slots:
         s.tensor.grad = torch.randn_like(s.tensor) * 1e-3
-    for _ in range(5):
-        opt.step(0.1)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        opt.step(0.1)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / steps * 1e3
+    return 1e3 / timed_rate(lambda: opt.step(0.1), 1, scale.optimizer_steps, device, warmup=5)
 
 
-def gpu_rows() -> dict:
-    if not available():
+def gpu_rows(scale: Scale = FULL, device: str = "cuda") -> dict:
+    """The section's figures; `device="cpu"` (with REHEARSAL) runs the same paths where no GPU is."""
+    if device == "cuda" and not available():
         return {"skipped": "no CUDA GPU on this machine"}
-    out: dict = {"device": device_info(), "rows": []}
+    out: dict = {"device": device_info(device), "rows": []}
+    if scale != FULL:
+        out["rehearsal"] = f"{scale.net} at {scale.size} px, batch {scale.batch} on {device}: toy sizes, not figures"
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for precision in ("bf16", "fp16"):
-            bare, ours = bare_loop(precision), trainer(precision, work)
+            bare, ours = bare_loop(precision, scale, device), trainer(precision, work, scale, device)
             out["rows"].append({"precision": precision, "bare": bare, "trainer": ours, "ratio": ours / bare})
             print(f"bench gpu: {precision} bare {bare:.0f} trainer {ours:.0f} img/s", flush=True)
-        root = write_jpegs(work / "jpegs")
-        out["loader"] = loader_rates(root)
+        root = write_jpegs(work / "jpegs", scale.jpegs, side=scale.jpeg_side)
+        out["loader"] = loader_rates(root, scale, device)
+        print(f"bench gpu: JPEG loader {out['loader']['hpcdl_loader']:.0f} img/s, "
+              f"torch DataLoader {out['loader']['torch_dataloader']:.0f}", flush=True)
         synthetic = out["rows"][0]["trainer"]
-        folder = trainer("bf16", work, {"source": "imagefolder", "path": str(root), "image_size": SIZE,
-                                        "holdout_fraction": 0.01}, workers=WORKERS)
+        folder = trainer("bf16", work, scale, device, {"source": "imagefolder", "path": str(root),
+                                                       "image_size": scale.size, "holdout_fraction": 0.01},
+                         workers=scale.workers)
         out["jpeg_vs_synthetic"] = {"jpeg": folder, "synthetic": synthetic, "ratio": folder / synthetic}
-        sgd, larc = optimizer_step_ms("sgd"), optimizer_step_ms("larc_clip")
+        sgd, larc = optimizer_step_ms("sgd", scale, device), optimizer_step_ms("larc_clip", scale, device)
         out["larc_vs_sgd"] = {"sgd_ms": sgd, "larc_ms": larc, "ratio": larc / sgd}
+        print(f"bench gpu: JPEG folder {folder:.0f} img/s; LARC {larc:.2f} ms vs SGD {sgd:.2f} ms", flush=True)
     return out
 
 
@@ -225,21 +281,39 @@ def markdown(gpu: dict | None) -> str:
             "vs bare loop; JPEG folder through hpcdl's loader vs torch's DataLoader with 14 workers; LARC vs SGD "
             "step) are still to be measured: run `make bench` on a GPU node.", "", DALI_NOTE, ""])
     d = gpu["device"]
-    lines += [f"Device: {d['name']} ({d['memory_gib']} GiB), driver {d['driver']}, CUDA {d['cuda']}, "
+    if gpu.get("rehearsal"):
+        lines += [f"Rehearsal ({gpu['rehearsal']}): the paths ran; these are not the section's figures.", ""]
+    memory = f" ({d['memory_gib']} GiB)" if d.get("memory_gib") else ""
+    lines += [f"Device: {d['name']}{memory}, driver {d['driver']}, CUDA {d['cuda']}, "
               f"cuDNN {d['cudnn']}, torch {d['torch']}.", "",
-              f"ResNet-50, {SIZE} px, batch {BATCH}, channels_last, synthetic data on the device "
+              f"ResNet-50, {FULL.size} px, batch {FULL.batch}, channels_last, synthetic data on the device "
               "(goals: trainer/bare >= 0.97, bf16 >= 2,500 img/s):", "",
               "| precision | bare loop img/s | trainer img/s | trainer / bare |", "| --- | --- | --- | --- |"]
     for r in gpu["rows"]:
         lines.append(f"| {r['precision']} | {r['bare']:.0f} | {r['trainer']:.0f} | **{r['ratio']:.3f}** |")
     ld, jp, lr = gpu["loader"], gpu["jpeg_vs_synthetic"], gpu["larc_vs_sgd"]
-    lines += ["", f"JPEG folder, {WORKERS} workers: hpcdl's loader {ld['hpcdl_loader']:.0f} img/s, torch DataLoader "
-              f"{ld['torch_dataloader']:.0f} img/s (**{ld['ratio']:.2f}x**); the trainer on the folder "
+    lines += ["", f"JPEG folder, {FULL.workers} workers: hpcdl's loader {ld['hpcdl_loader']:.0f} img/s, torch "
+              f"DataLoader {ld['torch_dataloader']:.0f} img/s (**{ld['ratio']:.2f}x**); the trainer on the folder "
               f"{jp['jpeg']:.0f} img/s against {jp['synthetic']:.0f} on synthetic data (**{jp['ratio']:.2f}**, goal >= 0.9).",
               "", f"Optimizer step on ResNet-50's parameters: SGD {lr['sgd_ms']:.2f} ms, LARC {lr['larc_ms']:.2f} ms "
               f"(**{lr['ratio']:.2f}x**, goal <= 1.05).", "", DALI_NOTE, ""]
     return "\n".join(lines)
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hpcdl.bench_gpu", description=__doc__.splitlines()[0])
+    parser.add_argument("--rehearsal", action="store_true", help="every path at toy sizes (seconds): a smoke run")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu only makes sense with --rehearsal")
+    parser.add_argument("--json", type=Path, help="write the figures here too")
+    args = parser.parse_args(argv)
+    gpu = gpu_rows(REHEARSAL if args.rehearsal else FULL, args.device)
+    text = json.dumps(gpu, indent=2)
+    if args.json:
+        args.json.write_text(text + "\n")
+    print(text)
+    print(markdown(gpu))
+    return 1 if "skipped" in gpu else 0
+
+
 if __name__ == "__main__":
-    print(json.dumps(gpu_rows(), indent=2))
+    raise SystemExit(main())
