@@ -113,7 +113,7 @@ class DaliFeed:
                                                                            types.FLOAT, types.INT32])
             images = fn.decoders.image(jpegs, device="mixed", output_type=types.BGR if bgr else
                                        (types.RGB if loader.channels == 3 else types.GRAY))
-            images = fn.resize(images, resize_shorter=size, interp_type=types.INTERP_CUBIC)
+            images = fn.resize(images, resize_shorter=size, interp_type=types.INTERP_LINEAR)
             images = fn.crop(images, crop=(size, size), crop_pos_x=0.5, crop_pos_y=0.5)
             images = fn.crop_mirror_normalize(images, crop=(crop, crop), crop_pos_x=anchor_x, crop_pos_y=anchor_y,
                                               mirror=flips, mean=mean, std=std, dtype=types.FLOAT,
