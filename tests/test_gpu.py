@@ -70,3 +70,21 @@ print("ok")
 def test_ddp_over_nccl_on_one_gpu_averages_bf16_compressed_buckets():
     proc = subprocess.run([sys.executable, "-c", NCCL_DDP], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr
+
+
+def test_on_a_gpu_node_the_image_checks_cuda_cudnn_nccl_and_gpu_rows_pass():
+    """`hpcdl images check`'s GPU rows, for a CUDA spec that asks for what this node's torch was built with
+    and for this GPU's architecture (sm_90 on an H100): every row passes, none is "not applicable"."""
+    import torch
+
+    from hpcdl.images import check
+    from hpcdl.images.spec import load_images
+
+    spec = load_images()["volta-cuda"]
+    major, minor = torch.cuda.get_device_capability(0)
+    here = spec.model_copy(update={"cuda": spec.cuda.model_copy(
+        update={"version": torch.version.cuda, "cudnn": None, "gpu_archs": (f"sm_{major}{minor}",)})})
+    rows = {r.check: r for r in check.cuda_results(here)}
+    assert set(rows) == {"cuda", "cuda archs", "cudnn", "nccl", "gpu"}
+    assert all(r.status == check.PASSED for r in rows.values()), {k: (r.status, r.detail) for k, r in rows.items()}
+    assert rows["gpu"].detail == torch.cuda.get_device_name(0)

@@ -279,7 +279,7 @@ def markdown(gpu: dict | None) -> str:
         return "\n".join(lines + [
             f"Skipped: {reason}. The GPU figures (ResNet-50 at 224 px, batch 256, bf16/fp16 channels_last: trainer "
             "vs bare loop; JPEG folder through hpcdl's loader vs torch's DataLoader with 14 workers; LARC vs SGD "
-            "step) are still to be measured: run `make bench` on a GPU node.", "", DALI_NOTE, ""])
+            "step) are still to be measured: run `tools/gpu-node.sh bench OUT` on a GPU node (docs/trainer.md).", "", DALI_NOTE, ""])
     d = gpu["device"]
     if gpu.get("rehearsal"):
         lines += [f"Rehearsal ({gpu['rehearsal']}): the paths ran; these are not the section's figures.", ""]

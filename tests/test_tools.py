@@ -1,0 +1,37 @@
+"""The shell tools beside the Makefile: linted, and the GPU-node runbook's refusals."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, shellcheck
+
+TOOLS = sorted((ROOT / "tools").glob("*.sh"))
+
+
+@pytest.mark.parametrize("script", TOOLS, ids=[t.name for t in TOOLS])
+def test_every_tool_script_passes_shellcheck(script):
+    shellcheck(script)
+
+
+def gpu_node(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(ROOT / "tools" / "gpu-node.sh"), *args], capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
+
+
+def test_the_gpu_node_runbook_names_its_stages():
+    proc = gpu_node("everything")
+    assert proc.returncode == 2 and proc.stderr == "gpu-node: unknown stage 'everything' (tests or bench)\n"
+
+
+def test_the_gpu_node_runbook_stops_where_pytorch_sees_no_gpu(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = gpu_node("tests", str(tmp_path / "out"))
+    assert proc.returncode == 1 and "sees no CUDA GPU here" in proc.stderr
+    assert not (tmp_path / "out").exists()

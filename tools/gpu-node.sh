@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# What only a GPU node can show (issue 14), run from a checkout on one, with no network:
+#
+#   tools/gpu-node.sh tests OUT   # the CUDA tests (pytest -m gpu) and the GPU bench at toy sizes
+#   tools/gpu-node.sh bench OUT   # the GPU section of `make bench`, into docs/performance.md
+#
+# Each stage fits in ten minutes on one H100. Results go to OUT (default ./gpu-results):
+# nvidia-smi.txt, gpu-tests.txt, rehearsal.json for `tests`; performance.md/.json/.png for
+# `bench` (commit those three into docs/). The node's Python needs torch with CUDA; what it
+# lacks of hpcdl's own needs comes from .whl/ (tools/gpu-wheels.sh fetches them where PyPI is
+# reachable) and is installed under /tmp, never into the node's environment.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+stage=${1:?usage: tools/gpu-node.sh tests|bench [OUT]}
+out=${2:-gpu-results}
+py=${PYTHON:-python3}
+case "$stage" in
+tests | bench) ;;
+*)
+    echo "gpu-node: unknown stage '$stage' (tests or bench)" >&2
+    exit 2
+    ;;
+esac
+
+if ! "$py" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then
+    echo "gpu-node: $py's PyTorch sees no CUDA GPU here" >&2
+    exit 1
+fi
+
+site=/tmp/hpcdl-gpu-site
+if compgen -G ".whl/*.whl" >/dev/null; then
+    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD/platform:${PYTHONPATH:-}"
+# a GPU that went missing fails the gpu-marked tests instead of skipping them
+export PYTHONUNBUFFERED=1 HPCDL_REQUIRE_GPU=1 HPCDL_PROGRESS=plain
+
+mkdir -p "$out"
+
+case "$stage" in
+tests)
+    nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
+    # every path of the GPU benchmark at toy sizes on the GPU first: seconds, and it fails loudly
+    "$py" -m hpcdl.bench_gpu --rehearsal --device cuda --json "$out/rehearsal.json"
+    "$py" -m pytest -m gpu -p no:cacheprovider -q -rA tests/test_gpu.py tests/test_optim.py tests/test_feed.py \
+        tests/test_dali_feed.py 2>&1 | tee "$out/gpu-tests.txt"
+    ;;
+bench)
+    "$py" -m hpcdl.bench --only gpu --out docs/performance.md
+    cp docs/performance.md docs/performance.json docs/performance.png "$out/"
+    ;;
+esac
