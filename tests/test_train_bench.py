@@ -98,10 +98,11 @@ def test_the_gpu_section_reports_device_ratios_and_goals(tmp_path):
            "rows": [{"precision": "bf16", "bare": 3000.0, "trainer": 2950.0, "ratio": 0.983}],
            "loader": {"hpcdl_loader": 3100.0, "torch_dataloader": 3000.0, "ratio": 1.03},
            "jpeg_vs_synthetic": {"jpeg": 2800.0, "synthetic": 2950.0, "ratio": 0.95},
-           "larc_vs_sgd": {"sgd_ms": 2.0, "larc_ms": 2.06, "ratio": 1.03}}
+           "larc_vs_sgd": {"sgd_train": 2950.0, "larc_train": 2920.0, "step_ratio": 1.0103, "sgd_ms": 2.0,
+                           "larc_ms": 2.6, "ratio": 1.3}}
     text = markdown(gpu)
     assert "NVIDIA H100 80GB HBM3" in text and "driver 570.1" in text
-    assert "| bf16 | 3000 | 2950 | **0.983** |" in text and "**1.03x**, goal <= 1.05" in text
+    assert "| bf16 | 3000 | 2950 | **0.983** |" in text and "a LARC step **1.010x** as long (goal <= 1.05)" in text
 
 
 @pytest.mark.slow
@@ -115,7 +116,8 @@ def test_the_gpu_section_rehearses_every_path_on_the_cpu(tmp_path):
     assert [r["precision"] for r in gpu["rows"]] == ["bf16", "fp16"]
     figures = [v for r in gpu["rows"] for v in (r["bare"], r["trainer"])]
     figures += [gpu["loader"]["hpcdl_loader"], gpu["loader"]["torch_dataloader"], gpu["jpeg_vs_synthetic"]["jpeg"],
-                gpu["larc_vs_sgd"]["sgd_ms"], gpu["larc_vs_sgd"]["larc_ms"]]
+                gpu["larc_vs_sgd"]["larc_train"], gpu["larc_vs_sgd"]["sgd_ms"], gpu["larc_vs_sgd"]["larc_ms"]]
     assert all(f > 0 for f in figures)
     text = markdown(gpu)
     assert text.count("Rehearsal (") == 1 and "not the section's figures" in text and "| fp16 |" in text
+    assert "a LARC step **" in text
