@@ -53,21 +53,31 @@ def test_a_run_resumed_on_the_gpu_takes_the_uninterrupted_runs_steps(tmp_path):
 NCCL_DDP = r"""
 import os, torch, torch.distributed as dist
 from hpcdl.train.gradients import compress_hook
+from hpcdl.train.ranks import process_group_backend
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
-dist.init_process_group("nccl", rank=0, world_size=1)
 torch.cuda.set_device(0)
+dist.init_process_group(process_group_backend("nccl"), rank=0, world_size=1)
+# the loop's bookkeeping is CPU tensors (display sums, the stop flag): Gloo beside NCCL carries them
+sums = torch.tensor([3.0, 4.0], dtype=torch.float64)
+dist.all_reduce(sums)
+flag = torch.tensor([1], dtype=torch.int32)
+dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True).wait()
+names = [None]
+dist.all_gather_object(names, "node")
+assert sums.tolist() == [3.0, 4.0] and flag.item() == 1 and names == ["node"]
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 10).cuda(), device_ids=[0], bucket_cap_mb=1,
                                                   gradient_as_bucket_view=True)
 model.register_comm_hook(None, compress_hook(torch.bfloat16))
 x = torch.randn(32, 64, device="cuda")
 model(x).square().mean().backward()
 assert model.module.weight.grad.dtype == torch.float32 and torch.isfinite(model.module.weight.grad).all()
+dist.barrier()
 dist.destroy_process_group()
 print("ok")
 """
 
 
-def test_ddp_over_nccl_on_one_gpu_averages_bf16_compressed_buckets():
+def test_ddp_over_nccl_on_one_gpu_averages_bf16_compressed_buckets_and_cpu_bookkeeping_goes_over_gloo():
     proc = subprocess.run([sys.executable, "-c", NCCL_DDP], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr
 

@@ -298,6 +298,15 @@ def test_rank_world_and_local_rank_come_from_whichever_launcher_started_the_rank
     assert (me.rank, me.world_size, me.local_rank, me.launcher) == expected
 
 
+@pytest.mark.parametrize("backend,given", [("nccl", "cpu:gloo,cuda:nccl"), ("gloo", "gloo"), ("mpi", "mpi")])
+def test_nccl_runs_with_gloo_beside_it_for_the_loops_cpu_tensors(backend, given):
+    """NCCL carries CUDA tensors only; the display sums and the stop flag are CPU tensors (the gpu test
+    test_ddp_over_nccl_on_one_gpu_... runs them over a real NCCL group)."""
+    from hpcdl.train.ranks import process_group_backend
+
+    assert process_group_backend(backend) == given
+
+
 def test_fp16_with_loss_scaling_and_channels_last_train_on_the_cpu_path_too(tmp_path):
     """The GPU settings run end to end here on a tiny problem (speed on this CPU is not the point)."""
     results = tmp_path / "r.jsonl"

@@ -38,3 +38,16 @@ def rank_info(environ: dict[str, str] | None = None) -> RankInfo:
             local = int(env.get(local_var, env.get("HPCDL_LOCAL_RANK", rank)))
             return RankInfo(rank, size, local, launcher)
     return RankInfo(0, 1, 0, "none")
+
+
+def process_group_backend(backend: str) -> str:
+    """What `torch.distributed.init_process_group` is given for the run's backend.
+
+    NCCL carries CUDA tensors only, and a rank's bookkeeping is CPU tensors (the display
+    sums, the stop flag, the slowest rank's time, the host names a validation gathers):
+    under NCCL alone those collectives fail ("No backend type associated with device type
+    cpu"). So NCCL runs with Gloo beside it for CPU tensors, the device-to-backend form
+    PyTorch documents for `init_process_group` ("cpu:gloo,cuda:nccl"); object collectives
+    and barriers then go over Gloo, the gradients over NCCL.
+    """
+    return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend

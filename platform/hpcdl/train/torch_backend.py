@@ -30,7 +30,7 @@ from hpcdl.train.feed import AheadOfTime, DeviceFeed, default_workers
 from hpcdl.train.gradients import GradientLag, ddp_kwargs, register_compression
 from hpcdl.train.optim import CaffeSGD, ParamSlot
 from hpcdl.train.update_rule import caffe_clip_bound
-from hpcdl.train.ranks import RankInfo
+from hpcdl.train.ranks import RankInfo, process_group_backend
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
 from hpcdl.train.schedule import Schedule
@@ -56,7 +56,7 @@ class Distributed:
         if self.active:
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", "29500")
-            dist.init_process_group(backend, rank=me.rank, world_size=me.world_size,
+            dist.init_process_group(process_group_backend(backend), rank=me.rank, world_size=me.world_size,
                                     timeout=timedelta(seconds=timeout_s))
 
     def wrap(self, model: torch.nn.Module, device: torch.device, recipe: Recipe | None = None) -> torch.nn.Module:

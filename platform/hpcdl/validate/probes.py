@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from hpcdl.train.ranks import RankInfo, rank_info
+from hpcdl.train.ranks import RankInfo, process_group_backend, rank_info
 
 # the module that proves a framework is importable, as named in `expect.frameworks`
 FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet", "horovod": "horovod"}
@@ -42,7 +42,12 @@ def _init_torch_distributed(me: RankInfo, backend: str):
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")
-    dist.init_process_group(backend, rank=me.rank, world_size=me.world_size, timeout=_dt.timedelta(seconds=180))
+    if backend == "nccl":  # each rank on its own GPU before NCCL's communicator is made
+        import torch
+
+        torch.cuda.set_device(me.local_rank % max(1, torch.cuda.device_count()))
+    dist.init_process_group(process_group_backend(backend), rank=me.rank, world_size=me.world_size,
+                            timeout=_dt.timedelta(seconds=180))
     return dist
 
 
