@@ -457,11 +457,17 @@ class Precision:
     def unscale_and_check(self, optimizer: CaffeSGD) -> bool:
         if not self.scaling:
             return True
-        grads = [s.tensor.grad for s in optimizer.slots if s.tensor.grad is not None]
-        torch._foreach_mul_(grads, 1.0 / self.scale)
-        # one host-device synchronisation for all tensors, not one per tensor
-        finite = bool(torch.isfinite(torch.stack([g.float().sum() for g in grads])).all())
-        if not finite:
+        # unscale and look for inf/NaN in one fused pass per dtype (a rank's net is on one device), as
+        # torch.amp.GradScaler does, then read one flag: one host-device synchronisation a step, as GradScaler's
+        by_dtype: dict = {}
+        for s in optimizer.slots:
+            if s.tensor.grad is not None:
+                by_dtype.setdefault(s.tensor.grad.dtype, []).append(s.tensor.grad)
+        found = torch.zeros(1, device=self.device)
+        inverse = torch.full((1,), 1.0 / self.scale, device=self.device)
+        for grads in by_dtype.values():
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inverse)
+        if found.item():
             self.skipped += 1
             if self.dynamic:
                 self.scale /= 2.0
