@@ -11,7 +11,7 @@ from conftest import RECIPES
 from hpcdl.errors import HpcdlError
 from hpcdl.train.gradients import GradientLag, ddp_kwargs
 from hpcdl.train.recipe import recipe_from_dict
-from test_train import assert_same_weights, final_weights, records, run_ranks, train_here, write_recipe
+from test_train import assert_same_weights, final_weights, records, run_ranks, write_recipe
 
 
 def recipe(**fields):

@@ -13,7 +13,6 @@ and scheduler commands first on PATH, leaves no canary file behind.
 from __future__ import annotations
 
 import copy
-import os
 import subprocess
 import typing
 from pathlib import Path

@@ -146,7 +146,7 @@ def test_cifar10_quick_trains_on_two_pretend_nodes_inside_the_image_as_outside(i
         "random_seed": 1,
     }))
     inside, script, output = _train(cluster, tmp_path, "ci-slurm-charliecloud", recipe, "inside", image=built.path)
-    assert f"ch-run --set-env" in script and built.path in script and "--mpi=pmix" in script
+    assert "ch-run --set-env" in script and built.path in script and "--mpi=pmix" in script
     outside, script_out, _ = _train(cluster, tmp_path, "ci-slurm", recipe, "outside")
     assert "ch-run" not in script_out
 

@@ -64,3 +64,20 @@ def test_the_local_site_told_to_use_slurm_where_none_answers_says_so(tmp_path):
     assert proc.returncode == 2 and "scheduler: slurm, but no Slurm answers here" in proc.stderr, proc.stderr
     proc = hpcdl("plan", "--site", "local", env={**env, "HPCDL_LOCAL_SCHEDULER": "pbs"})
     assert proc.returncode == 2 and "scheduler: 'pbs' is not one of local, slurm" in proc.stderr, proc.stderr
+
+
+def test_detect_keeps_a_host_device_name_exactly_when_a_profile_may_hold_it():
+    # detect reads names from /sys/class/{infiniband,cxi,net}; one no profile may hold is left out
+    import pydantic
+
+    from hpcdl.sites.detect import _device_name_ok
+    from hpcdl.sites.schema import DeviceName
+
+    schema = pydantic.TypeAdapter(DeviceName)
+    for name in ["mlx5_0", "hfi1_0", "cxi0", "ib0.8001", "x" * 64, "x" * 65, "mlx5_0\n", "-x", "a b", "", "é"]:
+        try:
+            schema.validate_python(name)
+            valid = True
+        except pydantic.ValidationError:
+            valid = False
+        assert _device_name_ok(name) == valid, name

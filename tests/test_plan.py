@@ -114,6 +114,17 @@ def test_intel_mpi_ranks_away_from_consecutive_blocks_get_their_own_domain_masks
     assert plan.env["I_MPI_PIN_DOMAIN"] == "[f,f00,f000]"
 
 
+def test_intel_mpi_pin_domain_keeps_omp_for_consecutive_blocks_and_masks_the_hardware_threads_otherwise():
+    from hpcdl.plan.env import intel_mpi_pin_domain
+
+    blocks = [(0, 1), (2, 3)]
+    assert intel_mpi_pin_domain("omp", blocks, blocks) == "omp"
+    assert intel_mpi_pin_domain("socket", [(2, 3), (0, 1)], [(2, 3), (0, 1)]) == "socket"  # the site's own word
+    # ranks in the other order; 2 hardware threads per core (core k's CPUs are k and k + 4): each
+    # mask holds all of a rank's CPUs, in local-rank order
+    assert intel_mpi_pin_domain("omp", [(2, 3), (0, 1)], [(2, 6, 3, 7), (0, 4, 1, 5)]) == "[cc,33]"
+
+
 def test_stampede2_skx_runs_one_rank_per_socket_with_24_threads():
     plan = plan_for("stampede2-skx", nodes=2)
     assert [(r.socket, r.omp_num_threads) for r in plan.local_ranks()] == [(0, 24), (1, 24)]

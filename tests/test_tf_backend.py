@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 
 import numpy as np
 import pytest
 
 from conftest import RECIPES, hpcdl
-from framework_tools import final_record, run
+from framework_tools import final_record
 from hpcdl.errors import HpcdlError
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.tf_backend import expand_nodelist, expand_tasks_per_node, tf_config, thread_counts

@@ -3,7 +3,6 @@ uninterrupted one in loss and learning rate, also when the newest snapshot was d
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess

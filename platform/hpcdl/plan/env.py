@@ -7,6 +7,8 @@ each rank applies its own from plan.json (hpcdl.train.binding).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hpcdl.plan.request import JobRequest
 from hpcdl.sites.schema import NodeKind, Site
 
@@ -126,7 +128,8 @@ def communication_env(
             # threaded MPI backends ask for) only when told to (intro_mpi(3))
             env["MPICH_MAX_THREAD_SAFETY"] = "multiple"
     if site.mpi == "intel-mpi" and threads > 1:
-        # Intel MPI: one pinning domain of OMP_NUM_THREADS cores per rank (I_MPI_PIN_DOMAIN=omp)
+        # Intel MPI: one pinning domain of OMP_NUM_THREADS cores per rank (I_MPI_PIN_DOMAIN=omp);
+        # make_plan turns it into per-rank masks where the ranks sit elsewhere (intel_mpi_pin_domain)
         env["I_MPI_PIN_DOMAIN"] = "omp"
     if site.mpi == "mvapich2" and threads > 1:
         # MVAPICH2 pins each rank to one core unless told not to; the plan binds the rank's cores
@@ -141,3 +144,20 @@ def communication_env(
         if use_gpus and ranks_per_node > 1 and (request.nodes > 1 or mode == "per-nic"):
             env["HOROVOD_HIERARCHICAL_ALLREDUCE"] = "1"
     return env
+
+
+def intel_mpi_pin_domain(domain: str, cores: Sequence[tuple[int, ...]], cpus: Sequence[tuple[int, ...]]) -> str:
+    """I_MPI_PIN_DOMAIN for a node's local ranks, given `domain` (the plan's or the site's setting)
+    and each local rank's cores and scheduler CPUs, in local-rank order.
+
+    Intel MPI's `omp` domains are consecutive blocks of OMP_NUM_THREADS CPUs from CPU 0, local
+    rank i in block i; where the plan's ranks sit elsewhere (next to their GPU: TACC Lonestar6's
+    gpu0 on socket 0, gpu1 and gpu2 on socket 1) each rank's domain is given by its own mask,
+    in local-rank order (Intel MPI reference, I_MPI_PIN_DOMAIN=<masklist>: [m1,...,mn], each a
+    hexadecimal bit mask of one domain). Any other setting, or `omp` over ranks in consecutive
+    blocks, is returned as it is.
+    """
+    c = len(cores[0])
+    if domain != "omp" or all(rank == tuple(range(i * c, (i + 1) * c)) for i, rank in enumerate(cores)):
+        return domain
+    return "[" + ",".join(format(sum(1 << cpu for cpu in rank), "x") for rank in cpus) + "]"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hpcdl.errors import HpcdlError
-from hpcdl.plan.env import communication_env, rank_env, threading_env
+from hpcdl.plan.env import communication_env, intel_mpi_pin_domain, rank_env, threading_env
 from hpcdl.plan.model import Plan, RankPlacement, SpatialLayout
 from hpcdl.plan.request import JobRequest
 from hpcdl.sites.schema import MAX_NODES, Gpu, Nic, NodeKind, Site
@@ -87,15 +87,9 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         # the site's own settings win: the centre knows its machine best
         **{k: v for k, v in site.env.items() if isinstance(v, str)},
     }
-    c = len(cores[0])
-    if env.get("I_MPI_PIN_DOMAIN") == "omp" and not all(p["cores"] == tuple(range(i * c, (i + 1) * c))
-                                                        for i, p in enumerate(local)):
-        # Intel MPI's `omp` domains are consecutive blocks of OMP_NUM_THREADS CPUs from CPU 0, local
-        # rank i in block i; where the plan's ranks sit elsewhere (next to their GPU: TACC Lonestar6's
-        # gpu0 on socket 0, gpu1 and gpu2 on socket 1) each rank's domain is given by its own mask,
-        # in local-rank order (Intel MPI reference, I_MPI_PIN_DOMAIN=<masklist>: [m1,...,mn], each a
-        # hexadecimal bit mask of one domain)
-        env["I_MPI_PIN_DOMAIN"] = "[" + ",".join(format(sum(1 << cpu for cpu in p["cpus"]), "x") for p in local) + "]"
+    if "I_MPI_PIN_DOMAIN" in env:  # Intel MPI's domains where the plan put the ranks
+        env["I_MPI_PIN_DOMAIN"] = intel_mpi_pin_domain(env["I_MPI_PIN_DOMAIN"], [p["cores"] for p in local],
+                                                       [p["cpus"] for p in local])
     if plugin and plugin[0] == "request":
         # the user's word on the image they run wins over the profile's
         env["NCCL_NET_PLUGIN"] = plugin[1]

@@ -9,7 +9,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from hpcdl.sites.schema import Defaults, Filesystems, Gpu, Modules, Nic, NodeKind, Site
+from hpcdl.sites.schema import (
+    DEVICE_NAME_MAX_LENGTH, DEVICE_NAME_PATTERN, Defaults, Filesystems, Gpu, Modules, Nic, NodeKind, Site,
+)
 
 LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
 
@@ -96,8 +98,15 @@ def _gpus(sockets: int, domains_per_socket: int = 1) -> tuple[Gpu, ...]:
     return tuple(gpus)
 
 
-# a device whose name no profile may hold (sites.schema.DeviceName) is left out, not copied
-_DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# matched with fullmatch: in Python's re, `$` also matches before a trailing newline (pydantic's
+# Rust regex engine has no such exception), and a name ending in one must be left out
+_DEVICE = re.compile(DEVICE_NAME_PATTERN)
+
+
+def _device_name_ok(name: str) -> bool:
+    """Whether a profile may hold this name (sites.schema.DeviceName); a device whose name it may
+    not hold is left out, not copied."""
+    return len(name) <= DEVICE_NAME_MAX_LENGTH and _DEVICE.fullmatch(name) is not None
 
 
 def _nics(sockets: int, domains_per_socket: int = 1) -> tuple[Nic, ...]:
@@ -107,21 +116,21 @@ def _nics(sockets: int, domains_per_socket: int = 1) -> tuple[Nic, ...]:
         for dev in sorted(ib.iterdir()):
             kind = "omnipath" if dev.name.startswith("hfi") else "infiniband"
             for port in sorted((dev / "ports").iterdir()) if (dev / "ports").is_dir() else []:
-                if not port.name.isdigit() or not _DEVICE.fullmatch(dev.name):
+                if not port.name.isdigit() or not _device_name_ok(dev.name):
                     continue
                 nics.append(Nic(kind=kind, device=dev.name, port=int(port.name),
                                 **_placement(dev / "device", sockets, domains_per_socket)))
     cxi = Path("/sys/class/cxi")  # HPE Slingshot 11 NICs
     if cxi.is_dir():
         for dev in sorted(cxi.iterdir()):
-            if not _DEVICE.fullmatch(dev.name):
+            if not _device_name_ok(dev.name):
                 continue
             nics.append(Nic(kind="slingshot", device=dev.name, **_placement(dev / "device", sockets, domains_per_socket)))
     if not nics:
         net = Path("/sys/class/net")
         for dev in sorted(net.iterdir()) if net.is_dir() else []:
             # physical Ethernet ports have a device link; lo, bridges and ifb do not
-            if (dev / "device").exists() and _DEVICE.fullmatch(dev.name):
+            if (dev / "device").exists() and _device_name_ok(dev.name):
                 nics.append(Nic(kind="ethernet", device=dev.name, netdev=dev.name,
                                 **_placement(dev / "device", sockets, domains_per_socket)))
     return tuple(nics)

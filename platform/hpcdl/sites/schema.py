@@ -26,7 +26,11 @@ GpuVendor = Literal["nvidia", "amd"]
 # Profile strings that name things a job script, a modulefile or a launcher uses are checked
 # here, by what they name (issue #17: a NIC name with a newline ran commands in every job).
 # Linux network and verbs device names: letters, digits and . _ - (IFNAMSIZ is 16; verbs 64).
-DeviceName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64)]
+# Named once for both ends: profiles are validated with them here, and `hpcdl sites detect`
+# leaves out a host device whose name fails them (sites.detect), so a detected profile validates.
+DEVICE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+DEVICE_NAME_MAX_LENGTH = 64
+DeviceName = Annotated[str, StringConstraints(pattern=DEVICE_NAME_PATTERN, max_length=DEVICE_NAME_MAX_LENGTH)]
 # Lmod/Tcl module names: name/version, with the + @ : , characters Spack and vendors use.
 ModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+@:,/-]*$", max_length=255)]
 # a scheduler word: account, partition/queue, QoS, feature list (no blanks, quotes or shell text)

@@ -8,6 +8,7 @@ pre-emption), and the summary. The helpers below it each do one of those steps.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import signal
@@ -225,7 +226,9 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
         recipe, me, results, comm, schedule, stop, model, max_iter=max_iter, iters_per_epoch=iters_per_epoch,
         samples_per_iter=recipe.batch_size * recipe.iter_size, replicas=me.world_size,
         evaluate=lambda: evaluate(net, data, recipe, me, comm, device, memory_format, precision),
-        snapshot=lambda done: write_snapshot(recipe, me, net, optimizer, precision, done, schedule, results),
+        # bound now, not looked up when called: the optimizer is let go of before the group closes
+        snapshot=functools.partial(write_snapshot, recipe, me, net, optimizer, precision, schedule=schedule,
+                                   results=results),
     )
     done = first_iter
     model.train()
@@ -262,8 +265,9 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     if not preempted:
         results.record("final", **summary)
     stop.restore()
-    # DDP holds the process group: drop it before the group goes, or gloo may abort at exit
-    del model, optimizer
+    # DDP holds the process group: drop it before the group goes, or gloo may abort at exit (the
+    # book holds it too, and the optimizer through its snapshot callback)
+    del book, model, optimizer
     comm.close()
     if preempted:
         summary["exit_status"] = PREEMPTED_EXIT

@@ -10,6 +10,7 @@ per-pixel data source (`mesh`) and no `spatial` trains here too, as plain sample
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -91,8 +92,10 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     book = IterationEnd(
         recipe, me, results, comm, schedule, stop, model, max_iter=max_iter, iters_per_epoch=iters_per_epoch,
         samples_per_iter=recipe.batch_size * recipe.iter_size, replicas=layout.data_groups, ways=ways,
-        evaluate=lambda: evaluate(model, data, recipe, layout, comm, device, weights, pixels),
-        snapshot=lambda done: write_snapshot(recipe, me, net, optimizer, precision, done, schedule, results),
+        # bound now, not looked up when called: model and optimizer are let go of before the group closes
+        evaluate=functools.partial(evaluate, model, data, recipe, layout, comm, device, weights, pixels),
+        snapshot=functools.partial(write_snapshot, recipe, me, net, optimizer, precision, schedule=schedule,
+                                   results=results),
     )
     done = first_iter
     activation_bytes = 0
@@ -137,7 +140,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     if not preempted:
         results.record("final", **summary)
     stop.restore()
-    del model, optimizer
+    del book, model, optimizer  # as torch_backend.train does, before the process group goes
     comm.close()
     if preempted:
         summary["exit_status"] = PREEMPTED_EXIT
