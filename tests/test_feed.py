@@ -60,6 +60,8 @@ def test_the_cpu_feed_gives_tensors_in_the_asked_memory_format():
     feed = DeviceFeed(AheadOfTime(Batches(split(), 8, 1, 0, 1), 0, 0), torch.device("cpu"), torch.channels_last)
     x, y = feed.next()
     assert x.is_contiguous(memory_format=torch.channels_last) and y.dtype == torch.int64
+    feed.prefetch()  # nothing to stage on a CPU: the next batch is still micro-batch 1
+    assert torch.equal(feed.next()[0], torch.from_numpy(Batches(split(), 8, 1, 0, 1).get(1)[0]))
     feed.close()
 
 
@@ -81,8 +83,10 @@ def test_on_a_gpu_the_next_batch_is_copied_from_pinned_memory_on_a_side_stream()
     reference = Batches(split(), 8, 1, 0, 1)
     try:
         assert all(p is None or p[0].is_pinned() for p in feed._pinned)
-        for k in range(5):
+        for k in range(6):
             x, y = feed.next()
+            if k % 3:  # staged by the loop's prefetch after backward, or by next() itself: the same batches
+                feed.prefetch()
             assert x.is_cuda and torch.equal(x.cpu(), torch.from_numpy(reference.get(k)[0]))
     finally:
         feed.close()

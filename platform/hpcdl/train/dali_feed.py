@@ -145,5 +145,8 @@ class DaliFeed:
         self.next_k += 1
         return x.contiguous(memory_format=self.memory_format), y.reshape(-1)
 
+    def prefetch(self) -> None:
+        """DALI runs micro-batch k when the loop asks for it: nothing to stage ahead."""
+
     def close(self) -> None:
         self.pipe = None

@@ -155,7 +155,15 @@ class AheadOfTime:
 
 
 class DeviceFeed:
-    """Micro-batches as device tensors, the next one copied while the current one trains."""
+    """Micro-batches as device tensors, the next one copied while the current one trains.
+
+    The loop calls `prefetch()` once the step's kernels are queued (after backward): the
+    host's share of staging (taking the decoded batch, filling the pinned buffer) then runs
+    while the GPU computes. Staged at the top of the step instead, it would run while the
+    GPU waits wherever the host has just synchronised with it (fp16's overflow check reads
+    a flag every step; display steps read the loss). `next()` stages itself if no
+    prefetch came.
+    """
 
     def __init__(self, source: AheadOfTime, device: torch.device, memory_format=torch.contiguous_format):
         self.source, self.device, self.memory_format = source, device, memory_format
@@ -168,7 +176,7 @@ class DeviceFeed:
             self._next = self._stage()
 
     def _stage(self):
-        """Start copying the source's next batch to the device; returns (x, y, event)."""
+        """Start copying the source's next batch to the device on the side stream; the device tensors."""
         x, y = self.source.next()
         t = self._turn
         self._turn ^= 1
@@ -192,13 +200,18 @@ class DeviceFeed:
         if not self.cuda:
             x, y = self.source.next()
             return torch.from_numpy(x).contiguous(memory_format=self.memory_format), torch.from_numpy(y)
-        x, y = self._next
+        x, y = self._next if self._next is not None else self._stage()
+        self._next = None
         current = torch.cuda.current_stream(self.device)
         current.wait_stream(self.stream)      # the GPU waits for the copy; the host does not
         x.record_stream(current)              # allocated on the side stream, used on this one
         y.record_stream(current)
-        self._next = self._stage()
         return x, y
+
+    def prefetch(self) -> None:
+        """Stage the next micro-batch now (on a CPU there is nothing to stage)."""
+        if self.cuda and self._next is None:
+            self._next = self._stage()
 
     def close(self) -> None:
         self.source.close()

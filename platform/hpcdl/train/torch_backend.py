@@ -246,6 +246,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
                 with precision.autocast():
                     micro_loss = criterion(model(x), y, spec, recipe) / recipe.iter_size
                 precision.backward(micro_loss)
+            feed.prefetch()  # the next micro-batch's host work, while the GPU runs this one's kernels
             loss_sum += micro_loss.detach()
         take_step(optimizer, precision, lag, lr)
         done = it + 1
