@@ -90,3 +90,17 @@ def test_on_a_gpu_the_next_batch_is_copied_from_pinned_memory_on_a_side_stream()
             assert x.is_cuda and torch.equal(x.cpu(), torch.from_numpy(reference.get(k)[0]))
     finally:
         feed.close()
+
+
+def test_the_decode_slots_fit_in_half_of_dev_shm_and_too_little_is_one_line(tmp_path):
+    import os
+
+    from hpcdl.train.feed import slot_count
+
+    assert slot_count(14, 1000, shm=str(tmp_path)) == 29  # 2 per worker and the loop's, where room is plenty
+    assert slot_count(2, 1000, depth=3, shm=str(tmp_path)) == 3
+    st = os.statvfs(tmp_path)
+    third_of_half = st.f_bavail * st.f_frsize // 2 // 3
+    assert 2 <= slot_count(14, third_of_half, shm=str(tmp_path)) <= 4  # capped by the room, not 29
+    with pytest.raises(HpcdlError, match=r"^data.workers: 14 decode workers need 2 micro-batches of .* MiB free"):
+        slot_count(14, 10**18, shm=str(tmp_path))

@@ -51,6 +51,28 @@ def default_workers(requested: int | None, device: torch.device, cores: int | No
     return max(1, cores - 1)
 
 
+SHM = "/dev/shm"
+
+
+def slot_count(workers: int, slot_bytes: int, depth: int | None = None, shm: str = SHM) -> int:
+    """Shared-memory slots for `workers` decode processes: 2 per worker and one the loop holds,
+    as many as half of /dev/shm's free space takes (a ResNet-50 batch of 256 at 224 px is
+    154 MB, so 29 slots would be 4.5 GB; container runtimes often give /dev/shm 64 MB).
+    Fewer than 2 (one decoding, one the loop reads) is refused, naming data.workers."""
+    want = depth or 2 * workers + 1
+    try:
+        st = os.statvfs(shm)
+    except OSError:
+        return want
+    free = st.f_bavail * st.f_frsize
+    fits = int(free // 2 // max(1, slot_bytes))
+    if fits < 2:
+        raise HpcdlError(f"data.workers: {workers} decode workers need 2 micro-batches of {slot_bytes / 2**20:.0f} MiB "
+                         f"in {shm}, which has {free / 2**20:.0f} MiB free; use data.workers: 0, a smaller batch, "
+                         f"or a larger {shm}")
+    return min(want, fits)
+
+
 def _worker(batches: Batches, tasks, done, slots: list[tuple[str, str]]) -> None:
     """Decode micro-batch k into slot s for each (k, s) until told to stop (None)."""
     shms = [(shared_memory.SharedMemory(name=x), shared_memory.SharedMemory(name=y)) for x, y in slots]
@@ -87,7 +109,7 @@ class AheadOfTime:
         x0, y0 = batches.get(first)  # the first batch fixes the slots' shape, and is not wasted
         self._first = (first, x0, y0)
         self.shape = (x0.shape, y0.shape, x0.dtype, y0.dtype)
-        self.depth = depth or 2 * workers + 1
+        self.depth = slot_count(workers, x0.nbytes + y0.nbytes, depth)
         self._shms = [(shared_memory.SharedMemory(create=True, size=max(1, x0.nbytes)),
                        shared_memory.SharedMemory(create=True, size=max(1, y0.nbytes))) for _ in range(self.depth)]
         ctx = mp.get_context("fork")  # the workers inherit the data set's index, unpickled
