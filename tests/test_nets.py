@@ -140,3 +140,60 @@ def test_googlenet_trains_its_aux_heads_with_loss_weight_and_tests_on_the_main_h
     assert torch.allclose(criterion((main, aux), y, spec, r), expected)
     with torch.no_grad():
         assert model.eval()(x).shape == (2, 5)
+
+
+def _bn_scale_net(scale_top: str, extra_reader: bool):
+    """conv -> BatchNorm -> Scale (in place or not) -> InnerProduct; optionally a second reader of the BatchNorm."""
+    layers = [
+        {"type": "Convolution", "name": "conv", "num_output": 4, "kernel_size": 3, "pad": 1, "bias_term": False},
+        {"type": "BatchNorm", "name": "bn", "bottom": "conv", "top": "conv" if scale_top == "conv" else "bn"},
+        {"type": "Scale", "name": "scale", "bottom": "conv" if scale_top == "conv" else "bn", "top": scale_top},
+    ]
+    if extra_reader:  # the statistics-only output read again: the pair must not be fused
+        layers += [{"type": "Eltwise", "name": "sum", "bottom": ["bn", scale_top], "operation": "SUM"}]
+    layers += [{"type": "InnerProduct", "name": "fc", "num_output": 3}]
+    return build_spec("bnscale", {"layers": layers}, (2, 6, 6), 3)
+
+
+def _layer_by_layer(net, x):
+    """The net's layers run one by one, each its own module (no BatchNorm+Scale fusion)."""
+    from hpcdl.nets.spec import eltwise
+
+    blobs = {"data": x}
+    for layer in net.spec.layers:
+        ins = [blobs[b] for b in layer.bottom]
+        blobs[layer.top] = (eltwise(layer, ins, torch.maximum) if layer.type == "Eltwise"
+                            else net.layers[layer.name](ins[0]))
+    return blobs[net.spec.output]
+
+
+@pytest.mark.parametrize("scale_top,extra_reader,fused", [("conv", False, 1), ("scaled", False, 1), ("scaled", True, 0)])
+def test_a_batchnorm_and_its_scale_run_as_one_batch_norm_with_the_same_results(scale_top, extra_reader, fused):
+    """Caffe's BatchNorm (statistics) + Scale (gamma, beta) as one affine batch_norm: same outputs, running
+    statistics and gradients, the Scale still owning its parameters; not where another layer reads the
+    statistics-only blob."""
+    from hpcdl.nets.torch_build import _batchnorm_scale_pairs
+
+    spec = _bn_scale_net(scale_top, extra_reader)
+    assert len(_batchnorm_scale_pairs(spec)) == fused
+    torch.manual_seed(0)
+    a = build_torch(spec)
+    with torch.no_grad():
+        a.layers["scale"].weight.uniform_(0.5, 2.0)
+        a.layers["scale"].bias.uniform_(-1.0, 1.0)
+    b = build_torch(spec)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(5, 2, 6, 6)
+    for mode in ("train", "eval"):
+        a.train(mode == "train")
+        b.train(mode == "train")
+        ya, yb = a(x), _layer_by_layer(b, x)
+        torch.testing.assert_close(ya, yb, rtol=1e-5, atol=1e-6)
+        if mode == "train":
+            ya.square().sum().backward()
+            yb.square().sum().backward()
+            for (name, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
+                torch.testing.assert_close(pa.grad, pb.grad, rtol=1e-4, atol=1e-5, msg=name)
+    for key, value in a.state_dict().items():
+        torch.testing.assert_close(value, b.state_dict()[key], msg=key)
+    assert {"layers.scale.weight", "layers.scale.bias"} <= dict(a.named_parameters()).keys()
