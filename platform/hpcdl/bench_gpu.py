@@ -109,8 +109,8 @@ def device_info(device: str = "cuda") -> dict:
 
         from hpcdl.bench import cpu_model
 
-        return {"name": f"{os.cpu_count()} CPUs ({cpu_model()})", "memory_gib": None, "driver": "-", "cuda": None, "cudnn": None,
-                "torch": torch.__version__}
+        return {"name": f"{os.cpu_count()} CPUs ({cpu_model()})", "memory_gib": None, "driver": "-", "cuda": None,
+                "cudnn": None, "torch": torch.__version__}
     props = torch.cuda.get_device_properties(0)
     driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                             capture_output=True, text=True).stdout.strip().splitlines()
@@ -118,17 +118,17 @@ def device_info(device: str = "cuda") -> dict:
             "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "torch": torch.__version__}
 
 
-def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+def _run(what: str, args: list[str], timeout: float) -> subprocess.CompletedProcess:
     """A measuring process; its stderr in the error when it fails (a GPU run is too dear to rerun blind)."""
     proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise RuntimeError(f"bench gpu: {' '.join(args[:3])} ... failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"bench gpu: the {what} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return proc
 
 
 def bare_loop(precision: str, scale: Scale = FULL, device: str = "cuda") -> float:
-    out = _run([sys.executable, "-c", BARE_LOOP, scale.net, device, precision, str(scale.size), str(scale.batch),
-                str(scale.warmup), str(scale.timed)], timeout=1200)
+    args = [scale.net, device, precision, *map(str, (scale.size, scale.batch, scale.warmup, scale.timed))]
+    out = _run(f"{precision} bare loop", [sys.executable, "-c", BARE_LOOP, *args], timeout=1200)
     return json.loads(out.stdout.strip().splitlines()[-1])["images_per_sec"]
 
 
@@ -148,7 +148,8 @@ def trainer(precision: str, work: Path, scale: Scale = FULL, device: str = "cuda
     path = work / f"gpu-{time.monotonic_ns()}.yaml"
     path.write_text(yaml.safe_dump(recipe))
     results = path.with_suffix(".jsonl")
-    _run([sys.executable, "-m", "hpcdl.train", str(path), "--results", str(results)], timeout=1800)
+    _run(f"trainer ({path.name})", [sys.executable, "-m", "hpcdl.train", str(path), "--results", str(results)],
+         timeout=1800)
     steps = [r for r in map(json.loads, results.read_text().splitlines()) if r["event"] == "step"]
     return max(r["images_per_sec_rank"] for r in steps[1:])
 

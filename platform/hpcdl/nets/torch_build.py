@@ -184,6 +184,7 @@ def _batchnorm_scale_pairs(spec: NetSpec) -> dict[int, int]:
     for layer in spec.layers:
         for b in layer.bottom:
             readers[b] = readers.get(b, 0) + 1
+    outputs = {spec.output, *(top for top, _ in spec.aux_outputs)}
     pairs = {}
     for i, (bn, scale) in enumerate(zip(spec.layers, spec.layers[1:])):
         if bn.type != "BatchNorm" or bn.params.get("affine", False) or scale.type != "Scale":
@@ -191,7 +192,7 @@ def _batchnorm_scale_pairs(spec: NetSpec) -> dict[int, int]:
         if scale.bottom != (bn.top,) and list(scale.bottom) != [bn.top]:
             continue
         # in place (Caffe's usual top == bottom), later readers meant the scaled blob anyway
-        if scale.top == bn.top or (readers.get(bn.top) == 1 and bn.top not in (spec.output, *(t for t, _ in spec.aux_outputs))):
+        if scale.top == bn.top or (readers.get(bn.top) == 1 and bn.top not in outputs):
             pairs[i] = i + 1
     return pairs
 
