@@ -189,7 +189,7 @@ def _batchnorm_scale_pairs(spec: NetSpec) -> dict[int, int]:
     for i, (bn, scale) in enumerate(zip(spec.layers, spec.layers[1:])):
         if bn.type != "BatchNorm" or bn.params.get("affine", False) or scale.type != "Scale":
             continue
-        if scale.bottom != (bn.top,) and list(scale.bottom) != [bn.top]:
+        if list(scale.bottom) != [bn.top]:
             continue
         # in place (Caffe's usual top == bottom), later readers meant the scaled blob anyway
         if scale.top == bn.top or (readers.get(bn.top) == 1 and bn.top not in outputs):
