@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from hpcdl.errors import HpcdlError
 from hpcdl.nets import load_net
 from hpcdl.nets.torch_build import build_torch
+from hpcdl.train.cuda_settings import apply_cuda_settings
 from hpcdl.train.data import Batches, centre_crop, load_dataset
 from hpcdl.train.mesh_data import MeshBatches, MeshSamples, inverse_frequency_weights
 from hpcdl.train.ranks import RankInfo
@@ -44,6 +45,9 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
         torch.set_num_threads(threads)
     torch.manual_seed(recipe.random_seed)  # the same initial weights on every rank
     device = choose_device(recipe, me)
+    # the recipe's cudnn_benchmark and tf32, as torch_backend.train applies them: without this a GPU
+    # would run PyTorch's defaults (no cuDNN autotuning, TF32 convolutions even under tf32: highest)
+    cuda_settings = apply_cuda_settings(recipe, device)
     backend = recipe.distributed if recipe.distributed != "auto" else (
         context.get("distributed") or ("nccl" if device.type == "cuda" else "gloo"))
     comm = make_comm(recipe, me, backend)
@@ -85,7 +89,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
         iter=first_iter, plan=context.get("plan_summary"), launcher=me.launcher, binding=context.get("binding"),
         threads=torch.get_num_threads(), image_size=size, spatial_ways=ways, spatial_split=split,
         spatial_grid=[layout.sg.grid.rows, layout.sg.grid.cols], data_parallel_groups=layout.data_groups,
-        class_weights=None if weights is None else [round(float(w), 6) for w in weights],
+        class_weights=None if weights is None else [round(float(w), 6) for w in weights], **cuda_settings,
     )
     results.begin_progress(first_iter, max_iter)
 
