@@ -75,3 +75,16 @@ def test_the_spatial_trainer_applies_the_recipes_gpu_settings_as_the_plain_one_d
     finally:
         writer.close()
     assert seen == [("highest", False, "cpu")]
+
+
+def test_the_gpu_bench_reads_the_driver_version_without_nvidia_smi(tmp_path, monkeypatch):
+    """`tools/gpu-node.sh tests` starts with the GPU bench's rehearsal under `set -e`: a node whose
+    container has the GPU but no nvidia-smi (FileNotFoundError) lost the whole test stage."""
+    from hpcdl.bench_gpu import driver_version
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi on it
+    proc = tmp_path / "version"
+    proc.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.124.06  Wed Feb 26 02:45:00 UTC 2025\n"
+                    "GCC version:  gcc version 12.2.0\n")
+    assert driver_version(str(proc)) == "570.124.06"
+    assert driver_version(str(tmp_path / "absent")) == "?"

@@ -112,10 +112,26 @@ def device_info(device: str = "cuda") -> dict:
         return {"name": f"{os.cpu_count()} CPUs ({cpu_model()})", "memory_gib": None, "driver": "-", "cuda": None,
                 "cudnn": None, "torch": torch.__version__}
     props = torch.cuda.get_device_properties(0)
-    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True).stdout.strip().splitlines()
-    return {"name": props.name, "memory_gib": round(props.total_memory / 2**30, 1), "driver": driver[0] if driver else "?",
+    return {"name": props.name, "memory_gib": round(props.total_memory / 2**30, 1), "driver": driver_version(),
             "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "torch": torch.__version__}
+
+
+def driver_version(proc_file: str = "/proc/driver/nvidia/version") -> str:
+    """The NVIDIA driver's version: nvidia-smi's, else the kernel module's (NVIDIA driver README,
+    "procfs"), else "?". A container can hold the GPU without nvidia-smi (the NVIDIA container
+    toolkit mounts it only with the `utility` capability); that must not stop the run."""
+    try:
+        lines = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=60).stdout.strip().splitlines()
+        if lines and lines[0].strip():
+            return lines[0].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        first = Path(proc_file).read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return "?"
+    return next((w for w in first.split() if w[:1].isdigit() and "." in w), "?")
 
 
 def _run(what: str, args: list[str], timeout: float) -> subprocess.CompletedProcess:
