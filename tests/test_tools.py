@@ -35,3 +35,17 @@ def test_the_gpu_node_runbook_stops_where_pytorch_sees_no_gpu(tmp_path):
     proc = gpu_node("tests", str(tmp_path / "out"))
     assert proc.returncode == 1 and "sees no CUDA GPU here" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_gpu_node_runbook_runs_the_tests_after_a_failed_rehearsal_and_still_fails(tmp_path):
+    """One GPU session is too dear to lose its test results to the bench rehearsal's failure."""
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\ncase "$2" in\n  hpcdl.bench_gpu) echo rehearsal broke; exit 3 ;;\n'
+                    '  pytest) echo tests ran ;;\nesac\nexit 0\n')
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    proc = subprocess.run([str(ROOT / "tools" / "gpu-node.sh"), "tests", str(out)], capture_output=True, text=True,
+                          timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake)})
+    assert proc.returncode != 0 and "rehearsal failed (exit 3)" in proc.stderr
+    assert (out / "gpu-tests.txt").read_text() == "tests ran\n"
+    assert (out / "rehearsal.txt").read_text() == "rehearsal broke\n"

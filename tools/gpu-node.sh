@@ -5,7 +5,7 @@
 #   tools/gpu-node.sh bench OUT   # the GPU section of `make bench`, into docs/performance.md
 #
 # Each stage fits in ten minutes on one H100. Results go to OUT (default ./gpu-results):
-# nvidia-smi.txt, gpu-tests.txt, rehearsal.json for `tests`; performance.md/.json/.png for
+# nvidia-smi.txt, gpu-tests.txt, rehearsal.txt/.json for `tests`; performance.md/.json/.png for
 # `bench` (commit those three into docs/). The node's Python needs torch with CUDA; what it
 # lacks of hpcdl's own needs comes from .whl/ (tools/gpu-wheels.sh fetches them where PyPI is
 # reachable) and is installed under /tmp, never into the node's environment.
@@ -41,10 +41,18 @@ mkdir -p "$out"
 case "$stage" in
 tests)
     nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
-    # every path of the GPU benchmark at toy sizes on the GPU first: seconds, and it fails loudly
-    "$py" -m hpcdl.bench_gpu --rehearsal --device cuda --json "$out/rehearsal.json"
+    # every path of the GPU benchmark at toy sizes on the GPU first: seconds, and it fails loudly;
+    # the tests run whatever it did (a GPU node's minutes are too dear to stop at the first failure)
+    rehearsal=0
+    "$py" -m hpcdl.bench_gpu --rehearsal --device cuda --json "$out/rehearsal.json" 2>&1 |
+        tee "$out/rehearsal.txt" || rehearsal=$?
+    tests=0
     "$py" -m pytest -m gpu -p no:cacheprovider -q -rA tests/test_gpu.py tests/test_optim.py tests/test_feed.py \
-        tests/test_dali_feed.py 2>&1 | tee "$out/gpu-tests.txt"
+        tests/test_dali_feed.py 2>&1 | tee "$out/gpu-tests.txt" || tests=$?
+    if [ "$rehearsal" -ne 0 ]; then
+        echo "gpu-node: the GPU bench rehearsal failed (exit $rehearsal): $out/rehearsal.txt" >&2
+    fi
+    [ "$rehearsal" -eq 0 ] && [ "$tests" -eq 0 ]
     ;;
 bench)
     "$py" -m hpcdl.bench --only gpu --out docs/performance.md
