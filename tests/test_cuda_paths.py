@@ -88,3 +88,24 @@ def test_the_gpu_bench_reads_the_driver_version_without_nvidia_smi(tmp_path, mon
                     "GCC version:  gcc version 12.2.0\n")
     assert driver_version(str(proc)) == "570.124.06"
     assert driver_version(str(tmp_path / "absent")) == "?"
+
+
+def test_the_collectives_probe_drives_the_gpu_the_trainer_drives(monkeypatch):
+    """Where every rank sees the node's GPUs the plan names each rank's (HPCDL_GPU): the trainer
+    took it, the validation's NCCL probe took the local rank's, so a plan that spreads 2 ranks
+    over a 4-GPU node's sockets (GPUs 0 and 2) had the probe time GPUs 0 and 1 instead."""
+    import torch.distributed as dist
+
+    from hpcdl.train.ranks import gpu_index
+    from hpcdl.validate import probes
+
+    me = RankInfo(1, 2, 1, "srun")
+    assert gpu_index(me, 4, {"HPCDL_GPU": "2"}) == 2
+    assert gpu_index(me, 4, {}) == 1 and gpu_index(me, 1, {}) == 0  # one GPU left visible per rank
+    chosen = []
+    monkeypatch.setenv("HPCDL_GPU", "2")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: None)
+    probes._init_torch_distributed(me, "nccl")
+    assert chosen == [2]

@@ -40,6 +40,16 @@ def rank_info(environ: dict[str, str] | None = None) -> RankInfo:
     return RankInfo(0, 1, 0, "none")
 
 
+def gpu_index(me: RankInfo, count: int, environ: dict[str, str] | None = None) -> int:
+    """The GPU this rank drives among the `count` it sees: the plan's (HPCDL_GPU, set where every
+    rank sees the whole node's GPUs: profile launch.gpu_visibility: node), else its local rank's
+    (the launcher left one GPU per rank visible, or none was planned)."""
+    env = os.environ if environ is None else environ
+    chosen = env.get("HPCDL_GPU", "").split(",")[0]
+    index = int(chosen) if chosen.isdigit() else me.local_rank
+    return index % max(1, count)
+
+
 def process_group_backend(backend: str) -> str:
     """What `torch.distributed.init_process_group` is given for the run's backend.
 

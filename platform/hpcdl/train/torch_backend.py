@@ -31,7 +31,7 @@ from hpcdl.train.feed import AheadOfTime, DeviceFeed, default_workers
 from hpcdl.train.gradients import GradientLag, ddp_kwargs, register_compression
 from hpcdl.train.optim import CaffeSGD, ParamSlot
 from hpcdl.train.update_rule import caffe_clip_bound
-from hpcdl.train.ranks import RankInfo, process_group_backend
+from hpcdl.train.ranks import RankInfo, gpu_index, process_group_backend
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
 from hpcdl.train.schedule import Schedule
@@ -129,11 +129,7 @@ def choose_device(recipe: Recipe, me: RankInfo) -> torch.device:
     if recipe.device == "cuda" or (recipe.device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise HpcdlError("device: cuda asked for, but PyTorch sees no GPU here")
-        # HPCDL_GPU: the plan's GPU for this rank where every rank sees the whole node's GPUs
-        # (profile launch.gpu_visibility: node); else the launcher left one GPU per rank visible
-        chosen = os.environ.get("HPCDL_GPU", "").split(",")[0]
-        index = int(chosen) if chosen.isdigit() else me.local_rank
-        device = torch.device("cuda", index % torch.cuda.device_count())
+        device = torch.device("cuda", gpu_index(me, torch.cuda.device_count()))
         torch.cuda.set_device(device)
         return device
     return torch.device("cpu")

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from hpcdl.train.ranks import RankInfo, process_group_backend, rank_info
+from hpcdl.train.ranks import RankInfo, gpu_index, process_group_backend, rank_info
 
 # the module that proves a framework is importable, as named in `expect.frameworks`
 FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet", "horovod": "horovod"}
@@ -42,10 +42,10 @@ def _init_torch_distributed(me: RankInfo, backend: str):
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")
-    if backend == "nccl":  # each rank on its own GPU before NCCL's communicator is made
+    if backend == "nccl":  # each rank on its own GPU before NCCL's communicator is made: the trainer's
         import torch
 
-        torch.cuda.set_device(me.local_rank % max(1, torch.cuda.device_count()))
+        torch.cuda.set_device(gpu_index(me, torch.cuda.device_count()))
     dist.init_process_group(process_group_backend(backend), rank=me.rank, world_size=me.world_size,
                             timeout=_dt.timedelta(seconds=180))
     return dist
@@ -214,7 +214,7 @@ def _slowest(dist, seconds: float) -> float:
 def _torch_allreduce(dist, me: RankInfo, use_gpu: bool):
     import torch
 
-    device = torch.device(f"cuda:{me.local_rank % max(1, torch.cuda.device_count())}") if use_gpu else torch.device("cpu")
+    device = torch.device("cuda", gpu_index(me, torch.cuda.device_count())) if use_gpu else torch.device("cpu")
 
     def sync():
         if use_gpu:
