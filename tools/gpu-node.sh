@@ -5,7 +5,7 @@
 #   tools/gpu-node.sh bench OUT   # the GPU section of `make bench`, into docs/performance.md
 #
 # Each stage fits in ten minutes on one H100. Results go to OUT (default ./gpu-results):
-# nvidia-smi.txt, gpu-tests.txt, rehearsal.txt/.json for `tests`; performance.md/.json/.png for
+# nvidia-smi.txt, dev-shm.txt, gpu-tests.txt, rehearsal.txt/.json for `tests`; performance.md/.json/.png for
 # `bench` (commit those three into docs/). The node's Python needs torch with CUDA; what it
 # lacks of hpcdl's own needs comes from .whl/ (tools/gpu-wheels.sh fetches them where PyPI is
 # reachable) and is installed under /tmp, never into the node's environment.
@@ -41,6 +41,10 @@ mkdir -p "$out"
 case "$stage" in
 tests)
     nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
+    # the bench stage's decode workers hold ResNet-50 batches (154 MB each) in /dev/shm and refuse
+    # to start with less than two of them in half its free space: a container's default 64 MB
+    # would fail that stage, so the tests stage says how much there is, ahead of it
+    df -h /dev/shm > "$out/dev-shm.txt" 2>&1 || true
     # every path of the GPU benchmark at toy sizes on the GPU first: seconds, and it fails loudly;
     # the tests run whatever it did (a GPU node's minutes are too dear to stop at the first failure)
     rehearsal=0
