@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import RECIPES, hpcdl, require_tool
-from framework_tools import final_record, require_horovod, run
+from framework_tools import final_record, records, require_horovod, run
 
 # 2 ranks x batch 32: 200 iterations are about 9 epochs of the 1,437 training digits
 ITERS = "200"
@@ -55,6 +55,27 @@ def test_horovod_over_mpi_with_fp16_compression_trains_two_ranks_with_equal_weig
     assert final["horovod_controller"] == "mpi" and final["fp16_allreduce"] is True
     assert final["accuracy"] >= ACCURACY
     assert final["weights_equal"], final["weights_digest_by_rank"]
+
+
+@pytest.mark.parametrize("precision,channels_last", [("bf16", True), ("fp16", False)])
+def test_horovod_trains_in_the_recipes_precision_and_memory_format_on_the_ranks_device(tmp_path, precision,
+                                                                                      channels_last):
+    """device, precision (fp16 with loss scaling) and channels_last reach the Horovod path as the torch.distributed
+    one (they were ignored: a GPU site's --dist horovod job trained fp32 on the CPU); one rank, 3 steps."""
+    import yaml
+
+    require_horovod()
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "name": "hvd", "net": "cifar10_quick", "batch_size": 8, "base_lr": 0.01, "max_iter": 3, "display": 1,
+        "precision": precision, "channels_last": channels_last,
+        "data": {"source": "synthetic", "synthetic_samples": 64, "image_size": 32, "num_classes": 10}}))
+    results = tmp_path / "r.jsonl"
+    run([sys.executable, "-m", "hpcdl.train", recipe, "--dist", "horovod", "--results", results])
+    start = next(r for r in records(results) if r["event"] == "start")
+    assert (start["device"], start["precision"], start["channels_last"]) == ("cpu", precision, channels_last)
+    steps = [r for r in records(results) if r["event"] == "step"]
+    assert len(steps) == 3 and all(r["loss"] == r["loss"] for r in steps)  # not NaN
 
 
 def test_horovod_with_tensorflow_is_refused_naming_the_upstream_problem(tmp_path):

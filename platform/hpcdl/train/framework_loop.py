@@ -121,6 +121,7 @@ def run_loop(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict
         "start", net=spec.name, parameters=spec.parameter_count, data=data.name, ranks=me.world_size,
         nodes=context.get("nodes", 1), global_batch=global_batch, max_iter=max_iter, site=context.get("site"),
         framework=trainer.framework, distributed=context.get("distributed"), resumed_from=start_iter or None,
+        **(trainer.start_fields() if hasattr(trainer, "start_fields") else {}),
     )
 
     order = epoch_order(n_train, epoch, recipe.random_seed, me.rank, me.world_size)

@@ -23,7 +23,7 @@ from hpcdl.errors import HpcdlError
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
-from hpcdl.train.torch_backend import criterion
+from hpcdl.train.torch_backend import choose_device, criterion
 
 
 def import_horovod():
@@ -57,9 +57,20 @@ class HorovodTrainer:
 
     framework = "pytorch"
 
-    def __init__(self, hvd, model: torch.nn.Module, recipe: Recipe, fp16_allreduce: bool, spec=None):
-        from hpcdl.train.torch_backend import caffe_sgd
+    def __init__(self, hvd, model: torch.nn.Module, recipe: Recipe, fp16_allreduce: bool, spec=None,
+                 device: torch.device | None = None):
+        from hpcdl.train.cuda_settings import apply_cuda_settings
+        from hpcdl.train.torch_backend import Precision, caffe_sgd
 
+        # the rank's device, memory format, precision and GPU settings, as the torch.distributed trainer's
+        self.device = device or torch.device("cpu")
+        self.memory_format = torch.channels_last if recipe.channels_last else torch.contiguous_format
+        self.cuda_settings = apply_cuda_settings(recipe, self.device)
+        self.precision = Precision(recipe, self.device)
+        # the parameters stay contiguous: Horovod's collectives take only `is_contiguous()` tensors
+        # (horovod/torch/mpi_ops.py _check_function), which channels_last weights and their gradients
+        # are not; channels_last inputs still get the NHWC convolutions (PyTorch follows the input)
+        model = model.to(device=self.device)
         self.hvd, self.model, self.recipe = hvd, model, recipe
         self.spec = spec if spec is not None else getattr(model, "spec", None)
         carrier = torch.optim.SGD(model.parameters(), lr=0.0)  # holds Horovod's hooks; never stepped
@@ -72,22 +83,35 @@ class HorovodTrainer:
         self.optimizer = caffe_sgd(model, recipe)
         self._calls = 0
 
+    def start_fields(self) -> dict:
+        """What the start record says of the rank's device, as the torch.distributed trainer's does."""
+        return {"device": str(self.device), "precision": self.recipe.precision,
+                "channels_last": self.recipe.channels_last, **self.cuda_settings}
+
+    def _tensor(self, a: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(a).to(self.device)
+        return t.contiguous(memory_format=self.memory_format) if t.dim() == 4 else t
+
     def train_step(self, xs, ys, lr, read=True):  # the loss is read in any case (one .item() per micro-batch)
         self.model.train()
         self.allreduce.zero_grad()
         total = 0.0
         for k in range(len(xs)):
-            loss = criterion(self.model(torch.from_numpy(xs[k])), torch.from_numpy(ys[k]), self.spec, self.recipe) / len(xs)
-            loss.backward()
+            with self.precision.autocast():
+                loss = criterion(self.model(self._tensor(xs[k])), self._tensor(ys[k]), self.spec, self.recipe) / len(xs)
+            self.precision.backward(loss)
             total += float(loss.item())
         self.allreduce.synchronize()  # the gradients, averaged over the ranks, are in .grad now
-        self.optimizer.step(lr)
+        # every rank sees the same averaged gradients, so every rank takes (or skips) the step alike
+        if self.precision.unscale_and_check(self.optimizer):
+            self.optimizer.step(lr)
         return total
 
     @torch.no_grad()
     def predict(self, x):
         self.model.eval()
-        return self.model(torch.from_numpy(x)).numpy()
+        with self.precision.autocast():
+            return self.model(self._tensor(x)).float().cpu().numpy()
 
     def _name(self, what: str) -> str:
         self._calls += 1  # Horovod matches collectives across ranks by name
@@ -102,13 +126,15 @@ class HorovodTrainer:
         return float(gathered.max())
 
     def weights(self):
-        return [p.detach().numpy() for p in self.model.parameters()]
+        return [p.detach().cpu().numpy() for p in self.model.parameters()]
 
     def state(self):
-        arrays = {f"p:{k}": v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+        arrays = {f"p:{k}": v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
         for i, v in enumerate(self.optimizer.velocity):
-            arrays[f"m:{i}"] = v.detach().numpy().copy()  # Caffe's history, the rate inside
+            arrays[f"m:{i}"] = v.detach().cpu().numpy().copy()  # Caffe's history, the rate inside
         arrays["m_last_lr"] = np.float64(np.nan if self.optimizer.last_lr is None else self.optimizer.last_lr)
+        for key, value in self.precision.state_dict().items():  # fp16's loss scale goes on where it was
+            arrays[f"precision:{key}"] = np.float64(value)
         return arrays
 
     def load_state(self, arrays):
@@ -118,6 +144,10 @@ class HorovodTrainer:
                 v.copy_(torch.from_numpy(arrays[f"m:{i}"]))
         last = arrays.get("m_last_lr")
         self.optimizer.last_lr = None if last is None or np.isnan(last) else float(last)
+        saved = {k.split(":", 1)[1]: float(v) for k, v in arrays.items() if k.startswith("precision:")}
+        if saved:
+            self.precision.load_state_dict({"scale": saved["scale"], "good_steps": int(saved.get("good_steps", 0)),
+                                            "skipped": int(saved.get("skipped", 0))})
 
 
 def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:
@@ -150,10 +180,11 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
         from hpcdl.caffe.weights import read_caffemodel, to_torch
 
         to_torch(model, read_caffemodel(recipe.weights))  # Caffe's --weights
+    device = choose_device(recipe, me)  # the plan's GPU for this rank (HPCDL_GPU), else its local rank's
     fp16 = os.environ.get("HPCDL_FP16_ALLREDUCE", "0") == "1" or recipe.gradient_compression == "fp16"
     if recipe.gradient_compression == "bf16":
         raise HpcdlError("gradient_compression: bf16 is not one of Horovod's compressions (hvd.Compression.fp16 is)")
-    trainer = HorovodTrainer(hvd, model, recipe, fp16)
+    trainer = HorovodTrainer(hvd, model, recipe, fp16, device=device)
     context = {**context, "distributed": "horovod"}
 
     def horovod_settings() -> dict:
