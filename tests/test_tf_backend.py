@@ -126,3 +126,50 @@ def test_a_recipe_rule_the_backend_lacks_is_refused_naming_the_field():
         refuse_unsupported(SimpleNamespace(name="lag", gradient_lag=True), "tensorflow")
     with pytest.raises(HpcdlError, match="type: 'LARS'.*horovod"):
         refuse_unsupported(SimpleNamespace(name="lars", type="LARS"), "pytorch with horovod")
+
+
+class _Config:
+    """tf.config's two device calls over a list of GPU names (no GPU exists on the CI machine)."""
+
+    def __init__(self, gpus):
+        self.gpus = [type("PhysicalDevice", (), {"name": g})() for g in gpus]
+        self.visible = list(self.gpus)
+
+    def list_physical_devices(self, kind):
+        return list(self.gpus) if kind == "GPU" else []
+
+    def set_visible_devices(self, devices, kind):
+        self.visible = devices if isinstance(devices, list) else [devices]
+
+
+@pytest.mark.parametrize("env,device,gpus,chosen,visible", [
+    ({"HPCDL_GPU": "2"}, "auto", 4, "/physical_device:GPU:2", 1),   # every rank sees the node's GPUs: the plan's
+    ({}, "auto", 4, "/physical_device:GPU:1", 1),                   # else the local rank's
+    ({}, "auto", 1, "/physical_device:GPU:0", 1),                   # the launcher left one visible
+    ({}, "cpu", 2, "cpu", 0),                                       # device: cpu hides them
+    ({}, "auto", 0, "cpu", 0),
+])
+def test_a_tensorflow_rank_sees_one_gpu_the_plans_or_its_local_ranks(monkeypatch, env, device, gpus, chosen, visible):
+    from hpcdl.train.recipe import recipe_from_dict
+    from hpcdl.train.tf_backend import select_device
+
+    for key in ("HPCDL_GPU",):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    config = _Config([f"/physical_device:GPU:{i}" for i in range(gpus)])
+    tf = type("tf", (), {"config": config})
+    recipe = recipe_from_dict({"name": "r", "net": "cifar10_quick", "batch_size": 4, "base_lr": 0.1, "max_iter": 1,
+                               "device": device}, "r")
+    assert select_device(tf, recipe, RankInfo(5, 8, 1, "srun")) == chosen
+    assert len(config.visible) == visible
+
+
+def test_a_tensorflow_rank_asked_for_cuda_without_a_gpu_is_refused():
+    from hpcdl.train.recipe import recipe_from_dict
+    from hpcdl.train.tf_backend import select_device
+
+    recipe = recipe_from_dict({"name": "r", "net": "cifar10_quick", "batch_size": 4, "base_lr": 0.1, "max_iter": 1,
+                               "device": "cuda"}, "r")
+    with pytest.raises(HpcdlError, match="^device: cuda asked for, but TensorFlow sees no GPU here$"):
+        select_device(type("tf", (), {"config": _Config([])}), recipe, RankInfo(0, 1, 0, "none"))

@@ -18,7 +18,7 @@ import socket
 import numpy as np
 
 from hpcdl.errors import HpcdlError
-from hpcdl.train.ranks import RankInfo
+from hpcdl.train.ranks import RankInfo, gpu_index
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
 
@@ -155,6 +155,27 @@ def configure_threads(tf, intra: int, inter: int) -> None:
             tf.config.threading.set_inter_op_parallelism_threads(inter)
     except RuntimeError:
         pass
+
+
+def select_device(tf, recipe: Recipe, me: RankInfo) -> str:
+    """The one device this rank trains on, made the only one TensorFlow sees; before its runtime starts.
+
+    A worker of MultiWorkerMirroredStrategy mirrors its model over every GPU it sees, so
+    where each rank sees the whole node's GPUs (profile launch.gpu_visibility: node) every
+    rank would use all of them: keep the plan's GPU (HPCDL_GPU), else the local rank's, as
+    the PyTorch trainer does. `device: cpu` hides the GPUs; `cuda` without one is refused.
+    """
+    gpus = tf.config.list_physical_devices("GPU")
+    if recipe.device == "cpu" or (recipe.device == "auto" and not gpus):
+        if gpus:
+            tf.config.set_visible_devices([], "GPU")
+        return "cpu"
+    if not gpus:
+        raise HpcdlError("device: cuda asked for, but TensorFlow sees no GPU here")
+    gpu = gpus[gpu_index(me, len(gpus))]
+    if len(gpus) > 1:
+        tf.config.set_visible_devices(gpu, "GPU")
+    return gpu.name
 
 
 # --- training ---------------------------------------------------------------------------
@@ -325,6 +346,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     from hpcdl.train.framework_loop import run_loop
 
     configure_threads(tf, *thread_counts(os.environ))
+    device = select_device(tf, recipe, me)
     if me.world_size > 1:
         strategy = tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=tf.distribute.experimental.CommunicationOptions(
@@ -353,6 +375,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
             to_keras(model, spec, read_caffemodel(recipe.weights))  # Caffe's --weights
     trainer = KerasTrainer(tf, keras, strategy, model, recipe, me, from_logits=spec.layers[-1].type != "Softmax",
                            multipliers=keras_multipliers(model, spec), aux_weights=tuple(w for _, w in spec.aux_outputs))
+    trainer.start_fields = lambda: {"device": device, "precision": recipe.precision}
     pools = {"intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
              "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
     return run_loop(recipe, me, results, context, data, spec, trainer, final_fields=lambda: pools)
