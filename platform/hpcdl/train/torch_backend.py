@@ -250,6 +250,8 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
             break
 
     feed.close()
+    if lag is not None:
+        lag.wait()  # the last step's allreduce, still in flight where no snapshot waited for it
     preempted = book.preempted
     summary = dict(
         **book.totals(done, time.perf_counter() - started),
