@@ -85,11 +85,15 @@ def test_a_cpu_rank_is_refused_before_the_data_set_is_read(tmp_path):
 
 
 def test_without_dali_installed_one_line_says_what_to_install(monkeypatch):
+    from hpcdl.train.dali_feed import dali_package
+
+    assert (dali_package("12.8"), dali_package("13.0")) == ("nvidia-dali-cuda120", "nvidia-dali-cuda130")
+    wheel = dali_package()  # for this PyTorch's CUDA (cuda120 for a CPU build)
     monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # an import of it fails, installed or not
-    with pytest.raises(HpcdlError, match="pip install nvidia-dali-cuda120"):
+    with pytest.raises(HpcdlError, match=f"pip install {wheel} "):
         import_dali()
     if torch.cuda.is_available():
-        with pytest.raises(HpcdlError, match="nvidia-dali-cuda120"):
+        with pytest.raises(HpcdlError, match=wheel):
             check_device(torch.device("cuda", 0))
 
 

@@ -291,7 +291,7 @@ def gpu_rows(scale: Scale = FULL, device: str = "cuda") -> dict:
 
 #: the optional GPU JPEG decoder has no figure yet: it needs its own wheel on the GPU node
 DALI_NOTE = ("NVIDIA DALI (`data.loader: dali`, JPEGs decoded on the GPU) against hpcdl's decode workers on the same "
-             "folder is still to be measured: it needs DALI on the GPU node (`pip install nvidia-dali-cuda120`), "
+             "folder is still to be measured: it needs DALI on the GPU node (`pip install nvidia-dali-cuda120` or `-cuda130`), "
              "which hpcdl does not install.")
 
 

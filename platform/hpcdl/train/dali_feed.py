@@ -7,12 +7,13 @@ generator in the same order as `Batches.get`, and DALI's `external_source` is fe
 DALI then decodes on the GPU (`decoders.image`, device "mixed": nvJPEG), resizes the
 shorter side and cuts the centre square, and applies the crop, flip and normalisation
 (`crop_mirror_normalize`). So a resumed run draws the same images with the same crops and
-flips; the pixel values differ from Pillow's by the resampling filter (DALI's cubic against
-Pillow's bicubic, and where a side rounds to the other pixel).
+flips; both resize bilinearly, but the pixel values differ slightly from Pillow's (another
+filter implementation and JPEG decoder, and where a side rounds to the other pixel).
 
 DALI is not part of hpcdl's install (its wheel is several hundred MB): `pip install
-nvidia-dali-cuda120` (CUDA 12) on the GPU nodes. A recipe that asks for it where it is
-missing, or on a rank without a GPU, is refused with one line naming `data.loader`.
+nvidia-dali-cuda120` or `nvidia-dali-cuda130` on the GPU nodes, for the CUDA major version
+PyTorch was built with (NVIDIA's DALI installation guide). A recipe that asks for it where
+it is missing, or on a rank without a GPU, is refused with one line naming `data.loader`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ import numpy as np
 from hpcdl.errors import HpcdlError
 from hpcdl.train.data import IMAGENET_MEAN, IMAGENET_STD, Batches, FileImages, epoch_order
 
-DALI_PACKAGE = "nvidia-dali-cuda120"
+def dali_package(cuda: str | None = None) -> str:
+    """DALI's wheel for a CUDA version (NVIDIA publishes nvidia-dali-cuda120 and -cuda130); PyTorch's by default."""
+    if cuda is None:
+        import torch
+
+        cuda = torch.version.cuda
+    major = (cuda or "12").split(".")[0]
+    return f"nvidia-dali-cuda{major}0"
 
 
 def import_dali():
@@ -35,7 +43,7 @@ def import_dali():
     except ImportError as exc:
         raise HpcdlError(
             f"data.loader: dali needs NVIDIA DALI, which is not installed here ({exc}); install it on the GPU nodes "
-            f"with pip install {DALI_PACKAGE} (CUDA 12), or use data.loader: hpcdl"
+            f"with pip install {dali_package()} (for PyTorch's CUDA), or use data.loader: hpcdl"
         ) from None
     return dali
 

@@ -40,7 +40,7 @@ class DataSpec(_Strict):
     workers: int | None = Field(default=None, ge=0, description="decode processes per rank; default: the rank's cores - 1 on a GPU, 0 on a CPU")
     loader: Literal["hpcdl", "dali"] = Field(
         default="hpcdl", description="hpcdl: Pillow in worker processes; dali: NVIDIA DALI decodes JPEGs on the GPU "
-                                     "(PyTorch on CUDA, image files; pip install nvidia-dali-cuda120)")
+                                     "(PyTorch on CUDA, image files; pip install nvidia-dali-cuda120 or -cuda130)")
     # Caffe's transform_param: pixels 0-255 (BGR for image files, as cv::imread reads them;
     # CIFAR-10's binary order as convert_cifar_data stores it) minus the mean, times scale.
     # hpcdl's own: pixels / 255 standardised by the data set's channel mean and std.
