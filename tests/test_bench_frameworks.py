@@ -1,4 +1,4 @@
-"""The TensorFlow/MXNet benchmark rows render for docs/performance.md (the timing itself is `make bench`)."""
+"""The PyTorch/TensorFlow/MXNet benchmark rows render for docs/performance.md (the timing itself is `make bench`)."""
 
 from __future__ import annotations
 
@@ -27,12 +27,17 @@ def test_rows_of_an_earlier_bench_still_render():
     assert "| tensorflow | cifar10_quick | - | 32 | - | 1266.8 | 1356.7 | **0.934** | - | -, - |" in text
 
 
-def test_trainer_and_bare_loop_windows_alternate_in_one_tensorflow_process(monkeypatch):
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_trainer_and_bare_loop_windows_alternate_in_one_process(monkeypatch, framework):
     """A tiny real run: one bare window after each of the trainer's display records, the warm-up pair dropped."""
+    import torch
+
     for name in ("OMP_NUM_THREADS", "HPCDL_INTRA_OP_THREADS", "HPCDL_INTER_OP_THREADS", "TF_CPP_MIN_LOG_LEVEL",
                  "MXNET_CPU_WORKER_NTHREADS"):
         monkeypatch.setenv(name, os.environ.get(name, "1"))
-    row = measure("tensorflow", [Case("cifar10_quick", 16, 4, window=1, windows=3)])[0]
+    threads = torch.get_num_threads()
+    row = measure(framework, [Case("cifar10_quick", 16, 4, window=1, windows=3)])[0]
+    torch.set_num_threads(threads)  # measure() sized this test process's pool
     assert len(row["trainer_windows_s"]) == len(row["bare_windows_s"]) == row["windows"] == 3
     assert row["trainer_images_per_sec"] > 0 and row["bare_images_per_sec"] > 0
     assert row["ratio"] == pytest.approx(row["trainer_images_per_sec"] / row["bare_images_per_sec"], rel=0.01)

@@ -8,7 +8,8 @@
 3. 2 ranks x 1 thread vs 1 rank x 2 threads at the same global batch (cifar10_quick);
 4. spatial vs sample parallelism at a fixed mini-batch (the mesh net), and the activation
    memory per rank at 1, 2 and 4 ways.
-5. the TensorFlow and MXNet trainers against their bare loops (hpcdl.bench_frameworks);
+5. the PyTorch, TensorFlow and MXNet trainers against their bare loops, window by window in one
+   process, in CPU seconds (hpcdl.bench_frameworks);
 6. on a GPU node, ResNet-50, the JPEG pipeline and LARC (hpcdl.bench_gpu); skipped elsewhere.
 
 `--only frameworks` or `--only gpu` measures that section alone and keeps the other
@@ -247,7 +248,7 @@ def run(out: Path, quick: bool = False, frameworks: bool = True) -> dict:
     if frameworks:
         from hpcdl.bench_frameworks import framework_rows
 
-        print("bench: TensorFlow and MXNet trainers vs bare loops", flush=True)
+        print("bench: PyTorch, TensorFlow and MXNet trainers vs bare loops, interleaved", flush=True)
         results["frameworks"] = framework_rows()
     results["gpu"] = _gpu_section()
     results["load_after"] = load()
@@ -329,7 +330,10 @@ def write_report(r: dict, out: Path) -> None:
         "The bare loop is the few lines everyone writes: `torch.optim.SGD`, a random in-memory",
         "batch, forward, backward, step. The trainer adds Caffe's solver (lr_mult/decay_mult,",
         "momentum inside the velocity), schedule, the stop-signal check, display records and",
-        "timing. Both build the same `hpcdl.nets` model; synthetic data, fp32.",
+        "timing. Both build the same `hpcdl.nets` model; synthetic data, fp32. Here each side is its own",
+        "process, timed in wall seconds, so the machine's load moves a ratio by a few per cent from run to",
+        "run; the interleaved section further down times both sides in one process, window by window, in",
+        "CPU seconds, which that load does not inflate.",
         "",
         "| net | image | batch | threads | bare loop img/s | trainer img/s | trainer / bare |",
         "| --- | --- | --- | --- | --- | --- | --- |",

@@ -1,4 +1,4 @@
-"""Benchmark rows for the TensorFlow and MXNet backends: the trainer against a bare loop.
+"""Benchmark rows for the PyTorch, TensorFlow and MXNet backends: the trainer against a bare loop.
 
 For each framework and net, in one process: the bundled trainer trains a recipe while a
 bare training loop written directly in that framework (same net, batch, images, SGD with
@@ -14,7 +14,7 @@ framework is measured in a child process of the right Python.
     rows = framework_rows()           # list of dicts, one per framework and net
     text = markdown_table(rows)       # a section for docs/performance.md
 
-or `python -m hpcdl.bench_frameworks --framework tensorflow` for that framework's rows as JSON.
+or `python -m hpcdl.bench_frameworks --framework pytorch` for that framework's rows as JSON.
 """
 
 from __future__ import annotations
@@ -76,6 +76,34 @@ def _images(case: Case):
     return data.train.images, data.train.labels
 
 
+def bare_pytorch(case: Case):
+    """The few lines everyone writes: torch.optim.SGD, a random in-memory batch per step."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from hpcdl.nets import load_net
+    from hpcdl.nets.torch_build import build_torch
+
+    torch.manual_seed(1)
+    model = build_torch(load_net(case.net, num_classes=10, image_size=case.size))
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+    images, labels = _images(case)
+    rng = np.random.default_rng(1)
+    model.train()
+
+    def window():
+        for _ in range(case.window):
+            idx = rng.integers(0, len(images), case.batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(torch.from_numpy(images[idx])), torch.from_numpy(labels[idx]))
+            loss.backward()
+            optimizer.step()
+        return float(loss.detach())  # one read per window, as the trainer's display record
+
+    return window
+
+
 def bare_tensorflow(case: Case):
     """The few lines everyone writes: Keras SGD, a compiled step, a random in-memory batch per step."""
     import numpy as np
@@ -101,7 +129,7 @@ def bare_tensorflow(case: Case):
         for _ in range(case.window):
             idx = rng.integers(0, len(images), case.batch)
             loss = step(tf.constant(images[idx]), tf.constant(labels[idx]))
-        return float(loss)  # one read per window, as the trainer's display record
+        return float(loss.detach())  # one read per window, as the trainer's display record
 
     return window
 
@@ -137,6 +165,9 @@ def bare_mxnet(case: Case):
     return window
 
 
+BARE = {"pytorch": bare_pytorch, "tensorflow": bare_tensorflow, "mxnet": bare_mxnet}
+
+
 def measure_case(framework: str, case: Case) -> dict:
     """Trainer and bare loop windows, interleaved in this process (which must import the framework)."""
     from hpcdl.train.main import backend_for
@@ -150,7 +181,11 @@ def measure_case(framework: str, case: Case) -> dict:
         from hpcdl.train.tf_backend import configure_threads, thread_counts
 
         configure_threads(tf, *thread_counts(os.environ))
-    bare_window = (bare_tensorflow if framework == "tensorflow" else bare_mxnet)(case)
+    elif framework == "pytorch":  # the trainer's ranks get their count from the plan; one pool for both here
+        import torch
+
+        torch.set_num_threads(int(os.environ["HPCDL_INTRA_OP_THREADS"]))
+    bare_window = BARE[framework](case)
     bare_window()  # tracing and first allocations, before any window is timed
     trainer_s: list[float] = []
     bare_s: list[float] = []
@@ -197,8 +232,9 @@ def measure(framework: str, cases=CASES) -> list[dict]:
 
 
 def framework_rows(mxnet_python: str | None = None) -> list[dict]:
-    """TensorFlow (this venv) and MXNet (.venv-mxnet) rows, each framework from a child process."""
-    pythons = {"tensorflow": sys.executable, "mxnet": mxnet_python or str(ROOT / ".venv-mxnet" / "bin" / "python")}
+    """PyTorch and TensorFlow (this venv) and MXNet (.venv-mxnet) rows, each framework from a child process."""
+    pythons = {"pytorch": sys.executable, "tensorflow": sys.executable,
+               "mxnet": mxnet_python or str(ROOT / ".venv-mxnet" / "bin" / "python")}
     rows = []
     for framework, python in pythons.items():
         load = os.getloadavg()  # uptime's 1, 5 and 15 minute load averages, before and after
@@ -218,13 +254,13 @@ def framework_rows(mxnet_python: str | None = None) -> list[dict]:
 
 def markdown_table(rows: list[dict]) -> str:
     lines = [
-        "## TensorFlow and MXNet: trainer against a bare loop",
+        "## PyTorch, TensorFlow and MXNet: trainer against a bare loop, interleaved",
         "",
         "One process per framework. The trainer trains the recipe (synthetic images, SGD with momentum 0.9 and "
         "weight decay 0.0005, a display record every window) while, at each display record, a bare loop written "
         "directly in the framework runs one window of its own: the same net, batch and images (a random batch "
-        "from memory each step), SGD with the same momentum and weight decay (Keras' SGD with a `tf.function` "
-        "step; Gluon's Trainer on a net hybridized with static_alloc and static_shape), its loss read once per "
+        "from memory each step), SGD with the same momentum and weight decay (torch.optim.SGD; Keras' SGD with a "
+        "`tf.function` step; Gluon's Trainer on a net hybridized with static_alloc and static_shape), its loss read once per "
         "window. Trainer and bare loop thus alternate window by window; each is timed in the process's CPU "
         "seconds, which other work on a shared machine does not inflate, and each side's figure is its best "
         "window after a first one of warm-up (the median ratio beside it). One thread each. The load averages "
@@ -255,7 +291,7 @@ def _load(values) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpcdl.bench_frameworks")
-    parser.add_argument("--framework", choices=("tensorflow", "mxnet"), help="measure its rows here, print JSON")
+    parser.add_argument("--framework", choices=("pytorch", "tensorflow", "mxnet"), help="measure its rows here, print JSON")
     parser.add_argument("--net", choices=[c.net for c in CASES], help="only this net")
     args = parser.parse_args(argv)
     if args.framework:
