@@ -186,10 +186,12 @@ class KerasTrainer:
     framework = "tensorflow"
 
     def __init__(self, tf, keras, strategy, model, recipe: Recipe, me: RankInfo, from_logits: bool,
-                 multipliers: list[tuple[float, float]] | None = None, aux_weights: tuple[float, ...] = ()):
+                 multipliers: list[tuple[float, float]] | None = None, aux_weights: tuple[float, ...] = (),
+                 device: str = "cpu"):
         from hpcdl.train.update_rule import SGDRule
 
         self.tf, self.strategy, self.model = tf, strategy, model
+        self.device, self.precision = device, recipe.precision  # select_device's choice, for the start record
         self.rank, self.world_size = me.rank, me.world_size
         world_size = me.world_size
         self.variables = list(model.trainable_variables)
@@ -267,6 +269,9 @@ class KerasTrainer:
 
         self._step_and_update = step_and_update
         self._scalars = (None, None)  # (scale, lr, correction) and its tensor, made again when one changes
+
+    def start_fields(self) -> dict:
+        return {"device": self.device, "precision": self.precision}
 
     def train_step(self, xs, ys, lr, read: bool = True):
         """One iteration; its mean loss as a float, or None when not `read` (no copy to the host)."""
@@ -374,8 +379,8 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
 
             to_keras(model, spec, read_caffemodel(recipe.weights))  # Caffe's --weights
     trainer = KerasTrainer(tf, keras, strategy, model, recipe, me, from_logits=spec.layers[-1].type != "Softmax",
-                           multipliers=keras_multipliers(model, spec), aux_weights=tuple(w for _, w in spec.aux_outputs))
-    trainer.start_fields = lambda: {"device": device, "precision": recipe.precision}
+                           multipliers=keras_multipliers(model, spec), aux_weights=tuple(w for _, w in spec.aux_outputs),
+                           device=device)
     pools = {"intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
              "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
     return run_loop(recipe, me, results, context, data, spec, trainer, final_fields=lambda: pools)
