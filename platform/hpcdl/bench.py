@@ -39,37 +39,20 @@ import yaml
 
 BARE_LOOP = r"""
 import json, sys, time
-import numpy as np, torch, torch.nn.functional as F
-from hpcdl.nets import load_net
-from hpcdl.nets.torch_build import build_torch
-from hpcdl.train.data import load_dataset
-from hpcdl.train.recipe import DataSpec
+import torch
+from hpcdl.bench_frameworks import Case, bare_pytorch
 net, size, batch, threads, warmup, timed, channels_last = sys.argv[1:8]
 size, batch, threads, warmup, timed = int(size), int(batch), int(threads), int(warmup), int(timed)
 torch.set_num_threads(threads)
-torch.manual_seed(1)
-fmt = torch.channels_last if channels_last == "1" else torch.contiguous_format
-model = build_torch(load_net(net, num_classes=10, image_size=size)).to(memory_format=fmt)
-opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9, weight_decay=0.0005)
-rng = np.random.default_rng(1)
-# the very images the trainer's side trains on (values matter: tiny ones run slower as denormals)
-spec = DataSpec(source="synthetic", image_size=size, num_classes=10, synthetic_samples=max(4 * batch, 256),
-                holdout_fraction=0.05)
-data = load_dataset(spec, (3, size, size), 1)
-images, labels = data.train.images, data.train.labels
-model.train()
-marks = []
-for i in range(warmup + timed):
-    if i >= warmup and (i - warmup) % warmup == 0:
-        marks.append(time.perf_counter())
-    idx = rng.integers(0, len(images), batch)
-    x = torch.from_numpy(images[idx]).contiguous(memory_format=fmt)
-    y = torch.from_numpy(labels[idx])
-    opt.zero_grad(set_to_none=True)
-    F.cross_entropy(model(x), y).backward()
-    opt.step()
-marks.append(time.perf_counter())
-windows = [batch * warmup / (b - a) for a, b in zip(marks, marks[1:])]
+# the interleaved section's bare loop (same net, images, SGD), here in a process of its own, windows of
+# `warmup` iterations timed in wall seconds
+window = bare_pytorch(Case(net, size, batch, window=warmup, windows=timed // warmup), channels_last == "1")
+window()
+windows = []
+for _ in range(timed // warmup):
+    start = time.perf_counter()
+    window()
+    windows.append(batch * warmup / (time.perf_counter() - start))
 print(json.dumps({"images_per_sec": max(windows), "windows": windows}))
 """
 

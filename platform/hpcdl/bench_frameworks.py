@@ -77,7 +77,7 @@ def _images(case: Case):
     return data.train.images, data.train.labels
 
 
-def bare_pytorch(case: Case):
+def bare_pytorch(case: Case, channels_last: bool = False):
     """The few lines everyone writes: torch.optim.SGD, a random in-memory batch per step."""
     import numpy as np
     import torch
@@ -87,7 +87,8 @@ def bare_pytorch(case: Case):
     from hpcdl.nets.torch_build import build_torch
 
     torch.manual_seed(1)
-    model = build_torch(load_net(case.net, num_classes=10, image_size=case.size))
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    model = build_torch(load_net(case.net, num_classes=10, image_size=case.size)).to(memory_format=fmt)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
     images, labels = _images(case)
     rng = np.random.default_rng(1)
@@ -97,7 +98,8 @@ def bare_pytorch(case: Case):
         for _ in range(case.window):
             idx = rng.integers(0, len(images), case.batch)
             optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(torch.from_numpy(images[idx])), torch.from_numpy(labels[idx]))
+            x = torch.from_numpy(images[idx]).contiguous(memory_format=fmt)
+            loss = F.cross_entropy(model(x), torch.from_numpy(labels[idx]))
             loss.backward()
             optimizer.step()
         return float(loss.detach())  # one read per window, as the trainer's display record
