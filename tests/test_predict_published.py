@@ -19,8 +19,35 @@ DOC = ROOT / "docs" / "predict.md"
 @pytest.mark.parametrize("case", CASES, ids=[c.key for c in CASES])
 def test_the_published_efficiency_is_predicted_within_the_stated_tolerance(case):
     assert case.tolerance == TOLERANCE
-    for point in compare(case):
+    points = compare(case)
+    if case.known_miss:
+        # a documented miss stays one: when the model comes within the tolerance, drop the reason
+        assert not all(p["within"] for p in points), f"{case.key} is within the tolerance now: drop known_miss"
+        return
+    for point in points:
         assert point["within"], f"{case.key}: {point}"
+
+
+def test_most_cases_are_predicted_within_the_tolerance_and_every_miss_says_why():
+    misses = [c for c in CASES if c.known_miss]
+    assert len(misses) * 4 <= len(CASES) and all(len(c.known_miss) > 40 for c in misses)
+
+
+def test_a_net_measured_on_the_device_runs_at_its_own_rate_not_resnet50s_flop_rate():
+    # tensorflow.org's P100 table: VGG16 154 images/s at batch 64, where ResNet-50's FLOP rate gives about 58
+    case = next(c for c in CASES if c.key == "horovod-vgg16-128")
+    from hpcdl.predict.published import run_case
+
+    one = run_case(case).rows[0]
+    assert 150 < one.images_per_sec / one.ranks < 160
+
+
+def test_vgg16_scales_worse_than_resnet101_on_the_same_25_gbe_servers():
+    from hpcdl.predict.published import run_case
+
+    eff = {c.key: run_case(c).rows[-1].efficiency for c in CASES if c.key.endswith("-128")
+           and c.key.startswith("horovod-") and "tcp" not in c.key}
+    assert eff["horovod-vgg16-128"] < eff["horovod-resnet101-128"] - 0.05
 
 
 def test_stampede2_caffenet_strong_scaling_falls_off_steeply_as_the_per_node_batch_shrinks():

@@ -46,8 +46,8 @@ def predict(site: Site, net: str, batch_per_rank: int, nodes: list[int], mode: s
     """Images/s, efficiency and the parts of one iteration at each node count (the plan of one node repeats)."""
     request = (request or JobRequest()).model_copy(update={"nodes": 1})
     plan = make_plan(site, request)
-    machine = machine_for(site, plan, calibration, options)
     cost = net_cost(load_net(net))
+    machine = machine_for(site, plan, calibration, options, cost)
     work = workload_for(plan, cost, batch_per_rank, options)
     rows = scaling(machine, work, plan.ranks_per_node, list(nodes), mode, global_batch)
     notes = [f"compute: {machine.compute_source}", f"network: {machine.network_source}",

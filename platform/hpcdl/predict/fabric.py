@@ -29,6 +29,10 @@ NIC_DEFAULTS = {
     "slingshot": (200.0, 2.0, "HPE Slingshot 11: 200 Gb/s per NIC, MPI latency about 2 us (HPE Slingshot data sheet)"),
     "ethernet": (10.0, 10.0, "Ethernet with TCP: about 10 us MPI latency through the kernel's stack"),
 }
+# Ethernet whose NIC does RDMA (RoCE, iWARP; the profile's `nics[].rdma`): the NIC moves the bytes
+# as InfiniBand's does, and the kernel's stack drops out of the latency
+ROCE_LATENCY = (2.0, "RoCE: MPI latency about 2 us, as InfiniBand verbs plus an Ethernet switch hop (OSU "
+                "micro-benchmarks over RoCE on ConnectX-4/5: 1-2 us)")
 # inside a node, when the profile names no intra_node_link
 NVLINK_DEFAULT = (50.0, 5.0, "NVLink 2: two 25 GB/s bricks between neighbouring V100s (NVIDIA Volta white paper)")
 PCIE_DEFAULT = (12.0, 10.0, "PCIe Gen3 x16: about 12 GB/s per direction")
@@ -59,6 +63,8 @@ def fabric_of(node: NodeKind) -> Fabric:
     if node.nics:
         kind = node.nics[0].kind
         rate, latency, source = NIC_DEFAULTS[kind]
+        if kind == "ethernet" and node.nics[0].rdma:
+            latency, source = ROCE_LATENCY
         gbit = node.nics[0].gbit_s or rate
         if node.nics[0].latency_us:
             latency, source = node.nics[0].latency_us, "the site profile (nics[].gbit_s, nics[].latency_us)"
@@ -77,7 +83,11 @@ def fabric_of(node: NodeKind) -> Fabric:
                                                               or "h100" in g.model.lower() for g in node.gpus)
                                         else PCIE_DEFAULT if node.gpus else SHARED_MEMORY_DEFAULT)
         intra = Link.of(latency, gbyte)
-    onload = bool(node.nics) and node.nics[0].kind in ONLOAD_NICS or not node.nics
+    if node.nics:
+        rdma = node.nics[0].rdma
+        onload = node.nics[0].kind in ONLOAD_NICS if rdma is None else not rdma
+    else:
+        onload = True
     return Fabric(intra, inter, max(1, len(node.nics)), intra_source, source, onload)
 
 
@@ -99,5 +109,7 @@ def host_limited(fabric: Fabric, core_gbyte_s: float, cpu_reduces: bool) -> Fabr
                   + (f"; limited by one core's {core_gbyte_s:g} GB/s{note}" if note else ""), fabric.onload)
 
 
-def with_library(link: Link, library: str) -> Link:
-    return Link(link.alpha_s + LIBRARY_OVERHEAD_US.get(library, 0.0) * 1e-6, link.beta_s_per_byte, link.gamma_s_per_byte)
+def library_overhead_s(library: str) -> float:
+    """The library's cost once per collective (not per step of its algorithm: a ring of p ranks pays
+    the wire's latency 2(p-1) times but launches one kernel)."""
+    return LIBRARY_OVERHEAD_US.get(library, 0.0) * 1e-6

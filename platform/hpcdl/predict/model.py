@@ -45,6 +45,7 @@ class Machine:
     measured_cpu_share: float | None = None  # share of a core per thread measured on a shared host
     compute_source: str = ""
     network_source: str = ""
+    per_collective_s: float = 0.0  # the library's own cost once per allreduce (NCCL's kernel launch)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class Workload:
     cycle_s: float = 0.0  # Horovod's background cycle (HOROVOD_CYCLE_TIME): fusion closes each cycle
     data_s: float = 0.0  # input pipeline time per iteration not hidden by prefetching
     spatial_ways: int = 1  # ranks sharing each sample, one slab each (spatial parallelism)
+    algorithms: tuple[str, ...] | None = None  # the library version's menu where narrower than LIBRARY_ALGORITHMS
 
 
 @dataclass(frozen=True)
@@ -137,13 +139,13 @@ def predict_iteration(machine: Machine, work: Workload, nodes: int, ranks_per_no
     compute = compute_time(machine, work.net, work.batch_per_rank, nodes, ranks_per_node) / work.spatial_ways
     backward = compute * 2 / 3
     topo = Topology(nodes, ranks_per_node, machine.intra, machine.inter, machine.rails)
-    algorithms = LIBRARY_ALGORITHMS[work.library]
+    algorithms = tuple(a for a in LIBRARY_ALGORITHMS[work.library] if work.algorithms is None or a in work.algorithms)
     comm_end, comm_total, chosen = 0.0, 0.0, {}
     cycle = work.cycle_s / backward if work.cycle_s and backward else 0.0
     plan = buckets(work.net, work.bucket_bytes, work.gradient_bytes_per_parameter, cycle) if ranks > 1 else []
     for fraction, size in plan:
         t, name = best_allreduce(size, topo, algorithms)
-        t += work.per_bucket_wait_s
+        t += work.per_bucket_wait_s + machine.per_collective_s
         ready = fraction * backward if work.overlap else backward
         comm_end = max(comm_end, ready) + t
         comm_total += t

@@ -15,7 +15,7 @@ from hpcdl.plan.model import Plan
 from hpcdl.predict.calibration import Calibration
 from hpcdl.predict.costs import NetCost, net_cost
 from hpcdl.predict.devices import cpu_rate, gpu_rate
-from hpcdl.predict.fabric import HOROVOD_CYCLE_S, fabric_of, host_limited, with_library
+from hpcdl.predict.fabric import HOROVOD_CYCLE_S, fabric_of, host_limited, library_overhead_s
 from hpcdl.predict.model import DDP_BUCKET_BYTES, HOROVOD_FUSION_BYTES, Machine, Workload
 from hpcdl.errors import HpcdlError
 from hpcdl.nets import load_net
@@ -33,6 +33,10 @@ class Options:
     hierarchical: bool | None = None
     cpu_share: float | None = None  # of a core per thread on a shared host (measured by hpcdl validate)
     spatial_ways: int = 1  # ranks sharing each sample (the recipe's spatial.ways)
+    # the algorithms the library had in the version used, where fewer than today's (NCCL before 2.4,
+    # February 2019, had its ring only: the double binary tree came with 2.4)
+    algorithms: tuple[str, ...] | None = None
+    cycle_ms: float | None = None  # Horovod's HOROVOD_CYCLE_TIME where not today's 1 ms (5 ms before v0.16)
     notes: tuple[str, ...] = field(default=())
 
 
@@ -49,7 +53,9 @@ def library_of(plan: Plan, options: Options) -> str:
     return plan.distributed if plan.distributed in ("nccl", "gloo", "mpi", "horovod") else "gloo"
 
 
-def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, options: Options = Options()) -> Machine:
+def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, options: Options = Options(),
+                net: NetCost | None = None) -> Machine:
+    """The rank's rate and links; `net`, where given, picks a device's own published rate for that net."""
     _, node = site.node_kind(plan.node_kind)
     rank = plan.local_ranks()[0]
     library = library_of(plan, options)
@@ -59,7 +65,8 @@ def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, 
         fabric = host_limited(fabric, core, cpu_reduces=not rank.gpus)
     intra, inter = fabric.intra, fabric.inter
     wire = "nccl" if library == "horovod" and rank.gpus else library
-    intra, inter = with_library(intra, wire), with_library(inter, wire)
+    # the library's own cost is per collective (a kernel launch, its proxy threads), not per step
+    per_collective = library_overhead_s(wire)
     network_source = f"inside: {fabric.intra_source}; across: {fabric.inter_source}"
     measured = calibration.links_for(library) if calibration else {}
     if "intra-node" in measured:
@@ -67,6 +74,7 @@ def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, 
     if "inter-node" in measured:
         inter = measured["inter-node"]
     if measured:
+        per_collective = 0.0  # the measured small-message times already hold it
         network_source = f"{calibration.source}: {library} collectives ({', '.join(sorted(measured))}); " + network_source
     threads = plan.threads_per_rank
     host_cores = node.sockets * node.usable_cores_per_socket
@@ -83,8 +91,9 @@ def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, 
             model = node.gpus[rank.gpus[0]].model
             raise HpcdlError(f"no reference rate for GPU {model!r} at {plan.precision}; run `hpcdl validate` on the "
                              "site and predict with --calibration")
-        flops = gpu.train_flops_per_s(train_flops_table()) * len(rank.gpus)
-        half, source = gpu.batch_half, f"{gpu.key}: {gpu.source}"
+        name = net.name if net else None
+        flops = gpu.train_flops_per_s(train_flops_table(), name, net.train_flops if net else None) * len(rank.gpus)
+        half, source = gpu.batch_half, gpu.source_for(name)
     else:
         cores = min(threads, len(rank.cores)) if threads else len(rank.cores)
         flops = cpu.peak_tflops * 1e12 * (cpu.efficiency or 0.4) * cores
@@ -95,7 +104,7 @@ def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, 
         rank_flops_per_s=flops, batch_half=half, memory_gbyte_s=memory, intra=intra, inter=inter,
         rails=fabric.rails, host_cores=host_cores if shared and not rank.gpus else 0,
         nodes_per_host=node.nodes_per_host, threads_per_rank=threads, measured_cpu_share=options.cpu_share,
-        compute_source=source, network_source=network_source,
+        compute_source=source, network_source=network_source, per_collective_s=per_collective,
     )
 
 
@@ -105,12 +114,14 @@ def workload_for(plan: Plan, net: NetCost, batch_per_rank: int, options: Options
         bucket = options.bucket_mb * 2**20
     else:
         bucket = HOROVOD_FUSION_BYTES if library == "horovod" else DDP_BUCKET_BYTES
+    cycle = options.cycle_ms / 1e3 if options.cycle_ms else HOROVOD_CYCLE_S
     algorithms_library = library
     if library == "horovod" and options.hierarchical is False:
         algorithms_library = "nccl"
     return Workload(
         net=net, batch_per_rank=batch_per_rank, library=algorithms_library, bucket_bytes=bucket,
         gradient_bytes_per_parameter=2.0 if options.fp16_allreduce else 4.0, overlap=options.overlap,
-        per_bucket_wait_s=HOROVOD_CYCLE_S / 2 if library == "horovod" else 0.0,
-        cycle_s=HOROVOD_CYCLE_S if library == "horovod" else 0.0, spatial_ways=options.spatial_ways,
+        algorithms=options.algorithms,
+        per_bucket_wait_s=cycle / 2 if library == "horovod" else 0.0,
+        cycle_s=cycle if library == "horovod" else 0.0, spatial_ways=options.spatial_ways,
     )

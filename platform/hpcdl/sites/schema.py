@@ -114,6 +114,11 @@ class Nic(_Strict):
     latency_us: float | None = Field(
         default=None, gt=0, description="published MPI small-message latency across the fabric (hpcdl predict)"
     )
+    rdma: bool | None = Field(
+        default=None,
+        description="the NIC moves the bytes itself (RDMA: InfiniBand verbs, RoCE or iWARP on Ethernet) rather than "
+        "a host core copying them (TCP, Omni-Path PSM2); default by kind: Ethernet and Omni-Path copy (hpcdl predict)",
+    )
 
 
 class IntraNodeLink(_Strict):
