@@ -8,7 +8,7 @@ published, and tests/test_predict_published.py holds the model to the stated tol
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hpcdl.plan import JobRequest
@@ -47,6 +47,18 @@ def uber_pascal(rdma: bool) -> dict:
             "scheduler": "slurm", "launcher": "mpirun", "node_kinds": {"pascal": {
                 "sockets": 2, "cores_per_socket": 14, "memory_gb": 256, "cpu_target": "broadwell",
                 "gpus": [{"model": "Tesla P100-PCIE-16GB", "socket": s} for s in (0, 0, 1, 1)], "nics": [nic]}}}
+
+
+# NVIDIA DGX-1 (P100) as tensorflow.org's benchmarks ran it: 8 P100 SXM2 in NVLink 1's hybrid cube
+# mesh (20 GB/s per link per direction; DGX-1 white paper), one server, no network used
+DGX1_P100 = {
+    "name": "dgx1", "description": "NVIDIA DGX-1: 8 x P100 NVLink", "scheduler": "slurm", "launcher": "mpirun",
+    "node_kinds": {"dgx1": {
+        "sockets": 2, "cores_per_socket": 20, "memory_gb": 512, "cpu_target": "broadwell",
+        "gpus": [{"model": "Tesla P100-SXM2-16GB", "socket": s} for s in (0, 0, 0, 0, 1, 1, 1, 1)],
+        "nics": [{"kind": "infiniband", "device": "mlx5_0", "socket": 0}],
+        "intra_node_link": {"kind": "nvlink", "gbyte_s": 20, "latency_us": 5}}},
+}
 
 
 # IBM Power System S822LC for HPC ("Minsky") as Cho et al. (arXiv:1708.02188) used 64 of them: two
@@ -100,6 +112,8 @@ class Case:
     # why the model misses this case, where it does after honest fixes (never a fitted constant):
     # the test accepts its points outside the tolerance only with this reason, shown in the guide
     known_miss: str = ""
+    # efficiency against one GPU alone x the GPU count (Horovod's, tensorflow.org's definition), not per node
+    against_one_gpu: bool = False
 
 
 # Caffe on CPU nodes: the solver reduces the gradients after the backward pass. BVLC Caffe's
@@ -142,8 +156,8 @@ CASES: tuple[Case, ...] = (
            "4 x P100 per server (tensorflow.org benchmarks, tf_cnn_benchmarks on one P100: ResNet-50 219 images/s, "
            "VGG16 154), PCIe inside the server (no NVLink stated), one 25 Gbit/s Ethernet port with RoCE (RDMA: the "
            "NIC moves the bytes); " + HOROVOD_2018_FACTS,
-           notes=("efficiency against one server of 4 GPUs (the published figure is against one GPU x the GPU count; "
-                  "a 4-GPU server over PCIe loses little)",), known_miss=miss)
+           notes=("efficiency against one GPU alone x the GPU count, as Horovod's figures are",), known_miss=miss,
+           against_one_gpu=True)
       for net_key, net, label, gpus, published, source, miss in (
           ("resnet101", RESNET101, "ResNet-101", 128, 0.90,
            "Horovod README as of early 2018 (github.com/uber/horovod, kept in its forks): 32 servers with 4 Pascal GPUs each, RoCE-capable "
@@ -162,7 +176,20 @@ CASES: tuple[Case, ...] = (
          "Pascal GPUs: 88 % scaling efficiency for Inception V3 and ResNet-101",
          "as the RoCE case, but TCP: a host core copies every byte through the kernel (about 10 us per message); "
          + HOROVOD_2018_FACTS,
-         notes=("efficiency against one server of 4 GPUs",)),
+         notes=("efficiency against one GPU alone x the GPU count, as Horovod's figures are",), against_one_gpu=True),
+    Case("tf-dgx1-vgg16", "tensorflow.org benchmarks: VGG16 on one DGX-1, 1 to 8 P100 (replicated, NCCL allreduce)",
+         DGX1_P100, VGG16, 64, (1,), "weak", {"distributed": "nccl"}, Options(bucket_mb=0, library="nccl"), {1: 1081 / (8 * 154)},
+         TOLERANCE,
+         "tensorflow.org Performance Benchmarks (TensorFlow 1.1, May 2017), Details for NVIDIA DGX-1: VGG16, synthetic "
+         "data, batch 64 per GPU, variable_update replicated with NCCL: 154 images/s on 1 GPU, 1,081 on 8 (88 %)",
+         "DGX-1: 8 x P100 SXM2 (the same table: 154 images/s for VGG16 on one), NVLink 1 (20 GB/s per link); "
+         "one NCCL allreduce per variable as backward produces it (TensorFlow's dataflow)",
+         notes=("efficiency against one GPU alone x 8",), against_one_gpu=True,
+         known_miss="the model hides all 50 ms of the 553 MB ring allreduce behind VGG16's 277 ms backward (fc6's "
+         "gradient is ready almost at once) and predicts 100 %; the published 88 % says about 55 ms per iteration were "
+         "lost. Without overlap the model gives 89 %, but that TensorFlow 1.1's replicated mode did not overlap is not "
+         "published; what else could cost it, NCCL's kernels taking the GPU's SMs and memory bandwidth from backward, "
+         "is a term the model does not have (see 'What the model leaves out')"),
     Case("powerai-ddl-resnet50-256", "Cho et al. (IBM PowerAI DDL): ResNet-50 in Caffe on 256 P100 (64 Minsky servers)",
          MINSKY, "resnet50", 32, (1, 2, 4, 8, 16, 32, 64), "weak", {"distributed": "mpi"},
          Options(bucket_mb=0, library="mpi"), {64: 0.95}, TOLERANCE,
@@ -185,8 +212,15 @@ def site_of(case: Case) -> Site:
 def run_case(case: Case):
     site = site_of(case)
     request = JobRequest(**case.request)
-    return predict(site, case.net, case.batch_per_rank, list(case.nodes), case.mode, request, None, case.options,
-                   case.global_batch)
+    prediction = predict(site, case.net, case.batch_per_rank, list(case.nodes), case.mode, request, None,
+                         case.options, case.global_batch)
+    if not case.against_one_gpu:
+        return prediction
+    # the study's definition: X(N) / (ranks x X(one GPU alone)), the one GPU with nothing to reduce
+    alone = predict(site, case.net, case.batch_per_rank, [1], case.mode,
+                    request.model_copy(update={"ranks_per_node": 1}), None, case.options).rows[0]
+    rows = tuple(replace(r, efficiency=r.images_per_sec / (r.ranks * alone.images_per_sec)) for r in prediction.rows)
+    return replace(prediction, rows=rows)
 
 
 def compare(case: Case) -> list[dict]:
