@@ -6,9 +6,9 @@ shared memory). Where a profile leaves a fact out, the defaults below stand in, 
 its source. A site's validation collectives check, where it has run, replaces both
 (hpcdl.predict.calibration).
 
-A collective library adds its own cost per message on top of the wire's: NCCL launches a
-kernel and synchronises its proxy threads (5-20 us per collective, NVIDIA nccl-tests small-
-message times), Horovod waits for its background cycle (HOROVOD_CYCLE_TIME, 1 ms by default,
+A collective library adds its own cost once per collective on top of the wire's (not once per
+step of a ring or tree): NCCL launches a kernel and synchronises its proxy threads (5-20 us per
+collective, NVIDIA nccl-tests small-message times), Horovod waits for its background cycle (HOROVOD_CYCLE_TIME, 1 ms by default,
 half a cycle on average) before each fused buffer.
 """
 
@@ -42,7 +42,7 @@ SHARED_MEMORY_DEFAULT = (5.0, 0.5, "MPI shared memory: a copy-in/copy-out at a f
 # saturation"), and TCP over Ethernet copies through the kernel. InfiniBand, Aries and
 # Slingshot move the bytes by the NIC's DMA (RDMA offload).
 ONLOAD_NICS = ("omnipath", "ethernet")
-# per message, on top of the wire: the library's own cost (see the module note)
+# once per collective, on top of the wire: the library's own cost (see the module note)
 LIBRARY_OVERHEAD_US = {"nccl": 10.0, "horovod": 10.0, "mpi": 0.0, "gloo": 0.0}
 HOROVOD_CYCLE_S = 1e-3
 

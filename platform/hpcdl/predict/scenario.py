@@ -36,7 +36,7 @@ class Options:
     # the algorithms the library had in the version used, where fewer than today's (NCCL before 2.4,
     # February 2019, had its ring only: the double binary tree came with 2.4)
     algorithms: tuple[str, ...] | None = None
-    cycle_ms: float | None = None  # Horovod's HOROVOD_CYCLE_TIME where not today's 1 ms (5 ms before v0.16)
+    cycle_ms: float | None = None  # HOROVOD_CYCLE_TIME where not today's 1 ms default (5 ms in the 2018 releases)
     notes: tuple[str, ...] = field(default=())
 
 
