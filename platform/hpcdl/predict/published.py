@@ -172,7 +172,7 @@ CASES: tuple[Case, ...] = (
     Case("horovod-tcp-resnet101-128", "Horovod (Uber): ResNet-101 on 128 Pascal GPUs, 25 GbE with plain TCP",
          uber_pascal(rdma=False), RESNET101, 64, (1, 32), "weak", {"distributed": "horovod"}, HOROVOD_2018, {32: 0.88},
          TOLERANCE,
-         "Sergeev & Del Balso, arXiv:1802.05799, Figure 6 and section 8: Horovod over plain 25GbE TCP, 128 "
+         "Sergeev & Del Balso, arXiv:1802.05799, section 8 (Figures 6-7): Horovod over plain 25GbE TCP, 128 "
          "Pascal GPUs: 88 % scaling efficiency for Inception V3 and ResNet-101",
          "as the RoCE case, but TCP: a host core copies every byte through the kernel (about 10 us per message); "
          + HOROVOD_2018_FACTS,
