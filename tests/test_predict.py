@@ -102,6 +102,34 @@ def test_overlap_hides_the_late_layers_allreduce_behind_the_rest_of_backward():
     assert no_overlap.time_per_iter_s > it.time_per_iter_s
 
 
+def test_backward_runs_slower_only_while_an_allreduce_shares_the_gpu_with_it():
+    from dataclasses import replace
+
+    from hpcdl.predict.model import OVERLAP_SLOWDOWN_GPU
+
+    net = _two_layer_net(params_late=25_000_000, params_early=1_000)  # 100 MB ready at 10 % of backward
+    gpu = replace(_machine(alpha_us=0.0, gbyte_s=10.0, flops=1e12), overlap_slowdown=OVERLAP_SLOWDOWN_GPU)
+    it = predict_iteration(gpu, Workload(net, 100, "gloo", 0), nodes=2, ranks_per_node=1)
+    # the late layer's 10 ms allreduce runs beside backward from 0.02 s: backward does 10 ms / 1.189 of
+    # its work in those 10 ms, so it ends 10 ms x 0.189 / 1.189 later (the early layer's is sent after)
+    assert it.contention_s == pytest.approx(0.01 * OVERLAP_SLOWDOWN_GPU / (1 + OVERLAP_SLOWDOWN_GPU))
+    assert it.compute_s == pytest.approx(0.3 + it.contention_s)
+    # nothing overlaps without overlap, on one rank, or on a CPU rank (no slowdown given)
+    assert predict_iteration(gpu, Workload(net, 100, "gloo", 0, overlap=False), 2, 1).contention_s == 0.0
+    assert predict_iteration(gpu, Workload(net, 100, "gloo", 0), 1, 1).contention_s == 0.0
+    assert predict_iteration(_machine(0.0), Workload(net, 100, "gloo", 0), 2, 1).contention_s == 0.0
+
+
+def test_a_comm_bound_iteration_is_not_slowed_by_the_contention_the_allreduce_sets_the_pace():
+    from dataclasses import replace
+
+    net = _two_layer_net(params_late=25_000_000, params_early=1_000)
+    slow_link = _machine(alpha_us=0.0, gbyte_s=0.1, flops=1e12)  # 1 s of allreduce beside 0.18 s of backward
+    plain = predict_iteration(slow_link, Workload(net, 100, "gloo", 0), 2, 1)
+    contended = predict_iteration(replace(slow_link, overlap_slowdown=0.189), Workload(net, 100, "gloo", 0), 2, 1)
+    assert contended.contention_s > 0 and contended.time_per_iter_s == pytest.approx(plain.time_per_iter_s)
+
+
 def test_a_big_early_layer_cannot_be_hidden():
     net = _two_layer_net(params_late=1_000, params_early=25_000_000)  # 100 MB ready only when backward ends
     it = predict_iteration(_machine(alpha_us=0.0), Workload(net, 100, "gloo", 0), 2, 1)

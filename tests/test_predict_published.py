@@ -39,7 +39,8 @@ def test_a_net_measured_on_the_device_runs_at_its_own_rate_not_resnet50s_flop_ra
     from hpcdl.predict.published import run_case
 
     one = run_case(case).rows[0]
-    assert 150 < one.images_per_sec / one.ranks < 160
+    # the device's own rate: compute alone, without what the overlapped allreduce costs backward
+    assert 150 < one.batch_per_rank / (one.compute_s - one.contention_s) < 160
 
 
 def test_vgg16_scales_worse_than_resnet101_on_the_same_25_gbe_servers():

@@ -4,7 +4,7 @@ Pure functions of data: the machine (rates and links), the placement (nodes x ra
 node) and the workload (net costs, batch, how gradients are bucketed). No I/O.
 
     time per iteration = data (the part prefetching does not hide)
-                       + forward + backward
+                       + forward + backward (slowed while an allreduce shares the GPU with it)
                        + exposed communication (what is left of the allreduce after backward ends)
                        + optimizer update
 
@@ -14,6 +14,9 @@ sends each layer's (Caffe with Intel MLSL). A bucket's allreduce starts when its
 gradient is ready and the previous bucket's allreduce is done, so the allreduce overlaps the
 rest of backward; the model follows that timeline bucket by bucket, because at scale a
 stream of small buckets is latency-bound (ring latency grows with p, a tree's with lg p).
+While a bucket's allreduce runs on a GPU, backward runs at 1/(1 + OVERLAP_SLOWDOWN_GPU) of
+its speed (the collective's kernels share the SMs and memory bandwidth), which moves the
+later buckets' ready times and the end of backward.
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ from hpcdl.predict.costs import NetCost
 
 DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25
 HOROVOD_FUSION_BYTES = 128 * 2**20  # HOROVOD_FUSION_THRESHOLD default (horovod/common/common.h)
+# Backward runs slower while an allreduce overlaps it on the same GPU: the collective's kernels take
+# SMs and, above all, memory bandwidth (NCCL stores each byte it receives and reads it back: 2-3x
+# the link's bytes in memory traffic, NCCL's maintainer in NVIDIA/nccl#1428). Lee et al.,
+# "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning"
+# (arXiv:2507.03114, 2025) measured it on A100, H100, MI250 and MI210: compute overlapped with
+# communication ran on average 18.9 % slower (40 % at most) than alone. Their average, not fitted here.
+OVERLAP_SLOWDOWN_GPU = 0.189
 UPDATE_BYTES_PER_PARAMETER = 20  # SGD with momentum: read w, g, v and write w, v, fp32
 
 
@@ -46,6 +56,9 @@ class Machine:
     compute_source: str = ""
     network_source: str = ""
     per_collective_s: float = 0.0  # the library's own cost once per allreduce (NCCL's kernel launch)
+    # how much slower backward runs while a collective shares the device with it (its kernels take
+    # SMs and memory bandwidth): 0.189 = 18.9 % slower on GPUs (OVERLAP_SLOWDOWN_GPU), 0 on CPU ranks
+    overlap_slowdown: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -70,7 +83,7 @@ class Iteration:
     ranks_per_node: int
     batch_per_rank: int
     global_batch: int
-    compute_s: float
+    compute_s: float  # forward + backward, backward slowed where collectives overlap it (contention_s of it)
     comm_s: float  # all allreduces end to end, as if nothing overlapped
     exposed_comm_s: float
     data_s: float
@@ -80,6 +93,7 @@ class Iteration:
     buckets: int
     algorithm: str
     efficiency: float | None = None
+    contention_s: float = 0.0  # what collectives sharing the device added to backward (part of compute_s)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -131,6 +145,28 @@ def buckets(net: NetCost, bucket_bytes: float, bytes_per_parameter: float,
     return out
 
 
+def advance(clock: float, work: float, busy: list[tuple[float, float]], slowdown: float) -> float:
+    """The wall time at which `work` more seconds of backward are done, starting at `clock`.
+
+    Backward runs at full speed, and at 1/(1 + slowdown) of it while a collective in `busy`
+    (start, end spans, in order, not overlapping) shares the device.
+    """
+    for start, end in busy:
+        if end <= clock:
+            continue
+        if start > clock:
+            if work <= start - clock:
+                return clock + work
+            work -= start - clock
+            clock = start
+        span = (end - clock) / (1 + slowdown)
+        if work <= span:
+            return clock + work * (1 + slowdown)
+        work -= span
+        clock = end
+    return clock + work
+
+
 def predict_iteration(machine: Machine, work: Workload, nodes: int, ranks_per_node: int) -> Iteration:
     ranks = nodes * ranks_per_node
     # a spatial group's ranks each compute one slab of every sample: 1/ways of the work, on a
@@ -143,22 +179,34 @@ def predict_iteration(machine: Machine, work: Workload, nodes: int, ranks_per_no
     comm_end, comm_total, chosen = 0.0, 0.0, {}
     cycle = work.cycle_s / backward if work.cycle_s and backward else 0.0
     plan = buckets(work.net, work.bucket_bytes, work.gradient_bytes_per_parameter, cycle) if ranks > 1 else []
+    slow = machine.overlap_slowdown if work.overlap else 0.0
+    busy: list[tuple[float, float]] = []  # the collectives' spans, in wall time from the start of backward
+    clock, done = 0.0, 0.0  # wall time and backward work (unslowed seconds) done by then
     for fraction, size in plan:
         t, name = best_allreduce(size, topo, algorithms)
         t += work.per_bucket_wait_s + machine.per_collective_s
-        ready = fraction * backward if work.overlap else backward
-        comm_end = max(comm_end, ready) + t
+        if work.overlap:
+            clock, done = advance(clock, fraction * backward - done, busy, slow), fraction * backward
+            ready = clock
+        else:
+            ready = backward
+        start = max(comm_end, ready)
+        comm_end = start + t
+        busy.append((start, comm_end))
         comm_total += t
         chosen[name] = chosen.get(name, 0.0) + size
-    exposed = max(0.0, comm_end - backward) if plan else 0.0
+    backward_end = advance(clock, backward - done, busy, slow) if work.overlap else backward
+    contention = backward_end - backward
+    exposed = max(0.0, comm_end - backward_end) if plan else 0.0
     update = work.net.parameters * UPDATE_BYTES_PER_PARAMETER / (machine.memory_gbyte_s * 1e9)
+    compute += contention
     total = work.data_s + compute + exposed + update
     global_batch = ranks * work.batch_per_rank // work.spatial_ways
     return Iteration(
         nodes=nodes, ranks=ranks, ranks_per_node=ranks_per_node, batch_per_rank=work.batch_per_rank,
         global_batch=global_batch, compute_s=compute, comm_s=comm_total, exposed_comm_s=exposed, data_s=work.data_s,
         update_s=update, time_per_iter_s=total, images_per_sec=global_batch / total, buckets=len(plan),
-        algorithm=max(chosen, key=chosen.get) if chosen else "none",
+        algorithm=max(chosen, key=chosen.get) if chosen else "none", contention_s=contention,
     )
 
 

@@ -16,7 +16,7 @@ from hpcdl.predict.calibration import Calibration
 from hpcdl.predict.costs import NetCost, net_cost
 from hpcdl.predict.devices import cpu_rate, gpu_rate
 from hpcdl.predict.fabric import HOROVOD_CYCLE_S, fabric_of, host_limited, library_overhead_s
-from hpcdl.predict.model import DDP_BUCKET_BYTES, HOROVOD_FUSION_BYTES, Machine, Workload
+from hpcdl.predict.model import DDP_BUCKET_BYTES, HOROVOD_FUSION_BYTES, OVERLAP_SLOWDOWN_GPU, Machine, Workload
 from hpcdl.errors import HpcdlError
 from hpcdl.nets import load_net
 from hpcdl.sites.schema import Site
@@ -105,6 +105,7 @@ def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, 
         rails=fabric.rails, host_cores=host_cores if shared and not rank.gpus else 0,
         nodes_per_host=node.nodes_per_host, threads_per_rank=threads, measured_cpu_share=options.cpu_share,
         compute_source=source, network_source=network_source, per_collective_s=per_collective,
+        overlap_slowdown=OVERLAP_SLOWDOWN_GPU if rank.gpus else 0.0,
     )
 
 
