@@ -180,7 +180,7 @@ def predict_iteration(machine: Machine, work: Workload, nodes: int, ranks_per_no
     cycle = work.cycle_s / backward if work.cycle_s and backward else 0.0
     plan = buckets(work.net, work.bucket_bytes, work.gradient_bytes_per_parameter, cycle) if ranks > 1 else []
     slow = machine.overlap_slowdown if work.overlap else 0.0
-    busy: list[tuple[float, float]] = []  # the collectives' spans, in wall time from the start of backward
+    busy: list[tuple[float, float]] = []  # the collectives' kernels' spans, in wall time from the start of backward
     clock, done = 0.0, 0.0  # wall time and backward work (unslowed seconds) done by then
     for fraction, size in plan:
         t, name = best_allreduce(size, topo, algorithms)
@@ -192,7 +192,7 @@ def predict_iteration(machine: Machine, work: Workload, nodes: int, ranks_per_no
             ready = backward
         start = max(comm_end, ready)
         comm_end = start + t
-        busy.append((start, comm_end))
+        busy.append((start + work.per_bucket_wait_s, comm_end))  # Horovod's wait for its cycle takes no SMs
         comm_total += t
         chosen[name] = chosen.get(name, 0.0) + size
     backward_end = advance(clock, backward - done, busy, slow) if work.overlap else backward
