@@ -86,6 +86,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# words in a GPU's model name that say its vendor (checked against `vendor`)
+_GPU_MODEL_VENDOR = (
+    ("intel", r"\bintel\b|ponte vecchio|\bgpu max\b"),
+    ("amd", r"\bamd\b|\binstinct\b|\bradeon\b"),
+    ("nvidia", r"\bnvidia\b|\btesla\b|\bquadro\b|\bgeforce\b"),
+)
+
+
 class Gpu(_Strict):
     """One GPU (or one AMD GCD, which the OS shows as a GPU) and the socket it hangs off."""
 
@@ -97,6 +105,34 @@ class Gpu(_Strict):
     )
     vendor: GpuVendor = "nvidia"
     memory_gb: float | None = Field(default=None, gt=0)
+
+    @field_validator("vendor", mode="before")
+    @classmethod
+    def _vendor_in_scope(cls, value):
+        # Intel GPUs (ALCF Aurora's Data Center GPU Max, run through Level Zero with ZE_AFFINITY_MASK
+        # and oneCCL) are outside what hpcdl drives: say so, rather than only list the allowed words
+        if isinstance(value, str) and value not in GpuVendor.__args__:
+            raise ValueError(
+                f"{value!r} GPUs are outside hpcdl's scope: it drives NVIDIA (CUDA, NCCL) and AMD (ROCm, RCCL) "
+                "GPUs only, vendor 'nvidia' or 'amd'; to use such a node's CPUs alone, describe it without gpus"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _model_matches_vendor(self):
+        # vendor defaults to nvidia: a profile that names an AMD or Intel GPU by its model but forgets
+        # vendor would hand ranks CUDA_VISIBLE_DEVICES on a machine that reads something else
+        model = self.model.lower()
+        named = next((v for v, pattern in _GPU_MODEL_VENDOR if re.search(pattern, model)), None)
+        if named == "intel":
+            raise ValueError(
+                f"vendor: model {self.model!r} is an Intel GPU, outside hpcdl's scope: it drives NVIDIA (CUDA, NCCL) "
+                "and AMD (ROCm, RCCL) GPUs only; to use such a node's CPUs alone, describe it without gpus"
+            )
+        if named and named != self.vendor:
+            raise ValueError(f"vendor: model {self.model!r} is an {named.upper()} GPU but vendor is {self.vendor!r}; "
+                             f"set vendor: {named}")
+        return self
 
 
 class Nic(_Strict):
