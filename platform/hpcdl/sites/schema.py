@@ -385,11 +385,13 @@ class Defaults(_Strict):
         default=False,
         description="the centre refuses or ends jobs that name no account/project (Minerva: 'All jobs must specify project')",
     )
-    gpu_request: Literal["gpu", "rusage"] | None = Field(
+    gpu_request: Literal["gpu", "rusage", "none"] | None = Field(
         default=None,
         description=(
             "LSF without CSM: GPUs per node by -gpu \"num=N:mode=exclusive_process\" (gpu, the default) or "
-            "-R \"rusage[ngpus_excl_p=N]\" (rusage), as the centre documents"
+            "-R \"rusage[ngpus_excl_p=N]\" (rusage), as the centre documents; any scheduler: none, where a "
+            "node's GPUs come with the node and the batch system takes no GPU request (TACC: \"--gres: TACC "
+            "does not support this option\")"
         ),
     )
     job_resources: dict[str, str] = Field(
@@ -499,7 +501,7 @@ class Site(_Strict):
                 raise ValueError(f"defaults.job_resources: PBS job-wide resources, but the scheduler is {self.scheduler}")
             if not (_WORD.match(k) and _WORD.match(v)) or "=" in k:
                 raise ValueError(f"defaults.job_resources.{k}: {v!r} is not a plain name=value a #PBS -l line carries")
-        if self.defaults.gpu_request and self.scheduler != "lsf":
+        if self.defaults.gpu_request in ("gpu", "rusage") and self.scheduler != "lsf":
             raise ValueError(f"defaults.gpu_request: an LSF setting, but the scheduler is {self.scheduler}")
         if self.defaults.account_flag and self.scheduler != "lsf":
             raise ValueError(f"defaults.account_flag: an LSF setting, but the scheduler is {self.scheduler}")
