@@ -169,3 +169,15 @@ def test_a_gpu_hpcdl_does_not_drive_or_a_model_that_contradicts_vendor_is_refuse
     assert re.search(says, message), message
     assert message.count("outside hpcdl's scope") + message.count("set vendor") == 1, "said once"
     assert "(and 3 more like it)" in message
+
+
+def test_gpus_that_come_with_the_node_are_not_requested_on_any_scheduler(tmp_path):
+    # TACC: "--gres | TACC does not support this option"; the ranks still get their GPUs from plan.json
+    site = _profile(tmp_path, POLARIS, **{"defaults.gpu_request": "none"})
+    text = _render(site, tmp_path, account="MyProj")
+    select = next(line for line in text.splitlines() if line.startswith("#PBS -l select="))
+    assert "ngpus" not in select
+    plan = make_plan(site, JobRequest(nodes=1))
+    assert [r.env["CUDA_VISIBLE_DEVICES"] for r in plan.ranks] == ["0", "1", "2", "3"]
+    with pytest.raises(HpcdlError, match="defaults.gpu_request: an LSF setting, but the scheduler is pbs"):
+        _profile(tmp_path, POLARIS, **{"defaults.gpu_request": "rusage"})
