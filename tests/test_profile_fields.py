@@ -6,6 +6,7 @@ Each rendered script passes shellcheck and bash -n, and no profile value runs.""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -140,3 +141,43 @@ def test_site_directives_are_written_for_the_sites_own_scheduler(tmp_path):
     assert "#SBATCH -S 2" in text.splitlines()
     plan = make_plan(site, JobRequest())
     assert "-S 2" not in render_job_script(site, plan, {}, JobOptions(), scheduler="pbs")
+
+
+def test_a_centre_that_turns_gpu_aware_cray_mpich_off_keeps_its_zero(tmp_path):
+    # CSCS: with NCCL "explicitly set MPICH_GPU_SUPPORT_ENABLED=0"; the plan dropped it for want of a GTL module
+    site = _profile(tmp_path, POLARIS, **{"env.MPICH_GPU_SUPPORT_ENABLED": "0", "modules.gpu_mpi": []})
+    plan = make_plan(site, JobRequest(nodes=1))
+    assert plan.env["MPICH_GPU_SUPPORT_ENABLED"] == "0" and not plan.modules
+    # and with the GTL module named, the centre's 0 still wins and the module is not loaded for nothing
+    site = _profile(tmp_path, POLARIS, **{"env.MPICH_GPU_SUPPORT_ENABLED": "0"})
+    plan = make_plan(site, JobRequest(nodes=1))
+    assert plan.env["MPICH_GPU_SUPPORT_ENABLED"] == "0" and "craype-accel-nvidia80" not in plan.modules
+
+
+@pytest.mark.parametrize("gpu,says", [
+    ({"model": "Intel Data Center GPU Max 1550", "vendor": "intel"}, r"gpus\.0\.vendor: 'intel' GPUs are outside hpcdl's scope"),
+    ({"model": "Intel Data Center GPU Max 1550"}, r"gpus\.0: vendor: model .* is an Intel GPU, outside hpcdl's scope"),
+    ({"model": "AMD Instinct MI250X GCD"}, r"gpus\.0: vendor: model .* is an AMD GPU but vendor is 'nvidia'; set vendor: amd"),
+])
+def test_a_gpu_hpcdl_does_not_drive_or_a_model_that_contradicts_vendor_is_refused(tmp_path, gpu, says):
+    data = yaml.safe_load(POLARIS.read_text())
+    data["node_kinds"]["a100"]["gpus"] = [{**gpu, "socket": 0}] * 4
+    (tmp_path / "polaris.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(HpcdlError) as err:
+        load_site_file(tmp_path / "polaris.yaml")
+    message = str(err.value)
+    assert re.search(says, message), message
+    assert message.count("outside hpcdl's scope") + message.count("set vendor") == 1, "said once"
+    assert "(and 3 more like it)" in message
+
+
+def test_gpus_that_come_with_the_node_are_not_requested_on_any_scheduler(tmp_path):
+    # TACC: "--gres | TACC does not support this option"; the ranks still get their GPUs from plan.json
+    site = _profile(tmp_path, POLARIS, **{"defaults.gpu_request": "none"})
+    text = _render(site, tmp_path, account="MyProj")
+    select = next(line for line in text.splitlines() if line.startswith("#PBS -l select="))
+    assert "ngpus" not in select
+    plan = make_plan(site, JobRequest(nodes=1))
+    assert [r.env["CUDA_VISIBLE_DEVICES"] for r in plan.ranks] == ["0", "1", "2", "3"]
+    with pytest.raises(HpcdlError, match="defaults.gpu_request: an LSF setting, but the scheduler is pbs"):
+        _profile(tmp_path, POLARIS, **{"defaults.gpu_request": "rusage"})

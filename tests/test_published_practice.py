@@ -4,7 +4,9 @@ against the job script hpcdl renders for that site. Golden files only guard agai
 these say whether a plan is what the centre itself publishes.
 
 A case names a shipped site, or a profile of its own (`profile:`) for a machine hpcdl does not
-ship, written from the centre's guide with no code change (docs/sites.md).
+ship, written from the centre's guide with no code change (docs/sites.md). A machine outside hpcdl's
+scope (ALCF Aurora's Intel GPUs) is a case whose profile must be `refused:` with one message naming
+the field (`matching`, a regular expression) and a non-zero exit.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hpcdl.errors import HpcdlError
 from hpcdl.plan.planner import make_plan
 from hpcdl.plan.request import JobRequest
 from hpcdl.render.jobscript import JobOptions, render_job_script
@@ -88,6 +91,13 @@ def test_every_case_cites_the_centre_for_every_check(path):
     assert case.get("sources"), f"{path.name}: sources: name the centre pages"
     for key, url in case["sources"].items():
         assert str(url).startswith("https://"), f"{path.name}: sources.{key} is not a URL"
+    refused = case.get("refused")
+    if refused:
+        assert set(refused) == {"what", "centre", "source", "matching"}, f"{path.name}: refused: what, centre, source, matching"
+        assert refused["source"] in case["sources"], f"{path.name}: refused.source is not in sources"
+        assert not case["checks"], f"{path.name}: a refused profile has no checks"
+    else:
+        assert case["checks"], f"{path.name}: checks: at least one"
     for i, check in enumerate(case["checks"]):
         assert set(check) <= CHECK_KEYS, f"{path.name}: checks[{i}]: unknown {sorted(set(check) - CHECK_KEYS)}"
         assert check.get("centre"), f"{path.name}: checks[{i}]: quote the centre's own line under centre"
@@ -98,6 +108,20 @@ def test_every_shipped_site_has_published_practice():
     shipped = {p.stem for p in SHIPPED.glob("*.yaml")}
     covered = {_case(p).get("site") for p in CASES}
     assert shipped <= covered, f"no tests/published/<site>.yaml for {sorted(shipped - covered)}"
+
+
+REFUSED = [p for p in CASES if _case(p).get("refused")]
+
+
+@pytest.mark.parametrize("path", REFUSED, ids=[p.stem for p in REFUSED])
+def test_machine_outside_scope_is_refused_naming_the_field(path):
+    case = _case(path)
+    with pytest.raises(HpcdlError) as err:
+        load_site_file(PUBLISHED / case["profile"])
+    message = str(err.value)
+    assert err.value.exit_code != 0
+    assert "\n" not in message, "one line"
+    assert re.search(case["refused"]["matching"], message), f"{path.name}: {message}"
 
 
 @pytest.mark.parametrize("path,index", list(_checks()))

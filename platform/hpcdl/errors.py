@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class HpcdlError(Exception):
     """Bad input or an impossible request.
@@ -24,5 +26,12 @@ def validation_message(exc, where: str) -> str:
         msg = err.get("msg", "invalid")
         if err.get("type") == "extra_forbidden":
             msg = "unknown field"
-        problems.append(f"{field}: {msg}")
-    return f"{where}: " + "; ".join(problems)
+        problems.append((field, msg))
+    # the same problem in several items of a list (six GPUs of one vendor hpcdl does not drive) is
+    # said once, with how many more items have it
+    groups: dict[tuple[str, str], list[str]] = {}
+    for field, msg in problems:
+        groups.setdefault((re.sub(r"\.\d+(?=\.|$)", ".*", field), msg), []).append(field)
+    said = [f"{fields[0]}: {msg}" + (f" (and {len(fields) - 1} more like it)" if len(fields) > 1 else "")
+            for (_, msg), fields in groups.items()]
+    return f"{where}: " + "; ".join(said)

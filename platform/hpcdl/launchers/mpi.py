@@ -93,7 +93,9 @@ class SrunLauncher(Launcher):
         if site.mpi == "openmpi" and _site_mpi(site) is None:  # a site's own --mpi= wins
             argv.append("--mpi=pmix")
         gpus_used = sorted({g for r in local for g in r.gpus})
-        if gpus_used:
+        if gpus_used and site.defaults.gpu_request != "none":
+            # (where the GPUs come with the node, defaults.gpu_request: none, Slurm has no GPU GRES to
+            # bind: each rank takes its GPU from plan.json)
             argv.append(f"--gpus-per-node={len(gpus_used)}")
             if site.launch.gpu_visibility == "node":
                 # every task sees the node's GPUs: NERSC's Perlmutter examples ask --gpus-per-node

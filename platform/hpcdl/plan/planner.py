@@ -167,8 +167,14 @@ def _plan_modules(site: Site, use_gpus: bool, env: dict[str, str], notes: list[s
     centres set MPICH_GPU_SUPPORT_ENABLED=1 together with that module (OLCF Frontier guide:
     `module load craype-accel-amd-gfx90a rocm` with MPICH_GPU_SUPPORT_ENABLED=1; NERSC
     Perlmutter: craype-accel-nvidia80). Without it MPI fails with "GTL library is not linked",
-    so the plan sets both or neither."""
+    so the plan sets both or neither. A centre that turns GPU support off itself
+    (`env: {MPICH_GPU_SUPPORT_ENABLED: "0"}`: CSCS, "we recommend not using GPU-aware MPI with
+    NCCL ... explicitly set MPICH_GPU_SUPPORT_ENABLED=0") keeps its 0 and needs no GTL module."""
     if site.mpi != "cray-mpich" or not use_gpus:
+        return ()
+    if site.env.get("MPICH_GPU_SUPPORT_ENABLED") == "0":
+        env["MPICH_GPU_SUPPORT_ENABLED"] = "0"
+        notes.append("Cray MPICH runs without GPU support, as the profile sets (env: MPICH_GPU_SUPPORT_ENABLED=0)")
         return ()
     if site.modules.gpu_mpi and site.modules.system != "none":
         env["MPICH_GPU_SUPPORT_ENABLED"] = "1"

@@ -219,7 +219,10 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # Slurm: the hardware threads per core -c counts, asked for where fewer than the core has
         "threads_per_core": node.cpus_per_core if node.cpus_per_core < node.threads_per_core else None,
         "gpus_per_rank": gpus_per_rank,
-        "gpus_per_node": gpus_per_rank * plan.ranks_per_node,
+        # none where the node's GPUs come with the node and the batch system takes no GPU request
+        # (TACC: "--gres | TACC does not support this option"); each rank still gets its own GPU
+        # from plan.json (hpcdl.train.binding)
+        "gpus_per_node": 0 if site.defaults.gpu_request == "none" else gpus_per_rank * plan.ranks_per_node,
         "seconds": seconds,
         "account": options.account or site.defaults.account,
         "partition": options.partition or defaults.partition,

@@ -86,6 +86,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# words in a GPU's model name that say its vendor (checked against `vendor`)
+_GPU_MODEL_VENDOR = (
+    ("intel", r"\bintel\b|ponte vecchio|\bgpu max\b"),
+    ("amd", r"\bamd\b|\binstinct\b|\bradeon\b"),
+    ("nvidia", r"\bnvidia\b|\btesla\b|\bquadro\b|\bgeforce\b"),
+)
+
+
 class Gpu(_Strict):
     """One GPU (or one AMD GCD, which the OS shows as a GPU) and the socket it hangs off."""
 
@@ -97,6 +105,34 @@ class Gpu(_Strict):
     )
     vendor: GpuVendor = "nvidia"
     memory_gb: float | None = Field(default=None, gt=0)
+
+    @field_validator("vendor", mode="before")
+    @classmethod
+    def _vendor_in_scope(cls, value):
+        # Intel GPUs (ALCF Aurora's Data Center GPU Max, run through Level Zero with ZE_AFFINITY_MASK
+        # and oneCCL) are outside what hpcdl drives: say so, rather than only list the allowed words
+        if isinstance(value, str) and value not in GpuVendor.__args__:
+            raise ValueError(
+                f"{value!r} GPUs are outside hpcdl's scope: it drives NVIDIA (CUDA, NCCL) and AMD (ROCm, RCCL) "
+                "GPUs only, vendor 'nvidia' or 'amd'; to use such a node's CPUs alone, describe it without gpus"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _model_matches_vendor(self):
+        # vendor defaults to nvidia: a profile that names an AMD or Intel GPU by its model but forgets
+        # vendor would hand ranks CUDA_VISIBLE_DEVICES on a machine that reads something else
+        model = self.model.lower()
+        named = next((v for v, pattern in _GPU_MODEL_VENDOR if re.search(pattern, model)), None)
+        if named == "intel":
+            raise ValueError(
+                f"vendor: model {self.model!r} is an Intel GPU, outside hpcdl's scope: it drives NVIDIA (CUDA, NCCL) "
+                "and AMD (ROCm, RCCL) GPUs only; to use such a node's CPUs alone, describe it without gpus"
+            )
+        if named and named != self.vendor:
+            raise ValueError(f"vendor: model {self.model!r} is an {named.upper()} GPU but vendor is {self.vendor!r}; "
+                             f"set vendor: {named}")
+        return self
 
 
 class Nic(_Strict):
@@ -349,11 +385,13 @@ class Defaults(_Strict):
         default=False,
         description="the centre refuses or ends jobs that name no account/project (Minerva: 'All jobs must specify project')",
     )
-    gpu_request: Literal["gpu", "rusage"] | None = Field(
+    gpu_request: Literal["gpu", "rusage", "none"] | None = Field(
         default=None,
         description=(
             "LSF without CSM: GPUs per node by -gpu \"num=N:mode=exclusive_process\" (gpu, the default) or "
-            "-R \"rusage[ngpus_excl_p=N]\" (rusage), as the centre documents"
+            "-R \"rusage[ngpus_excl_p=N]\" (rusage), as the centre documents; any scheduler: none, where a "
+            "node's GPUs come with the node and the batch system takes no GPU request (TACC: \"--gres: TACC "
+            "does not support this option\")"
         ),
     )
     job_resources: dict[str, str] = Field(
@@ -463,7 +501,7 @@ class Site(_Strict):
                 raise ValueError(f"defaults.job_resources: PBS job-wide resources, but the scheduler is {self.scheduler}")
             if not (_WORD.match(k) and _WORD.match(v)) or "=" in k:
                 raise ValueError(f"defaults.job_resources.{k}: {v!r} is not a plain name=value a #PBS -l line carries")
-        if self.defaults.gpu_request and self.scheduler != "lsf":
+        if self.defaults.gpu_request in ("gpu", "rusage") and self.scheduler != "lsf":
             raise ValueError(f"defaults.gpu_request: an LSF setting, but the scheduler is {self.scheduler}")
         if self.defaults.account_flag and self.scheduler != "lsf":
             raise ValueError(f"defaults.account_flag: an LSF setting, but the scheduler is {self.scheduler}")
