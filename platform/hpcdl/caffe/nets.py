@@ -626,7 +626,9 @@ def _convert(net, lines: list[int], path: Path, input_size, channels) -> tuple[d
             classes = e["num_output"]
             e["num_output"] = "classes"
             break
-        if e["type"] not in ("Softmax", "Dropout", "ReLU", "Sigmoid", "TanH", "Flatten", "Scale", "BatchNorm"):
+        # shape-keeping layers, and Pooling, which keeps the channels (SqueezeNet and NIN pool their
+        # class maps: the classifier is the convolution before the global pooling)
+        if e["type"] not in ("Softmax", "Dropout", "ReLU", "Sigmoid", "TanH", "Flatten", "Scale", "BatchNorm", "Pooling"):
             break
         top = e["bottom"]
     if classes is not None:
