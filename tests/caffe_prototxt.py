@@ -477,3 +477,27 @@ layer { name: "fc2" type: "InnerProduct" bottom: "fc1" top: "fc2" inner_product_
 layer { name: "accuracy" type: "Accuracy" bottom: "fc2" bottom: "label" top: "accuracy" include { phase: TEST } }
 layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc2" bottom: "label" top: "loss" }
 '''
+
+# A Network-in-Network-shaped V1 net: no InnerProduct, the class scores are a 1x1
+# convolution's maps averaged down to 1x1 by the last pooling (as NIN and SqueezeNet do).
+V1_POOLED = '''name: "PooledV1"
+layers {
+  name: "data" type: DATA top: "data" top: "label"
+  data_param { source: "train_lmdb" batch_size: 4 }
+  transform_param { crop_size: 16 mirror: true }
+}
+layers { name: "conv1" type: CONVOLUTION bottom: "data" top: "conv1" blobs_lr: 1 blobs_lr: 2 weight_decay: 1 weight_decay: 0
+  convolution_param { num_output: 12 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.05 } } }
+layers { name: "relu0" type: RELU bottom: "conv1" top: "conv1" }
+layers { name: "cccp1" type: CONVOLUTION bottom: "conv1" top: "cccp1" convolution_param { num_output: 8 kernel_size: 1
+  weight_filler { type: "gaussian" std: 0.05 } } }
+layers { name: "relu1" type: RELU bottom: "cccp1" top: "cccp1" }
+layers { name: "pool1" type: POOLING bottom: "cccp1" top: "pool1" pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+layers { name: "drop" type: DROPOUT bottom: "pool1" top: "pool1" dropout_param { dropout_ratio: 0.5 } }
+layers { name: "cccp2" type: CONVOLUTION bottom: "pool1" top: "cccp2" convolution_param { num_output: 6 kernel_size: 1
+  weight_filler { type: "gaussian" std: 0.05 } } }
+layers { name: "relu2" type: RELU bottom: "cccp2" top: "cccp2" }
+layers { name: "pool4" type: POOLING bottom: "cccp2" top: "pool4" pooling_param { pool: AVE kernel_size: 8 stride: 1 } }
+layers { name: "loss" type: SOFTMAX_LOSS bottom: "pool4" bottom: "label" top: "loss" }
+'''
+V1_POOLED_PARAMS = (12 * 27 + 12) + (8 * 12 + 8) + (6 * 8 + 6)

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from caffe_prototxt import (CIFAR10_QUICK, CIFAR10_QUICK_SOLVER, CIFAR10_QUICK_SOLVER_LR1, DEPLOY, EVERY_LAYER,
-                            EVERY_LAYER_AUX, EVERY_LAYER_MAIN, V1_SMALL, V1_SMALL_NEW, V1_SMALL_PARAMS)
+                            EVERY_LAYER_AUX, EVERY_LAYER_MAIN, V1_POOLED, V1_POOLED_PARAMS, V1_SMALL, V1_SMALL_NEW,
+                            V1_SMALL_PARAMS)
 from conftest import hpcdl
 from hpcdl.caffe.nets import export_net, import_net
 from hpcdl.caffe.solver import import_recipe
@@ -249,6 +250,35 @@ def test_v1_net_builds_runs_and_loads_v1_weights_by_name(tmp_path):
     original.eval(), copy.eval()
     out = copy(x)
     assert out.shape == (2, 10) and torch.equal(original(x), out)
+
+
+def test_pooled_class_maps_are_the_logits(tmp_path):
+    """NIN/SqueezeNet-style: the classifier is the 1x1 convolution before the last pooling; the
+    (C, 1, 1) output is given as (N, C), so the loss reads it as Caffe's SoftmaxWithLoss does."""
+    import torch
+    import torch.nn.functional as F
+
+    from hpcdl.caffe.weights import from_torch, to_keras
+    from hpcdl.nets.keras_build import build_keras
+    from hpcdl.nets.torch_build import build_torch
+
+    data, _ = import_net(_write(tmp_path, "pooled.prototxt", V1_POOLED))
+    assert data["classes"] == 6 and {l["name"]: l for l in data["layers"]}["cccp2"]["num_output"] == "classes"
+    spec = _spec(data, aux=False)
+    assert spec.parameter_count == V1_POOLED_PARAMS and spec.layers[-1].out_shape == (6, 1, 1)
+    net = build_torch(spec)
+    _random_weights(net, seed=4)
+    net.eval()
+    x = np.random.default_rng(1).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    out = net(torch.from_numpy(x))
+    assert out.shape == (2, 6)
+    F.cross_entropy(out, torch.tensor([0, 5]))  # the trainers' loss takes it
+    keras_net = build_keras(spec)
+    to_keras(keras_net, spec, {name: arrs for name, _, arrs in from_torch(net)})
+    got = np.asarray(keras_net(x, training=False))
+    want = out.detach().numpy()
+    assert got.shape == (2, 6) and np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+    assert _spec(data | {"classes": 3}, aux=False).layers[-1].out_shape == (3, 1, 1)  # a recipe's num_classes
 
 
 def test_cli_imports_a_v1_net_and_a_solver_naming_one(tmp_path):
