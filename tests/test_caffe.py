@@ -179,6 +179,10 @@ def test_deploy_net_keeps_softmax_output(tmp_path):
      'layer { name: "r" type: "ReLU" bottom: "data" top: "r" }\nlayers { name: "s" type: SIGMOID bottom: "r" top: "s" }\n',
      "both `layer` and V1 `layers`"),
     ('input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 8\ninput_dim: 8\n'
+     'layers { name: "c" type: CONVOLUTION bottom: "data" top: "c" convolution_param { num_output: 3 kernel_size: 3 } }\n'
+     'layers {\n  bottom: "c"\n  type: PRELU\n  name: "pr"\n}\n',
+     r"every\.prototxt:7: layer 'pr' has type PRELU, which is not a layer type of Caffe's V1 format"),
+    ('input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 8\ninput_dim: 8\n'
      'layers { name: "c" type: CONVOLUTION bottom: "data" top: "c" param: "w" convolution_param { num_output: 3 kernel_size: 3 } }\n',
      "weight sharing"),
     ('input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 8\ninput_dim: 8\n'

@@ -19,6 +19,7 @@ in-place layers go back in place. Import, export and import give the same mappin
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -329,7 +330,10 @@ def import_net(path: str | Path, input_size: int | None = None, channels: int | 
     path = Path(path)
     # first pass: tolerant, to find the layer types (an unsupported layer's own parameter
     # message is not in hpcdl's schema, and is refused by its type and line below)
-    loose, text = read_text(path, "NetParameter", lenient=True)
+    try:
+        loose, text = read_text(path, "NetParameter", lenient=True)
+    except HpcdlError as exc:
+        raise _v1_enum_error(path, exc) from None
     v1 = len(loose.layers) > 0
     lines = layer_lines(text, "layers" if v1 else "layer")
     if v1:
@@ -364,6 +368,24 @@ V1_TYPES = {
 # V1 data layers whose deprecated scale/mean_file/crop_size/mirror Caffe moves into
 # transform_param (UpgradeNetDataTransformation)
 _V1_DATA_PARAM = {"DATA": "data_param", "IMAGE_DATA": "image_data_param", "WINDOW_DATA": "window_data_param"}
+
+
+def _v1_enum_error(path: Path, exc: HpcdlError) -> HpcdlError:
+    """A V1 layer whose type is no value of caffe.proto's LayerType enum (a fork's layer), said
+    the way any unsupported layer is: its line, name and type; other parse errors as they are."""
+    m = re.search(r":(\d+):\d+: .*Enum type \"caffe\.V1LayerParameter\.LayerType\" has no value named (\w+)", str(exc))
+    if not m:
+        return exc
+    line, ltype = int(m.group(1)), m.group(2)
+    text = path.read_text(errors="replace")
+    starts = [n for n in layer_lines(text, "layers") if n <= line]
+    start = starts[-1] if starts else line
+    following = [n for n in layer_lines(text, "layers") if n > start]
+    block = "\n".join(text.splitlines()[start - 1:(following[0] - 1) if following else None])
+    name = re.search(r"\bname\s*:\s*[\"']([^\"']*)[\"']", block)
+    who = f"layer {name.group(1)!r}" if name else "a layer"
+    return HpcdlError(f"{path}:{start}: {who} has type {ltype}, which is not a layer type of Caffe's V1 format "
+                      f"(caffe.proto's V1LayerParameter.LayerType); hpcdl does not support it")
 
 
 def upgrade_v1(v1net, lines: list[int], path: Path):
