@@ -399,3 +399,105 @@ layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" pooling_param
 layer { name: "fc" type: "InnerProduct" bottom: "pool1" top: "fc" inner_product_param { num_output: 5 } }
 layer { name: "prob" type: "Softmax" bottom: "fc" top: "prob" }
 '''
+
+# The V1 format (`layers { type: ENUM }`, Caffe before 2015), written here in the style of
+# 2014 Model Zoo files: deprecated transform fields in data_param, blobs_lr/weight_decay,
+# include rules, in-place layers. V1_SMALL_NEW is the same net in the current format, as
+# Caffe's upgrade_proto.cpp makes it; both import to the same hpcdl net.
+V1_SMALL = '''name: "SmallV1"
+layers {
+  name: "data"
+  type: DATA
+  top: "data"
+  top: "label"
+  data_param { source: "train_lmdb" batch_size: 16 crop_size: 24 mirror: true mean_file: "mean.binaryproto" }
+  include: { phase: TRAIN }
+}
+layers {
+  name: "data"
+  type: DATA
+  top: "data"
+  top: "label"
+  data_param { source: "val_lmdb" batch_size: 8 crop_size: 24 mean_file: "mean.binaryproto" }
+  include: { phase: TEST }
+}
+layers {
+  name: "conv1"
+  type: CONVOLUTION
+  bottom: "data"
+  top: "conv1"
+  blobs_lr: 1
+  blobs_lr: 2
+  weight_decay: 1
+  weight_decay: 0
+  convolution_param { num_output: 8 kernel_size: 5 stride: 2 group: 1
+    weight_filler { type: "gaussian" std: 0.01 } bias_filler { type: "constant" value: 0.1 } }
+}
+layers { name: "relu1" type: RELU bottom: "conv1" top: "conv1" }
+layers { name: "pool1" type: POOLING bottom: "conv1" top: "pool1" pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+layers { name: "norm1" type: LRN bottom: "pool1" top: "norm1" lrn_param { local_size: 5 alpha: 0.0001 beta: 0.75 } }
+layers { name: "fc1" type: INNER_PRODUCT bottom: "norm1" top: "fc1" blobs_lr: 1 blobs_lr: 2
+  inner_product_param { num_output: 32 weight_filler { type: "gaussian" std: 0.005 } } }
+layers { name: "relu2" type: RELU bottom: "fc1" top: "fc1" }
+layers { name: "drop1" type: DROPOUT bottom: "fc1" top: "fc1" dropout_param { dropout_ratio: 0.4 } }
+layers { name: "fc2" type: INNER_PRODUCT bottom: "fc1" top: "fc2" inner_product_param { num_output: 10 } }
+layers { name: "accuracy" type: ACCURACY bottom: "fc2" bottom: "label" top: "accuracy" include: { phase: TEST } }
+layers { name: "loss" type: SOFTMAX_LOSS bottom: "fc2" bottom: "label" top: "loss" }
+'''
+# conv1 8*3*5*5+8, fc1 over 8x5x5 (24 -> conv 10 -> pool 5), fc2
+V1_SMALL_PARAMS = (8 * 75 + 8) + (8 * 25 * 32 + 32) + (32 * 10 + 10)
+
+V1_SMALL_NEW = '''name: "SmallV1"
+layer {
+  name: "data" type: "Data" top: "data" top: "label"
+  transform_param { crop_size: 24 mirror: true mean_file: "mean.binaryproto" }
+  data_param { source: "train_lmdb" batch_size: 16 }
+  include { phase: TRAIN }
+}
+layer {
+  name: "data" type: "Data" top: "data" top: "label"
+  transform_param { crop_size: 24 mean_file: "mean.binaryproto" }
+  data_param { source: "val_lmdb" batch_size: 8 }
+  include { phase: TEST }
+}
+layer {
+  name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  param { lr_mult: 1 decay_mult: 1 } param { lr_mult: 2 decay_mult: 0 }
+  convolution_param { num_output: 8 kernel_size: 5 stride: 2
+    weight_filler { type: "gaussian" std: 0.01 } bias_filler { type: "constant" value: 0.1 } }
+}
+layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+layer { name: "norm1" type: "LRN" bottom: "pool1" top: "norm1" lrn_param { local_size: 5 alpha: 0.0001 beta: 0.75 } }
+layer { name: "fc1" type: "InnerProduct" bottom: "norm1" top: "fc1" param { lr_mult: 1 } param { lr_mult: 2 }
+  inner_product_param { num_output: 32 weight_filler { type: "gaussian" std: 0.005 } } }
+layer { name: "relu2" type: "ReLU" bottom: "fc1" top: "fc1" }
+layer { name: "drop1" type: "Dropout" bottom: "fc1" top: "fc1" dropout_param { dropout_ratio: 0.4 } }
+layer { name: "fc2" type: "InnerProduct" bottom: "fc1" top: "fc2" inner_product_param { num_output: 10 } }
+layer { name: "accuracy" type: "Accuracy" bottom: "fc2" bottom: "label" top: "accuracy" include { phase: TEST } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc2" bottom: "label" top: "loss" }
+'''
+
+# A Network-in-Network-shaped V1 net: no InnerProduct, the class scores are a 1x1
+# convolution's maps averaged down to 1x1 by the last pooling (as NIN and SqueezeNet do).
+V1_POOLED = '''name: "PooledV1"
+layers {
+  name: "data" type: DATA top: "data" top: "label"
+  data_param { source: "train_lmdb" batch_size: 4 }
+  transform_param { crop_size: 16 mirror: true }
+}
+layers { name: "conv1" type: CONVOLUTION bottom: "data" top: "conv1" blobs_lr: 1 blobs_lr: 2 weight_decay: 1 weight_decay: 0
+  convolution_param { num_output: 12 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.05 } } }
+layers { name: "relu0" type: RELU bottom: "conv1" top: "conv1" }
+layers { name: "cccp1" type: CONVOLUTION bottom: "conv1" top: "cccp1" convolution_param { num_output: 8 kernel_size: 1
+  weight_filler { type: "gaussian" std: 0.05 } } }
+layers { name: "relu1" type: RELU bottom: "cccp1" top: "cccp1" }
+layers { name: "pool1" type: POOLING bottom: "cccp1" top: "pool1" pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+layers { name: "drop" type: DROPOUT bottom: "pool1" top: "pool1" dropout_param { dropout_ratio: 0.5 } }
+layers { name: "cccp2" type: CONVOLUTION bottom: "pool1" top: "cccp2" convolution_param { num_output: 6 kernel_size: 1
+  weight_filler { type: "gaussian" std: 0.05 } } }
+layers { name: "relu2" type: RELU bottom: "cccp2" top: "cccp2" }
+layers { name: "pool4" type: POOLING bottom: "cccp2" top: "pool4" pooling_param { pool: AVE kernel_size: 8 stride: 1 } }
+layers { name: "loss" type: SOFTMAX_LOSS bottom: "pool4" bottom: "label" top: "loss" }
+'''
+V1_POOLED_PARAMS = (12 * 27 + 12) + (8 * 12 + 8) + (6 * 8 + 6)

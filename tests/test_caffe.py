@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from caffe_prototxt import (CIFAR10_QUICK, CIFAR10_QUICK_SOLVER, CIFAR10_QUICK_SOLVER_LR1, DEPLOY, EVERY_LAYER,
-                            EVERY_LAYER_AUX, EVERY_LAYER_MAIN)
+                            EVERY_LAYER_AUX, EVERY_LAYER_MAIN, V1_POOLED, V1_POOLED_PARAMS, V1_SMALL, V1_SMALL_NEW,
+                            V1_SMALL_PARAMS)
 from conftest import hpcdl
 from hpcdl.caffe.nets import export_net, import_net
 from hpcdl.caffe.solver import import_recipe
@@ -167,7 +168,23 @@ def test_deploy_net_keeps_softmax_output(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ('layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 dim: 8 dim: 8 } } }\n'
      'layer { name: "p" type: "PReLU" bottom: "data" top: "p" }\n', r"every\.prototxt:2: layer 'p' has type 'PReLU'"),
-    ('layers { name: "c" type: CONVOLUTION }\n', "V1 format"),
+    ('input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 8\ninput_dim: 8\n'
+     'layers { layer { name: "c" type: "conv" num_output: 3 kernelsize: 3 } bottom: "data" top: "c" }\n',
+     r"every\.prototxt:6: layer 'c' is in the V0 format"),
+    ('input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 8\ninput_dim: 8\n'
+     'layers { name: "c" type: CONVOLUTION bottom: "data" top: "c" convolution_param { num_output: 3 kernel_size: 3 } }\n'
+     'layers { name: "pw" type: POWER bottom: "c" top: "pw" power_param { power: 2 } }\n',
+     r"every\.prototxt:7: layer 'pw' has type 'Power'"),
+    ('input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 8\ninput_dim: 8\n'
+     'layer { name: "r" type: "ReLU" bottom: "data" top: "r" }\nlayers { name: "s" type: SIGMOID bottom: "r" top: "s" }\n',
+     "both `layer` and V1 `layers`"),
+    ('input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 8\ninput_dim: 8\n'
+     'layers { name: "c" type: CONVOLUTION bottom: "data" top: "c" convolution_param { num_output: 3 kernel_size: 3 } }\n'
+     'layers {\n  bottom: "c"\n  type: PRELU\n  name: "pr"\n}\n',
+     r"every\.prototxt:7: layer 'pr' has type PRELU, which is not a layer type of Caffe's V1 format"),
+    ('input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 8\ninput_dim: 8\n'
+     'layers { name: "c" type: CONVOLUTION bottom: "data" top: "c" param: "w" convolution_param { num_output: 3 kernel_size: 3 } }\n',
+     "weight sharing"),
     ('input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 8\ninput_dim: 8\n'
      'layer { name: "c" type: "Convolution" bottom: "data" top: "c"\n convolution_param { num_ouput: 3 } }\n',
      r"every\.prototxt:7:.*num_ouput"),
@@ -184,6 +201,100 @@ def test_deploy_net_keeps_softmax_output(tmp_path):
 def test_refusals_name_the_layer_and_line(tmp_path, text, message):
     with pytest.raises(HpcdlError, match=message):
         import_net(_write(tmp_path, "every.prototxt", text))
+
+
+def test_v1_net_is_upgraded_as_caffe_does(tmp_path):
+    """A V1 file (type enums, blobs_lr/weight_decay, data_param crop/mirror/mean) imports as its upgraded self."""
+    data, notes = import_net(_write(tmp_path, "v1.prototxt", V1_SMALL))
+    new, _ = import_net(_write(tmp_path, "new.prototxt", V1_SMALL_NEW))
+    assert data == new and notes == []
+    by_name = {l["name"]: l for l in data["layers"]}
+    assert [l["type"] for l in data["layers"]] == ["Convolution", "ReLU", "Pooling", "LRN", "InnerProduct", "ReLU",
+                                                   "Dropout", "InnerProduct"]
+    assert by_name["conv1"]["param"] == [{"lr_mult": 1.0, "decay_mult": 1.0}, {"lr_mult": 2.0, "decay_mult": 0.0}]
+    # weight_decay left out: ParamSpec's decay_mult default, 1
+    assert by_name["fc1"]["param"] == [{"lr_mult": 1.0, "decay_mult": 1.0}, {"lr_mult": 2.0, "decay_mult": 1.0}]
+    assert by_name["drop1"]["dropout_ratio"] == 0.4 and by_name["conv1"]["bias_filler"] == {"type": "constant", "value": 0.1}
+    assert data["caffe"]["data"]["train"] == {"type": "Data", "source": "train_lmdb", "batch_size": 16, "crop_size": 24,
+                                              "mirror": True, "mean_file": "mean.binaryproto"}
+    assert data["caffe"]["data"]["test"]["batch_size"] == 8
+    assert data["caffe"]["metrics"] == [{"name": "accuracy", "bottom": "fc2", "top_k": 1}]
+    assert data["input"] == {"channels": 3, "size": 24} and data["classes"] == 10
+
+
+def test_v1_net_builds_runs_and_loads_v1_weights_by_name(tmp_path):
+    """A V1 net and a V1 .caffemodel of it (layers with type enums, 4-D legacy blobs) give the same forward."""
+    import torch
+
+    from hpcdl.caffe.proto import message
+    from hpcdl.caffe.weights import from_torch, read_caffemodel, to_torch
+    from hpcdl.nets.torch_build import build_torch
+
+    data, _ = import_net(_write(tmp_path, "v1.prototxt", V1_SMALL))
+    spec = _spec(data)
+    assert spec.parameter_count == V1_SMALL_PARAMS
+    original = build_torch(spec)
+    assert sum(p.numel() for p in original.parameters()) == V1_SMALL_PARAMS
+    _random_weights(original, seed=5)
+    enum = message("V1LayerParameter").DESCRIPTOR.fields_by_name["type"].enum_type.values_by_name
+    v1_type = {"Convolution": "CONVOLUTION", "InnerProduct": "INNER_PRODUCT"}
+    net = message("NetParameter")
+    net.name = "SmallV1"
+    for name, ltype, arrs in reversed(from_torch(original)):  # file order does not matter: matched by name
+        layer = net.layers.add(name=name, type=enum[v1_type[ltype]].number)
+        for a in arrs:
+            blob = layer.blobs.add()
+            blob.num, blob.channels, blob.height, blob.width = (1,) * (4 - a.ndim) + a.shape
+            blob.data.extend(a.ravel().tolist())
+    path = tmp_path / "v1.caffemodel"
+    path.write_bytes(net.SerializeToString())
+    copy = build_torch(spec)
+    to_torch(copy, read_caffemodel(path))
+    x = torch.randn(2, 3, 24, 24)
+    original.eval(), copy.eval()
+    out = copy(x)
+    assert out.shape == (2, 10) and torch.equal(original(x), out)
+
+
+def test_pooled_class_maps_are_the_logits(tmp_path):
+    """NIN/SqueezeNet-style: the classifier is the 1x1 convolution before the last pooling; the
+    (C, 1, 1) output is given as (N, C), so the loss reads it as Caffe's SoftmaxWithLoss does."""
+    import torch
+    import torch.nn.functional as F
+
+    from hpcdl.caffe.weights import from_torch, to_keras
+    from hpcdl.nets.keras_build import build_keras
+    from hpcdl.nets.torch_build import build_torch
+
+    data, _ = import_net(_write(tmp_path, "pooled.prototxt", V1_POOLED))
+    assert data["classes"] == 6 and {l["name"]: l for l in data["layers"]}["cccp2"]["num_output"] == "classes"
+    spec = _spec(data, aux=False)
+    assert spec.parameter_count == V1_POOLED_PARAMS and spec.layers[-1].out_shape == (6, 1, 1)
+    net = build_torch(spec)
+    _random_weights(net, seed=4)
+    net.eval()
+    x = np.random.default_rng(1).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    out = net(torch.from_numpy(x))
+    assert out.shape == (2, 6)
+    F.cross_entropy(out, torch.tensor([0, 5]))  # the trainers' loss takes it
+    keras_net = build_keras(spec)
+    to_keras(keras_net, spec, {name: arrs for name, _, arrs in from_torch(net)})
+    got = np.asarray(keras_net(x, training=False))
+    want = out.detach().numpy()
+    assert got.shape == (2, 6) and np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+    assert _spec(data | {"classes": 3}, aux=False).layers[-1].out_shape == (3, 1, 1)  # a recipe's num_classes
+
+
+def test_cli_imports_a_v1_net_and_a_solver_naming_one(tmp_path):
+    _write(tmp_path, "v1.prototxt", V1_SMALL)
+    hpcdl("nets", "import", "v1.prototxt", "-o", "v1.yaml", check=True, cwd=tmp_path)
+    assert load_net(str(tmp_path / "v1.yaml")).parameter_count == V1_SMALL_PARAMS
+    _write(tmp_path, "solver.prototxt", 'net: "v1.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 10\n'
+           'momentum: 0.9\n')
+    hpcdl("recipes", "import", "solver.prototxt", "-o", "r.yaml", check=True, cwd=tmp_path)
+    recipe = yaml.safe_load((tmp_path / "r.yaml").read_text())
+    assert recipe["batch_size"] == 16 and recipe["test_batch_size"] == 8 and recipe["data"]["crop"] == 24
+    assert load_net(str(tmp_path / recipe["net"])).parameter_count == V1_SMALL_PARAMS
 
 
 def test_cli_refusal_is_one_line_and_writes_nothing(tmp_path):

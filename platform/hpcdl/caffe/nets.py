@@ -19,6 +19,7 @@ in-place layers go back in place. Import, export and import give the same mappin
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -329,21 +330,133 @@ def import_net(path: str | Path, input_size: int | None = None, channels: int | 
     path = Path(path)
     # first pass: tolerant, to find the layer types (an unsupported layer's own parameter
     # message is not in hpcdl's schema, and is refused by its type and line below)
-    loose, text = read_text(path, "NetParameter", lenient=True)
-    if len(loose.layers):
-        raise HpcdlError(f"{path}: this is the V1 format (`layers {{ ... type: CONVOLUTION }}`, Caffe before 2015); "
-                         f"upgrade it with Caffe's tools/upgrade_net_proto_text and import the result")
-    lines = layer_lines(text)
+    try:
+        loose, text = read_text(path, "NetParameter", lenient=True)
+    except HpcdlError as exc:
+        raise _v1_enum_error(path, exc) from None
+    v1 = len(loose.layers) > 0
+    lines = layer_lines(text, "layers" if v1 else "layer")
+    if v1:
+        loose = upgrade_v1(loose, lines, path)
     for i, layer in enumerate(loose.layer):
         line = lines[i] if i < len(lines) else "?"
         if layer.type not in HANDLED:
             raise HpcdlError(f"{path}:{line}: layer {layer.name!r} has type {layer.type!r}, which hpcdl does not "
                              f"support (supported: {', '.join(sorted(HANDLED))})")
     net, _ = read_text(path, "NetParameter")  # strict: a misspelt field is an error with its line
+    if v1:
+        net = upgrade_v1(net, lines, path)
     try:
         return _convert(net, lines, path, input_size, channels)
     except _Refuse as exc:
         raise HpcdlError(f"{path}:{exc}") from None
+
+
+# V1LayerParameter.LayerType -> the LayerParameter type string (Caffe's UpgradeV1LayerType)
+V1_TYPES = {
+    "NONE": "", "ABSVAL": "AbsVal", "ACCURACY": "Accuracy", "ARGMAX": "ArgMax", "BNLL": "BNLL", "CONCAT": "Concat",
+    "CONTRASTIVE_LOSS": "ContrastiveLoss", "CONVOLUTION": "Convolution", "DECONVOLUTION": "Deconvolution",
+    "DATA": "Data", "DROPOUT": "Dropout", "DUMMY_DATA": "DummyData", "EUCLIDEAN_LOSS": "EuclideanLoss",
+    "ELTWISE": "Eltwise", "EXP": "Exp", "FLATTEN": "Flatten", "HDF5_DATA": "HDF5Data", "HDF5_OUTPUT": "HDF5Output",
+    "HINGE_LOSS": "HingeLoss", "IM2COL": "Im2col", "IMAGE_DATA": "ImageData", "INFOGAIN_LOSS": "InfogainLoss",
+    "INNER_PRODUCT": "InnerProduct", "LRN": "LRN", "MEMORY_DATA": "MemoryData",
+    "MULTINOMIAL_LOGISTIC_LOSS": "MultinomialLogisticLoss", "MVN": "MVN", "POOLING": "Pooling", "POWER": "Power",
+    "RELU": "ReLU", "SIGMOID": "Sigmoid", "SIGMOID_CROSS_ENTROPY_LOSS": "SigmoidCrossEntropyLoss",
+    "SILENCE": "Silence", "SOFTMAX": "Softmax", "SOFTMAX_LOSS": "SoftmaxWithLoss", "SPLIT": "Split",
+    "SLICE": "Slice", "TANH": "TanH", "WINDOW_DATA": "WindowData", "THRESHOLD": "Threshold",
+}
+# V1 data layers whose deprecated scale/mean_file/crop_size/mirror Caffe moves into
+# transform_param (UpgradeNetDataTransformation)
+_V1_DATA_PARAM = {"DATA": "data_param", "IMAGE_DATA": "image_data_param", "WINDOW_DATA": "window_data_param"}
+
+
+def _v1_enum_error(path: Path, exc: HpcdlError) -> HpcdlError:
+    """A V1 layer whose type is no value of caffe.proto's LayerType enum (a fork's layer), said
+    the way any unsupported layer is: its line, name and type; other parse errors as they are."""
+    m = re.search(r":(\d+):\d+: .*Enum type \"caffe\.V1LayerParameter\.LayerType\" has no value named (\w+)", str(exc))
+    if not m:
+        return exc
+    line, ltype = int(m.group(1)), m.group(2)
+    text = path.read_text(errors="replace")
+    starts = [n for n in layer_lines(text, "layers") if n <= line]
+    start = starts[-1] if starts else line
+    following = [n for n in layer_lines(text, "layers") if n > start]
+    block = "\n".join(text.splitlines()[start - 1:(following[0] - 1) if following else None])
+    name = re.search(r"\bname\s*:\s*[\"']([^\"']*)[\"']", block)
+    who = f"layer {name.group(1)!r}" if name else "a layer"
+    return HpcdlError(f"{path}:{start}: {who} has type {ltype}, which is not a layer type of Caffe's V1 format "
+                      f"(caffe.proto's V1LayerParameter.LayerType); hpcdl does not support it")
+
+
+def upgrade_v1(v1net, lines: list[int], path: Path):
+    """A V1 NetParameter (`layers { type: CONVOLUTION }`) as the current one, as Caffe reads it.
+
+    Caffe's upgrade_proto.cpp, in the order UpgradeNetAsNeeded applies it: the data
+    layers' deprecated transform fields move to transform_param, then each
+    V1LayerParameter becomes a LayerParameter (UpgradeV1LayerParameter): name, bottom,
+    top, include/exclude, blobs, loss_weight and every *_param carry over; the type enum
+    becomes its type string; `blobs_lr` and `weight_decay` become `param { lr_mult
+    decay_mult }`, and `param` (blob names) becomes `param { name }`. A V0 layer
+    (`layers { layer { ... } }`) is refused.
+    """
+    if len(v1net.layer):
+        raise HpcdlError(f"{path}: the file has both `layer` and V1 `layers` fields (Caffe refuses it too); "
+                         f"use one format")
+    net = message("NetParameter")
+    net.CopyFrom(v1net)
+    del net.layers[:]
+    type_names = v1net.layers[0].DESCRIPTOR.fields_by_name["type"].enum_type.values_by_number if len(v1net.layers) else {}
+    new_fields = net.layer.add().DESCRIPTOR.fields_by_name
+    del net.layer[:]
+    for i, old in enumerate(v1net.layers):
+        line = lines[i] if i < len(lines) else "?"
+        if old.HasField("layer"):
+            raise HpcdlError(f"{path}:{line}: layer {old.layer.name or old.name!r} is in the V0 format "
+                             f"(`layers {{ layer {{ ... }} }}`, Caffe before 2014), which hpcdl does not read")
+        enum_name = type_names[old.type].name if old.HasField("type") else "NONE"
+        layer = net.layer.add()
+        layer.bottom.extend(old.bottom)
+        layer.top.extend(old.top)
+        if old.HasField("name"):
+            layer.name = old.name
+        for rule in old.include:
+            layer.include.add().CopyFrom(rule)
+        for rule in old.exclude:
+            layer.exclude.add().CopyFrom(rule)
+        if old.HasField("type"):
+            layer.type = V1_TYPES[enum_name]
+        for blob in old.blobs:
+            layer.blobs.add().CopyFrom(blob)
+        for j, name in enumerate(old.param):
+            while len(layer.param) <= j:
+                layer.param.add()
+            layer.param[j].name = name
+        for j, mode in enumerate(old.blob_share_mode):
+            while len(layer.param) <= j:
+                layer.param.add()
+            layer.param[j].share_mode = mode
+        for j, mult in enumerate(old.blobs_lr):
+            while len(layer.param) <= j:
+                layer.param.add()
+            layer.param[j].lr_mult = mult
+        for j, mult in enumerate(old.weight_decay):
+            while len(layer.param) <= j:
+                layer.param.add()
+            layer.param[j].decay_mult = mult
+        layer.loss_weight.extend(old.loss_weight)
+        data_field = _V1_DATA_PARAM.get(enum_name)
+        if data_field and old.HasField(data_field):
+            legacy, t = getattr(old, data_field), old.transform_param
+            for f in ("scale", "mean_file", "crop_size", "mirror"):
+                if legacy.HasField(f):
+                    setattr(t, f, getattr(legacy, f))
+                    legacy.ClearField(f)
+        for fd, value in old.ListFields():
+            if fd.name.endswith("_param") and fd.name in new_fields:
+                getattr(layer, fd.name).CopyFrom(value)
+            # a *_param hpcdl's LayerParameter does not declare belongs to a layer type
+            # hpcdl does not build, which is refused by its type
+    return net
 
 
 def _convert(net, lines: list[int], path: Path, input_size, channels) -> tuple[dict, list[str]]:
@@ -535,7 +648,9 @@ def _convert(net, lines: list[int], path: Path, input_size, channels) -> tuple[d
             classes = e["num_output"]
             e["num_output"] = "classes"
             break
-        if e["type"] not in ("Softmax", "Dropout", "ReLU", "Sigmoid", "TanH", "Flatten", "Scale", "BatchNorm"):
+        # shape-keeping layers, and Pooling, which keeps the channels (SqueezeNet and NIN pool their
+        # class maps: the classifier is the convolution before the global pooling)
+        if e["type"] not in ("Softmax", "Dropout", "ReLU", "Sigmoid", "TanH", "Flatten", "Scale", "BatchNorm", "Pooling"):
             break
         top = e["bottom"]
     if classes is not None:

@@ -7,9 +7,11 @@ of the layer types hpcdl maps, plus the data layers), blobs for `.caffemodel` we
 and SolverParameter. Text files are parsed by protobuf's own `text_format`, binary
 `.caffemodel` files by the protobuf runtime; nothing here parses either by hand.
 
-The V1 `layers` field (V1LayerParameter) is declared with only its `name` (4) and
-`blobs` (6): enough to read weights out of the 2014-era BVLC `.caffemodel` files, which
-store their layers that way, and to recognise (and refuse) a V1 prototxt.
+The V1 `layers` field (V1LayerParameter, with its LayerType enum and the parameter
+messages only V1 layer types use) is declared in full: 2014-era BVLC `.caffemodel` and
+prototxt files store their layers that way, and hpcdl upgrades them in memory as Caffe
+does. V0LayerParameter (`layers { layer { ... } }`) is declared so such a file parses and
+is refused by name.
 """
 
 from __future__ import annotations
@@ -44,7 +46,71 @@ MESSAGES: dict[str, list[tuple]] = {
         (_O, "NetState", "state", 6, None), (_O, "bool", "debug_info", 7, "false"),
         (_R, "LayerParameter", "layer", 100, None), (_R, "V1LayerParameter", "layers", 2, None),
     ],
-    "V1LayerParameter": [(_O, "string", "name", 4, None), (_R, "BlobProto", "blobs", 6, None)],
+    # the V1 format (`layers { type: CONVOLUTION }`, Caffe before 2015), in full: hpcdl
+    # upgrades it to LayerParameter as Caffe's upgrade_proto.cpp does (hpcdl.caffe.nets)
+    "V1LayerParameter": [
+        (_R, "string", "bottom", 2, None), (_R, "string", "top", 3, None), (_O, "string", "name", 4, None),
+        (_R, "NetStateRule", "include", 32, None), (_R, "NetStateRule", "exclude", 33, None),
+        (_O, "enum:LayerType", "type", 5, None), (_R, "BlobProto", "blobs", 6, None),
+        (_R, "string", "param", 1001, None), (_R, "enum:DimCheckMode", "blob_share_mode", 1002, None),
+        (_R, "float", "blobs_lr", 7, None), (_R, "float", "weight_decay", 8, None),
+        (_R, "float", "loss_weight", 35, None), (_O, "AccuracyParameter", "accuracy_param", 27, None),
+        (_O, "ArgMaxParameter", "argmax_param", 23, None), (_O, "ConcatParameter", "concat_param", 9, None),
+        (_O, "ContrastiveLossParameter", "contrastive_loss_param", 40, None),
+        (_O, "ConvolutionParameter", "convolution_param", 10, None), (_O, "DataParameter", "data_param", 11, None),
+        (_O, "DropoutParameter", "dropout_param", 12, None), (_O, "DummyDataParameter", "dummy_data_param", 26, None),
+        (_O, "EltwiseParameter", "eltwise_param", 24, None), (_O, "ExpParameter", "exp_param", 41, None),
+        (_O, "HDF5DataParameter", "hdf5_data_param", 13, None),
+        (_O, "HDF5OutputParameter", "hdf5_output_param", 14, None),
+        (_O, "HingeLossParameter", "hinge_loss_param", 29, None),
+        (_O, "ImageDataParameter", "image_data_param", 15, None),
+        (_O, "InfogainLossParameter", "infogain_loss_param", 16, None),
+        (_O, "InnerProductParameter", "inner_product_param", 17, None), (_O, "LRNParameter", "lrn_param", 18, None),
+        (_O, "MemoryDataParameter", "memory_data_param", 22, None), (_O, "MVNParameter", "mvn_param", 34, None),
+        (_O, "PoolingParameter", "pooling_param", 19, None), (_O, "PowerParameter", "power_param", 21, None),
+        (_O, "ReLUParameter", "relu_param", 30, None), (_O, "SigmoidParameter", "sigmoid_param", 38, None),
+        (_O, "SoftmaxParameter", "softmax_param", 39, None), (_O, "SliceParameter", "slice_param", 31, None),
+        (_O, "TanHParameter", "tanh_param", 37, None), (_O, "ThresholdParameter", "threshold_param", 25, None),
+        (_O, "WindowDataParameter", "window_data_param", 20, None),
+        (_O, "TransformationParameter", "transform_param", 36, None), (_O, "LossParameter", "loss_param", 42, None),
+        (_O, "V0LayerParameter", "layer", 1, None),
+    ],
+    # the V0 format (`layers { layer { type: "conv" } }`), declared so such a file parses and
+    # is refused by name; hpcdl does not upgrade it
+    "V0LayerParameter": [
+        (_O, "string", "name", 1, None), (_O, "string", "type", 2, None), (_O, "uint32", "num_output", 3, None),
+        (_O, "bool", "biasterm", 4, "true"), (_O, "FillerParameter", "weight_filler", 5, None),
+        (_O, "FillerParameter", "bias_filler", 6, None), (_O, "uint32", "pad", 7, "0"),
+        (_O, "uint32", "kernelsize", 8, None), (_O, "uint32", "group", 9, "1"), (_O, "uint32", "stride", 10, "1"),
+        (_O, "enum:PoolMethod", "pool", 11, "MAX"), (_O, "float", "dropout_ratio", 12, "0.5"),
+        (_O, "uint32", "local_size", 13, "5"), (_O, "float", "alpha", 14, "1"), (_O, "float", "beta", 15, "0.75"),
+        (_O, "float", "k", 22, "1"), (_O, "string", "source", 16, None), (_O, "float", "scale", 17, "1"),
+        (_O, "string", "meanfile", 18, None), (_O, "uint32", "batchsize", 19, None),
+        (_O, "uint32", "cropsize", 20, "0"), (_O, "bool", "mirror", 21, "false"),
+        (_R, "BlobProto", "blobs", 50, None), (_R, "float", "blobs_lr", 51, None),
+        (_R, "float", "weight_decay", 52, None), (_O, "uint32", "rand_skip", 53, "0"),
+        (_O, "float", "det_fg_threshold", 54, "0.5"), (_O, "float", "det_bg_threshold", 55, "0.5"),
+        (_O, "float", "det_fg_fraction", 56, "0.25"), (_O, "uint32", "det_context_pad", 58, "0"),
+        (_O, "string", "det_crop_mode", 59, "warp"), (_O, "int32", "new_num", 60, "0"),
+        (_O, "int32", "new_channels", 61, "0"), (_O, "int32", "new_height", 62, "0"),
+        (_O, "int32", "new_width", 63, "0"), (_O, "bool", "shuffle_images", 64, "false"),
+        (_O, "uint32", "concat_dim", 65, "1"), (_O, "HDF5OutputParameter", "hdf5_output_param", 1001, None),
+    ],
+    # parameter messages only V1 layer types use (hpcdl builds none of them; declared so a
+    # V1 file that has them parses, and the layer is refused by its type and line)
+    "ArgMaxParameter": [(_O, "bool", "out_max_val", 1, "false"), (_O, "uint32", "top_k", 2, "1"), (_O, "int32", "axis", 3, None)],
+    "ContrastiveLossParameter": [(_O, "float", "margin", 1, "1"), (_O, "bool", "legacy_version", 2, "false")],
+    "ExpParameter": [(_O, "float", "base", 1, "-1"), (_O, "float", "scale", 2, "1"), (_O, "float", "shift", 3, "0")],
+    "HDF5OutputParameter": [(_O, "string", "file_name", 1, None)],
+    "HingeLossParameter": [(_O, "enum:Norm", "norm", 1, "L1")],
+    "InfogainLossParameter": [(_O, "string", "source", 1, None)],
+    "MVNParameter": [
+        (_O, "bool", "normalize_variance", 1, "true"), (_O, "bool", "across_channels", 2, "false"),
+        (_O, "float", "eps", 3, "1e-09"),
+    ],
+    "PowerParameter": [(_O, "float", "power", 1, "1"), (_O, "float", "scale", 2, "1"), (_O, "float", "shift", 3, "0")],
+    "SliceParameter": [(_O, "int32", "axis", 3, "1"), (_R, "uint32", "slice_point", 2, None), (_O, "uint32", "slice_dim", 1, "1")],
+    "ThresholdParameter": [(_O, "float", "threshold", 1, "0")],
     "NetState": [(_O, "enum:Phase", "phase", 1, "TEST"), (_O, "int32", "level", 2, "0"), (_R, "string", "stage", 3, None)],
     "NetStateRule": [
         (_O, "enum:Phase", "phase", 1, None), (_O, "int32", "min_level", 2, None), (_O, "int32", "max_level", 3, None),
@@ -199,6 +265,17 @@ ENUMS: dict[str, list[tuple[str, int]]] = {
     "SnapshotFormat": [("HDF5", 0), ("BINARYPROTO", 1)],
     "SolverMode": [("CPU", 0), ("GPU", 1)],
     "SolverType": [("SGD", 0), ("NESTEROV", 1), ("ADAGRAD", 2), ("RMSPROP", 3), ("ADADELTA", 4), ("ADAM", 5)],
+    "Norm": [("L1", 1), ("L2", 2)],
+    "LayerType": [
+        ("NONE", 0), ("ABSVAL", 35), ("ACCURACY", 1), ("ARGMAX", 30), ("BNLL", 2), ("CONCAT", 3),
+        ("CONTRASTIVE_LOSS", 37), ("CONVOLUTION", 4), ("DATA", 5), ("DECONVOLUTION", 39), ("DROPOUT", 6),
+        ("DUMMY_DATA", 32), ("EUCLIDEAN_LOSS", 7), ("ELTWISE", 25), ("EXP", 38), ("FLATTEN", 8), ("HDF5_DATA", 9),
+        ("HDF5_OUTPUT", 10), ("HINGE_LOSS", 28), ("IM2COL", 11), ("IMAGE_DATA", 12), ("INFOGAIN_LOSS", 13),
+        ("INNER_PRODUCT", 14), ("LRN", 15), ("MEMORY_DATA", 29), ("MULTINOMIAL_LOGISTIC_LOSS", 16), ("MVN", 34),
+        ("POOLING", 17), ("POWER", 26), ("RELU", 18), ("SIGMOID", 19), ("SIGMOID_CROSS_ENTROPY_LOSS", 27),
+        ("SILENCE", 36), ("SOFTMAX", 20), ("SOFTMAX_LOSS", 21), ("SPLIT", 22), ("SLICE", 33), ("TANH", 23),
+        ("WINDOW_DATA", 24), ("THRESHOLD", 31),
+    ],
 }
 _FILE_ENUMS = {"Phase"}
 

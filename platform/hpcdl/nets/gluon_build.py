@@ -221,9 +221,13 @@ class CaffeNet(HybridBlock):
     def hybrid_forward(self, F, x):
         """The output blob; with auxiliary classifiers, (main, aux...) for Caffe's weighted loss."""
         blobs = self.route(F, x)
+
+        def logits(top):  # (N, C, 1, 1) -> (N, C), see NetSpec.pooled_logits
+            return F.flatten(blobs[top]) if self.spec.pooled_logits(top) else blobs[top]
+
         if self.spec.aux_outputs:
-            return tuple([blobs[self.spec.output], *(blobs[top] for top, _ in self.spec.aux_outputs)])
-        return blobs[self.spec.output]
+            return tuple([logits(self.spec.output), *(logits(top) for top, _ in self.spec.aux_outputs)])
+        return logits(self.spec.output)
 
 
 def build_gluon(spec: NetSpec) -> CaffeNet:

@@ -272,9 +272,15 @@ def build_keras(spec: NetSpec) -> keras.Model:
     blobs = {"data": layers.Permute((2, 3, 1), name="to_nhwc")(inputs)}
     for layer in spec.layers:
         blobs[layer.top] = _apply(layer, [blobs[b] for b in layer.bottom])
+
+    def logits(top):  # (N, 1, 1, C) -> (N, C), see NetSpec.pooled_logits
+        if not spec.pooled_logits(top):
+            return blobs[top]
+        return layers.Flatten(name=f"{keras_name(top)}_logits")(blobs[top])
+
     if spec.aux_outputs:
-        return keras.Model(inputs, [blobs[spec.output], *(blobs[top] for top, _ in spec.aux_outputs)], name=spec.name)
-    return keras.Model(inputs, blobs[spec.output], name=spec.name)
+        return keras.Model(inputs, [logits(spec.output), *(logits(top) for top, _ in spec.aux_outputs)], name=spec.name)
+    return keras.Model(inputs, logits(spec.output), name=spec.name)
 
 
 def keras_multipliers(model: keras.Model, spec: NetSpec) -> list[tuple[float, float]]:

@@ -102,6 +102,16 @@ class NetSpec:
     def parameter_count(self) -> int:
         return sum(layer.parameter_count for layer in self.layers)
 
+    def pooled_logits(self, top: str) -> bool:
+        """Whether output `top` is (C, 1, 1): class scores from a global pooling or a 1x1 map
+        (SqueezeNet, Network-in-Network, MobileNet's 1x1 convolution classifier).
+
+        Caffe's SoftmaxWithLoss and Accuracy over N x C x 1 x 1 (axis 1) are those over N x C,
+        so the builders give such an output as (N, C), the shape every trainer's loss takes.
+        """
+        shape = next((layer.out_shape for layer in self.layers if layer.top == top), ())
+        return len(shape) == 3 and shape[1:] == (1, 1)
+
 
 def list_nets() -> list[str]:
     return sorted(p.stem for p in NET_DIR.glob("*.yaml"))

@@ -135,6 +135,7 @@ class CaffeNet(nn.Module):
             for b in layer.bottom:
                 self._last_use[b] = i
         self._keep = {spec.output, *(top for top, _ in spec.aux_outputs)}
+        self._flat = {top for top in self._keep if spec.pooled_logits(top)}
         self._scale_after = _batchnorm_scale_pairs(spec)   # BatchNorm index -> the Scale it runs
         self._fused = set(self._scale_after.values())
         self._init_weights()
@@ -174,8 +175,12 @@ class CaffeNet(nn.Module):
                     blobs.pop(b, None)
             blobs[top] = out
         if self.spec.aux_outputs and self.training:
-            return blobs[self.spec.output], [blobs[top] for top, _ in self.spec.aux_outputs]
-        return blobs[self.spec.output]
+            return self._logits(blobs, self.spec.output), [self._logits(blobs, top) for top, _ in self.spec.aux_outputs]
+        return self._logits(blobs, self.spec.output)
+
+    def _logits(self, blobs: dict, top: str):
+        out = blobs[top]
+        return out.flatten(1) if top in self._flat else out  # (N, C, 1, 1) -> (N, C), see NetSpec.pooled_logits
 
 
 def _batchnorm_scale_pairs(spec: NetSpec) -> dict[int, int]:
