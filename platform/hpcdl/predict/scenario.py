@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from hpcdl.plan.model import Plan
 from hpcdl.predict.calibration import Calibration
 from hpcdl.predict.costs import NetCost, net_cost
-from hpcdl.predict.devices import cpu_rate, gpu_rate
+from hpcdl.predict.devices import CPU_TABLE, DEFAULT_CORE_STREAM_GBYTE_S, cpu_rate, gpu_rate
 from hpcdl.predict.fabric import HOROVOD_CYCLE_S, fabric_of, host_limited, library_overhead_s
 from hpcdl.predict.model import DDP_BUCKET_BYTES, HOROVOD_FUSION_BYTES, OVERLAP_SLOWDOWN_GPU, Machine, Workload
 from hpcdl.errors import HpcdlError
@@ -56,11 +56,12 @@ def library_of(plan: Plan, options: Options) -> str:
 def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, options: Options = Options(),
                 net: NetCost | None = None) -> Machine:
     """The rank's rate and links; `net`, where given, picks a device's own published rate for that net."""
-    _, node = site.node_kind(plan.node_kind)
+    kind, node = site.node_kind(plan.node_kind)
     rank = plan.local_ranks()[0]
     library = library_of(plan, options)
     fabric = fabric_of(node)
-    core = cpu_rate(node.cpu_model, node.cpu_target).core_stream_gbyte_s
+    cpu = cpu_rate(node.cpu_model, node.cpu_target)
+    core = cpu.core_stream_gbyte_s if cpu else DEFAULT_CORE_STREAM_GBYTE_S
     if core:
         fabric = host_limited(fabric, core, cpu_reduces=not rank.gpus)
     intra, inter = fabric.intra, fabric.inter
@@ -79,9 +80,12 @@ def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, 
     threads = plan.threads_per_rank
     host_cores = node.sockets * node.usable_cores_per_socket
     gpu = gpu_rate(node.gpus[rank.gpus[0]].model, plan.precision) if rank.gpus else None
-    cpu = cpu_rate(node.cpu_model, node.cpu_target)
-    memory = gpu.memory_gbyte_s if gpu else cpu.memory_gbyte_s  # what the optimizer update streams through
     compute = calibration.compute_for(bool(rank.gpus)) if calibration else None
+    if cpu is None and not rank.gpus and compute is None:
+        raise HpcdlError(f"no reference rate for CPU: cpu_target {node.cpu_target!r} (cpu_model {node.cpu_model!r}) "
+                         f"of node kind {kind!r}; run `hpcdl validate` on the site and predict with --calibration")
+    # what the optimizer update streams through (an unknown device with a calibration: the AVX2 row's, a floor)
+    memory = gpu.memory_gbyte_s if gpu else (cpu or CPU_TABLE[-1]).memory_gbyte_s
     if compute is not None:
         # measured per rank of `threads` threads (CPU) or per GPU: the same work per thread or GPU here
         scale = 1.0 if rank.gpus else threads / compute.threads_per_rank
@@ -89,8 +93,9 @@ def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, 
     elif rank.gpus:
         if gpu is None:
             model = node.gpus[rank.gpus[0]].model
-            raise HpcdlError(f"no reference rate for GPU {model!r} at {plan.precision}; run `hpcdl validate` on the "
-                             "site and predict with --calibration")
+            raise HpcdlError(f"no reference rate for GPU model {model!r} (gpus[].model of node kind "
+                             f"{kind!r}) at {plan.precision}; run `hpcdl validate` on the site and predict "
+                             "with --calibration")
         name = net.name if net else None
         flops = gpu.train_flops_per_s(train_flops_table(), name, net.train_flops if net else None) * len(rank.gpus)
         half, source = gpu.batch_half, gpu.source_for(name)
