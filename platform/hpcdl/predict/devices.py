@@ -93,19 +93,19 @@ def _by_bandwidth(key: str, names: tuple[str, ...], peaks: tuple[float, float], 
 # it carries. Peaks are dense (no sparsity): fp32 is TF32 where the device has it, fp16 the matrix peak.
 GPU_TABLE: tuple[DeviceRate, ...] = (
     DeviceRate("k40", ("k40", "k40c", "k40m", "k40t"), "fp32", 4.29, 288, "googlenet", 128 / (0.563 + 1.124), 128,
-               None, "BVLC/caffe models/bvlc_googlenet readme: K40c + cuDNN, batch 128, forward 563 ms + backward "
+               None, "measured: BVLC/caffe models/bvlc_googlenet readme: K40c + cuDNN, batch 128, forward 563 ms + backward "
                "1124 ms"),
     DeviceRate("p100", ("p100",), "fp32", 10.6, 732, "resnet50", 219.0, 64, None,
-               "tensorflow.org performance benchmarks (2017): tf_cnn_benchmarks ResNet-50, 1 P100 (DGX-1), batch 64, "
+               "measured: tensorflow.org performance benchmarks (2017): tf_cnn_benchmarks ResNet-50, 1 P100 (DGX-1), batch 64, "
                "synthetic data (VGG16 in the same table: 154 images/s at batch 64)", measured=(("vgg16", 154.0, 64),)),
-    DeviceRate("v100", ("v100",), "fp32", 15.7, 900, "resnet50", 367.0, 112, None, f"{DLE_PT}, FP32, DGX-1 V100 16GB"),
+    DeviceRate("v100", ("v100",), "fp32", 15.7, 900, "resnet50", 367.0, 112, None, f"measured: {DLE_PT}, FP32, DGX-1 V100 16GB"),
     DeviceRate("v100-fp16", ("v100",), "fp16", 125.0, 900, "resnet50", 1200.0, 256, None,
-               f"{DLE_PT}, AMP, DGX-1 V100 16GB"),
+               f"measured: {DLE_PT}, AMP, DGX-1 V100 16GB"),
     *_by_bandwidth("v100s", ("v100s",), (16.4, 130.0), 1134, "NVIDIA V100S PCIe data sheet: 1,134 GB/s", "v100"),
     *_by_bandwidth("t4", ("t4",), (8.1, 65.0), 320, "NVIDIA T4 data sheet: 320 GB/s GDDR6", "v100"),
-    DeviceRate("a100", ("a100",), "fp32", 156.0, 2039, "resnet50", 938.0, 256, None, f"{DLE_PT}, TF32, DGX A100 80GB"),
+    DeviceRate("a100", ("a100",), "fp32", 156.0, 2039, "resnet50", 938.0, 256, None, f"measured: {DLE_PT}, TF32, DGX A100 80GB"),
     DeviceRate("a100-fp16", ("a100",), "fp16", 312.0, 2039, "resnet50", 2470.0, 256, None,
-               f"{DLE_PT}, AMP, DGX A100 80GB"),
+               f"measured: {DLE_PT}, AMP, DGX A100 80GB"),
     *_by_bandwidth("a10", ("a10",), (62.5, 125.0), 600, "NVIDIA A10 data sheet: 600 GB/s GDDR6"),
     *_by_bandwidth("a40", ("a40",), (74.8, 149.7), 696, "NVIDIA A40 data sheet: 696 GB/s GDDR6"),
     *_by_bandwidth("l40s", ("l40s",), (183.0, 362.1), 864, "NVIDIA L40S data sheet: 864 GB/s GDDR6"),
@@ -143,7 +143,7 @@ GPU_TABLE: tuple[DeviceRate, ...] = (
 _STREAM = "one core streams about 12 GB/s (single-core STREAM"
 CPU_TABLE: tuple[DeviceRate, ...] = (
     DeviceRate("knl", ("knl", "mic_knl", "=xeon phi"), "fp32", 1.4 * 64 / 1000, 490, None, None, None, 0.4,
-               "Xeon Phi 7250: 1.4 GHz x 2 AVX-512 FMA units x 16 fp32 lanes x 2 = 89.6 GFLOP/s per core (6.1 TF "
+               "derived: Xeon Phi 7250: 1.4 GHz x 2 AVX-512 FMA units x 16 fp32 lanes x 2 = 89.6 GFLOP/s per core (6.1 TF "
                "on 68 cores; Intel ARK, Sodani et al. IEEE Micro 2016); MCDRAM 490 GB/s; MKL-DNN at 40 % of peak "
                "(estimate); one core streams about 8 GB/s (a small fraction of MCDRAM's 490 GB/s: K. Rupp, STREAM "
                "on KNL, 2016)", per_core=True, core_stream_gbyte_s=8.0),
@@ -157,10 +157,10 @@ CPU_TABLE: tuple[DeviceRate, ...] = (
                f"{_STREAM}, as Skylake: not measured here)", per_core=True, core_stream_gbyte_s=12.0),
     DeviceRate("skylake", ("skylake_avx512", "cascadelake", "cannonlake", "icelake", "=xeon platinum", "=xeon gold"),
                "fp32", 2.0 * 64 / 1000, 128, None, None, None, 0.4,
-               "Xeon Scalable: about 2.0 GHz AVX-512 all-core clock x 64 fp32 FLOPs/cycle (2 FMA units); oneDNN at "
+               "derived: Xeon Scalable: about 2.0 GHz AVX-512 all-core clock x 64 fp32 FLOPs/cycle (2 FMA units); oneDNN at "
                f"40 % of peak (estimate); {_STREAM})", per_core=True, core_stream_gbyte_s=12.0),
     DeviceRate("power9", ("power9", "power9le", "=power9"), "fp32", 3.0 * 16 / 1000, 170, None, None, None, 0.4,
-               "POWER9: about 3.0 GHz x 16 fp32 FLOPs/cycle (8 in fp64: two 22-core sockets give Summit's about 1 TF "
+               "derived: POWER9: about 3.0 GHz x 16 fp32 FLOPs/cycle (8 in fp64: two 22-core sockets give Summit's about 1 TF "
                "fp64 per node, OLCF); 40 % of peak (estimate); one core streams about 15 GB/s", per_core=True,
                core_stream_gbyte_s=15.0),
     # Grace and A64FX: Arm, never the x86 rows
@@ -185,7 +185,7 @@ CPU_TABLE: tuple[DeviceRate, ...] = (
     # AVX2 x86; also the x86 a profile does not name further (GENERIC_X86): last, the floor
     DeviceRate("x86-avx2", ("zen", "zen2", "zen3", "haswell", "broadwell", "skylake", "alderlake", "arrowlake",
                             "arrowlake_s"), "fp32", 2.5 * 32 / 1000, 100,
-               None, None, None, 0.4, "x86 with AVX2: about 2.5 GHz x 32 fp32 FLOPs/cycle (2 FMA units x 8 lanes x "
+               None, None, None, 0.4, "derived: x86 with AVX2: about 2.5 GHz x 32 fp32 FLOPs/cycle (2 FMA units x 8 lanes x "
                f"2); 40 % of peak (estimate); {_STREAM})", per_core=True, core_stream_gbyte_s=12.0),
 )
 TABLE: tuple[DeviceRate, ...] = GPU_TABLE + CPU_TABLE
