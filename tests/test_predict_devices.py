@@ -105,6 +105,7 @@ def test_a_cpu_is_picked_by_its_archspec_target_then_by_its_model_words(model, t
     ("NVIDIA Grace", "neoverse_n1"), ("Ampere Altra", "aarch64"), ("", "aarch64"), ("IBM POWER8", "power8"),
     ("IBM POWER10", "power10le"), ("", "ppc64le"), ("", "riscv64"), ("", "sandybridge"), ("", "x86_64_v2"),
     ("AMD EPYC 9654", "zen6"), ("Intel Xeon Platinum 8160", "graniterapids_x"),
+    ("Intel Xeon Platinum 8160", "aarch64"), ("Intel Xeon Phi 7250", "ppc64le"),  # words never cross an ISA
 ])
 def test_an_arm_power_or_unknown_cpu_never_gets_an_x86_row(model, target):
     assert cpu_rate(model, target) is None
@@ -117,6 +118,12 @@ def test_every_cpu_target_in_every_profile_has_a_row_and_arm_gets_no_x86_row():
         assert rate, (site, kind)
         if node.get("cpu_target", "").startswith(("neoverse", "a64fx", "aarch64")):
             assert rate.key not in x86, (site, kind)
+
+
+def test_every_cpu_row_has_its_instruction_set():
+    from hpcdl.predict.devices import CPU_ISA
+
+    assert set(CPU_ISA) == {r.key for r in CPU_TABLE}
 
 
 def test_every_row_says_whether_it_was_measured_or_derived_and_measured_rows_carry_a_throughput():

@@ -184,16 +184,21 @@ CPU_TABLE: tuple[DeviceRate, ...] = (
                f"614 GB/s per socket; {_STREAM})", per_core=True, core_stream_gbyte_s=12.0),
     # AVX2 x86; also the x86 a profile does not name further (GENERIC_X86): last, the floor
     DeviceRate("x86-avx2", ("zen", "zen2", "zen3", "haswell", "broadwell", "skylake", "alderlake", "arrowlake",
-                            "arrowlake_s"), "fp32", 2.5 * 32 / 1000, 100,
-               None, None, None, 0.4, "derived: x86 with AVX2: about 2.5 GHz x 32 fp32 FLOPs/cycle (2 FMA units x 8 lanes x "
-               f"2); 40 % of peak (estimate); {_STREAM})", per_core=True, core_stream_gbyte_s=12.0),
+                            "arrowlake_s"), "fp32", 2.5 * 32 / 1000, 100, None, None, None, 0.4,
+               "derived: x86 with AVX2: about 2.5 GHz x 32 fp32 FLOPs/cycle (2 FMA units x 8 lanes x 2); 40 % of "
+               f"peak (estimate); {_STREAM})", per_core=True, core_stream_gbyte_s=12.0),
 )
 TABLE: tuple[DeviceRate, ...] = GPU_TABLE + CPU_TABLE
 
-# cpu_target values that name an architecture family, not a microarchitecture: for these the
-# cpu_model's words decide (a profile written before its site's CPU was known)
-GENERIC_TARGETS = frozenset({"", "x86_64", "x86_64_v2", "x86_64_v3", "x86_64_v4", "aarch64", "arm64", "ppc64le",
-                             "ppc64", "riscv64"})
+# the instruction set of each CPU row: a cpu_model's words never move a node to another one
+CPU_ISA = {"knl": "x86_64", "sapphirerapids": "x86_64", "skylake": "x86_64", "power9": "ppc64", "grace": "aarch64",
+           "a64fx": "aarch64", "zen4": "x86_64", "zen5": "x86_64", "x86-avx2": "x86_64"}
+# cpu_target values that name an instruction set, not a microarchitecture: for these the cpu_model's
+# words decide among that instruction set's rows (a profile written before its site's CPU was known);
+# an empty target says nothing, so any row may match
+GENERIC_TARGETS = {"": None, "x86_64": "x86_64", "x86_64_v2": "x86_64", "x86_64_v3": "x86_64",
+                   "x86_64_v4": "x86_64", "aarch64": "aarch64", "arm64": "aarch64", "ppc64le": "ppc64",
+                   "ppc64": "ppc64", "riscv64": "riscv64"}
 # x86 a profile does not name further (the schema's default x86_64; archspec's AVX2 and AVX-512 levels)
 GENERIC_X86 = frozenset({"", "x86_64", "x86_64_v3", "x86_64_v4"})
 # a host core's stream where the profile's CPU is in no row: only GPU ranks use it (an onload NIC's copies)
@@ -224,8 +229,8 @@ def cpu_rate(cpu_model: str, cpu_target: str) -> DeviceRate | None:
     """The CPU row for a profile's node; None where no row knows it.
 
     Precedence: 1. cpu_target, an archspec name, exactly (a row's plain names); 2. where cpu_target
-    names only an architecture family (x86_64, aarch64 ...: GENERIC_TARGETS), the cpu_model's words
-    (a row's '='-names); 3. a generic x86 target (the schema's default x86_64) gets the AVX2 row.
+    names only an instruction set (x86_64, aarch64 ...: GENERIC_TARGETS), the cpu_model's words (a
+    row's '='-names) among that instruction set's rows; 3. a generic x86 target (the schema's default x86_64) gets the AVX2 row.
     An Arm or POWER node is never given an x86 row.
     """
     target = cpu_target.strip().lower()
@@ -234,9 +239,9 @@ def cpu_rate(cpu_model: str, cpu_target: str) -> DeviceRate | None:
             if target in (m for m in rate.match if not m.startswith("=")):
                 return rate
         return None
-    have = words(cpu_model)
+    have, isa = words(cpu_model), GENERIC_TARGETS[target]
     for rate in CPU_TABLE:
-        if any(_has_phrase(have, m[1:]) for m in rate.match if m.startswith("=")):
+        if isa in (None, CPU_ISA[rate.key]) and any(_has_phrase(have, m[1:]) for m in rate.match if m.startswith("=")):
             return rate
     if target in GENERIC_X86:
         return CPU_TABLE[-1]
