@@ -3,6 +3,7 @@ gets a rate silently. Pure lookups plus a few one-node predictions: fast."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -175,6 +176,20 @@ def test_an_unknown_gpu_stops_predict_with_one_line_naming_the_field_and_how_to_
     assert proc.returncode != 0 and not proc.stdout
     assert "gpus[].model" in proc.stderr and "'NVIDIA GB200'" in proc.stderr
     assert "hpcdl validate" in proc.stderr and "--calibration" in proc.stderr
+
+
+def test_a_plan_with_a_recipe_stands_where_its_gpu_has_no_rate_and_says_why(tmp_path):
+    # the placement does not depend on the prediction: `hpcdl plan --recipe` shows it and says
+    # what is missing, where `hpcdl predict` stops
+    data = yaml.safe_load((PUBLISHED / "vista.yaml").read_text())
+    gpus = [{**g, "model": "NVIDIA GB200"} for g in data["node_kinds"]["gh"]["gpus"]]
+    env = {"HPCDL_SITE_PATH": str(_with("vista", "gh", tmp_path, gpus=gpus))}
+    text = hpcdl("plan", "--site", "vista", "--node-kind", "gh", "--nodes", "2", "--recipe",
+                 RECIPES / "resnet50.yaml", env=env, check=True).stdout
+    assert "launch: " in text and "prediction: none (no reference rate for GPU model 'NVIDIA GB200'" in text
+    data = json.loads(hpcdl("plan", "--site", "vista", "--node-kind", "gh", "--nodes", "2", "--recipe",
+                            RECIPES / "resnet50.yaml", "--json", env=env, check=True).stdout)
+    assert "prediction" not in data and "gpus[].model" in data["prediction_note"]
 
 
 def test_an_unknown_cpu_stops_a_cpu_prediction_naming_cpu_target_instead_of_using_the_avx2_row():

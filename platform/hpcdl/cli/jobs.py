@@ -103,7 +103,7 @@ def plan(
 
         picture_format(picture)
         checked_output(picture, "--picture")
-    prediction = _prediction(s, p, recipe) if recipe else None
+    prediction, unpredicted = _prediction(s, p, recipe) if recipe else (None, None)
     if picture:
         # drawn first, so a bad path fails before anything is printed; written atomically
         from hpcdl.plan.picture import draw_node
@@ -113,6 +113,8 @@ def plan(
         data = p.to_dict()
         if prediction:
             data["prediction"] = prediction.to_list()
+        if unpredicted:
+            data["prediction_note"] = unpredicted
         typer.echo(json.dumps(data, indent=2))
         return
     console = make_console()
@@ -139,19 +141,26 @@ def plan(
         from hpcdl.cli.predict import prediction_table
 
         console.print(prediction_table(prediction, f"predicted for {prediction.net} (hpcdl predict; docs/predict.md)"))
+    if unpredicted:
+        console.print(f"prediction: none ({unpredicted})", highlight=False, markup=False)
 
 
 def _prediction(site, plan: Plan, recipe: Path):
-    """The weak-scaling prediction for this request's node count against one node (hpcdl predict)."""
+    """The weak-scaling prediction for this request's node count against one node (hpcdl predict), or
+    None and why where the node's device has no reference rate: the plan stands without it."""
     from hpcdl.predict import predict
     from hpcdl.predict.calibration import load_calibration
+    from hpcdl.predict.scenario import NoReferenceRate
 
     r = load_recipe(recipe)
     request = JobRequest(framework=plan.framework, ranks_per_node=plan.ranks_per_node,
                          threads_per_rank=plan.threads_per_rank, mode=plan.mode, node_kind=plan.node_kind,
                          distributed=plan.distributed, precision=plan.precision)
-    return predict(site, r.net, r.batch_size * r.iter_size, sorted({1, plan.nodes}), "weak", request,
-                   load_calibration(site.name))
+    try:
+        return predict(site, r.net, r.batch_size * r.iter_size, sorted({1, plan.nodes}), "weak", request,
+                       load_calibration(site.name)), None
+    except NoReferenceRate as exc:
+        return None, str(exc)
 
 
 def _per_rank_env_lines(p: Plan) -> list[str]:

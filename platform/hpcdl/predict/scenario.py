@@ -22,6 +22,11 @@ from hpcdl.nets import load_net
 from hpcdl.sites.schema import Site
 
 
+class NoReferenceRate(HpcdlError):
+    """The device has neither a row in the rate table nor a site calibration: nothing to predict
+    from. `hpcdl predict` stops with it; a plan shown with --recipe says it and stands."""
+
+
 @dataclass(frozen=True)
 class Options:
     """How gradients travel; None means the framework's default for the plan's distribution."""
@@ -82,7 +87,7 @@ def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, 
     gpu = gpu_rate(node.gpus[rank.gpus[0]].model, plan.precision) if rank.gpus else None
     compute = calibration.compute_for(bool(rank.gpus)) if calibration else None
     if cpu is None and not rank.gpus and compute is None:
-        raise HpcdlError(f"no reference rate for CPU: cpu_target {node.cpu_target!r} (cpu_model {node.cpu_model!r}) "
+        raise NoReferenceRate(f"no reference rate for CPU: cpu_target {node.cpu_target!r} (cpu_model {node.cpu_model!r}) "
                          f"of node kind {kind!r}; run `hpcdl validate` on the site and predict with --calibration")
     # what the optimizer update streams through (an unknown device with a calibration: the AVX2 row's, a floor)
     memory = gpu.memory_gbyte_s if gpu else (cpu or CPU_TABLE[-1]).memory_gbyte_s
@@ -93,7 +98,7 @@ def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, 
     elif rank.gpus:
         if gpu is None:
             model = node.gpus[rank.gpus[0]].model
-            raise HpcdlError(f"no reference rate for GPU model {model!r} (gpus[].model of node kind "
+            raise NoReferenceRate(f"no reference rate for GPU model {model!r} (gpus[].model of node kind "
                              f"{kind!r}) at {plan.precision}; run `hpcdl validate` on the site and predict "
                              "with --calibration")
         name = net.name if net else None
