@@ -11,6 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hpcdl.errors import HpcdlError, validation_message
 
 
+#: Caffe's solver types (caffe.proto SolverParameter.type), SGD first
+SOLVERS = ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam")
+
+
 class _Strict(BaseModel):
     # inf and nan are no learning rate, momentum or fraction: refused here, not on the compute node
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -109,7 +113,14 @@ class Recipe(_Strict):
     # ClipGradients, then Normalize); hpcdl does the same (update_rule.caffe_clip_bound).
     clip_gradients: float | None = Field(default=None, ge=0, description="Caffe: bound on the L2 norm of the gradient summed over iter_size")
     # Large-batch practice of the seed papers
-    type: Literal["SGD", "LARS", "LARC"] = Field(default="SGD", description="Caffe solver type, plus LARS and LARC")
+    # Caffe's solver types (caffe.proto SolverParameter.type; hpcdl.train.optim has their rules)
+    type: Literal["SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam", "LARS", "LARC"] = Field(
+        default="SGD", description="Caffe solver type, plus LARS and LARC (Caffe's SGD with per-layer rates)")
+    momentum2: float = Field(default=0.999, ge=0, lt=1, description="Caffe: Adam's beta2")
+    delta: float = Field(default=1e-8, gt=0, description="Caffe: the epsilon of AdaGrad, RMSProp, AdaDelta and Adam")
+    rms_decay: float = Field(default=0.99, ge=0, lt=1, description="Caffe: RMSProp's decay of the squared-gradient history")
+    regularization_type: Literal["L2", "L1"] = Field(
+        default="L2", description="Caffe: weight decay adds wd * w (L2) or wd * sign(w) (L1) to the gradient")
     larc_mode: Literal["clip", "scale"] = "clip"
     trust_coefficient: float | None = Field(default=None, gt=0, description="LARS eta (0.001) or LARC trust (0.02)")
     larc_eps: float = Field(default=1e-8, ge=0)
@@ -190,14 +201,41 @@ class Recipe(_Strict):
             # 0 scales every gradient to 0, which no one means; leaving the field out is "off"
             raise ValueError("clip_gradients: 0 would zero every gradient in Caffe (only a negative value turns "
                              "clipping off there); leave clip_gradients out to train without clipping")
+        self._solver_fields()
         if self.data.crop and self.data.image_size and self.data.crop > self.data.image_size:
             raise ValueError("data.crop is larger than data.image_size")
         return self
 
+    def _solver_fields(self) -> None:
+        """Each solver field with the types that read it; a field given to another type is refused,
+        so a recipe never carries a setting that silently does nothing."""
+        given = self.model_fields_set
+        uses = {"momentum2": ("Adam",), "rms_decay": ("RMSProp",),
+                "delta": ("AdaGrad", "RMSProp", "AdaDelta", "Adam"),
+                "larc_mode": ("LARC",), "trust_coefficient": ("LARS", "LARC"), "larc_eps": ("LARS", "LARC"),
+                "momentum_correction": ("SGD", "Nesterov", "LARS", "LARC")}
+        for name, types in uses.items():
+            # the LARS/LARC fields stay accepted (unused) with SGD, as before the other types came
+            checked = name in ("momentum2", "rms_decay", "delta") or self.type in SOLVERS[1:]
+            if checked and name in given and self.type not in types:
+                raise ValueError(f"{name}: is for type {', '.join(types)}; this recipe's type is {self.type}")
+        # Caffe's AdaGradSolver and RMSPropSolver stop on a non-zero momentum ("Momentum cannot be used")
+        if self.type in ("AdaGrad", "RMSProp") and "momentum" in given and self.momentum != 0:
+            raise ValueError(f"momentum: {self.momentum} cannot be used with type {self.type} (Caffe refuses it too); "
+                             f"leave momentum out or set it to 0")
+        if self.regularization_type == "L1" and self.type in ("LARS", "LARC"):
+            raise ValueError(f"regularization_type: L1 with type {self.type}: the trust ratio is defined for L2 "
+                             f"weight decay (wd * ||w||)")
+
+    @property
+    def solver(self) -> str:
+        """Caffe's solver type of the update (LARS and LARC are SGD with per-layer rates)."""
+        return "SGD" if self.type in ("LARS", "LARC") else self.type
+
     @property
     def rule(self) -> str:
         """The optimizer's rate rule (hpcdl.train.optim.RULES)."""
-        return {"SGD": "sgd", "LARS": "lars", "LARC": f"larc_{self.larc_mode}"}[self.type]
+        return {"LARS": "lars", "LARC": f"larc_{self.larc_mode}"}.get(self.type, "sgd")
 
     @property
     def trust(self) -> float:

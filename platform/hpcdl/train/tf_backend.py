@@ -277,6 +277,8 @@ class KerasTrainer:
         """One iteration; its mean loss as a float, or None when not `read` (no copy to the host)."""
         tf = self.tf
         scale = self.scale if self.scaling else 1.0
+        if self.rule.solver != "SGD":
+            return self._host_step(xs, ys, lr, scale, read)
         key = (scale, lr, self.update.correction(lr))
         if self._scalars[0] != key:  # the rate changes at the schedule's steps only: one small tensor per change
             self._scalars = (key, tf.constant(key, tf.float32))
@@ -291,6 +293,26 @@ class KerasTrainer:
             if self.dynamic and self.good_steps % 2000 == 0:
                 self.scale *= 2.0
         self.rule.last_lr = lr
+        return float(loss) if read else None
+
+    def _host_step(self, xs, ys, lr, scale, read):
+        """Caffe's solver types other than SGD: the gradients from the compiled step, the update
+        by hpcdl.train.update_rule on the host (CompiledUpdate carries out SGD only)."""
+        tf = self.tf
+        loss, grads = self._step(tf.constant(xs), tf.constant(ys), tf.constant(scale, tf.float32))
+        gs = [np.asarray(g.numpy(), dtype=np.float64) / scale for g in grads]
+        if self.scaling and not all(np.isfinite(g).all() for g in gs):
+            if self.dynamic:
+                self.scale /= 2.0
+                self.good_steps = 0
+            return float(loss) if read else None
+        new = self.rule.step([v.numpy() for v in self.variables], gs, lr)
+        for v, w in zip(self.variables, new):
+            v.assign(w.astype(v.dtype.as_numpy_dtype))
+        if self.scaling:
+            self.good_steps += 1
+            if self.dynamic and self.good_steps % 2000 == 0:
+                self.scale *= 2.0
         return float(loss) if read else None
 
     def predict(self, x):
@@ -323,7 +345,8 @@ class KerasTrainer:
 
     def state(self):
         arrays = {f"w{i}": np.asarray(v.numpy()) for i, v in enumerate(self.model.weights)}
-        self.update.to_rule()
+        if self.rule.solver == "SGD":  # else the rule itself holds the histories
+            self.update.to_rule()
         arrays.update(self.rule.state("v"))
         arrays["loss_scale"] = np.float64(self.scale)
         return arrays
@@ -332,7 +355,8 @@ class KerasTrainer:
         for i, v in enumerate(self.model.weights):
             v.assign(arrays[f"w{i}"])
         self.rule.load_state(arrays, len(self.variables), "v")
-        self.update.from_rule()
+        if self.rule.solver == "SGD":
+            self.update.from_rule()
         self.scale = float(arrays.get("loss_scale", self.scale))
 
 
