@@ -184,6 +184,9 @@ def state_fits(state: dict, net, optimizer=None) -> str | None:
         saved = (state.get("optimizer") or {}).get("velocity") if isinstance(state.get("optimizer"), dict) else None
         if not isinstance(saved, dict):
             return "no optimizer state"
+        theirs = state["optimizer"].get("type", "SGD")
+        if theirs != getattr(optimizer, "solver", "SGD"):
+            return f"optimizer state of solver type {theirs}, not {getattr(optimizer, 'solver', 'SGD')}"
         for slot, v in zip(optimizer.slots, optimizer.velocity):
             if slot.name in saved and (not torch.is_tensor(saved[slot.name]) or saved[slot.name].shape != v.shape):
                 return f"optimizer state of another net ({slot.name})"

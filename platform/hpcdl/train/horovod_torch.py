@@ -133,6 +133,9 @@ class HorovodTrainer:
         for i, v in enumerate(self.optimizer.velocity):
             arrays[f"m:{i}"] = v.detach().cpu().numpy().copy()  # Caffe's history, the rate inside
         arrays["m_last_lr"] = np.float64(np.nan if self.optimizer.last_lr is None else self.optimizer.last_lr)
+        for i, h in enumerate(self.optimizer.history2):  # AdaDelta's and Adam's second history
+            arrays[f"m_h2_{i}"] = h.detach().cpu().numpy().copy()
+        arrays["m_t"] = np.int64(self.optimizer.t)
         for key, value in self.precision.state_dict().items():  # fp16's loss scale goes on where it was
             arrays[f"precision:{key}"] = np.float64(value)
         return arrays
@@ -144,6 +147,10 @@ class HorovodTrainer:
                 v.copy_(torch.from_numpy(arrays[f"m:{i}"]))
         last = arrays.get("m_last_lr")
         self.optimizer.last_lr = None if last is None or np.isnan(last) else float(last)
+        for i, h in enumerate(self.optimizer.history2):
+            if f"m_h2_{i}" in arrays:
+                h.copy_(torch.from_numpy(arrays[f"m_h2_{i}"]))
+        self.optimizer.t = int(arrays.get("m_t", self.optimizer.t))
         saved = {k.split(":", 1)[1]: float(v) for k, v in arrays.items() if k.startswith("precision:")}
         if saved:
             self.precision.load_state_dict({"scale": saved["scale"], "good_steps": int(saved.get("good_steps", 0)),

@@ -15,6 +15,21 @@ One optimizer, three rate rules, because the seed runs used them on the same sol
   Kurth et al. arXiv:1810.01993): local rate ``trust * ||w|| / (||g|| + wd * ||w|| + eps)``;
   clip mode uses ``min(lr, local)`` as the layer's rate, scale mode ``lr * local``.
 
+Caffe's other solver types (BVLC/caffe src/caffe/solvers/*_solver.cpp; Caffe's solver
+tutorial) share SGD's ApplyUpdate: clip, then Regularize adds ``wd * decay_mult * w`` (L2)
+or ``wd * decay_mult * sign(w)`` (L1) to the gradient ``g``, then each computes the value
+``u`` subtracted from the weight, with ``rate = lr * lr_mult`` and ``delta`` as epsilon:
+
+- ``Nesterov``: ``v' = mu * v + rate * g``, ``u = (1 + mu) * v' - mu * v``.
+- ``AdaGrad``: ``h += g^2``, ``u = rate * g / (sqrt(h) + delta)``.
+- ``RMSProp``: ``h = rms_decay * h + (1 - rms_decay) * g^2``, ``u = rate * g / (sqrt(h) + delta)``.
+- ``AdaDelta`` (``momentum`` is its decay): ``h = mu * h + (1 - mu) * g^2``,
+  ``s = g * sqrt((h2 + delta) / (h + delta))``, ``h2 = mu * h2 + (1 - mu) * s^2``, ``u = rate * s``
+  (the history of updates holds them before the rate).
+- ``Adam`` (``momentum`` is beta1, ``momentum2`` beta2): ``m = b1 * m + (1 - b1) * g``,
+  ``v = b2 * v + (1 - b2) * g^2``, ``u = rate * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + delta)``
+  with ``t`` the step number from 1 (Caffe's ``iter_ + 1``).
+
 LARS and LARC adapt the rate of weight tensors (convolution and inner-product weights,
 ``ndim > 1``); biases and batch-norm parameters keep the global rate, as in the
 LARS paper's per-layer treatment of weights. A tensor whose norm or gradient norm is
@@ -28,6 +43,7 @@ from dataclasses import dataclass
 import torch
 
 RULES = ("sgd", "lars", "larc_clip", "larc_scale")
+SOLVERS = ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam")
 
 
 @dataclass
@@ -43,9 +59,16 @@ class CaffeSGD:
 
     def __init__(self, slots: list[ParamSlot], momentum: float, weight_decay: float, rule: str = "sgd",
                  trust: float = 0.001, eps: float = 0.0, clip_gradients: float | None = None,
-                 momentum_correction: bool = False):
+                 momentum_correction: bool = False, solver: str = "SGD", momentum2: float = 0.999,
+                 delta: float = 1e-8, rms_decay: float = 0.99, regularization: str = "L2"):
         if rule not in RULES:
             raise ValueError(f"optimizer rule {rule!r}; known: {', '.join(RULES)}")
+        if solver not in SOLVERS:
+            raise ValueError(f"solver type {solver!r}; known: {', '.join(SOLVERS)}")
+        if rule != "sgd" and solver != "SGD":
+            raise ValueError(f"rule {rule} is SGD's, not {solver}'s")
+        self.solver, self.momentum2, self.delta, self.rms_decay = solver, momentum2, delta, rms_decay
+        self.regularization = regularization
         self.slots = [s for s in slots if s.tensor.requires_grad]
         self.momentum = momentum
         self.weight_decay = weight_decay
@@ -55,6 +78,10 @@ class CaffeSGD:
         self.clip_gradients = clip_gradients
         self.momentum_correction = momentum_correction
         self.velocity = [torch.zeros_like(s.tensor, memory_format=torch.preserve_format) for s in self.slots]
+        # AdaDelta's history of updates and Adam's of squared gradients (velocity holds the first history)
+        self.history2 = ([torch.zeros_like(s.tensor, memory_format=torch.preserve_format) for s in self.slots]
+                         if solver in ("AdaDelta", "Adam") else [])
+        self.t = 0  # steps taken: Adam's bias correction
         self.last_lr: float | None = None
         self.lag = None  # a GradientLag whose pending gradients belong in the snapshot
 
@@ -76,6 +103,11 @@ class CaffeSGD:
         correction = 1.0
         if self.momentum_correction and self.last_lr:
             correction = lr / self.last_lr
+        self.t += 1
+        if self.solver != "SGD":
+            self._adaptive(grads, lr, correction)
+            self.last_lr = lr
+            return
         for (lr_mult, decay_mult), (plain, adapted) in self._groups().items():
             wd = self.weight_decay * decay_mult
             rate = lr * lr_mult
@@ -94,13 +126,49 @@ class CaffeSGD:
         ws = [self.slots[i].tensor for i in members]
         vs = [self.velocity[i] for i in members]
         gs = [grads[i] for i in members]
-        ds = torch._foreach_add(gs, ws, alpha=wd) if wd else gs
+        if wd and self.regularization == "L1":
+            ds = torch._foreach_add(gs, [torch.sign(w) for w in ws], alpha=wd)
+        else:
+            ds = torch._foreach_add(gs, ws, alpha=wd) if wd else gs
         torch._foreach_mul_(vs, self.momentum * correction)
         if isinstance(rate, list):
             torch._foreach_add_(vs, torch._foreach_mul(ds, rate))
         else:
             torch._foreach_add_(vs, ds, alpha=rate)
         torch._foreach_sub_(ws, vs)
+
+    def _adaptive(self, grads: list, lr: float, correction: float) -> None:
+        """Caffe's Nesterov, AdaGrad, RMSProp, AdaDelta or Adam step, tensor by tensor (the docstring's rules)."""
+        mu, delta = self.momentum, self.delta
+        for i, s in enumerate(self.slots):
+            w, h = s.tensor, self.velocity[i]
+            g = grads[i]
+            wd = self.weight_decay * s.decay_mult
+            if wd:
+                g = g + wd * (torch.sign(w) if self.regularization == "L1" else w)
+            rate = lr * s.lr_mult
+            if self.solver == "Nesterov":
+                old = h * correction
+                h.mul_(mu * correction).add_(g, alpha=rate)
+                w.sub_(h * (1.0 + mu) - old * mu)
+            elif self.solver == "AdaGrad":
+                h.addcmul_(g, g)
+                w.sub_(g / (h.sqrt() + delta), alpha=rate)
+            elif self.solver == "RMSProp":
+                h.mul_(self.rms_decay).addcmul_(g, g, value=1.0 - self.rms_decay)
+                w.sub_(g / (h.sqrt() + delta), alpha=rate)
+            elif self.solver == "AdaDelta":
+                h2 = self.history2[i]
+                h.mul_(mu).addcmul_(g, g, value=1.0 - mu)
+                step = g * ((h2 + delta) / (h + delta)).sqrt()
+                h2.mul_(mu).addcmul_(step, step, value=1.0 - mu)
+                w.sub_(step, alpha=rate)
+            else:  # Adam
+                h2 = self.history2[i]
+                h.mul_(mu).add_(g, alpha=1.0 - mu)
+                h2.mul_(self.momentum2).addcmul_(g, g, value=1.0 - self.momentum2)
+                corrected = rate * (1.0 - self.momentum2 ** self.t) ** 0.5 / (1.0 - mu ** self.t)
+                w.sub_(h / (h2.sqrt() + delta), alpha=corrected)
 
     @staticmethod
     def _clip(grads: list, bound: float) -> list:
@@ -133,7 +201,10 @@ class CaffeSGD:
         return torch.where(undefined, torch.ones_like(factor), factor)
 
     def state_dict(self) -> dict:
-        state = {"velocity": {s.name: v for s, v in zip(self.slots, self.velocity)}, "last_lr": self.last_lr}
+        state = {"velocity": {s.name: v for s, v in zip(self.slots, self.velocity)}, "last_lr": self.last_lr,
+                 "type": self.solver, "t": self.t}
+        if self.history2:
+            state["history2"] = {s.name: h for s, h in zip(self.slots, self.history2)}
         if getattr(self, "lag", None) is not None:  # hpcdl.train.gradients.GradientLag
             state["lag"] = self.lag.state_dict()
         return state
@@ -144,5 +215,10 @@ class CaffeSGD:
             if s.name in saved:
                 v.copy_(saved[s.name])
         self.last_lr = state.get("last_lr")
+        self.t = int(state.get("t", 0))
+        saved2 = state.get("history2") or {}
+        for s, h in zip(self.slots, self.history2):
+            if s.name in saved2:
+                h.copy_(saved2[s.name])
         if getattr(self, "lag", None) is not None:
             self.lag.load_state_dict(state.get("lag"))

@@ -352,10 +352,13 @@ class IterationEnd:
 
 
 def caffe_sgd(net, recipe: Recipe) -> CaffeSGD:
-    """Caffe's SGD over the net's blobs, with the recipe's update rule, trust ratio and clipping."""
+    """Caffe's solver (SGD or the recipe's other type) over the net's blobs, with the recipe's rate
+    rule, trust ratio and clipping."""
     return CaffeSGD(param_slots(net, recipe), recipe.momentum, recipe.weight_decay, recipe.rule,
                     trust=recipe.trust, eps=recipe.larc_eps, clip_gradients=caffe_clip_bound(recipe),
-                    momentum_correction=recipe.momentum_correction)
+                    momentum_correction=recipe.momentum_correction, solver=recipe.solver,
+                    momentum2=recipe.momentum2, delta=recipe.delta, rms_decay=recipe.rms_decay,
+                    regularization=recipe.regularization_type)
 
 
 def resume(recipe: Recipe, net, optimizer: CaffeSGD, precision: "Precision", schedule: Schedule,

@@ -1,0 +1,177 @@
+"""Caffe's solver types other than SGD, and L1 regularisation, against references written out here.
+
+Each reference follows the update its Caffe solver computes (BVLC/caffe
+src/caffe/solvers/*_solver.cpp, Caffe's solver tutorial), written element by element in
+plain float64 numpy: weight decay joins the gradient first (Regularize), then the type's
+own update is subtracted. The PyTorch optimizer (hpcdl.train.optim) and the numpy rule
+that TensorFlow and MXNet share (hpcdl.train.update_rule) must both follow it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from hpcdl.errors import HpcdlError
+from hpcdl.train.optim import CaffeSGD, ParamSlot
+from hpcdl.train.recipe import recipe_from_dict
+from hpcdl.train.update_rule import SGDRule
+
+W0 = [np.array([[0.5, -1.5, 2.0], [-0.25, 0.0, 1.0]]), np.array([0.3, -0.2])]
+GRADS = [[np.array([[0.1, -0.4, 0.2], [0.05, 0.3, -0.6]]), np.array([0.5, -0.1])],
+         [np.array([[-0.2, 0.1, 0.3], [0.4, -0.3, 0.1]]), np.array([-0.25, 0.2])],
+         [np.array([[0.3, 0.3, -0.1], [-0.1, 0.2, 0.2]]), np.array([0.1, 0.4])]]
+LR_MULT, DECAY_MULT = [1.0, 2.0], [1.0, 0.0]  # Caffe's usual weights / biases multipliers
+LRS = [0.1, 0.1, 0.05]
+MU, MU2, DELTA, RMS, WD = 0.9, 0.999, 1e-8, 0.99, 0.01
+
+
+def reference(solver: str, regularization: str = "L2", momentum: float = MU) -> list[np.ndarray]:
+    """Three steps of Caffe's update, scalar by scalar."""
+    ws = [w.copy() for w in W0]
+    hist = [np.zeros_like(w) for w in W0]
+    hist2 = [np.zeros_like(w) for w in W0]
+    for t, (grads, lr) in enumerate(zip(GRADS, LRS), start=1):
+        for p in range(len(ws)):
+            w, h, h2 = ws[p].reshape(-1), hist[p].reshape(-1), hist2[p].reshape(-1)
+            rate = lr * LR_MULT[p]
+            wd = WD * DECAY_MULT[p]
+            for k in range(w.size):
+                g = grads[p].reshape(-1)[k]
+                g += wd * (math.copysign(1.0, w[k]) if w[k] != 0 else 0.0) if regularization == "L1" else wd * w[k]
+                if solver == "SGD":
+                    h[k] = momentum * h[k] + rate * g
+                    u = h[k]
+                elif solver == "Nesterov":
+                    before = h[k]
+                    h[k] = momentum * h[k] + rate * g
+                    u = (1 + momentum) * h[k] - momentum * before
+                elif solver == "AdaGrad":
+                    h[k] += g * g
+                    u = rate * g / (math.sqrt(h[k]) + DELTA)
+                elif solver == "RMSProp":
+                    h[k] = RMS * h[k] + (1 - RMS) * g * g
+                    u = rate * g / (math.sqrt(h[k]) + DELTA)
+                elif solver == "AdaDelta":
+                    h[k] = momentum * h[k] + (1 - momentum) * g * g
+                    s = g * math.sqrt((h2[k] + DELTA) / (h[k] + DELTA))
+                    h2[k] = momentum * h2[k] + (1 - momentum) * s * s
+                    u = rate * s
+                else:  # Adam, bias correction folded into the rate
+                    h[k] = momentum * h[k] + (1 - momentum) * g
+                    h2[k] = MU2 * h2[k] + (1 - MU2) * g * g
+                    u = rate * math.sqrt(1 - MU2 ** t) / (1 - momentum ** t) * h[k] / (math.sqrt(h2[k]) + DELTA)
+                w[k] -= u
+    return ws
+
+
+def torch_steps(solver: str, regularization: str = "L2", momentum: float = MU) -> list[np.ndarray]:
+    params = [torch.nn.Parameter(torch.tensor(w)) for w in W0]
+    slots = [ParamSlot(f"p{i}", p, LR_MULT[i], DECAY_MULT[i]) for i, p in enumerate(params)]
+    opt = CaffeSGD(slots, momentum, WD, solver=solver, momentum2=MU2, delta=DELTA, rms_decay=RMS,
+                   regularization=regularization)
+    for grads, lr in zip(GRADS, LRS):
+        for p, g in zip(params, grads):
+            p.grad = torch.tensor(g)
+        opt.step(lr)
+    return [p.detach().numpy() for p in params]
+
+
+def numpy_steps(solver: str, regularization: str = "L2", momentum: float = MU) -> list[np.ndarray]:
+    rule = SGDRule(momentum, WD, lr_mults=LR_MULT, decay_mults=DECAY_MULT, solver=solver, momentum2=MU2,
+                   delta=DELTA, rms_decay=RMS, regularization=regularization)
+    ws = [w.copy() for w in W0]
+    for grads, lr in zip(GRADS, LRS):
+        ws = rule.step(ws, grads, lr)
+    return ws
+
+
+CASES = [("SGD", "L2", MU), ("SGD", "L1", MU), ("Nesterov", "L2", MU), ("Nesterov", "L1", MU),
+         ("AdaGrad", "L2", 0.0), ("RMSProp", "L2", 0.0), ("AdaDelta", "L2", 0.95), ("Adam", "L2", MU),
+         ("Adam", "L1", MU)]
+
+
+@pytest.mark.parametrize("solver,regularization,momentum", CASES)
+def test_pytorch_and_numpy_rules_take_caffes_steps(solver, regularization, momentum):
+    want = reference(solver, regularization, momentum)
+    for got in (torch_steps(solver, regularization, momentum), numpy_steps(solver, regularization, momentum)):
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+
+
+def test_adams_first_step_moves_each_weight_by_about_the_rate():
+    # with the bias correction, step 1 is rate * g / (|g| + delta): the sign of the gradient times the rate
+    got = torch_steps("Adam")  # three steps, but the first one alone is checked through the reference
+    assert all(np.isfinite(g).all() for g in got)
+    rule = SGDRule(MU, 0.0, solver="Adam", momentum2=MU2, delta=DELTA)
+    (w,) = rule.step([np.array([1.0, 1.0])], [np.array([0.3, -2.0])], 0.001)
+    np.testing.assert_allclose(w, [0.999, 1.001], rtol=1e-7)
+
+
+def test_the_histories_survive_a_state_round_trip_bit_exact():
+    for solver in ("Adam", "AdaDelta", "RMSProp"):
+        momentum = 0.0 if solver == "RMSProp" else MU
+        whole = numpy_steps(solver, momentum=momentum)
+        rule = SGDRule(momentum, WD, lr_mults=LR_MULT, decay_mults=DECAY_MULT, solver=solver, momentum2=MU2,
+                       delta=DELTA, rms_decay=RMS)
+        ws = rule.step([w.copy() for w in W0], GRADS[0], LRS[0])
+        saved = rule.state("m:")
+        again = SGDRule(momentum, WD, lr_mults=LR_MULT, decay_mults=DECAY_MULT, solver=solver, momentum2=MU2,
+                        delta=DELTA, rms_decay=RMS)
+        again.load_state(saved, len(ws), "m:")
+        for grads, lr in zip(GRADS[1:], LRS[1:]):
+            ws = again.step(ws, grads, lr)
+        for g, w in zip(ws, whole):
+            assert np.array_equal(g, w), solver
+
+        params = [torch.nn.Parameter(torch.tensor(w)) for w in W0]
+        slots = [ParamSlot(f"p{i}", p, LR_MULT[i], DECAY_MULT[i]) for i, p in enumerate(params)]
+        opt = CaffeSGD(slots, momentum, WD, solver=solver, momentum2=MU2, delta=DELTA, rms_decay=RMS)
+        for p, g in zip(params, GRADS[0]):
+            p.grad = torch.tensor(g)
+        opt.step(LRS[0])
+        state = {k: (dict(v) if isinstance(v, dict) else v) for k, v in opt.state_dict().items()}
+        opt2 = CaffeSGD(slots, momentum, WD, solver=solver, momentum2=MU2, delta=DELTA, rms_decay=RMS)
+        opt2.load_state_dict(state)
+        assert opt2.t == 1
+        for grads, lr in zip(GRADS[1:], LRS[1:]):
+            for p, g in zip(params, grads):
+                p.grad = torch.tensor(g)
+            opt2.step(lr)
+        for p, w in zip(params, torch_steps(solver, momentum=momentum)):
+            assert np.array_equal(p.detach().numpy(), w), solver
+
+
+def recipe(**fields):
+    base = {"net": "cifar10_quick", "batch_size": 4, "base_lr": 0.001, "max_iter": 3}
+    base.update(fields)
+    return recipe_from_dict(base, "r.yaml")
+
+
+@pytest.mark.parametrize("fields,named", [
+    ({"type": "Adam", "trust_coefficient": 0.02}, "trust_coefficient"),
+    ({"type": "AdaGrad", "larc_mode": "scale"}, "larc_mode"),
+    ({"type": "SGD", "momentum2": 0.99}, "momentum2"),
+    ({"type": "Adam", "rms_decay": 0.9}, "rms_decay"),
+    ({"type": "Nesterov", "delta": 1e-6}, "delta"),
+    ({"type": "RMSProp", "momentum": 0.9}, "momentum"),
+    ({"type": "Adam", "momentum_correction": True}, "momentum_correction"),
+    ({"type": "LARS", "regularization_type": "L1"}, "regularization_type"),
+    ({"type": "ADAM"}, "type"),
+    ({"type": "Adam", "regularization_type": "L3"}, "regularization_type"),
+])
+def test_a_field_the_solver_type_does_not_read_is_refused_by_name(fields, named):
+    with pytest.raises(HpcdlError, match=named):
+        recipe(**fields)
+
+
+def test_the_recipe_carries_the_type_to_both_rules():
+    r = recipe(type="Adam", momentum=0.9, momentum2=0.99, delta=1e-6, regularization_type="L1")
+    assert (r.solver, r.rule) == ("Adam", "sgd")
+    rule = SGDRule.from_recipe(r, [(2, 3)])
+    assert (rule.solver, rule.momentum2, rule.delta, rule.regularization) == ("Adam", 0.99, 1e-6, "L1")
+    assert recipe(type="LARS").solver == "SGD"
+    assert recipe(type="RMSProp", momentum=0).rms_decay == 0.99
