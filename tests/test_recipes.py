@@ -46,7 +46,7 @@ BAD = [
     ({"lr_policy": "multistep"}, "stepvalue"),
     ({"momentum": 1.5}, "momentum"),
     ({"iter_size": 0}, "iter_size"),
-    ({"type": "Adam"}, "type"),
+    ({"type": "Adagrad"}, "type"),
     ({"larc_mode": "both"}, "larc_mode"),
     ({"data": {"source": "mnist"}}, "data.source"),
     ({"data": {"image_size": 32, "crop": 40}}, "crop"),

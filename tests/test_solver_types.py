@@ -157,7 +157,6 @@ def recipe(**fields):
     ({"type": "SGD", "momentum2": 0.99}, "momentum2"),
     ({"type": "Adam", "rms_decay": 0.9}, "rms_decay"),
     ({"type": "Nesterov", "delta": 1e-6}, "delta"),
-    ({"type": "RMSProp", "momentum": 0.9}, "momentum"),
     ({"type": "Adam", "momentum_correction": True}, "momentum_correction"),
     ({"type": "LARS", "regularization_type": "L1"}, "regularization_type"),
     ({"type": "ADAM"}, "type"),

@@ -207,9 +207,11 @@ class Recipe(_Strict):
         return self
 
     def _solver_fields(self) -> None:
-        """Each solver field with the types that read it; a field given to another type is refused,
-        so a recipe never carries a setting that silently does nothing."""
-        given = self.model_fields_set
+        """A solver field set away from its default for a type that does not read it is refused,
+        so a recipe never carries a setting that silently does nothing. (Defaults, not "given":
+        a recipe written back out with every field must load again.)"""
+        defaults = {"momentum2": 0.999, "rms_decay": 0.99, "delta": 1e-8, "larc_mode": "clip",
+                    "trust_coefficient": None, "larc_eps": 1e-8, "momentum_correction": False}
         uses = {"momentum2": ("Adam",), "rms_decay": ("RMSProp",),
                 "delta": ("AdaGrad", "RMSProp", "AdaDelta", "Adam"),
                 "larc_mode": ("LARC",), "trust_coefficient": ("LARS", "LARC"), "larc_eps": ("LARS", "LARC"),
@@ -217,12 +219,8 @@ class Recipe(_Strict):
         for name, types in uses.items():
             # the LARS/LARC fields stay accepted (unused) with SGD, as before the other types came
             checked = name in ("momentum2", "rms_decay", "delta") or self.type in SOLVERS[1:]
-            if checked and name in given and self.type not in types:
+            if checked and getattr(self, name) != defaults[name] and self.type not in types:
                 raise ValueError(f"{name}: is for type {', '.join(types)}; this recipe's type is {self.type}")
-        # Caffe's AdaGradSolver and RMSPropSolver stop on a non-zero momentum ("Momentum cannot be used")
-        if self.type in ("AdaGrad", "RMSProp") and "momentum" in given and self.momentum != 0:
-            raise ValueError(f"momentum: {self.momentum} cannot be used with type {self.type} (Caffe refuses it too); "
-                             f"leave momentum out or set it to 0")
         if self.regularization_type == "L1" and self.type in ("LARS", "LARC"):
             raise ValueError(f"regularization_type: L1 with type {self.type}: the trust ratio is defined for L2 "
                              f"weight decay (wd * ||w||)")
