@@ -347,8 +347,10 @@ def test_cli_recipe_import_takes_the_net_and_batch(tmp_path):
 
 
 @pytest.mark.parametrize("line, message", [
-    ('type: "Adam"', "type: 'Adam' is not supported"),
-    ('regularization_type: "L1"', "L1"),
+    ('type: "Adagrad"', "type: 'Adagrad' is not a Caffe solver type"),
+    ('type: "Adam"\nsolver_type: ADAM', "solver_type and type are both set"),
+    ('regularization_type: "L3"', "regularization_type: 'L3'"),
+    ('type: "RMSProp"\nmomentum: 0.9', "momentum: 0.9 cannot be used with type RMSProp"),
     ("clip_gradients: 0", "clip_gradients: 0 scales every gradient to zero"),
     ('lr_policy: "plateau"', "plateau"),
     ("momentun: 0.9", r":\d+:\d+:.*momentun"),

@@ -174,3 +174,56 @@ def test_the_recipe_carries_the_type_to_both_rules():
     assert (rule.solver, rule.momentum2, rule.delta, rule.regularization) == ("Adam", 0.99, 1e-6, "L1")
     assert recipe(type="LARS").solver == "SGD"
     assert recipe(type="RMSProp", momentum=0).rms_decay == 0.99
+
+
+# ---------------------------------------------------------------- Caffe solver files
+
+ADAM_SOLVER = """# a LeNet-style Adam solver, as Caffe's mnist examples set Adam up
+net: "lenet_train_test.prototxt"
+type: "Adam"
+base_lr: 0.001
+momentum: 0.9
+momentum2: 0.999
+delta: 1e-8
+lr_policy: "fixed"
+weight_decay: 0.0005
+regularization_type: "L1"
+max_iter: 300
+display: 50
+solver_mode: CPU
+"""
+
+OLD_NESTEROV_SOLVER = """# a solver from before `type` replaced the solver_type enum
+base_lr: 0.01
+lr_policy: "step"
+gamma: 0.1
+stepsize: 100
+momentum: 0.95
+rms_decay: 0.98
+weight_decay: 0.0005
+max_iter: 200
+solver_type: NESTEROV
+"""
+
+
+def test_an_adam_solver_file_imports_with_its_fields(tmp_path):
+    from hpcdl.caffe.solver import import_recipe
+
+    path = tmp_path / "adam_solver.prototxt"
+    path.write_text(ADAM_SOLVER)
+    fields, notes, _ = import_recipe([path], net="cifar10_quick")
+    assert fields["type"] == "Adam" and fields["momentum"] == 0.9 and fields["momentum2"] == 0.999
+    assert fields["delta"] == 1e-8 and fields["regularization_type"] == "L1" and "rms_decay" not in fields
+    r = recipe_from_dict({**fields, "batch_size": 8}, "adam")
+    assert (r.solver, r.base_lr, r.regularization_type) == ("Adam", 0.001, "L1")
+
+
+def test_an_old_solver_type_enum_imports_as_the_type(tmp_path):
+    from hpcdl.caffe.solver import import_recipe
+
+    path = tmp_path / "nesterov_solver.prototxt"
+    path.write_text(OLD_NESTEROV_SOLVER)
+    fields, notes, _ = import_recipe([path], net="cifar10_quick")
+    assert fields["type"] == "Nesterov" and fields["momentum"] == 0.95 and "delta" not in fields
+    assert any("rms_decay" in n and "ignored" in n for n in notes)  # Nesterov does not read it
+    assert recipe_from_dict({**fields, "batch_size": 8}, "nesterov").solver == "Nesterov"

@@ -3,13 +3,14 @@
 Every SolverParameter field of caffe.proto falls in one of three groups:
 - mapped: the recipe field of the same meaning (base_lr, lr_policy, gamma, power,
   stepsize, stepvalue, momentum, weight_decay, max_iter, iter_size, clip_gradients,
-  test_iter, test_interval, display, snapshot, snapshot_prefix, random_seed, weights, type SGD);
+  test_iter, test_interval, display, snapshot, snapshot_prefix, random_seed, weights, type and
+  the old solver_type enum (SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam), momentum2, delta,
+  rms_decay, regularization_type L2 or L1);
 - accepted and reported as ignored, because they change no weight: logging, devices and
   file formats (average_loss, test_initialization, test_compute_loss, debug_info,
   solver_mode, device_id, snapshot_format, snapshot_after_train, layer_wise_reduce);
 - refused when set to anything but caffe.proto's default, because hpcdl cannot do what
-  they ask (solver types other than SGD, L1 regularisation, the plateau policy, several
-  test nets, snapshot_diff, inline nets).
+  they ask (the plateau policy, several test nets, snapshot_diff, inline nets).
 
 caffe.proto's defaults are written out where hpcdl's differ: momentum 0, gamma 0 and
 power 0 when the file leaves them out. A solver without lr_policy is refused, as Caffe
@@ -35,14 +36,13 @@ POLICIES = ("fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid")
 IGNORED = ("average_loss", "test_initialization", "test_compute_loss", "debug_info", "solver_mode", "device_id",
            "snapshot_format", "snapshot_after_train", "layer_wise_reduce")
 REFUSED = {
-    "regularization_type": ("L2", "hpcdl regularises with L2 only"),
-    "type": ("SGD", "hpcdl trains with Caffe's SGD (plus LARS/LARC); Nesterov, AdaGrad, RMSProp, AdaDelta and Adam are not implemented"),
-    "solver_type": (0, "hpcdl trains with Caffe's SGD; the other solver types are not implemented"),
     "snapshot_diff": (False, "hpcdl snapshots hold no gradients"),
-    "delta": (None, "delta is for the adaptive solvers hpcdl does not implement"),
-    "momentum2": (None, "momentum2 is Adam's, which hpcdl does not implement"),
-    "rms_decay": (None, "rms_decay is RMSProp's, which hpcdl does not implement"),
 }
+#: caffe.proto's SolverType enum (solver_type, before `type` replaced it) by number
+SOLVER_ENUM = {0: "SGD", 1: "Nesterov", 2: "AdaGrad", 3: "RMSProp", 4: "AdaDelta", 5: "Adam"}
+#: the solver fields each type reads besides SGD's
+TYPE_FIELDS = {"Adam": ("momentum2", "delta"), "RMSProp": ("rms_decay", "delta"), "AdaGrad": ("delta",),
+               "AdaDelta": ("delta",)}
 
 
 def _set(msg, field: str) -> bool:
@@ -77,6 +77,17 @@ def solver_fields(path: str | Path) -> tuple[dict[str, Any], list[str], Any]:
             value = getattr(msg, field)
             shown = d.enum_type.values_by_number[value].name if d.enum_type is not None else value
             notes.append(f"{field}: {shown} is ignored (it changes no weight)")
+    solver = _solver_type(msg, where)
+    for field in ("momentum2", "delta", "rms_decay"):
+        if msg.HasField(field) and field not in TYPE_FIELDS.get(solver, ()):
+            notes.append(f"{field}: {f32(getattr(msg, field))} is ignored (type {solver} does not read it)")
+    if solver in ("AdaGrad", "RMSProp") and msg.momentum != 0:
+        # AdaGradSolver and RMSPropSolver stop on this in their constructors
+        raise HpcdlError(f"{where}: momentum: {f32(msg.momentum)} cannot be used with type {solver} "
+                         f"(Caffe stops on it too); remove momentum")
+    if msg.regularization_type not in ("L1", "L2"):
+        raise HpcdlError(f"{where}: regularization_type: {msg.regularization_type!r} is not supported "
+                         f"(Caffe knows L1 and L2)")
     if not msg.HasField("lr_policy"):
         raise HpcdlError(f"{where}: lr_policy is not set (Caffe stops on this too: 'Unknown learning rate policy')")
     if msg.lr_policy not in POLICIES:
@@ -95,6 +106,12 @@ def solver_fields(path: str | Path) -> tuple[dict[str, Any], list[str], Any]:
         "weight_decay": f32(msg.weight_decay),
         "max_iter": int(msg.max_iter),
     }
+    if solver != "SGD":
+        out["type"] = solver
+        # caffe.proto's defaults (delta 1e-8, momentum2 0.999, rms_decay 0.99) are hpcdl's too
+        out.update({field: f32(getattr(msg, field)) for field in TYPE_FIELDS.get(solver, ())})
+    if msg.regularization_type == "L1":
+        out["regularization_type"] = "L1"
     if msg.HasField("stepsize"):
         out["stepsize"] = int(msg.stepsize)
     if msg.stepvalue:
@@ -131,7 +148,20 @@ def solver_fields(path: str | Path) -> tuple[dict[str, Any], list[str], Any]:
     return out, notes, msg
 
 
-MUST_AGREE = ("momentum", "weight_decay", "iter_size", "clip_gradients", "test_iter", "test_interval", "display",
+def _solver_type(msg, where: str) -> str:
+    """Caffe's solver type: the `type` string, or the old `solver_type` enum (not both, as
+    Caffe's UpgradeSolverType refuses)."""
+    if _set(msg, "solver_type"):
+        if _set(msg, "type"):
+            raise HpcdlError(f"{where}: solver_type and type are both set (Caffe refuses this too); keep `type`")
+        return SOLVER_ENUM[msg.solver_type]
+    if msg.type not in SOLVER_ENUM.values():
+        raise HpcdlError(f"{where}: type: {msg.type!r} is not a Caffe solver type "
+                         f"(known: {', '.join(SOLVER_ENUM.values())})")
+    return msg.type
+
+
+MUST_AGREE = ("type", "momentum2", "delta", "rms_decay", "regularization_type", "momentum", "weight_decay", "iter_size", "clip_gradients", "test_iter", "test_interval", "display",
               "random_seed", "gamma", "power")
 
 
