@@ -63,6 +63,20 @@ def hand_step(rule, smoothing=0.0, no_bias_decay=False, trust=None):
     return W0 - rate * (g_w + WD * W0), B0 - LR * (g_b + bias_wd * B0)  # the bias keeps the global rate
 
 
+ADAM_FIELDS = {"type": "Adam", "larc_eps": 1e-8}  # larc_eps back at its default: Adam does not read it
+
+
+def hand_adam_step():
+    """Caffe's Adam from zero histories (t = 1): m = 0.1 d, v = 0.001 d^2, and the rate times
+    sqrt(1 - 0.999) / (1 - 0.9) (AdamSolver's bias correction), d = g + wd * w."""
+    out = []
+    for w, g in zip((W0, B0), hand_gradients()):
+        d = g + WD * w
+        m, v = 0.1 * d, 0.001 * d * d
+        out.append(w - LR * np.sqrt(0.001) / 0.1 * m / (np.sqrt(v) + 1e-8))
+    return out
+
+
 # --- the shared rule itself -------------------------------------------------------------
 
 def test_the_shared_rule_takes_the_same_steps_as_the_pytorch_optimizer_under_every_rule():
@@ -145,6 +159,13 @@ def test_tensorflow_label_smoothing_and_no_bias_decay_change_the_step_as_specifi
     assert not np.allclose(b, hand_step("sgd")[1], rtol=1e-6, atol=0)
 
 
+def test_tensorflow_takes_caffes_adam_step_on_the_host(tf_step):
+    w, b = tf_step(**ADAM_FIELDS)
+    want_w, want_b = hand_adam_step()
+    np.testing.assert_allclose(w, want_w, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(b, want_b, rtol=1e-5, atol=1e-7)
+
+
 # --- MXNet (its own venv) ---------------------------------------------------------------
 
 GLUON_STEP = """
@@ -170,7 +191,8 @@ for name, fields in payload["cases"].items():
 print(json.dumps(out))
 """
 
-MX_CASES = {**RULE_CASES, "smoothing": {"label_smoothing": 0.1}, "no_bias_decay": {"no_bias_decay": True}}
+MX_CASES = {**RULE_CASES, "smoothing": {"label_smoothing": 0.1}, "no_bias_decay": {"no_bias_decay": True},
+            "adam": ADAM_FIELDS}
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +207,8 @@ def mxnet_steps():
 def test_mxnet_takes_the_hand_computed_step(mxnet_steps, case):
     w, b = (np.array(a) for a in mxnet_steps[case])
     want = {"smoothing": lambda: hand_step("sgd", smoothing=0.1),
-            "no_bias_decay": lambda: hand_step("sgd", no_bias_decay=True)}.get(case, lambda: hand_step(case))()
+            "no_bias_decay": lambda: hand_step("sgd", no_bias_decay=True),
+            "adam": hand_adam_step}.get(case, lambda: hand_step(case))()
     np.testing.assert_allclose(w, want[0], rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(b, want[1], rtol=1e-5, atol=1e-7)
 

@@ -306,9 +306,9 @@ class KerasTrainer:
                 self.scale /= 2.0
                 self.good_steps = 0
             return float(loss) if read else None
-        new = self.rule.step([v.numpy() for v in self.variables], gs, lr)
-        for v, w in zip(self.variables, new):
-            v.assign(w.astype(v.dtype.as_numpy_dtype))
+        ws = [np.asarray(v.numpy()) for v in self.variables]
+        for v, old, w in zip(self.variables, ws, self.rule.step(ws, gs, lr)):
+            v.assign(w.astype(old.dtype))
         if self.scaling:
             self.good_steps += 1
             if self.dynamic and self.good_steps % 2000 == 0:
