@@ -227,3 +227,36 @@ def test_an_old_solver_type_enum_imports_as_the_type(tmp_path):
     assert fields["type"] == "Nesterov" and fields["momentum"] == 0.95 and "delta" not in fields
     assert any("rms_decay" in n and "ignored" in n for n in notes)  # Nesterov does not read it
     assert recipe_from_dict({**fields, "batch_size": 8}, "nesterov").solver == "Nesterov"
+
+
+# ---------------------------------------------------------------- training with them
+
+def test_adam_at_lenets_rate_trains_digits(tmp_path):
+    """Caffe's mnist Adam solver's settings (base_lr 0.001, momentum 0.9, momentum2 0.999, fixed rate)
+    on the digits: the loss falls well below its start in 120 iterations of the smallest net."""
+    from test_train import records, train_here, write_recipe
+
+    path = write_recipe(tmp_path, "adam", type="Adam", base_lr=0.001, momentum=0.9, momentum2=0.999,
+                        weight_decay=0.0005, lr_policy="fixed", max_iter=120, display=10, batch_size=32,
+                        data={"source": "digits", "image_size": 16})
+    train_here(path, tmp_path / "r.jsonl")
+    losses = [r["loss"] for r in records(tmp_path / "r.jsonl") if r["event"] == "step"]
+    assert len(losses) >= 10
+    assert max(losses[-3:]) < 0.5 * losses[0], losses
+
+
+def test_an_adam_run_resumed_from_its_snapshot_takes_the_uninterrupted_runs_steps(tmp_path):
+    """Adam's two histories and its step count go into the snapshot: the resumed run is the same run."""
+    from test_train import final_weights, records, train_here, write_recipe
+
+    common = {"type": "Adam", "base_lr": 0.001, "momentum": 0.9, "snapshot": 3, "batch_size": 8}
+    whole = write_recipe(tmp_path, "whole", max_iter=6, snapshot_prefix=str(tmp_path / "whole" / "w"), **common)
+    train_here(whole, tmp_path / "whole.jsonl")
+    prefix = str(tmp_path / "part" / "w")
+    train_here(write_recipe(tmp_path, "part", max_iter=3, snapshot_prefix=prefix, **common), tmp_path / "part.jsonl")
+    train_here(write_recipe(tmp_path, "part", max_iter=6, snapshot_prefix=prefix, **common), tmp_path / "part.jsonl")
+    assert [r["iter"] for r in records(tmp_path / "part.jsonl") if r["event"] == "resume"] == [3]
+    steps = lambda p: {r["iter"]: r["loss"] for r in records(p) if r["event"] == "step"}  # noqa: E731
+    assert steps(tmp_path / "part.jsonl") == steps(tmp_path / "whole.jsonl")
+    a, b = final_weights(tmp_path / "whole" / "w"), final_weights(tmp_path / "part" / "w")
+    assert all(torch.equal(a[k], b[k]) for k in a)
