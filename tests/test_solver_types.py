@@ -260,3 +260,31 @@ def test_an_adam_run_resumed_from_its_snapshot_takes_the_uninterrupted_runs_step
     assert steps(tmp_path / "part.jsonl") == steps(tmp_path / "whole.jsonl")
     a, b = final_weights(tmp_path / "whole" / "w"), final_weights(tmp_path / "part" / "w")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_horovod_resumes_an_adam_run_from_its_snapshot_as_the_uninterrupted_run(tmp_path):
+    """--dist horovod steps with the same CaffeSGD: Adam's histories and step count go into its
+    snapshot arrays too (one rank, hvd.init without horovodrun)."""
+    import sys
+
+    import yaml
+    from framework_tools import records, require_horovod, run
+
+    require_horovod()
+
+    def train(name, max_iter, prefix):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({
+            "name": "hvd", "net": "cifar10_quick", "batch_size": 8, "base_lr": 0.001, "max_iter": max_iter,
+            "display": 1, "type": "Adam", "momentum": 0.9, "snapshot": 2, "snapshot_prefix": str(tmp_path / prefix),
+            "data": {"source": "synthetic", "synthetic_samples": 64, "image_size": 32, "num_classes": 10}}))
+        run([sys.executable, "-m", "hpcdl.train", path, "--dist", "horovod", "--results", tmp_path / f"{prefix}.jsonl"])
+        return tmp_path / f"{prefix}.jsonl"
+
+    whole = train("whole", 4, "w")
+    train("part", 2, "p")
+    part = train("part", 4, "p")
+    assert [r.get("resumed_from") for r in records(part) if r["event"] == "start"] == [None, 2]
+    steps = lambda p: {r["iter"]: r["loss"] for r in records(p) if r["event"] == "step"}  # noqa: E731
+    assert steps(part) == steps(whole)

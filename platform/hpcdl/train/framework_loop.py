@@ -64,7 +64,8 @@ class FrameworkTrainer(Protocol):
 # optimizer rules are kept until they are tested there.
 # Read with getattr, so recipes from before these fields existed pass.
 _OPTIMIZER_FIELDS = {
-    "type": "SGD",  # LARS, LARC
+    # Caffe's solver types are CaffeSGD's own; LARS and LARC are refused
+    "type": ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam"),
     "label_smoothing": 0.0,
     "no_bias_decay": False,
     "clip_gradients": None,
@@ -82,8 +83,9 @@ UNSUPPORTED = {
 
 def refuse_unsupported(recipe: Recipe, framework: str) -> None:
     for name, plain in UNSUPPORTED.get(framework, {}).items():
-        value = getattr(recipe, name, plain)
-        if value != plain:
+        accepted = plain if isinstance(plain, tuple) else (plain,)
+        value = getattr(recipe, name, accepted[0])
+        if value not in accepted:
             raise HpcdlError(
                 f"recipe {recipe.name}: {name}: {value!r} is implemented in the PyTorch trainer with torch.distributed "
                 f"only, not in {framework}"
