@@ -288,3 +288,36 @@ def test_horovod_resumes_an_adam_run_from_its_snapshot_as_the_uninterrupted_run(
     assert [r.get("resumed_from") for r in records(part) if r["event"] == "start"] == [None, 2]
     steps = lambda p: {r["iter"]: r["loss"] for r in records(p) if r["event"] == "step"}  # noqa: E731
     assert steps(part) == steps(whole)
+
+
+def test_a_snapshot_of_another_solver_type_does_not_fit():
+    """An SGD run does not resume from an Adam run's snapshot (its velocity would be Adam's first moment)."""
+    from hpcdl.train import checkpoint
+
+    net = torch.nn.Linear(2, 1)
+    slots = lambda: [ParamSlot(n, p) for n, p in net.named_parameters()]  # noqa: E731
+    adam = CaffeSGD(slots(), 0.9, 0.0, solver="Adam")
+    state = {"iter": 3, "model": net.state_dict(), "optimizer": adam.state_dict()}
+    assert checkpoint.state_fits(state, net, CaffeSGD(slots(), 0.9, 0.0, solver="Adam")) is None
+    assert "solver type Adam" in checkpoint.state_fits(state, net, CaffeSGD(slots(), 0.9, 0.0))
+    old = {"iter": 3, "model": net.state_dict(), "optimizer": CaffeSGD(slots(), 0.9, 0.0).state_dict()}
+    del old["optimizer"]["type"]  # a snapshot from before the solver types: SGD's
+    assert checkpoint.state_fits(old, net, CaffeSGD(slots(), 0.9, 0.0)) is None
+
+
+def test_a_framework_snapshot_of_another_solver_type_is_skipped(tmp_path):
+    """TensorFlow, MXNet and Horovod snapshots say their solver type; another type's is not loaded."""
+    from types import SimpleNamespace
+
+    from hpcdl.train.framework_loop import restore_snapshot, write_snapshot
+    from hpcdl.train.ranks import RankInfo
+
+    loaded = []
+    trainer = SimpleNamespace(framework="tensorflow", state=lambda: {"w0": np.ones(2), "v0": np.zeros(2)},
+                              load_state=loaded.append)
+    adam = recipe(type="Adam", snapshot=1, snapshot_prefix=str(tmp_path / "s"))
+    write_snapshot(adam, trainer, RankInfo(0, 1, 0, "none"), 1, 0, 8)
+    assert restore_snapshot(adam, trainer) == (1, 0, 8) and len(loaded) == 1
+    with pytest.raises(HpcdlError, match="solver type Adam, not SGD"):
+        restore_snapshot(recipe(snapshot=1, snapshot_prefix=str(tmp_path / "s")), trainer)
+    assert len(loaded) == 1

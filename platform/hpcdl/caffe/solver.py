@@ -31,6 +31,7 @@ from typing import Any
 
 from hpcdl.caffe.common import f32, read_text
 from hpcdl.errors import HpcdlError
+from hpcdl.train.update_rule import SOLVERS
 
 POLICIES = ("fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid")
 IGNORED = ("average_loss", "test_initialization", "test_compute_loss", "debug_info", "solver_mode", "device_id",
@@ -39,7 +40,7 @@ REFUSED = {
     "snapshot_diff": (False, "hpcdl snapshots hold no gradients"),
 }
 #: caffe.proto's SolverType enum (solver_type, before `type` replaced it) by number
-SOLVER_ENUM = {0: "SGD", 1: "Nesterov", 2: "AdaGrad", 3: "RMSProp", 4: "AdaDelta", 5: "Adam"}
+SOLVER_ENUM = dict(enumerate(SOLVERS))  # SGD 0, NESTEROV 1, ADAGRAD 2, RMSPROP 3, ADADELTA 4, ADAM 5
 #: the solver fields each type reads besides SGD's
 TYPE_FIELDS = {"Adam": ("momentum2", "delta"), "RMSProp": ("rms_decay", "delta"), "AdaGrad": ("delta",),
                "AdaDelta": ("delta",)}

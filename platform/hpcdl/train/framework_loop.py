@@ -28,6 +28,7 @@ from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
 from hpcdl.train.schedule import learning_rate
+from hpcdl.train.update_rule import SOLVERS
 
 
 class FrameworkTrainer(Protocol):
@@ -65,7 +66,7 @@ class FrameworkTrainer(Protocol):
 # Read with getattr, so recipes from before these fields existed pass.
 _OPTIMIZER_FIELDS = {
     # Caffe's solver types are CaffeSGD's own; LARS and LARC are refused
-    "type": ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam"),
+    "type": SOLVERS,
     "label_smoothing": 0.0,
     "no_bias_decay": False,
     "clip_gradients": None,
@@ -257,10 +258,18 @@ def write_snapshot(recipe: Recipe, trainer: FrameworkTrainer, me: RankInfo, iter
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
-        np.savez(f, __iter=iteration, __epoch=epoch, __cursor=cursor, **arrays)
+        # __solver: Caffe's solver type, whose histories the optimizer arrays are, as its index in
+        # update_rule.SOLVERS (SGD 0 ... Adam 5, caffe.proto's SolverType numbers)
+        np.savez(f, __iter=iteration, __epoch=epoch, __cursor=cursor, __solver=SOLVERS.index(solver_of(recipe)),
+                 **arrays)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def solver_of(recipe) -> str:
+    """The recipe's Caffe solver type (SGD for recipes from before the other types)."""
+    return getattr(recipe, "solver", "SGD")
 
 
 def restore_snapshot(recipe: Recipe, trainer: FrameworkTrainer, start_over: bool = False) -> tuple[int, int, int] | None:
@@ -289,6 +298,10 @@ def restore_snapshot(recipe: Recipe, trainer: FrameworkTrainer, start_over: bool
                 arrays = {k: z[k] for k in z.files}
             if not {"__iter", "__epoch", "__cursor"} <= set(arrays):
                 raise ValueError("not an hpcdl snapshot (no iteration)")
+            number = int(arrays["__solver"]) if "__solver" in arrays else 0  # older snapshots: SGD's
+            theirs = SOLVERS[number] if 0 <= number < len(SOLVERS) else f"number {number}"
+            if theirs != solver_of(recipe):
+                raise ValueError(f"optimizer state of solver type {theirs}, not {solver_of(recipe)}")
             if fresh is None:
                 fresh = trainer.state()  # every rank is here: some frameworks gather state collectively
             clash = [k for k, v in arrays.items() if k in fresh and np.shape(fresh[k]) != v.shape]

@@ -42,8 +42,9 @@ from dataclasses import dataclass
 
 import torch
 
+from hpcdl.train.update_rule import SOLVERS
+
 RULES = ("sgd", "lars", "larc_clip", "larc_scale")
-SOLVERS = ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam")
 
 
 @dataclass

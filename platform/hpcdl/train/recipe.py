@@ -9,10 +9,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hpcdl.errors import HpcdlError, validation_message
+from hpcdl.train.update_rule import SOLVERS  # Caffe's solver types, SGD first
 
 
-#: Caffe's solver types (caffe.proto SolverParameter.type), SGD first
-SOLVERS = ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam")
 
 
 class _Strict(BaseModel):
