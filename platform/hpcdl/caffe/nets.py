@@ -35,15 +35,18 @@ MAPPED = {
     "Convolution": "Convolution", "Deconvolution": "Deconvolution", "Pooling": "Pooling", "LRN": "LRN",
     "InnerProduct": "InnerProduct", "ReLU": "ReLU", "Sigmoid": "Sigmoid", "TanH": "TanH", "Dropout": "Dropout",
     "Concat": "Concat", "Flatten": "Flatten", "BatchNorm": "BatchNorm", "Scale": "Scale", "Eltwise": "Eltwise",
-    "Softmax": "Softmax",
+    "Softmax": "Softmax", "PReLU": "PReLU", "ELU": "ELU", "AbsVal": "AbsVal", "Power": "Power", "BNLL": "BNLL",
+    "Exp": "Exp", "Log": "Log", "Threshold": "Threshold", "Bias": "Bias", "Reshape": "Reshape", "Crop": "Crop",
 }
 HANDLED = set(MAPPED) | set(DATA_TYPES) | {"Split", "SoftmaxWithLoss", "Accuracy", "Silence"}
-IN_PLACE = ("ReLU", "Sigmoid", "TanH", "Dropout", "BatchNorm", "Scale")
+IN_PLACE = ("ReLU", "Sigmoid", "TanH", "Dropout", "BatchNorm", "Scale", "PReLU", "ELU")
 PARAM_FIELD = {
     "Convolution": "convolution_param", "Deconvolution": "convolution_param", "Pooling": "pooling_param",
     "LRN": "lrn_param", "InnerProduct": "inner_product_param", "ReLU": "relu_param", "Dropout": "dropout_param",
     "Concat": "concat_param", "Flatten": "flatten_param", "BatchNorm": "batch_norm_param", "Scale": "scale_param",
     "Eltwise": "eltwise_param", "Softmax": "softmax_param", "Sigmoid": "sigmoid_param", "TanH": "tanh_param",
+    "PReLU": "prelu_param", "ELU": "elu_param", "Power": "power_param", "Exp": "exp_param", "Log": "log_param",
+    "Threshold": "threshold_param", "Bias": "bias_param", "Reshape": "reshape_param", "Crop": "crop_param",
 }
 FILLERS = ("constant", "gaussian", "xavier", "msra", "uniform", "bilinear")
 
@@ -254,6 +257,40 @@ def _layer_params(layer, ltype: str, where: str) -> dict:
         if layer.softmax_param.axis != 1:
             raise _Refuse(f"{where}: Softmax along axis {layer.softmax_param.axis} is not supported (only 1)")
         return {}
+    if ltype == "PReLU":
+        p = layer.prelu_param
+        out = {"filler": _filler(_opt_filler(p, "filler"), f"{where}: prelu_param.filler", {"type": "constant", "value": 0.25})}
+        if p.channel_shared:
+            out["channel_shared"] = True
+        return out
+    if ltype == "ELU":
+        return {"alpha": f32(layer.elu_param.alpha)}
+    if ltype == "Power":
+        p = layer.power_param
+        return {"power": f32(p.power), "scale": f32(p.scale), "shift": f32(p.shift)}
+    if ltype in ("Exp", "Log"):
+        p = layer.exp_param if ltype == "Exp" else layer.log_param
+        if p.base != -1 and p.base <= 0:
+            raise _Refuse(f"{where}: {PARAM_FIELD[ltype]}.base {p.base}: Caffe needs -1 (e) or a positive base")
+        return {"base": f32(p.base), "scale": f32(p.scale), "shift": f32(p.shift)}
+    if ltype == "Threshold":
+        return {"threshold": f32(layer.threshold_param.threshold)}
+    if ltype == "Bias":
+        p = layer.bias_param
+        if p.axis != 1 or p.num_axes != 1:
+            raise _Refuse(f"{where}: bias_param axis {p.axis}, num_axes {p.num_axes} is not supported (per-channel only: 1, 1)")
+        return {"filler": _filler(_opt_filler(p, "filler"), f"{where}: bias_param.filler", {"type": "constant", "value": 0.0})}
+    if ltype == "Reshape":
+        p = layer.reshape_param
+        out = {"shape": [int(d) for d in p.shape.dim]}
+        if p.axis != 0:
+            out["axis"] = int(p.axis)
+        if p.num_axes != -1:
+            out["num_axes"] = int(p.num_axes)
+        return out
+    if ltype == "Crop":
+        p = layer.crop_param
+        return {"axis": int(p.axis), "offset": [int(o) for o in p.offset]}
     return {}
 
 
@@ -541,7 +578,12 @@ def _convert(net, lines: list[int], path: Path, input_size, channels) -> tuple[d
             continue
         if len(layer.top) != 1:
             raise _Refuse(f"{w}: {len(layer.top)} tops; hpcdl layers have one")
-        need = {"Concat": None, "Eltwise": None}
+        need = {"Concat": None, "Eltwise": None, "Crop": None}
+        if t == "Bias" and len(layer.bottom) != 1:
+            raise _Refuse(f"{w}: Bias with {len(layer.bottom)} bottoms (the bias given as bottom[1]) is not "
+                          f"supported; hpcdl builds the one-bottom form, whose bias is a learned blob (bias_param)")
+        if t == "Crop" and len(layer.bottom) != 2:
+            raise _Refuse(f"{w}: Crop takes two bottoms (the blob, and the one whose size it takes), not {len(layer.bottom)}")
         if t not in need and len(layer.bottom) != 1:
             raise _Refuse(f"{w}: {len(layer.bottom)} bottoms; a {t} layer takes one here")
         if t in need and len(layer.bottom) < 2 and t == "Eltwise":
@@ -650,7 +692,8 @@ def _convert(net, lines: list[int], path: Path, input_size, channels) -> tuple[d
             break
         # shape-keeping layers, and Pooling, which keeps the channels (SqueezeNet and NIN pool their
         # class maps: the classifier is the convolution before the global pooling)
-        if e["type"] not in ("Softmax", "Dropout", "ReLU", "Sigmoid", "TanH", "Flatten", "Scale", "BatchNorm", "Pooling"):
+        if e["type"] not in ("Softmax", "Dropout", "ReLU", "Sigmoid", "TanH", "Flatten", "Scale", "BatchNorm", "Pooling",
+                             "PReLU", "ELU", "Bias"):
             break
         top = e["bottom"]
     if classes is not None:
@@ -948,7 +991,38 @@ def _export_layer(net, l, cblob: dict, aux_tops: dict):
         c.operation = c.DESCRIPTOR.fields_by_name["operation"].enum_type.values_by_name[p.get("operation", "SUM")].number
         if p.get("coeff"):
             c.coeff.extend(float(x) for x in p["coeff"])
-    elif t in ("Concat", "Flatten", "Softmax", "Sigmoid", "TanH"):
+    elif t == "PReLU":
+        c = layer.prelu_param
+        _set_filler(c.filler, p.get("filler") or {"type": "constant", "value": 0.25})
+        if p.get("channel_shared"):
+            c.channel_shared = True
+    elif t == "ELU":
+        layer.elu_param.alpha = float(p.get("alpha", 1.0))
+    elif t in ("Power", "Exp", "Log"):
+        c = getattr(layer, PARAM_FIELD[t])
+        if t != "Power":
+            c.base = float(p.get("base", -1.0))
+        else:
+            c.power = float(p.get("power", 1.0))
+        c.scale = float(p.get("scale", 1.0))
+        c.shift = float(p.get("shift", 0.0))
+    elif t == "Threshold":
+        layer.threshold_param.threshold = float(p.get("threshold", 0.0))
+    elif t == "Bias":
+        _set_filler(layer.bias_param.filler, p.get("filler") or {"type": "constant", "value": 0.0})
+    elif t == "Reshape":
+        c = layer.reshape_param
+        c.shape.dim.extend(int(d) for d in p.get("shape", []))
+        c.shape.SetInParent()
+        if p.get("axis", 0) != 0:
+            c.axis = int(p["axis"])
+        if p.get("num_axes", -1) != -1:
+            c.num_axes = int(p["num_axes"])
+    elif t == "Crop":
+        c = layer.crop_param
+        c.axis = int(p.get("axis", 2))
+        c.offset.extend(int(o) for o in p.get("offset", []))
+    elif t in ("Concat", "Flatten", "Softmax", "Sigmoid", "TanH", "AbsVal", "BNLL"):
         pass
     else:
         raise HpcdlError(f"export: layer {l.name}: type {t} has no Caffe equivalent")

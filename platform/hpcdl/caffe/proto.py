@@ -96,8 +96,9 @@ MESSAGES: dict[str, list[tuple]] = {
         (_O, "int32", "new_width", 63, "0"), (_O, "bool", "shuffle_images", 64, "false"),
         (_O, "uint32", "concat_dim", 65, "1"), (_O, "HDF5OutputParameter", "hdf5_output_param", 1001, None),
     ],
-    # parameter messages only V1 layer types use (hpcdl builds none of them; declared so a
-    # V1 file that has them parses, and the layer is refused by its type and line)
+    # parameter messages V1 layer types use (Exp, Power, Slice and Threshold are built too;
+    # the others are declared so a V1 file that has them parses, and the layer is refused by
+    # its type and line)
     "ArgMaxParameter": [(_O, "bool", "out_max_val", 1, "false"), (_O, "uint32", "top_k", 2, "1"), (_O, "int32", "axis", 3, None)],
     "ContrastiveLossParameter": [(_O, "float", "margin", 1, "1"), (_O, "bool", "legacy_version", 2, "false")],
     "ExpParameter": [(_O, "float", "base", 1, "-1"), (_O, "float", "scale", 2, "1"), (_O, "float", "shift", 3, "0")],
@@ -138,6 +139,21 @@ MESSAGES: dict[str, list[tuple]] = {
         (_O, "ScaleParameter", "scale_param", 142, None), (_O, "SigmoidParameter", "sigmoid_param", 124, None),
         (_O, "SoftmaxParameter", "softmax_param", 125, None), (_O, "TanHParameter", "tanh_param", 127, None),
         (_O, "WindowDataParameter", "window_data_param", 129, None),
+        (_O, "BiasParameter", "bias_param", 141, None), (_O, "CropParameter", "crop_param", 144, None),
+        (_O, "ELUParameter", "elu_param", 140, None), (_O, "ExpParameter", "exp_param", 111, None),
+        (_O, "LogParameter", "log_param", 134, None), (_O, "PowerParameter", "power_param", 122, None),
+        (_O, "PReLUParameter", "prelu_param", 131, None), (_O, "ReshapeParameter", "reshape_param", 133, None),
+        (_O, "SliceParameter", "slice_param", 126, None), (_O, "ThresholdParameter", "threshold_param", 128, None),
+    ],
+    "BiasParameter": [
+        (_O, "int32", "axis", 1, "1"), (_O, "int32", "num_axes", 2, "1"), (_O, "FillerParameter", "filler", 3, None),
+    ],
+    "CropParameter": [(_O, "int32", "axis", 1, "2"), (_R, "uint32", "offset", 2, None)],
+    "ELUParameter": [(_O, "float", "alpha", 1, "1")],
+    "LogParameter": [(_O, "float", "base", 1, "-1"), (_O, "float", "scale", 2, "1"), (_O, "float", "shift", 3, "0")],
+    "PReLUParameter": [(_O, "FillerParameter", "filler", 1, None), (_O, "bool", "channel_shared", 2, "false")],
+    "ReshapeParameter": [
+        (_O, "BlobShape", "shape", 1, None), (_O, "int32", "axis", 2, "0"), (_O, "int32", "num_axes", 3, "-1"),
     ],
     "TransformationParameter": [
         (_O, "float", "scale", 1, "1"), (_O, "bool", "mirror", 2, "false"), (_O, "uint32", "crop_size", 3, "0"),

@@ -15,6 +15,8 @@ Caffe's blob layouts, per layer type:
   InnerProduct   weight (out, in) over the (C, H, W)-flattened input, bias (out)
   BatchNorm      mean * s, variance * s, s (the moving-average scale factor, 1 blob)
   Scale          gamma (C), beta (C) when bias_term
+  PReLU          slopes (C), or a 0-axis blob (one value) when channel_shared
+  Bias           bias (C) (the one-bottom form: a learned blob)
 Keras keeps convolution kernels as (kh, kw, in, out), one Conv2D per group, and Dense
 kernels as (in, out) (its flatten puts features in Caffe's (C, H, W) order first).
 """
@@ -27,7 +29,7 @@ import numpy as np
 
 from hpcdl.errors import HpcdlError
 
-PARAM_TYPES = ("Convolution", "Deconvolution", "InnerProduct", "BatchNorm", "Scale")
+PARAM_TYPES = ("Convolution", "Deconvolution", "InnerProduct", "BatchNorm", "Scale", "PReLU", "Bias")
 
 
 def caffe_shapes(layer) -> list[tuple[int, ...]]:
@@ -47,6 +49,10 @@ def caffe_shapes(layer) -> list[tuple[int, ...]]:
         return [(c,), (c,), (1,)]
     if t == "Scale":
         return [(c,)] + ([(c,)] if bias else [])
+    if t == "PReLU":  # prelu_layer.cpp: channel_shared makes a blob of shape vector<int>(0)
+        return [()] if p.get("channel_shared", False) else [(c,)]
+    if t == "Bias":
+        return [(c,)]
     return []
 
 
@@ -96,6 +102,7 @@ def write_caffemodel(path: str | Path, name: str, layers: list[tuple[str, str, l
         layer = net.layer.add(name=lname, type=ltype)
         for arr in blobs:
             blob = layer.blobs.add()
+            blob.shape.SetInParent()  # a 0-axis blob (a shared PReLU slope) has a shape with no dims
             blob.shape.dim.extend(int(d) for d in arr.shape)
             blob.data.extend(np.asarray(arr, dtype=np.float32).ravel().tolist())
     write_atomically(Path(path), net.SerializeToString())
@@ -146,6 +153,10 @@ def from_torch(model) -> list[tuple[str, str, list[np.ndarray]]]:
             if layer.p("affine"):
                 raise HpcdlError(f"layer {layer.name}: BatchNorm with affine has no Caffe blob layout")
             blobs = [mod.running_mean, mod.running_var, np.ones(1, np.float32)]
+        elif layer.type == "PReLU":
+            blobs = [mod.weight.detach().cpu().numpy().reshape(caffe_shapes(layer)[0])]
+        elif layer.type == "Bias":
+            blobs = [mod.bias]
         else:
             blobs = [mod.weight] + ([mod.bias] if mod.bias is not None else [])
         out.append((layer.name, layer.type, [b if isinstance(b, np.ndarray) else b.detach().cpu().numpy() for b in blobs]))
@@ -168,6 +179,8 @@ def to_torch(model, blobs: dict[str, list[np.ndarray]]) -> list[str]:
                 mean, var = _bn_stats(arrs)
                 mod.running_mean.copy_(torch.from_numpy(mean))
                 mod.running_var.copy_(torch.from_numpy(var))
+            elif layer.type == "Bias":
+                mod.bias.copy_(torch.from_numpy(arrs[0]))
             else:
                 mod.weight.copy_(torch.from_numpy(arrs[0]).reshape(mod.weight.shape))
                 if len(arrs) > 1:
@@ -209,8 +222,10 @@ def to_keras(model, spec, blobs: dict[str, list[np.ndarray]]) -> list[str]:
         elif t == "BatchNorm":
             mean, var = _bn_stats(arrs)
             klayer.set_weights([mean, var])
-        elif t == "Scale":
+        elif t in ("Scale", "Bias"):
             klayer.set_weights(arrs)
+        elif t == "PReLU":
+            klayer.set_weights([arrs[0].reshape(-1)])
         else:
             raise HpcdlError(f"layer {layer.name}: {t} weights have no Keras loader")
         loaded.append(layer.name)
@@ -238,6 +253,10 @@ def to_gluon(net, spec, blobs: dict[str, list[np.ndarray]]) -> list[str]:
             block.gamma.set_data(mx.nd.array(arrs[0].reshape(block.gamma.shape)))
             if len(arrs) > 1:
                 block.beta.set_data(mx.nd.array(arrs[1].reshape(block.beta.shape)))
+        elif layer.type == "PReLU":
+            block.alpha.set_data(mx.nd.array(arrs[0].reshape(block.alpha.shape)))
+        elif layer.type == "Bias":
+            block.offset.set_data(mx.nd.array(arrs[0]))
         else:
             block.weight.set_data(mx.nd.array(arrs[0].reshape(block.weight.shape)))
             if len(arrs) > 1:

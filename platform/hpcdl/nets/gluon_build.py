@@ -11,7 +11,7 @@ from __future__ import annotations
 import mxnet as mx
 from mxnet.gluon import HybridBlock, nn
 
-from hpcdl.nets.spec import Layer, NetSpec, _pair, eltwise
+from hpcdl.nets.spec import NEURONS, Layer, NetSpec, _pair, crop_begin, eltwise, neuron
 
 
 def _initializer(layer: Layer):
@@ -121,6 +121,76 @@ class _CaffePooling(HybridBlock):
         return F.slice(self.pool(x), begin=(None, None, 0, 0), end=(None, None, *self.out_hw))
 
 
+def _filler_init(filler: dict | None, default: float):
+    filler = filler or {"type": "constant", "value": default}
+    if filler.get("type", "constant") == "constant":
+        return mx.init.Constant(float(filler.get("value", 0.0)))
+    return _caffe_initializer(filler)
+
+
+def _per_channel(F, x, v, rank: int):
+    """`v` (C,) broadcast over axis 1 of an (N, C) or (N, C, H, W) blob."""
+    return F.reshape(v, shape=(1, -1) + (1,) * (rank - 2))
+
+
+class CaffePReLU(HybridBlock):
+    """Caffe's PReLU: max(x, 0) + a min(x, 0), a per channel (axis 1) or one shared slope."""
+
+    def __init__(self, slopes: int, rank: int, filler: dict | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.rank = rank
+        with self.name_scope():
+            self.alpha = self.params.get("alpha", shape=(slopes,), init=_filler_init(filler, 0.25))
+
+    def hybrid_forward(self, F, x, alpha):
+        a = _per_channel(F, x, alpha, self.rank)
+        return F.relu(x) + F.broadcast_mul(a, F.minimum(x, 0.0))
+
+
+class CaffeBias(HybridBlock):
+    """Caffe's Bias layer with one bottom: a learned per-channel bias (named `offset`, not
+    `bias`: it is the layer's first blob, which gluon_multipliers reads by name)."""
+
+    def __init__(self, channels: int, rank: int, filler: dict | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.rank = rank
+        with self.name_scope():
+            self.offset = self.params.get("offset", shape=(channels,), init=_filler_init(filler, 0.0))
+
+    def hybrid_forward(self, F, x, offset):
+        return F.broadcast_add(x, _per_channel(F, x, offset, self.rank))
+
+
+class CaffeNeuron(HybridBlock):
+    """Caffe's parameter-free elementwise layers (spec.neuron)."""
+
+    def __init__(self, layer: Layer, **kwargs):
+        super().__init__(**kwargs)
+        self.layer = layer
+
+    def hybrid_forward(self, F, x):
+        return neuron(self.layer, x, F.exp, F.log, F.maximum, F.minimum, lambda v, t: v > t)
+
+
+class CaffeReshape(HybridBlock):
+    def __init__(self, shape, **kwargs):
+        super().__init__(**kwargs)
+        self.shape = tuple(int(d) for d in shape)
+
+    def hybrid_forward(self, F, x):
+        return F.reshape(x, shape=(0, *self.shape))  # 0: the batch axis as it is
+
+
+class CaffeCrop(HybridBlock):
+    def __init__(self, begin, shape, **kwargs):
+        super().__init__(**kwargs)
+        self.begin = tuple(begin)
+        self.end = tuple(b + n for b, n in zip(begin, shape))
+
+    def hybrid_forward(self, F, x):
+        return F.slice(x, begin=(None, *self.begin), end=(None, *self.end))
+
+
 class _Softmax(HybridBlock):
     def hybrid_forward(self, F, x):
         return F.softmax(x, axis=1)
@@ -187,6 +257,17 @@ def _block(layer: Layer):
         return nn.Flatten(prefix=prefix)
     if t in ("Concat", "Eltwise"):
         return None  # combined in _route
+    rank = len(layer.in_shape) + 1
+    if t == "PReLU":
+        return CaffePReLU(1 if p.get("channel_shared") else layer.in_channels, rank, p.get("filler"), prefix=prefix)
+    if t == "Bias":
+        return CaffeBias(layer.in_channels, rank, p.get("filler"), prefix=prefix)
+    if t in NEURONS:
+        return CaffeNeuron(layer, prefix=prefix)
+    if t == "Reshape":
+        return CaffeReshape(layer.out_shape, prefix=prefix)
+    if t == "Crop":
+        return CaffeCrop(crop_begin(layer), layer.out_shape, prefix=prefix)
     raise ValueError(f"layer type {t} has no Gluon builder")
 
 

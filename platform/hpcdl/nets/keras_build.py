@@ -14,7 +14,7 @@ import tensorflow as tf
 import keras
 from keras import layers
 
-from hpcdl.nets.spec import Layer, NetSpec, _pair
+from hpcdl.nets.spec import NEURONS, Layer, NetSpec, _pair, crop_begin, neuron
 
 
 def _initializer(layer: Layer):
@@ -108,6 +108,99 @@ class CaffeScale(layers.Layer):
 
     def call(self, x):
         return x * self.gamma + self.beta if self.bias_term else x * self.gamma
+
+
+def _filler_initializer(filler: dict | None, default: float, where: str):
+    """A PReLU slope's or a Bias's filler (constant, gaussian or uniform) as a Keras initializer."""
+    filler = filler or {"type": "constant", "value": default}
+    kind = filler.get("type", "constant")
+    if kind == "constant":
+        return keras.initializers.Constant(float(filler.get("value", 0.0)))
+    if kind == "gaussian":
+        return keras.initializers.RandomNormal(float(filler.get("mean", 0.0)), float(filler.get("std", 1.0)))
+    if kind == "uniform":
+        return keras.initializers.RandomUniform(float(filler.get("min", 0.0)), float(filler.get("max", 1.0)))
+    raise ValueError(f"{where}: filler {kind!r} has no Keras builder (PyTorch builds it)")
+
+
+class CaffePReLU(layers.Layer):
+    """Caffe's PReLU: max(x, 0) + a min(x, 0), a per channel (the last axis here) or shared."""
+
+    def __init__(self, slopes: int, filler: dict | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.slopes, self.filler = slopes, filler
+
+    def build(self, input_shape):
+        self.slope = self.add_weight(shape=(self.slopes,), name="slope",
+                                     initializer=_filler_initializer(self.filler, 0.25, self.name))
+
+    def call(self, x):
+        return tf.nn.relu(x) + self.slope * tf.minimum(x, 0.0)
+
+
+class CaffeBias(layers.Layer):
+    """Caffe's Bias layer with one bottom: a learned per-channel bias (its weight is not named
+    `bias`: it is the layer's first blob, which keras_multipliers reads by name)."""
+
+    def __init__(self, channels: int, filler: dict | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.channels, self.filler = channels, filler
+
+    def build(self, input_shape):
+        self.offset = self.add_weight(shape=(self.channels,), name="offset",
+                                      initializer=_filler_initializer(self.filler, 0.0, self.name))
+
+    def call(self, x):
+        return x + self.offset
+
+
+class CaffeNeuron(layers.Layer):
+    """Caffe's parameter-free elementwise layers (spec.neuron)."""
+
+    def __init__(self, layer: Layer, **kwargs):
+        super().__init__(**kwargs)
+        self.layer = layer
+
+    def call(self, x):
+        return neuron(self.layer, x, tf.exp, tf.math.log, tf.maximum, tf.minimum,
+                      lambda v, t: tf.cast(v > t, v.dtype))
+
+
+class CaffeReshape(layers.Layer):
+    """Caffe's Reshape, done in Caffe's (C, H, W) order: the NHWC input is put in NCHW first and
+    a (C, H, W) result back in NHWC, so the values land where Caffe puts them."""
+
+    def __init__(self, shape, **kwargs):
+        super().__init__(**kwargs)
+        self.shape = tuple(int(d) for d in shape)
+
+    def call(self, x):
+        if len(x.shape) == 4:
+            x = tf.transpose(x, (0, 3, 1, 2))
+        y = tf.reshape(x, (-1, *self.shape))
+        return tf.transpose(y, (0, 2, 3, 1)) if len(self.shape) == 3 else y
+
+    def compute_output_shape(self, input_shape):
+        s = self.shape
+        return (input_shape[0], s[1], s[2], s[0]) if len(s) == 3 else (input_shape[0], *s)
+
+
+class CaffeCrop(layers.Layer):
+    """Caffe's Crop of the first bottom to the spec's size from `begin` ((C, H, W) order)."""
+
+    def __init__(self, begin, shape, **kwargs):
+        super().__init__(**kwargs)
+        self.begin, self.shape = tuple(begin), tuple(shape)
+
+    def call(self, x):
+        if len(self.shape) == 3:  # NHWC
+            (c0, h0, w0), (c, h, w) = self.begin, self.shape
+            return x[:, h0:h0 + h, w0:w0 + w, c0:c0 + c]
+        return x[:, self.begin[0]:self.begin[0] + self.shape[0]]
+
+    def compute_output_shape(self, input_shape):
+        s = self.shape
+        return (input_shape[0], s[1], s[2], s[0]) if len(s) == 3 else (input_shape[0], *s)
 
 
 class CaffeLRN(layers.Layer):
@@ -259,6 +352,16 @@ def _apply(layer: Layer, ins: list):
             ins = [i if c == 1 else layers.Rescaling(float(c), name=f"{name}_coeff{j}")(i)
                    for j, (c, i) in enumerate(zip(coeff, ins))]
         return {"SUM": layers.Add, "PROD": layers.Multiply, "MAX": layers.Maximum}[op](name=name)(ins)
+    if t == "PReLU":
+        return CaffePReLU(1 if p.get("channel_shared") else layer.in_channels, p.get("filler"), name=name)(x)
+    if t == "Bias":
+        return CaffeBias(layer.in_channels, p.get("filler"), name=name)(x)
+    if t in NEURONS:
+        return CaffeNeuron(layer, name=name)(x)
+    if t == "Reshape":
+        return CaffeReshape(layer.out_shape, name=name)(x)
+    if t == "Crop":
+        return CaffeCrop(crop_begin(layer), layer.out_shape, name=name)(x)
     raise ValueError(f"layer type {t} has no Keras builder")
 
 

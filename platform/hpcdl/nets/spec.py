@@ -47,8 +47,11 @@ LAYER_TYPES = (
     "Convolution", "Pooling", "ReLU", "LRN", "InnerProduct", "Dropout", "Concat",
     "BatchNorm", "Scale", "Eltwise", "Softmax", "Flatten",
     # from imported Caffe nets (hpcdl.caffe); docs/caffe.md says which backends build them
-    "Deconvolution", "Sigmoid", "TanH",
+    "Deconvolution", "Sigmoid", "TanH", "PReLU", "ELU", "AbsVal", "Power", "BNLL", "Exp", "Log", "Threshold",
+    "Bias", "Reshape", "Crop",
 )
+# elementwise layers without parameters (Caffe's NeuronLayers); `neuron` computes them
+NEURONS = ("ELU", "AbsVal", "Power", "BNLL", "Exp", "Log", "Threshold")
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,10 @@ class Layer:
             return 2 * self.in_channels if p.get("affine", False) else 0
         if t == "Scale":
             return self.in_channels * (2 if p.get("bias_term", True) else 1)
+        if t == "PReLU":  # one slope per channel, or one for all (channel_shared)
+            return 1 if p.get("channel_shared", False) else self.in_channels
+        if t == "Bias":
+            return self.in_channels
         return 0
 
 
@@ -286,6 +293,87 @@ def eltwise(layer: Layer, ins: list, maximum):
     return out
 
 
+def neuron(layer: Layer, x, exp, log, maximum, minimum, greater):
+    """Caffe's parameter-free elementwise layers (src/caffe/layers/*_layer.cpp) on any framework's
+    tensors; `maximum(x, 0)`/`minimum(x, 0)` take a scalar, `greater(x, t)` gives 1.0 or 0.0."""
+    t = layer.type
+    if t == "AbsVal":
+        return maximum(x, 0.0) - minimum(x, 0.0)
+    if t == "ELU":  # x if x > 0 else alpha (exp(x) - 1)
+        return maximum(x, 0.0) + layer.p("alpha", 1.0) * (exp(minimum(x, 0.0)) - 1.0)
+    if t == "BNLL":  # log(1 + exp(x)), computed as bnll_layer.cpp does so that exp never overflows
+        return maximum(x, 0.0) + log(1.0 + exp(minimum(x, 0.0) - maximum(x, 0.0)))
+    if t == "Threshold":
+        return greater(x, float(layer.p("threshold", 0.0)))
+    power, scale, shift = float(layer.p("power", 1.0)), float(layer.p("scale", 1.0)), float(layer.p("shift", 0.0))
+    inner = x if scale == 1.0 else x * scale
+    inner = inner if shift == 0.0 else inner + shift
+    if t == "Power":  # (shift + scale x)^power
+        return inner if power == 1.0 else inner ** power
+    base = float(layer.p("base", -1.0))
+    if t == "Exp":  # base^(shift + scale x); base -1 is e
+        return exp(inner if base == -1.0 else inner * math.log(base))
+    if t == "Log":  # log_base(shift + scale x); base -1 is e
+        return log(inner) if base == -1.0 else log(inner) * (1.0 / math.log(base))
+    raise ValueError(f"layer type {t} is not an elementwise layer")
+
+
+def crop_begin(layer: Layer) -> tuple[int, ...]:
+    """Where Caffe's Crop (crop_layer.cpp) starts in each of the first bottom's (C, H, W) axes:
+    0 before `axis`; from `axis` on, its `offset` (one for all axes, or one per axis; none: 0)."""
+    rank = len(layer.in_shape)
+    axis = layer.p("axis", 2)
+    axis = (axis if axis >= 0 else axis + rank + 1) - 1  # Caffe's axes count the batch
+    offset = list(layer.p("offset", []))
+    n = rank - axis
+    if len(offset) == 1:
+        offset = offset * n
+    return tuple([0] * axis + (offset or [0] * n))
+
+
+def _reshape(p: dict, s: tuple[int, ...], where: str) -> tuple[int, ...]:
+    """Caffe's ReshapeLayer::Reshape on (N, *s): dims 0 copy the bottom's, one -1 is inferred;
+    `axis` and `num_axes` pick the bottom axes the shape replaces. The batch axis must stay."""
+    full_rank = len(s) + 1
+    dims = [int(d) for d in p.get("shape", [])]
+    axis, num_axes = int(p.get("axis", 0)), int(p.get("num_axes", -1))
+    start = axis if axis >= 0 else axis + full_rank + 1
+    if not 0 <= start <= full_rank:
+        raise HpcdlError(f"{where}: Reshape axis {axis} is out of range for a {full_rank}-axis blob")
+    end = full_rank if num_axes == -1 else start + num_axes
+    if num_axes < -1 or end > full_rank:
+        raise HpcdlError(f"{where}: Reshape num_axes {num_axes} is out of range for a {full_rank}-axis blob")
+    if sum(1 for d in dims if d == -1) > 1 or any(d < -1 for d in dims):
+        raise HpcdlError(f"{where}: Reshape shape {dims}: at most one -1 and no other negative dim (Caffe's check)")
+    if start == 0:
+        if end == 0:
+            pass
+        elif not dims or dims[0] != 0:
+            raise HpcdlError(f"{where}: Reshape shape {dims} changes the batch axis (hpcdl keeps it: give dim 0 first)")
+        else:
+            dims, start = dims[1:], 1
+    full = (None, *s)
+    new = []
+    for i, d in enumerate(dims):
+        if d == 0:
+            if start + i >= full_rank:
+                raise HpcdlError(f"{where}: Reshape dim {i} is 0 (copy) but the bottom has no axis {start + i}")
+            d = full[start + i]
+        new.append(d)
+    out = list(full[1:start]) + new + list(full[end:])
+    total = math.prod(s)
+    known = math.prod(d for d in out if d != -1)
+    if -1 in out:
+        if known == 0 or total % known:
+            raise HpcdlError(f"{where}: Reshape shape {dims} does not divide the bottom's {total} values")
+        out[out.index(-1)] = total // known
+    if math.prod(out) != total:
+        raise HpcdlError(f"{where}: Reshape to {tuple(out)} ({math.prod(out)} values) from {s} ({total} values)")
+    if len(out) not in (1, 3):
+        raise HpcdlError(f"{where}: Reshape to {tuple(out)}: hpcdl blobs are (C,) or (C, H, W) per example")
+    return tuple(out)
+
+
 def _pair(v) -> tuple[int, int]:
     return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
 
@@ -332,4 +420,27 @@ def _out_shape(ltype: str, p: dict, ins: list[tuple[int, ...]], where: str) -> t
         if any(i != s for i in ins):
             raise HpcdlError(f"{where}: Eltwise inputs differ in shape: {ins}")
         return s
+    if ltype == "Reshape":
+        return _reshape(p, s, where)
+    if ltype == "Crop":
+        # crop_layer.cpp: bottom[0] cut to bottom[1]'s size from `axis` on, starting at `offset`
+        if len(ins) != 2:
+            raise HpcdlError(f"{where}: Crop takes two bottoms (the blob, and the one whose size it takes)")
+        ref = ins[1]
+        axis = p.get("axis", 2)
+        axis = axis if axis >= 0 else axis + len(s) + 1
+        if not 1 <= axis <= len(s) or len(ref) != len(s):
+            raise HpcdlError(f"{where}: Crop axis {p.get('axis', 2)} on bottoms {s} and {ref}: hpcdl crops axes "
+                             f"1 to {len(s)} of equal-rank blobs (never the batch)")
+        offset = list(p.get("offset", []))
+        n = len(s) - (axis - 1)
+        if len(offset) not in (0, 1, n):
+            raise HpcdlError(f"{where}: Crop has {len(offset)} offsets; it needs 0, 1 or {n} (Caffe's check)")
+        offs = (offset * n if len(offset) == 1 else offset) or [0] * n
+        out = list(s[:axis - 1])
+        for i, (have, want, o) in enumerate(zip(s[axis - 1:], ref[axis - 1:], offs)):
+            if have < want + o:
+                raise HpcdlError(f"{where}: Crop of axis {axis + i}: size {want} at offset {o} does not fit in {have}")
+            out.append(want)
+        return tuple(out)
     return s

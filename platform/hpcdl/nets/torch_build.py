@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hpcdl.nets.spec import Layer, NetSpec, _pair, eltwise
+from hpcdl.nets.spec import NEURONS, Layer, NetSpec, _pair, crop_begin, eltwise, neuron
 
 
 def _module(layer: Layer) -> nn.Module:
@@ -57,6 +57,16 @@ def _module(layer: Layer) -> nn.Module:
         return nn.Flatten()
     if t in ("Concat", "Eltwise"):
         return nn.Identity()  # combined in forward
+    if t == "PReLU":
+        return _PReLU(1 if p.get("channel_shared") else layer.in_channels, p.get("filler"))
+    if t == "Bias":
+        return _Bias(layer.in_channels, p.get("filler"))
+    if t in NEURONS:
+        return _Neuron(layer)
+    if t == "Reshape":
+        return _Reshape(layer.out_shape)
+    if t == "Crop":
+        return _Crop(crop_begin(layer), layer.out_shape)
     raise ValueError(f"layer type {t} has no PyTorch builder")
 
 
@@ -116,6 +126,65 @@ class _Scale(nn.Module):
         shape = (1, -1) + (1,) * (x.dim() - 2)
         y = x * self.weight.view(shape)
         return y + self.bias.view(shape) if self.bias is not None else y
+
+
+class _PReLU(nn.Module):
+    """Caffe's PReLU (prelu_layer.cpp): max(x, 0) + a min(x, 0), a per channel (axis 1) or one
+    for all (channel_shared); the slope's filler defaults to constant 0.25."""
+
+    def __init__(self, slopes: int, filler: dict | None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(slopes))
+        caffe_fill(self.weight, filler or {"type": "constant", "value": 0.25})
+
+    def forward(self, x):
+        a = self.weight.view((1, -1) + (1,) * (x.dim() - 2)) if self.weight.numel() > 1 else self.weight
+        return torch.clamp(x, min=0) + a * torch.clamp(x, max=0)
+
+
+class _Bias(nn.Module):
+    """Caffe's Bias layer with one bottom: a learned per-channel (axis 1) bias, filler default 0."""
+
+    def __init__(self, channels: int, filler: dict | None):
+        super().__init__()
+        self.bias = nn.Parameter(torch.empty(channels))
+        caffe_fill(self.bias, filler or {"type": "constant", "value": 0.0})
+
+    def forward(self, x):
+        return x + self.bias.view((1, -1) + (1,) * (x.dim() - 2))
+
+
+class _Neuron(nn.Module):
+    """Caffe's parameter-free elementwise layers (spec.neuron)."""
+
+    def __init__(self, layer: Layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x):
+        return neuron(self.layer, x, torch.exp, torch.log, lambda v, c: torch.clamp(v, min=c),
+                      lambda v, c: torch.clamp(v, max=c), lambda v, t: (v > t).to(v.dtype))
+
+
+class _Reshape(nn.Module):
+    def __init__(self, shape: tuple[int, ...]):
+        super().__init__()
+        self.shape = tuple(shape)
+
+    def forward(self, x):
+        return x.reshape(x.shape[0], *self.shape)
+
+
+class _Crop(nn.Module):
+    """Caffe's Crop: the first bottom cut to the spec's size from `begin` (the second bottom
+    only gives the size, which the spec already knows)."""
+
+    def __init__(self, begin: tuple[int, ...], shape: tuple[int, ...]):
+        super().__init__()
+        self.index = (slice(None),) + tuple(slice(b, b + n) for b, n in zip(begin, shape))
+
+    def forward(self, x):
+        return x[self.index]
 
 
 class CaffeNet(nn.Module):
