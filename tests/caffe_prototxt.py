@@ -501,3 +501,34 @@ layers { name: "pool4" type: POOLING bottom: "cccp2" top: "pool4" pooling_param 
 layers { name: "loss" type: SOFTMAX_LOSS bottom: "pool4" bottom: "label" top: "loss" }
 '''
 V1_POOLED_PARAMS = (12 * 27 + 12) + (8 * 12 + 8) + (6 * 8 + 6)
+
+# The standard BVLC layer types face and segmentation nets add: PReLU (per channel, in place,
+# and channel_shared), Bias, Power, ELU (in place), AbsVal, Log, Exp, BNLL, Threshold, an
+# FCN-style Deconvolution + Crop back to the input's size, and a Reshape before the classifier.
+NEW_LAYERS = '''name: "NewLayers"
+layer { name: "data" type: "Input" top: "data" top: "label"
+  input_param { shape { dim: 2 dim: 3 dim: 12 dim: 12 } shape { dim: 2 } } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  convolution_param { num_output: 8 kernel_size: 3 pad: 1 weight_filler { type: "gaussian" std: 0.2 } } }
+layer { name: "prelu1" type: "PReLU" bottom: "conv1" top: "conv1" param { lr_mult: 1 decay_mult: 0 } }
+layer { name: "bias1" type: "Bias" bottom: "conv1" top: "bias1" bias_param { filler { type: "constant" value: 0.1 } } }
+layer { name: "pow1" type: "Power" bottom: "bias1" top: "pow1" power_param { power: 2 scale: 0.5 shift: 1 } }
+layer { name: "elu1" type: "ELU" bottom: "pow1" top: "pow1" elu_param { alpha: 0.5 } }
+layer { name: "abs1" type: "AbsVal" bottom: "pow1" top: "abs1" }
+layer { name: "log1" type: "Log" bottom: "abs1" top: "log1" log_param { base: 10 shift: 1 } }
+layer { name: "exp1" type: "Exp" bottom: "log1" top: "exp1" exp_param { base: 2 scale: 0.5 } }
+layer { name: "bnll1" type: "BNLL" bottom: "exp1" top: "bnll1" }
+layer { name: "thr1" type: "Threshold" bottom: "bnll1" top: "thr1" threshold_param { threshold: 1.2 } }
+layer { name: "gate" type: "Eltwise" bottom: "bnll1" bottom: "thr1" top: "gate" eltwise_param { operation: PROD } }
+layer { name: "up" type: "Deconvolution" bottom: "gate" top: "up"
+  convolution_param { num_output: 4 kernel_size: 4 stride: 2 bias_term: false weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "crop" type: "Crop" bottom: "up" bottom: "data" top: "crop" crop_param { axis: 2 offset: 7 } }
+layer { name: "prelu2" type: "PReLU" bottom: "crop" top: "crop" prelu_param { channel_shared: true
+  filler { type: "constant" value: 0.1 } } }
+layer { name: "flat" type: "Reshape" bottom: "crop" top: "flat" reshape_param { shape { dim: 0 dim: -1 } } }
+layer { name: "fc" type: "InnerProduct" bottom: "flat" top: "fc"
+  inner_product_param { num_output: 5 weight_filler { type: "gaussian" std: 0.05 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }
+'''
+# conv1 8*27+8, prelu1 8, bias1 8, up 8*4*16 (no bias), prelu2 1 (shared), fc over 4x12x12: 576*5+5
+NEW_LAYERS_PARAMS = (8 * 27 + 8) + 8 + 8 + 8 * 4 * 16 + 1 + (576 * 5 + 5)

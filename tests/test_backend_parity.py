@@ -78,7 +78,30 @@ CAFFE_EXTRAS = {
     ],
 }
 
-SYNTHETIC = {"every_layer": EVERY_LAYER, "towers": TOWERS, "caffe_extras": CAFFE_EXTRAS}
+# Face-recognition and FCN layer types: PReLU (per channel and shared), Bias, the elementwise
+# layers, Deconvolution + Crop back to the input size, Reshape to features.
+FACE_FCN = {
+    "input": {"channels": 3, "size": 10},
+    "layers": [
+        {"type": "Convolution", "name": "conv1", "num_output": 6, "kernel_size": 3, "pad": 1},
+        {"type": "PReLU", "name": "prelu1"},
+        {"type": "Bias", "name": "bias1"},
+        {"type": "ELU", "name": "elu1", "alpha": 0.5},
+        {"type": "AbsVal", "name": "abs1"},
+        {"type": "Power", "name": "pow1", "power": 0.5, "shift": 1.0},
+        {"type": "Log", "name": "log1"},
+        {"type": "Exp", "name": "exp1", "base": 2.0},
+        {"type": "BNLL", "name": "bnll1"},
+        {"type": "Threshold", "name": "thr1", "threshold": 1.0},
+        {"type": "Deconvolution", "name": "up", "num_output": 4, "kernel_size": 4, "stride": 2},   # 10 -> 22
+        {"type": "Crop", "name": "crop", "bottom": ["up", "data"], "axis": 2, "offset": [5]},    # -> 10
+        {"type": "PReLU", "name": "prelu2", "channel_shared": True},
+        {"type": "Reshape", "name": "feat", "shape": [0, -1]},
+        {"type": "InnerProduct", "name": "fc", "num_output": "classes"},
+    ],
+}
+
+SYNTHETIC = {"every_layer": EVERY_LAYER, "towers": TOWERS, "caffe_extras": CAFFE_EXTRAS, "face_fcn": FACE_FCN}
 
 GLUON_PROBE = """
 import json, sys
