@@ -167,14 +167,14 @@ def test_deploy_net_keeps_softmax_output(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ('layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 dim: 8 dim: 8 } } }\n'
-     'layer { name: "p" type: "PReLU" bottom: "data" top: "p" }\n', r"every\.prototxt:2: layer 'p' has type 'PReLU'"),
+     'layer { name: "p" type: "MVN" bottom: "data" top: "p" }\n', r"every\.prototxt:2: layer 'p' has type 'MVN'"),
     ('input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 8\ninput_dim: 8\n'
      'layers { layer { name: "c" type: "conv" num_output: 3 kernelsize: 3 } bottom: "data" top: "c" }\n',
      r"every\.prototxt:6: layer 'c' is in the V0 format"),
     ('input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 8\ninput_dim: 8\n'
      'layers { name: "c" type: CONVOLUTION bottom: "data" top: "c" convolution_param { num_output: 3 kernel_size: 3 } }\n'
-     'layers { name: "pw" type: POWER bottom: "c" top: "pw" power_param { power: 2 } }\n',
-     r"every\.prototxt:7: layer 'pw' has type 'Power'"),
+     'layers { name: "pw" type: MVN bottom: "c" top: "pw" mvn_param { across_channels: true } }\n',
+     r"every\.prototxt:7: layer 'pw' has type 'MVN'"),
     ('input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 8\ninput_dim: 8\n'
      'layer { name: "r" type: "ReLU" bottom: "data" top: "r" }\nlayers { name: "s" type: SIGMOID bottom: "r" top: "s" }\n',
      "both `layer` and V1 `layers`"),
