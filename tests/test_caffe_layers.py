@@ -218,3 +218,18 @@ def test_refusals_name_the_layer_and_field(tmp_path, old, new, message):
     path = _write(tmp_path, "bad.prototxt", NEW_LAYERS.replace(old, new))
     with pytest.raises(HpcdlError, match=message):
         _spec(import_net(path)[0])
+
+
+def test_v1_power_absval_and_threshold_upgrade_with_their_parameters(tmp_path):
+    """V1 files (`layers { type: POWER }`) keep power_param, threshold_param and exp_param through
+    Caffe's upgrade, as upgrade_proto.cpp copies every *_param."""
+    text = ('input: "data"\ninput_dim: 1\ninput_dim: 2\ninput_dim: 4\ninput_dim: 4\n'
+            'layers { name: "pw" type: POWER bottom: "data" top: "pw" power_param { power: 3 scale: 2 shift: -1 } }\n'
+            'layers { name: "ab" type: ABSVAL bottom: "pw" top: "ab" }\n'
+            'layers { name: "ex" type: EXP bottom: "ab" top: "ex" exp_param { base: 3 } }\n'
+            'layers { name: "bn" type: BNLL bottom: "ex" top: "bn" }\n'
+            'layers { name: "th" type: THRESHOLD bottom: "bn" top: "th" threshold_param { threshold: 0.5 } }\n')
+    layers = {e["name"]: e for e in import_net(_write(tmp_path, "v1.prototxt", text))[0]["layers"]}
+    assert [e["type"] for e in layers.values()] == ["Power", "AbsVal", "Exp", "BNLL", "Threshold"]
+    assert (layers["pw"]["power"], layers["pw"]["scale"], layers["pw"]["shift"]) == (3.0, 2.0, -1.0)
+    assert layers["ex"]["base"] == 3.0 and layers["th"]["threshold"] == 0.5
