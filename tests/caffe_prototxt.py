@@ -504,7 +504,8 @@ V1_POOLED_PARAMS = (12 * 27 + 12) + (8 * 12 + 8) + (6 * 8 + 6)
 
 # The standard BVLC layer types face and segmentation nets add: PReLU (per channel, in place,
 # and channel_shared), Bias, Power, ELU (in place), AbsVal, Log, Exp, BNLL, Threshold, an
-# FCN-style Deconvolution + Crop back to the input's size, and a Reshape before the classifier.
+# FCN-style Deconvolution + Crop back to the input's size, a Slice of the channels (two tops)
+# concatenated the other way round, and a Reshape before the classifier.
 NEW_LAYERS = '''name: "NewLayers"
 layer { name: "data" type: "Input" top: "data" top: "label"
   input_param { shape { dim: 2 dim: 3 dim: 12 dim: 12 } shape { dim: 2 } } }
@@ -520,7 +521,9 @@ layer { name: "exp1" type: "Exp" bottom: "log1" top: "exp1" exp_param { base: 2 
 layer { name: "bnll1" type: "BNLL" bottom: "exp1" top: "bnll1" }
 layer { name: "thr1" type: "Threshold" bottom: "bnll1" top: "thr1" threshold_param { threshold: 1.2 } }
 layer { name: "gate" type: "Eltwise" bottom: "bnll1" bottom: "thr1" top: "gate" eltwise_param { operation: PROD } }
-layer { name: "up" type: "Deconvolution" bottom: "gate" top: "up"
+layer { name: "halves" type: "Slice" bottom: "gate" top: "g1" top: "g2" slice_param { axis: 1 slice_point: 3 } }
+layer { name: "swap" type: "Concat" bottom: "g2" bottom: "g1" top: "swap" }
+layer { name: "up" type: "Deconvolution" bottom: "swap" top: "up"
   convolution_param { num_output: 4 kernel_size: 4 stride: 2 bias_term: false weight_filler { type: "gaussian" std: 0.1 } } }
 layer { name: "crop" type: "Crop" bottom: "up" bottom: "data" top: "crop" crop_param { axis: 2 offset: 7 } }
 layer { name: "prelu2" type: "PReLU" bottom: "crop" top: "crop" prelu_param { channel_shared: true

@@ -79,7 +79,7 @@ CAFFE_EXTRAS = {
 }
 
 # Face-recognition and FCN layer types: PReLU (per channel and shared), Bias, the elementwise
-# layers, Deconvolution + Crop back to the input size, Reshape to features.
+# layers, a two-top Slice, Deconvolution + Crop back to the input size, Reshape to features.
 FACE_FCN = {
     "input": {"channels": 3, "size": 10},
     "layers": [
@@ -93,6 +93,10 @@ FACE_FCN = {
         {"type": "Exp", "name": "exp1", "base": 2.0},
         {"type": "BNLL", "name": "bnll1"},
         {"type": "Threshold", "name": "thr1", "threshold": 1.0},
+        {"type": "Slice", "name": "s1", "slice": "s", "axis": 1, "slice_point": [2], "count": 2, "index": 0},
+        {"type": "Slice", "name": "s2", "bottom": "thr1", "slice": "s", "axis": 1, "slice_point": [2], "count": 2,
+         "index": 1},
+        {"type": "Concat", "name": "swap", "bottom": ["s2", "s1"]},
         {"type": "Deconvolution", "name": "up", "num_output": 4, "kernel_size": 4, "stride": 2},   # 10 -> 22
         {"type": "Crop", "name": "crop", "bottom": ["up", "data"], "axis": 2, "offset": [5]},    # -> 10
         {"type": "PReLU", "name": "prelu2", "channel_shared": True},

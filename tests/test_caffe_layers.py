@@ -51,9 +51,14 @@ def test_new_layers_import_with_caffes_defaults_and_count(tmp_path):
     assert layers["log1"]["base"] == 10.0 and layers["exp1"]["base"] == 2.0
     assert layers["crop"]["bottom"] == ["up", "data"] and layers["crop"]["offset"] == [7]
     assert layers["flat"]["shape"] == [0, -1]
+    # a Slice with two tops: one layer per top, named after it
+    assert layers["g1"] == {"type": "Slice", "name": "g1", "slice": "halves", "axis": 1,  # bottom: gate, the layer before
+                                 "slice_point": [3], "count": 2, "index": 0}
+    assert layers["g2"]["index"] == 1 and layers["swap"]["bottom"] == ["g2", "g1"]
     spec = _spec(data)
     assert spec.parameter_count == NEW_LAYERS_PARAMS
     shapes = {l.name: l.out_shape for l in spec.layers}
+    assert shapes["g1"] == (3, 12, 12) and shapes["g2"] == (5, 12, 12)
     assert shapes["up"] == (4, 26, 26) and shapes["crop"] == (4, 12, 12) and shapes["flat"] == (576,)
 
 
@@ -79,6 +84,17 @@ def test_export_and_reimport_is_the_same_net_with_prelu_back_in_place(tmp_path):
     assert list(by_name["prelu1"].bottom) == list(by_name["prelu1"].top) == ["conv1"]
     assert by_name["prelu2"].prelu_param.channel_shared
     assert list(by_name["crop"].bottom) == ["up", "data"]
+    assert list(by_name["halves"].top) == ["g1", "g2"] and list(by_name["halves"].slice_param.slice_point) == [3]
+
+
+def test_a_slice_top_nothing_reads_is_left_out_and_exported_as_an_unused_top(tmp_path):
+    text = NEW_LAYERS.replace('bottom: "g2" bottom: "g1" top: "swap"', 'bottom: "g1" bottom: "g1" top: "swap"')
+    data, notes = import_net(_write(tmp_path, "s.prototxt", text))
+    assert notes == ["left out 1 layer(s) that feed no loss or output: g2"]
+    exported = export_net(_spec(data), data["caffe"])
+    assert 'top: "g1"\n  top: "halves_unused1"' in exported
+    again, _ = import_net(_write(tmp_path, "again.prototxt", exported))
+    assert again == data
 
 
 def _caffe_formulas(x):
@@ -211,7 +227,13 @@ def test_keras_fills_the_slope_and_bias_with_caffes_defaults():
     ('bottom: "up" bottom: "data" top: "crop"', 'bottom: "up" top: "crop"', r"layer 'crop' \(Crop\): Crop takes two"),
     ("crop_param { axis: 2 offset: 7 }", "crop_param { axis: 2 offset: 20 }", r"Crop of axis 2: size 12 at offset 20"),
     ('layer { name: "abs1" type: "AbsVal" bottom: "pow1" top: "abs1" }',
-     'layer { name: "abs1" type: "Slice" bottom: "pow1" top: "abs1" }', r"layer 'abs1' has type 'Slice'"),
+     'layer { name: "abs1" type: "MVN" bottom: "pow1" top: "abs1" }', r"layer 'abs1' has type 'MVN'"),
+    ("slice_param { axis: 1 slice_point: 3 }", "slice_param { axis: 1 slice_point: 3 slice_point: 5 }",
+     r"Slice has 2 slice_point\(s\) for 2 tops; Caffe needs 1"),
+    ("slice_param { axis: 1 slice_point: 3 }", "slice_param { axis: 1 slice_point: 8 }",
+     r"Slice slice_point \[8\] must increase within 1..7"),
+    ("slice_param { axis: 1 slice_point: 3 }", "slice_param { axis: 0 slice_point: 1 }", r"never the batch"),
+    ('top: "g1" top: "g2"', 'top: "g1" top: "conv1"', r"top 'conv1' is also the name of another layer or blob"),
 ])
 def test_refusals_name_the_layer_and_field(tmp_path, old, new, message):
     assert old in NEW_LAYERS

@@ -36,7 +36,7 @@ MAPPED = {
     "InnerProduct": "InnerProduct", "ReLU": "ReLU", "Sigmoid": "Sigmoid", "TanH": "TanH", "Dropout": "Dropout",
     "Concat": "Concat", "Flatten": "Flatten", "BatchNorm": "BatchNorm", "Scale": "Scale", "Eltwise": "Eltwise",
     "Softmax": "Softmax", "PReLU": "PReLU", "ELU": "ELU", "AbsVal": "AbsVal", "Power": "Power", "BNLL": "BNLL",
-    "Exp": "Exp", "Log": "Log", "Threshold": "Threshold", "Bias": "Bias", "Reshape": "Reshape", "Crop": "Crop",
+    "Exp": "Exp", "Log": "Log", "Threshold": "Threshold", "Bias": "Bias", "Reshape": "Reshape", "Crop": "Crop", "Slice": "Slice",
 }
 HANDLED = set(MAPPED) | set(DATA_TYPES) | {"Split", "SoftmaxWithLoss", "Accuracy", "Silence"}
 IN_PLACE = ("ReLU", "Sigmoid", "TanH", "Dropout", "BatchNorm", "Scale", "PReLU", "ELU")
@@ -46,7 +46,7 @@ PARAM_FIELD = {
     "Concat": "concat_param", "Flatten": "flatten_param", "BatchNorm": "batch_norm_param", "Scale": "scale_param",
     "Eltwise": "eltwise_param", "Softmax": "softmax_param", "Sigmoid": "sigmoid_param", "TanH": "tanh_param",
     "PReLU": "prelu_param", "ELU": "elu_param", "Power": "power_param", "Exp": "exp_param", "Log": "log_param",
-    "Threshold": "threshold_param", "Bias": "bias_param", "Reshape": "reshape_param", "Crop": "crop_param",
+    "Threshold": "threshold_param", "Bias": "bias_param", "Reshape": "reshape_param", "Crop": "crop_param", "Slice": "slice_param",
 }
 FILLERS = ("constant", "gaussian", "xavier", "msra", "uniform", "bilinear")
 
@@ -576,6 +576,24 @@ def _convert(net, lines: list[int], path: Path, input_size, channels) -> tuple[d
             for top in layer.top:
                 blob[top] = blob[layer.bottom[0]]
             continue
+        if t == "Slice":
+            # one hpcdl layer per top, named after its blob; export writes them back as one Slice
+            if len(layer.bottom) != 1:
+                raise _Refuse(f"{w}: Slice takes one bottom, not {len(layer.bottom)}")
+            sp = layer.slice_param
+            axis = int(sp.slice_dim) if sp.HasField("slice_dim") else int(sp.axis)  # slice_dim: the deprecated alias
+            for i, top in enumerate(layer.top):
+                if top in names or top in blob:
+                    raise _Refuse(f"{w}: top {top!r} is also the name of another layer or blob (hpcdl names each "
+                                  f"slice after its top)")
+                names.add(top)
+                entry = {"type": "Slice", "name": top, "bottom": blob[layer.bottom[0]], "slice": layer.name,
+                         "axis": axis, "slice_point": [int(x) for x in sp.slice_point], "count": len(layer.top),
+                         "index": i}
+                blob[top] = top
+                producer[top] = entry
+                out_layers.append(entry)
+            continue
         if len(layer.top) != 1:
             raise _Refuse(f"{w}: {len(layer.top)} tops; hpcdl layers have one")
         need = {"Concat": None, "Eltwise": None, "Crop": None}
@@ -824,7 +842,23 @@ def export_net(spec, data: dict | None = None, deploy: bool = False) -> str:
             if not info:
                 continue
             _data_layer(net, info, phase)
+    slices: dict[str, dict[int, str]] = {}  # a Slice's tops by index, from its one-top hpcdl layers
     for l in layers:
+        if l.type == "Slice":
+            slices.setdefault(l.params["slice"], {})[int(l.params["index"])] = cblob[l.top]
+    for l in layers:
+        if l.type == "Slice":
+            group = l.params["slice"]
+            if group not in slices:
+                continue  # written with its first top
+            tops = slices.pop(group)
+            layer = net.layer.add(name=group, type="Slice")
+            layer.bottom.append(cblob[l.bottom[0]])
+            # a top no kept layer reads was left out on import; Caffe needs one per piece
+            layer.top.extend(tops.get(i, f"{group}_unused{i}") for i in range(int(l.params["count"])))
+            layer.slice_param.axis = int(l.params.get("axis", 1))
+            layer.slice_param.slice_point.extend(int(x) for x in l.params.get("slice_point", []))
+            continue
         _export_layer(net, l, cblob, aux_tops)
     if not deploy:
         for top, weight in [(spec.output, 1.0), *spec.aux_outputs]:

@@ -266,7 +266,7 @@ def _block(layer: Layer):
         return CaffeNeuron(layer, prefix=prefix)
     if t == "Reshape":
         return CaffeReshape(layer.out_shape, prefix=prefix)
-    if t == "Crop":
+    if t in ("Crop", "Slice"):
         return CaffeCrop(crop_begin(layer), layer.out_shape, prefix=prefix)
     raise ValueError(f"layer type {t} has no Gluon builder")
 

@@ -360,7 +360,7 @@ def _apply(layer: Layer, ins: list):
         return CaffeNeuron(layer, name=name)(x)
     if t == "Reshape":
         return CaffeReshape(layer.out_shape, name=name)(x)
-    if t == "Crop":
+    if t in ("Crop", "Slice"):
         return CaffeCrop(crop_begin(layer), layer.out_shape, name=name)(x)
     raise ValueError(f"layer type {t} has no Keras builder")
 

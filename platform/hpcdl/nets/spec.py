@@ -48,7 +48,7 @@ LAYER_TYPES = (
     "BatchNorm", "Scale", "Eltwise", "Softmax", "Flatten",
     # from imported Caffe nets (hpcdl.caffe); docs/caffe.md says which backends build them
     "Deconvolution", "Sigmoid", "TanH", "PReLU", "ELU", "AbsVal", "Power", "BNLL", "Exp", "Log", "Threshold",
-    "Bias", "Reshape", "Crop",
+    "Bias", "Reshape", "Crop", "Slice",
 )
 # elementwise layers without parameters (Caffe's NeuronLayers); `neuron` computes them
 NEURONS = ("ELU", "AbsVal", "Power", "BNLL", "Exp", "Log", "Threshold")
@@ -320,8 +320,12 @@ def neuron(layer: Layer, x, exp, log, maximum, minimum, greater):
 
 def crop_begin(layer: Layer) -> tuple[int, ...]:
     """Where Caffe's Crop (crop_layer.cpp) starts in each of the first bottom's (C, H, W) axes:
-    0 before `axis`; from `axis` on, its `offset` (one for all axes, or one per axis; none: 0)."""
+    0 before `axis`; from `axis` on, its `offset` (one for all axes, or one per axis; none: 0).
+    For one top of a Slice: 0 but along its axis, where the piece starts."""
     rank = len(layer.in_shape)
+    if layer.type == "Slice":
+        axis, start, _ = _slice_piece(layer.params, layer.in_shape, f"layer {layer.name}")
+        return tuple(start if i == axis else 0 for i in range(rank))
     axis = layer.p("axis", 2)
     axis = (axis if axis >= 0 else axis + rank + 1) - 1  # Caffe's axes count the batch
     offset = list(layer.p("offset", []))
@@ -329,6 +333,29 @@ def crop_begin(layer: Layer) -> tuple[int, ...]:
     if len(offset) == 1:
         offset = offset * n
     return tuple([0] * axis + (offset or [0] * n))
+
+
+def _slice_piece(p: dict, s: tuple[int, ...], where: str) -> tuple[int, int, int]:
+    """(axis in (C, H, W), start, end) of top `index` of Caffe's Slice (slice_layer.cpp): the
+    bottom cut at `slice_point` along `axis`, or without slice points into `count` equal parts."""
+    axis = int(p.get("axis", 1))
+    axis = axis if axis >= 0 else axis + len(s) + 1
+    if not 1 <= axis <= len(s):
+        raise HpcdlError(f"{where}: Slice along axis {p.get('axis', 1)} of a {len(s) + 1}-axis blob: hpcdl slices "
+                         f"axes 1 to {len(s)} (never the batch)")
+    dim, count, points = s[axis - 1], int(p["count"]), [int(x) for x in p.get("slice_point", [])]
+    if points:
+        if len(points) != count - 1:
+            raise HpcdlError(f"{where}: Slice has {len(points)} slice_point(s) for {count} tops; Caffe needs {count - 1}")
+        bounds = [0, *points, dim]
+        if any(b >= e for b, e in zip(bounds, bounds[1:])):
+            raise HpcdlError(f"{where}: Slice slice_point {points} must increase within 1..{dim - 1} (Caffe's check)")
+    else:
+        if dim % count:
+            raise HpcdlError(f"{where}: Slice of {dim} into {count} equal parts: Caffe needs them to divide evenly")
+        bounds = [i * dim // count for i in range(count + 1)]
+    i = int(p["index"])
+    return axis - 1, bounds[i], bounds[i + 1]
 
 
 def _reshape(p: dict, s: tuple[int, ...], where: str) -> tuple[int, ...]:
@@ -422,6 +449,9 @@ def _out_shape(ltype: str, p: dict, ins: list[tuple[int, ...]], where: str) -> t
         return s
     if ltype == "Reshape":
         return _reshape(p, s, where)
+    if ltype == "Slice":
+        axis, start, end = _slice_piece(p, s, where)
+        return tuple(end - start if i == axis else d for i, d in enumerate(s))
     if ltype == "Crop":
         # crop_layer.cpp: bottom[0] cut to bottom[1]'s size from `axis` on, starting at `offset`
         if len(ins) != 2:

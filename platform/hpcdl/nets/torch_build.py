@@ -65,7 +65,7 @@ def _module(layer: Layer) -> nn.Module:
         return _Neuron(layer)
     if t == "Reshape":
         return _Reshape(layer.out_shape)
-    if t == "Crop":
+    if t in ("Crop", "Slice"):
         return _Crop(crop_begin(layer), layer.out_shape)
     raise ValueError(f"layer type {t} has no PyTorch builder")
 
