@@ -255,3 +255,20 @@ def test_v1_power_absval_and_threshold_upgrade_with_their_parameters(tmp_path):
     assert [e["type"] for e in layers.values()] == ["Power", "AbsVal", "Exp", "BNLL", "Threshold"]
     assert (layers["pw"]["power"], layers["pw"]["scale"], layers["pw"]["shift"]) == (3.0, 2.0, -1.0)
     assert layers["ex"]["base"] == 3.0 and layers["th"]["threshold"] == 0.5
+
+
+def test_gradients_reach_every_learned_blob_through_the_new_layers(tmp_path):
+    """PReLU slopes and Bias's bias are learned: the loss's gradient reaches them, and conv1's
+    weights, through Power, ELU, AbsVal, Log, Exp, BNLL, Slice, Crop and Reshape."""
+    import torch
+
+    from hpcdl.nets.torch_build import build_torch
+
+    data, _ = import_net(_write(tmp_path, "new.prototxt", NEW_LAYERS))
+    model = build_torch(_spec(data))
+    _random_weights(model, seed=2)
+    x = torch.from_numpy(np.random.default_rng(3).standard_normal((2, 3, 12, 12)).astype(np.float32))
+    torch.nn.functional.cross_entropy(model(x), torch.tensor([1, 4])).backward()
+    for name in ("conv1", "prelu1", "bias1", "prelu2", "fc"):
+        grads = [p.grad for p in model.layers[name].parameters()]
+        assert grads and all(g is not None and float(g.abs().sum()) > 0 for g in grads), name
