@@ -299,12 +299,12 @@ def test_cli_imports_a_v1_net_and_a_solver_naming_one(tmp_path):
 
 def test_cli_refusal_is_one_line_and_writes_nothing(tmp_path):
     proto = _write(tmp_path, "bad.prototxt", 'input: "data"\ninput_shape { dim: 1 dim: 3 dim: 8 dim: 8 }\n'
-                   'layer { name: "sl" type: "Slice" bottom: "data" top: "a" top: "b" }\n')
+                   'layer { name: "mvn" type: "MVN" bottom: "data" top: "a" }\n')
     out = tmp_path / "bad.yaml"
     proc = hpcdl("nets", "import", proto, "-o", out)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr
-    assert "layer 'sl' has type 'Slice'" in lines[0] and "bad.prototxt:3" in lines[0]
+    assert "layer 'mvn' has type 'MVN'" in lines[0] and "bad.prototxt:3" in lines[0]
     assert not out.exists()
 
 

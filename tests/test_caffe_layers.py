@@ -272,3 +272,11 @@ def test_gradients_reach_every_learned_blob_through_the_new_layers(tmp_path):
     for name in ("conv1", "prelu1", "bias1", "prelu2", "fc"):
         grads = [p.grad for p in model.layers[name].parameters()]
         assert grads and all(g is not None and float(g.abs().sum()) > 0 for g in grads), name
+
+
+def test_a_whole_net_refusal_does_not_read_as_a_line_number(tmp_path):
+    """'FILE: 2 output blobs', not 'FILE:2 output blobs' (which reads as line 2)."""
+    text = ('input: "data"\ninput_shape { dim: 1 dim: 4 dim: 8 dim: 8 }\n'
+            'layer { name: "sl" type: "Slice" bottom: "data" top: "a" top: "b" }\n')
+    with pytest.raises(HpcdlError, match=r"two\.prototxt: 2 output blobs \(a, b\) and no loss layer"):
+        import_net(_write(tmp_path, "two.prototxt", text))

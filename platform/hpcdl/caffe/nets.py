@@ -386,7 +386,10 @@ def import_net(path: str | Path, input_size: int | None = None, channels: int | 
     try:
         return _convert(net, lines, path, input_size, channels)
     except _Refuse as exc:
-        raise HpcdlError(f"{path}:{exc}") from None
+        # a layer's refusal starts with its line ("12: layer ..."); a whole-net one is said after "FILE: "
+        # (HpcdlError folds the leading space away, and "bad.prototxt:2 output blobs" reads as line 2)
+        msg = str(exc)
+        raise HpcdlError(f"{path}:{msg}" if re.match(r"(\d+|\?): ", msg) else f"{path}: {msg}") from None
 
 
 # V1LayerParameter.LayerType -> the LayerParameter type string (Caffe's UpgradeV1LayerType)
