@@ -280,3 +280,52 @@ def test_a_whole_net_refusal_does_not_read_as_a_line_number(tmp_path):
             'layer { name: "sl" type: "Slice" bottom: "data" top: "a" top: "b" }\n')
     with pytest.raises(HpcdlError, match=r"two\.prototxt: 2 output blobs \(a, b\) and no loss layer"):
         import_net(_write(tmp_path, "two.prototxt", text))
+
+
+# Reshape of a (C, H, W) blob, Crop on axis 2 and 1 with per-axis offsets, a Slice along the
+# width: index arithmetic each backend must do in Caffe's (C, H, W) order (Keras works in NHWC).
+WINDOWS = {
+    "input": {"channels": 4, "size": 10},
+    "layers": [
+        {"type": "Reshape", "name": "r", "shape": [0, 2, -1, 0]},                                   # (2, 20, 10)
+        {"type": "Pooling", "name": "p", "pool": "MAX", "kernel_size": 2, "stride": 2},              # (2, 10, 5)
+        {"type": "Crop", "name": "c", "bottom": ["r", "p"], "axis": 2, "offset": [3, 4]},            # (2, 10, 5)
+        {"type": "Slice", "name": "s1", "slice": "s", "axis": 3, "slice_point": [2], "count": 2, "index": 0},
+        {"type": "Slice", "name": "s2", "bottom": "c", "slice": "s", "axis": 3, "slice_point": [2], "count": 2,
+         "index": 1},                                                                                 # (2, 10, 3)
+        {"type": "Flatten", "name": "f1"},
+        {"type": "Crop", "name": "c1", "bottom": ["r", "s1"], "axis": 1, "offset": [0, 5, 2]},       # (2, 10, 2)
+        {"type": "Flatten", "name": "f2"},
+        {"type": "Concat", "name": "out", "bottom": ["f1", "f2"]},
+    ],
+}
+
+GLUON_WINDOWS = '''
+import json, sys
+import numpy as np, mxnet as mx
+from hpcdl.nets.spec import build_spec
+from hpcdl.nets.gluon_build import build_gluon
+p = json.load(sys.stdin)
+net = build_gluon(build_spec("w", p["data"], (4, 10, 10), 10))
+net.initialize()
+print(json.dumps({"out": net(mx.nd.array(np.load(p["x"]))).asnumpy().tolist()}))
+'''
+
+
+def test_reshape_crop_and_slice_pick_the_same_values_in_every_backend(tmp_path):
+    import torch
+
+    from framework_tools import in_mxnet
+    from hpcdl.nets.keras_build import build_keras
+    from hpcdl.nets.torch_build import build_torch
+
+    spec = build_spec("w", WINDOWS, (4, 10, 10), 10)
+    x = np.arange(2 * 400, dtype=np.float32).reshape(2, 4, 10, 10)
+    r = x.reshape(2, 2, 20, 10)
+    want = np.concatenate([r[:, :, 3:13, 4 + 2:4 + 5].reshape(2, -1), r[:, 0:2, 5:15, 2:4].reshape(2, -1)], axis=1)
+    assert spec.layers[-1].out_shape == (100,)
+    np.testing.assert_array_equal(build_torch(spec)(torch.from_numpy(x)).numpy(), want)
+    np.testing.assert_array_equal(np.asarray(build_keras(spec)(x)), want)
+    np.save(tmp_path / "x.npy", x)
+    got = in_mxnet(GLUON_WINDOWS, {"data": WINDOWS, "x": str(tmp_path / "x.npy")})["out"]
+    np.testing.assert_array_equal(np.array(got, np.float32), want)
