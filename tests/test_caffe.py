@@ -222,26 +222,21 @@ def test_v1_net_is_upgraded_as_caffe_does(tmp_path):
     assert data["input"] == {"channels": 3, "size": 24} and data["classes"] == 10
 
 
-def test_v1_net_builds_runs_and_loads_v1_weights_by_name(tmp_path):
-    """A V1 net and a V1 .caffemodel of it (layers with type enums, 4-D legacy blobs) give the same forward."""
-    import torch
-
+def _through_v1_caffemodel(tmp_path, spec, original, x, name: str = "", typed: bool = False, reverse: bool = False):
+    """`original`'s weights written as a V1 .caffemodel (the `layers` field, 4-D legacy blobs
+    (1, 1, out, in) and (1, 1, 1, out); layer type enums if `typed`, last layer first if `reverse`)
+    and loaded into a fresh net of `spec`: (original(x), copy(x))."""
     from hpcdl.caffe.proto import message
     from hpcdl.caffe.weights import from_torch, read_caffemodel, to_torch
     from hpcdl.nets.torch_build import build_torch
 
-    data, _ = import_net(_write(tmp_path, "v1.prototxt", V1_SMALL))
-    spec = _spec(data)
-    assert spec.parameter_count == V1_SMALL_PARAMS
-    original = build_torch(spec)
-    assert sum(p.numel() for p in original.parameters()) == V1_SMALL_PARAMS
-    _random_weights(original, seed=5)
     enum = message("V1LayerParameter").DESCRIPTOR.fields_by_name["type"].enum_type.values_by_name
     v1_type = {"Convolution": "CONVOLUTION", "InnerProduct": "INNER_PRODUCT"}
     net = message("NetParameter")
-    net.name = "SmallV1"
-    for name, ltype, arrs in reversed(from_torch(original)):  # file order does not matter: matched by name
-        layer = net.layers.add(name=name, type=enum[v1_type[ltype]].number)
+    net.name = name
+    layers = from_torch(original)
+    for lname, ltype, arrs in (reversed(layers) if reverse else layers):
+        layer = net.layers.add(name=lname, type=enum[v1_type[ltype]].number) if typed else net.layers.add(name=lname)
         for a in arrs:
             blob = layer.blobs.add()
             blob.num, blob.channels, blob.height, blob.width = (1,) * (4 - a.ndim) + a.shape
@@ -250,10 +245,26 @@ def test_v1_net_builds_runs_and_loads_v1_weights_by_name(tmp_path):
     path.write_bytes(net.SerializeToString())
     copy = build_torch(spec)
     to_torch(copy, read_caffemodel(path))
-    x = torch.randn(2, 3, 24, 24)
     original.eval(), copy.eval()
-    out = copy(x)
-    assert out.shape == (2, 10) and torch.equal(original(x), out)
+    return original(x), copy(x)
+
+
+def test_v1_net_builds_runs_and_loads_v1_weights_by_name(tmp_path):
+    """A V1 net and a V1 .caffemodel of it (layers with type enums, 4-D legacy blobs) give the same forward."""
+    import torch
+
+    from hpcdl.nets.torch_build import build_torch
+
+    data, _ = import_net(_write(tmp_path, "v1.prototxt", V1_SMALL))
+    spec = _spec(data)
+    assert spec.parameter_count == V1_SMALL_PARAMS
+    original = build_torch(spec)
+    assert sum(p.numel() for p in original.parameters()) == V1_SMALL_PARAMS
+    _random_weights(original, seed=5)
+    # file order does not matter: layers are matched by name
+    want, out = _through_v1_caffemodel(tmp_path, spec, original, torch.randn(2, 3, 24, 24), "SmallV1",
+                                        typed=True, reverse=True)
+    assert out.shape == (2, 10) and torch.equal(want, out)
 
 
 def test_pooled_class_maps_are_the_logits(tmp_path):
@@ -414,29 +425,14 @@ def test_v1_caffemodel_with_legacy_blob_shapes_loads(tmp_path):
     """2014-era BVLC files: layers in the V1 `layers` field, blobs shaped num/channels/height/width."""
     import torch
 
-    from hpcdl.caffe.proto import message
-    from hpcdl.caffe.weights import from_torch, read_caffemodel, to_torch
     from hpcdl.nets.torch_build import build_torch
 
     data, _ = import_net(_write(tmp_path, "cifar.prototxt", CIFAR10_QUICK), input_size=32)
     spec = _spec(data)
     original = build_torch(spec)
     _random_weights(original, seed=3)
-    net = message("NetParameter")
-    for name, _, arrs in from_torch(original):
-        layer = net.layers.add(name=name)
-        for a in arrs:
-            blob = layer.blobs.add()
-            four = (1,) * (4 - a.ndim) + a.shape  # V1 writes (1, 1, out, in) and (1, 1, 1, out)
-            blob.num, blob.channels, blob.height, blob.width = four
-            blob.data.extend(a.ravel().tolist())
-    path = tmp_path / "v1.caffemodel"
-    path.write_bytes(net.SerializeToString())
-    copy = build_torch(spec)
-    to_torch(copy, read_caffemodel(path))
-    x = torch.randn(3, 3, 32, 32)
-    original.eval(), copy.eval()
-    assert torch.equal(original(x), copy(x))
+    want, out = _through_v1_caffemodel(tmp_path, spec, original, torch.randn(3, 3, 32, 32))
+    assert torch.equal(want, out)
 
 
 def test_mismatched_caffemodel_is_refused(tmp_path):
