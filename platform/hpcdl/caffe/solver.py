@@ -31,6 +31,7 @@ from typing import Any
 
 from hpcdl.caffe.common import f32, read_text
 from hpcdl.errors import HpcdlError
+from hpcdl.train.update_rule import SOLVER_FIELDS as TYPE_FIELDS
 from hpcdl.train.update_rule import SOLVERS
 
 POLICIES = ("fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid")
@@ -41,9 +42,6 @@ REFUSED = {
 }
 #: caffe.proto's SolverType enum (solver_type, before `type` replaced it) by number
 SOLVER_ENUM = dict(enumerate(SOLVERS))  # SGD 0, NESTEROV 1, ADAGRAD 2, RMSPROP 3, ADADELTA 4, ADAM 5
-#: the solver fields each type reads besides SGD's
-TYPE_FIELDS = {"Adam": ("momentum2", "delta"), "RMSProp": ("rms_decay", "delta"), "AdaGrad": ("delta",),
-               "AdaDelta": ("delta",)}
 
 
 def _set(msg, field: str) -> bool:

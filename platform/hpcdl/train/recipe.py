@@ -9,10 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hpcdl.errors import HpcdlError, validation_message
-from hpcdl.train.update_rule import SOLVERS  # Caffe's solver types, SGD first
-
-
-
+from hpcdl.train.update_rule import SOLVER_FIELDS, SOLVERS  # Caffe's solver types, SGD first
 
 class _Strict(BaseModel):
     # inf and nan are no learning rate, momentum or fraction: refused here, not on the compute node
@@ -113,7 +110,7 @@ class Recipe(_Strict):
     clip_gradients: float | None = Field(default=None, ge=0, description="Caffe: bound on the L2 norm of the gradient summed over iter_size")
     # Large-batch practice of the seed papers
     # Caffe's solver types (caffe.proto SolverParameter.type; hpcdl.train.optim has their rules)
-    type: Literal["SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam", "LARS", "LARC"] = Field(
+    type: Literal[SOLVERS + ("LARS", "LARC")] = Field(
         default="SGD", description="Caffe solver type, plus LARS and LARC (Caffe's SGD with per-layer rates)")
     momentum2: float = Field(default=0.999, ge=0, lt=1, description="Caffe: Adam's beta2")
     delta: float = Field(default=1e-8, gt=0, description="Caffe: the epsilon of AdaGrad, RMSProp, AdaDelta and Adam")
@@ -209,12 +206,11 @@ class Recipe(_Strict):
         """A solver field set away from its default for a type that does not read it is refused,
         so a recipe never carries a setting that silently does nothing. (Defaults, not "given":
         a recipe written back out with every field must load again.)"""
-        defaults = {"momentum2": 0.999, "rms_decay": 0.99, "delta": 1e-8, "larc_mode": "clip",
-                    "trust_coefficient": None, "larc_eps": 1e-8, "momentum_correction": False}
-        uses = {"momentum2": ("Adam",), "rms_decay": ("RMSProp",),
-                "delta": ("AdaGrad", "RMSProp", "AdaDelta", "Adam"),
-                "larc_mode": ("LARC",), "trust_coefficient": ("LARS", "LARC"), "larc_eps": ("LARS", "LARC"),
-                "momentum_correction": ("SGD", "Nesterov", "LARS", "LARC")}
+        uses = {name: tuple(t for t in SOLVERS if name in SOLVER_FIELDS.get(t, ()))
+                for name in ("momentum2", "rms_decay", "delta")}
+        uses |= {"larc_mode": ("LARC",), "trust_coefficient": ("LARS", "LARC"), "larc_eps": ("LARS", "LARC"),
+                 "momentum_correction": ("SGD", "Nesterov", "LARS", "LARC")}
+        defaults = {name: type(self).model_fields[name].default for name in uses}
         for name, types in uses.items():
             # the LARS/LARC fields stay accepted (unused) with SGD, as before the other types came
             checked = name in ("momentum2", "rms_decay", "delta") or self.type in SOLVERS[1:]

@@ -29,6 +29,9 @@ import numpy as np
 
 RULES = ("sgd", "lars", "larc_clip", "larc_scale")
 SOLVERS = ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam")
+#: the SolverParameter fields each type reads besides SGD's (the recipe and the importer both go by it)
+SOLVER_FIELDS = {"Adam": ("momentum2", "delta"), "RMSProp": ("rms_decay", "delta"), "AdaGrad": ("delta",),
+                 "AdaDelta": ("delta",)}
 
 
 def adaptive_update(solver: str, g: np.ndarray, h: np.ndarray, h2: np.ndarray | None, rate: float, t: int,
