@@ -158,6 +158,10 @@ def test_a_centre_that_turns_gpu_aware_cray_mpich_off_keeps_its_zero(tmp_path):
     ({"model": "Intel Data Center GPU Max 1550", "vendor": "intel"}, r"gpus\.0\.vendor: 'intel' GPUs are outside hpcdl's scope"),
     ({"model": "Intel Data Center GPU Max 1550"}, r"gpus\.0: vendor: model .* is an Intel GPU, outside hpcdl's scope"),
     ({"model": "AMD Instinct MI250X GCD"}, r"gpus\.0: vendor: model .* is an AMD GPU but vendor is 'nvidia'; set vendor: amd"),
+    # a bare model number says the vendor as well as the brand does
+    ({"model": "MI250X"}, r"gpus\.0: vendor: model 'MI250X' is an AMD GPU but vendor is 'nvidia'; set vendor: amd"),
+    ({"model": "A100-SXM4-40GB", "vendor": "amd"}, r"model 'A100-SXM4-40GB' is an NVIDIA GPU but vendor is 'amd'"),
+    ({"model": "GH200 120GB", "vendor": "amd"}, r"is an NVIDIA GPU but vendor is 'amd'"),
 ])
 def test_a_gpu_hpcdl_does_not_drive_or_a_model_that_contradicts_vendor_is_refused(tmp_path, gpu, says):
     data = yaml.safe_load(POLARIS.read_text())

@@ -86,11 +86,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-# words in a GPU's model name that say its vendor (checked against `vendor`)
+# words in a GPU's model name that say its vendor (checked against `vendor`): the brand, or a
+# bare model number as nvidia-smi / rocm-smi and centres' pages write them (MI250X, A100, GH200)
 _GPU_MODEL_VENDOR = (
-    ("intel", r"\bintel\b|ponte vecchio|\bgpu max\b"),
-    ("amd", r"\bamd\b|\binstinct\b|\bradeon\b"),
-    ("nvidia", r"\bnvidia\b|\btesla\b|\bquadro\b|\bgeforce\b"),
+    ("intel", r"\bintel\b|ponte vecchio|\bpvc\b|\bgpu max\b"),
+    ("amd", r"\bamd\b|\binstinct\b|\bradeon\b|\bmi\d{2,3}[a-z]?\b"),
+    ("nvidia", r"\bnvidia\b|\btesla\b|\bquadro\b|\bgeforce\b"
+               r"|\b(?:[kmp]\d{2}|[pv]100s?|a(?:2|10|16|30|40|100)|[hb][12]00|g[hb]200|l4|l40s?|t4)\b"),
 )
 
 
