@@ -117,9 +117,9 @@ class GluonTrainer:
                 self.kvstore.pull(GRADIENT_KEYS + i, out=param.grad(), priority=-i)
         # the summed gradients are divided by the global batch inside the fused update
         images = len(xs) * len(xs[0]) * self.world_size
-        if self.rule.solver == "SGD":
+        if not self.rule.on_host:
             self._fused_update().step(1.0 / images, lr)
-        else:  # the other Caffe solver types: hpcdl.train.update_rule on the host (FusedUpdate is SGD's)
+        else:  # the other Caffe solver types and L1: hpcdl.train.update_rule on the host (FusedUpdate is SGD with L2)
             new = self.rule.step([p.data().asnumpy() for p in self.learned],
                                  [p.grad().asnumpy() / images for p in self.learned], lr)
             for p, w in zip(self.learned, new):
@@ -180,7 +180,7 @@ class GluonTrainer:
 
     def state(self):
         arrays = {f"p:{name}": p.data().asnumpy() for name, p in self.params.items()}
-        if self.rule.solver == "SGD":  # else the rule itself holds the histories
+        if not self.rule.on_host:  # else the rule itself holds the histories
             self._fused_update().to_rule()
         arrays.update(self.rule.state("m:"))
         return arrays
@@ -190,7 +190,7 @@ class GluonTrainer:
         for name, p in self.params.items():
             p.set_data(mx.nd.array(arrays[f"p:{name}"]))
         self.rule.load_state(arrays, len(self.learned), "m:")
-        if self.rule.velocity and self.rule.solver == "SGD":
+        if self.rule.velocity and not self.rule.on_host:
             self._fused_update().from_rule()
 
 

@@ -277,7 +277,7 @@ class KerasTrainer:
         """One iteration; its mean loss as a float, or None when not `read` (no copy to the host)."""
         tf = self.tf
         scale = self.scale if self.scaling else 1.0
-        if self.rule.solver != "SGD":
+        if self.rule.on_host:
             return self._host_step(xs, ys, lr, scale, read)
         key = (scale, lr, self.update.correction(lr))
         if self._scalars[0] != key:  # the rate changes at the schedule's steps only: one small tensor per change
@@ -296,8 +296,8 @@ class KerasTrainer:
         return float(loss) if read else None
 
     def _host_step(self, xs, ys, lr, scale, read):
-        """Caffe's solver types other than SGD: the gradients from the compiled step, the update
-        by hpcdl.train.update_rule on the host (CompiledUpdate carries out SGD only)."""
+        """Caffe's solver types other than SGD, and L1 decay: the gradients from the compiled step,
+        the update by hpcdl.train.update_rule on the host (CompiledUpdate carries out SGD with L2 only)."""
         tf = self.tf
         loss, grads = self._step(tf.constant(xs), tf.constant(ys), tf.constant(scale, tf.float32))
         gs = [np.asarray(g.numpy(), dtype=np.float64) / scale for g in grads]
@@ -345,7 +345,7 @@ class KerasTrainer:
 
     def state(self):
         arrays = {f"w{i}": np.asarray(v.numpy()) for i, v in enumerate(self.model.weights)}
-        if self.rule.solver == "SGD":  # else the rule itself holds the histories
+        if not self.rule.on_host:  # else the rule itself holds the histories
             self.update.to_rule()
         arrays.update(self.rule.state("v"))
         arrays["loss_scale"] = np.float64(self.scale)
@@ -355,7 +355,7 @@ class KerasTrainer:
         for i, v in enumerate(self.model.weights):
             v.assign(arrays[f"w{i}"])
         self.rule.load_state(arrays, len(self.variables), "v")
-        if self.rule.solver == "SGD":
+        if not self.rule.on_host:
             self.update.from_rule()
         self.scale = float(arrays.get("loss_scale", self.scale))
 

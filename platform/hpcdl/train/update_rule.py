@@ -13,7 +13,8 @@ so does a tensor whose weight or gradient norm is zero.
 The other Caffe solver types (Nesterov, AdaGrad, RMSProp, AdaDelta, Adam) and L1
 regularisation follow hpcdl.train.optim's docstring too: `adaptive_update` is their step on
 one tensor. TensorFlow's compiled update and MXNet's fused kernels carry out SGD (with
-LARS/LARC) only; for the other types both backends take this rule's step on the host.
+LARS/LARC) with L2 decay only; for the other types and for L1 both backends take this rule's
+step on the host (`SGDRule.on_host`).
 
 The frameworks hand their gradients (already averaged over ranks and iter_size) over as
 arrays and take the new weights back; the arithmetic is float64 on the host, which costs a
@@ -119,6 +120,13 @@ class SGDRule:
             solver=recipe.solver, momentum2=recipe.momentum2, delta=recipe.delta, rms_decay=recipe.rms_decay,
             regularization=recipe.regularization_type,
         )
+
+    @property
+    def on_host(self) -> bool:
+        """Whether only this rule's own step carries the update out: TensorFlow's compiled update
+        and MXNet's fused kernels are SGD with L2 decay (wd * w), so another solver type or L1
+        (wd * sign(w)) takes this step on the host instead."""
+        return self.solver != "SGD" or self.regularization != "L2"
 
     def step(self, weights: list[np.ndarray], grads: list[np.ndarray], lr: float) -> list[np.ndarray]:
         """The new weights (float64) after one step at rate `lr`."""
