@@ -467,22 +467,13 @@ def upgrade_v1(v1net, lines: list[int], path: Path):
             layer.type = V1_TYPES[enum_name]
         for blob in old.blobs:
             layer.blobs.add().CopyFrom(blob)
-        for j, name in enumerate(old.param):
-            while len(layer.param) <= j:
-                layer.param.add()
-            layer.param[j].name = name
-        for j, mode in enumerate(old.blob_share_mode):
-            while len(layer.param) <= j:
-                layer.param.add()
-            layer.param[j].share_mode = mode
-        for j, mult in enumerate(old.blobs_lr):
-            while len(layer.param) <= j:
-                layer.param.add()
-            layer.param[j].lr_mult = mult
-        for j, mult in enumerate(old.weight_decay):
-            while len(layer.param) <= j:
-                layer.param.add()
-            layer.param[j].decay_mult = mult
+        # V1's per-blob lists become one ParamSpec per blob
+        for v1_field, field in (("param", "name"), ("blob_share_mode", "share_mode"), ("blobs_lr", "lr_mult"),
+                                ("weight_decay", "decay_mult")):
+            for j, value in enumerate(getattr(old, v1_field)):
+                while len(layer.param) <= j:
+                    layer.param.add()
+                setattr(layer.param[j], field, value)
         layer.loss_weight.extend(old.loss_weight)
         data_field = _V1_DATA_PARAM.get(enum_name)
         if data_field and old.HasField(data_field):

@@ -38,8 +38,10 @@ def _initializer(layer: Layer):
     return keras.initializers.VarianceScaling(2.0, mode="fan_out", distribution="untruncated_normal")
 
 
-def _bias_initializer(layer: Layer):
-    filler = layer.p("bias_filler") or {"type": "constant", "value": 0.0}
+def _filler_initializer(filler: dict | None, default: float, where: str):
+    """A bias's, a PReLU slope's or a Bias layer's filler (constant, gaussian or uniform; a
+    constant `default` where none is given) as a Keras initializer."""
+    filler = filler or {"type": "constant", "value": default}
     kind = filler.get("type", "constant")
     if kind == "constant":
         return keras.initializers.Constant(float(filler.get("value", 0.0)))
@@ -47,7 +49,11 @@ def _bias_initializer(layer: Layer):
         return keras.initializers.RandomNormal(float(filler.get("mean", 0.0)), float(filler.get("std", 1.0)))
     if kind == "uniform":
         return keras.initializers.RandomUniform(float(filler.get("min", 0.0)), float(filler.get("max", 1.0)))
-    raise ValueError(f"layer {layer.name}: bias filler {kind!r} has no Keras builder (PyTorch builds it)")
+    raise ValueError(f"{where}: filler {kind!r} has no Keras builder (PyTorch builds it)")
+
+
+def _bias_initializer(layer: Layer):
+    return _filler_initializer(layer.p("bias_filler"), 0.0, f"layer {layer.name}: bias")
 
 
 class CaffePooling(layers.Layer):
@@ -108,19 +114,6 @@ class CaffeScale(layers.Layer):
 
     def call(self, x):
         return x * self.gamma + self.beta if self.bias_term else x * self.gamma
-
-
-def _filler_initializer(filler: dict | None, default: float, where: str):
-    """A PReLU slope's or a Bias's filler (constant, gaussian or uniform) as a Keras initializer."""
-    filler = filler or {"type": "constant", "value": default}
-    kind = filler.get("type", "constant")
-    if kind == "constant":
-        return keras.initializers.Constant(float(filler.get("value", 0.0)))
-    if kind == "gaussian":
-        return keras.initializers.RandomNormal(float(filler.get("mean", 0.0)), float(filler.get("std", 1.0)))
-    if kind == "uniform":
-        return keras.initializers.RandomUniform(float(filler.get("min", 0.0)), float(filler.get("max", 1.0)))
-    raise ValueError(f"{where}: filler {kind!r} has no Keras builder (PyTorch builds it)")
 
 
 class CaffePReLU(layers.Layer):
