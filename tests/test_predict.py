@@ -77,6 +77,34 @@ def test_hierarchical_is_reduce_scatter_inside_allreduce_of_a_share_across_allga
     assert allreduce_time(1e6, big, "hierarchical") < allreduce_time(1e6, big, "ring")
 
 
+def test_a_ring_over_nodes_pays_the_networks_latency_only_on_the_hops_between_nodes():
+    # NCCL's tuning model (src/graph/tuning.cc): of 2(p-1) steps, 2(N-1) cross nodes
+    intra, inter = Link(1 * US, 1 / (50 * GB)), Link(5 * US, 1 / (12.5 * GB))
+    topo = Topology(nodes=4, ranks_per_node=4, intra=intra, inter=inter, rails=1)
+    n = 1e6
+    # p = 16: 2 x 12 steps at 1 us inside + 2 x 3 at 5 us across; bytes at the slower link's rate
+    assert allreduce_time(n, topo, "ring") == pytest.approx(24e-6 + 30e-6 + 2 * 15 / 16 * n / 12.5e9)
+    # one node, or one rank per node: every step is on the one link, as before
+    assert allreduce_time(n, Topology(1, 16, intra, inter), "ring") == pytest.approx(ring(n, 16, intra))
+    assert allreduce_time(n, Topology(16, 1, intra, inter), "ring") == pytest.approx(ring(n, 16, inter))
+
+
+def test_horovods_wait_for_its_cycle_overlaps_the_allreduces_already_queued_on_the_stream():
+    # z, y, x are ready at 0.02, 0.04, 0.06 s of a 0.2 s backward, w at its end; z's 100 MB take 100 ms.
+    # Horovod's background thread hands each buffer to the stream at its cycle and goes on, so y's and
+    # x's half-cycle waits pass while z's allreduce runs: they start as it ends, one after the other
+    net = NetCost("toy", (LayerCost("w", 0.7e9, 1_000), LayerCost("x", 0.1e9, 1_000), LayerCost("y", 0.1e9, 1_000),
+                          LayerCost("z", 0.1e9, 25_000_000)))
+    wait = 0.01
+    work = Workload(net, 100, "nccl", 64 * 2**20, cycle_s=1e-3, per_bucket_wait_s=wait)
+    it = predict_iteration(_machine(alpha_us=0.0, gbyte_s=1.0), work, 2, 1)
+    assert it.buckets == 4
+    small = 4_000 / 1e9  # 4 kB on a ring of 2 at 1 GB/s
+    # w is ready at 0.2 s, waits 10 ms and goes alone: the one wait left exposed
+    assert it.exposed_comm_s == pytest.approx(wait + small)
+    assert it.comm_s == pytest.approx(0.1 + 3 * small + 4 * wait)  # end to end, waits included
+
+
 def _two_layer_net(params_late: int, params_early: int, flops: float = 1e9) -> NetCost:
     # forward order: "early" (most of the work) then "late"; backward reaches "late" first
     return NetCost("toy", (LayerCost("early", flops * 0.9, params_early), LayerCost("late", flops * 0.1, params_late)))

@@ -7,7 +7,9 @@ MPICH" (IJHPCA 2005; MPICH's allreduce.c cost comments) and Patarasuk & Yuan 200
 (bandwidth-optimal ring). gamma matters where one CPU core does the adding (an MPI or gloo
 rank); a GPU adds at its memory speed, so NCCL's gamma is near zero.
 
-- ring:                 2(p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma   (NCCL Ring, gloo, MPI long)
+- ring:                 2(p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma   (NCCL Ring, gloo, MPI long); over
+  N nodes of g ranks laid out node by node, 2(N-1) of the steps pay the network's alpha and 2(p-N)
+  the node's own link's (NCCL's tuning model, src/graph/tuning.cc; `ring_over_nodes`)
 - recursive doubling:   lg p (alpha + n beta + n gamma)                      (MPI short messages)
 - Rabenseifner:         2 lg p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma    (MPI long, halving/doubling)
 - double binary tree:   2 lg p alpha + 2 n beta + n gamma                    (NCCL Tree, Sanders et al. 2009; each
@@ -138,6 +140,22 @@ def hierarchical(n: float, topo: Topology, inter_algorithms: tuple[str, ...] = (
     return inside + across, name
 
 
+def ring_over_nodes(n: float, topo: Topology) -> float:
+    """A flat ring over ranks laid out node by node: only the hops between nodes pay the network's latency.
+
+    Of a ring allreduce's 2(p-1) steps, 2(N-1) cross from one node to the next and the other
+    2(p-N) stay inside a node, each at its own link's latency; the ring is pipelined, so its
+    bandwidth term is the slowest link's. This is NCCL's own latency model (src/graph/tuning.cc,
+    ncclTopoTuneModel: ring allreduce latency = base + (nsteps - nInterSteps) x intra-node hop
+    latency + nInterSteps x network hop latency, nsteps = 2(nRanks-1), nInterSteps = 2(nNodes-1)).
+    """
+    p, nodes = topo.ranks, topo.nodes
+    flat = topo.flat_link()
+    inter = topo.inter_per_rank(min(topo.ranks_per_node, topo.rails))
+    latency = 2 * (p - nodes) * topo.intra.alpha_s + 2 * (nodes - 1) * inter.alpha_s
+    return latency + ring(n, p, Link(0.0, flat.beta_s_per_byte, flat.gamma_s_per_byte))
+
+
 def allreduce_time(n: float, topo: Topology, algorithm: str) -> float:
     if topo.ranks <= 1 or n <= 0:
         return 0.0
@@ -145,6 +163,8 @@ def allreduce_time(n: float, topo: Topology, algorithm: str) -> float:
         if topo.nodes == 1 or topo.ranks_per_node == 1:
             return math.inf  # nothing to make hierarchical: the flat algorithms cover it
         return hierarchical(n, topo)[0]
+    if algorithm == "ring" and topo.nodes > 1 and topo.ranks_per_node > 1:
+        return ring_over_nodes(n, topo)
     return FLAT[algorithm](n, topo.ranks, topo.flat_link())
 
 

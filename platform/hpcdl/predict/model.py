@@ -14,6 +14,9 @@ sends each layer's (Caffe with Intel MLSL). A bucket's allreduce starts when its
 gradient is ready and the previous bucket's allreduce is done, so the allreduce overlaps the
 rest of backward; the model follows that timeline bucket by bucket, because at scale a
 stream of small buckets is latency-bound (ring latency grows with p, a tree's with lg p).
+Horovod's background thread hands each fused buffer to the GPU's stream at its cycle and goes on
+(a finalizer thread waits for the allreduce), so a buffer's wait for its cycle overlaps the
+allreduces already queued on the stream rather than adding to them.
 While a bucket's allreduce runs on a GPU, backward runs at 1/(1 + OVERLAP_SLOWDOWN_GPU) of
 its speed (the collective's kernels share the SMs and memory bandwidth), which moves the
 later buckets' ready times and the end of backward.
@@ -184,16 +187,19 @@ def predict_iteration(machine: Machine, work: Workload, nodes: int, ranks_per_no
     clock, done = 0.0, 0.0  # wall time and backward work (unslowed seconds) done by then
     for fraction, size in plan:
         t, name = best_allreduce(size, topo, algorithms)
-        t += work.per_bucket_wait_s + machine.per_collective_s
+        t += machine.per_collective_s
         if work.overlap:
             clock, done = advance(clock, fraction * backward - done, busy, slow), fraction * backward
             ready = clock
         else:
             ready = backward
-        start = max(comm_end, ready)
+        # Horovod's wait for its cycle delays when the buffer is handed to the stream, not the stream:
+        # its background thread enqueues the NCCL allreduce and goes on (a finalizer thread waits for it),
+        # so a buffer waiting for its cycle overlaps the allreduces already queued
+        start = max(comm_end, ready + work.per_bucket_wait_s)
         comm_end = start + t
-        busy.append((start + work.per_bucket_wait_s, comm_end))  # Horovod's wait for its cycle takes no SMs
-        comm_total += t
+        busy.append((start, comm_end))  # the collective's kernels' span (the cycle's wait takes no SMs)
+        comm_total += t + work.per_bucket_wait_s  # end to end as before: the waits with the allreduces
         chosen[name] = chosen.get(name, 0.0) + size
     backward_end = advance(clock, backward - done, busy, slow) if work.overlap else backward
     contention = backward_end - backward
