@@ -192,6 +192,7 @@ class CollectivesCheck(Check):
                 verdicts.append(spread)  # an "inter-node" time measured inside one node is not one
             for r in points:
                 fields = {k: r[k] for k in ("op", "backend", "scope", "bytes", "time_us", "algbw_GBps", "busbw_GBps", "ranks")}
+                fields.update({k: r[k] for k in ("iters", "windows") if k in r})  # how the time was taken
                 measurements.append(_measurement(self.name, "collective", outcome, r, **fields))
             for backend in sorted({r["backend"] for r in points}):
                 mine = sorted((r for r in points if r["backend"] == backend), key=lambda r: r["bytes"])

@@ -13,6 +13,7 @@ import importlib
 import json
 import os
 import socket
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -175,14 +176,24 @@ def _math_libraries(frameworks: dict) -> dict:
     return info
 
 
+# Each size is timed in this many windows of `iters` allreduces, and the median window's mean
+# is kept. nccl-tests reports one window's mean; on a host where the ranks have every core
+# (2 ranks on a 2-core node), one other process running for a few ms stalls a rank that the
+# other busy-waits for, and a 16 ms window of 4 MiB allreduces came out 10 x slow in CI.
+# The median of 5 windows drops such a stall and still shows a fabric that is slow throughout.
+COLLECTIVE_WINDOWS = 5
+
+
 def probe_collectives(params: dict, results: str | None) -> None:
-    """Allreduce time over a message-size sweep, as nccl-tests reports it (algbw, busbw)."""
+    """Allreduce time over a message-size sweep, as nccl-tests reports it (algbw, busbw), each
+    size's time the median of COLLECTIVE_WINDOWS windows' means."""
     me = rank_info()
     out = _Writer(results, me)
     use_gpu = params.get("gpu", False)
     dist = _init_torch_distributed(me, "nccl" if use_gpu else "gloo")
     where = _where(_hosts(dist, me))
     sizes, iters, warmup = params["sizes"], params.get("iters", 10), params.get("warmup", 2)
+    windows = params.get("windows", COLLECTIVE_WINDOWS)
     scope = params.get("scope", "intra-node" if where["nodes"] == 1 else "inter-node")
     for backend in params.get("backends", ["torch"]):
         if backend == "mpi" and params.get("launcher") not in MPI_LAUNCHERS:
@@ -190,13 +201,13 @@ def probe_collectives(params: dict, results: str | None) -> None:
         timer = _torch_allreduce(dist, me, use_gpu) if backend == "torch" else _mpi_allreduce()
         name = ("nccl" if use_gpu else "gloo") if backend == "torch" else "mpi"
         for size in sizes:
-            seconds = timer(size, iters, warmup)
+            seconds = statistics.median(timer(size, iters, warmup if w == 0 else 0) for w in range(windows))
             t = _slowest(dist, seconds)
             n = me.world_size
             algbw = size / t / 1e9
             # nccl-tests doc/PERFORMANCE.md: busbw = algbw * 2(n-1)/n for AllReduce
             out.record(
-                "collective", op="allreduce", backend=name, scope=scope, bytes=size, iters=iters,
+                "collective", op="allreduce", backend=name, scope=scope, bytes=size, iters=iters, windows=windows,
                 time_us=t * 1e6, algbw_GBps=algbw, busbw_GBps=algbw * 2 * (n - 1) / n, **where,
             )
     _finish(dist, me)
