@@ -146,10 +146,19 @@ def _cores(text) -> list[int]:
     return out
 
 
-def named_options(case: dict) -> set[str]:
-    """The launcher options the case's checks name for its own request: with `launch_only`, the
-    launcher may take no other (each one is there because a centre's line has it)."""
-    return {o for c in case["checks"] if "request" not in c for o in (c.get("launch") or {})}
+def effective_request(case: dict, check: dict) -> dict:
+    return {**case.get("request", {}), **check.get("request", {})}
+
+
+def checks_of_plan(case: dict, site, plan) -> list[dict]:
+    """The case's checks that ask about this plan (a check's own request may well give the same)."""
+    return [c for c in case["checks"] if make_plan(site, JobRequest(**effective_request(case, c))) == plan]
+
+
+def named_options(checks: list[dict]) -> set[str]:
+    """The launcher options these checks (of one plan) name: with `launch_only`, the launcher may
+    take no other (each is there because a centre's line has it)."""
+    return {o for c in checks for o in (c.get("launch") or {})}
 
 
 def judge(check: dict, job: Rendered, where: str = "", named: set[str] = frozenset()) -> list[str]:
@@ -256,7 +265,7 @@ def render_case(path: Path, check: dict | None = None, plan_of=None):
     case = _case(path)
     check = check or {}
     site = _site(case)
-    request = JobRequest(**{**case.get("request", {}), **check.get("request", {})})
+    request = JobRequest(**effective_request(case, check))
     options = JobOptions(**{**case.get("options", {}), **check.get("options", {})})
     plan = make_plan(site, request)
     if plan_of is not None:
@@ -269,7 +278,8 @@ def test_rendered_job_follows_published_practice(path, index):
     case = _case(path)
     check = case["checks"][index]
     site, job = render_case(path, check)
-    wrong = judge(check, job, f"{path.name} [{check['source']}: {check['centre']}]", named_options(case))
+    named = named_options(checks_of_plan(case, site, make_plan(site, JobRequest(**effective_request(case, check)))))
+    wrong = judge(check, job, f"{path.name} [{check['source']}: {check['centre']}]", named)
     assert not wrong, "\n".join(wrong)
 
 
