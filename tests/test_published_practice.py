@@ -309,3 +309,102 @@ def test_matching_is_exact_and_reads_no_comments():
     assert judge({"env": {"FI_A": "12"}}, job) and judge({"env": {"ignore": "me"}}, job)
     assert judge({"script_matching": ["ignore=me"]}, job)  # comments never count
     assert judge({"script_matching": ["^#SBATCH --nodes=2$"]}, job) == []
+
+
+# ---- the Slurm node each centre publishes (slurm_nodes:), posed by tests/test_slurm_shapes.py
+
+NODE_FACTS = {"source", "says", "sockets", "cores_per_socket", "threads_per_core", "cpus", "spec_cores", "gpus"}
+# Slurm sites whose node no centre page read here describes: posed from the profile, and said so
+UNPUBLISHED_NODES = {
+    "stampede2-skx": "no TACC page with the SKX node's cores and threads was read for this suite",
+    "volta-x86": "a generic machine: no centre publishes its node",
+}
+
+
+def slurm_node_facts(case: dict) -> dict:
+    return case.get("slurm_nodes") or {}
+
+
+SLURM_CASES = [p for p in CASES if not _case(p).get("refused") and _site(_case(p)).scheduler == "slurm"]
+SLURM_KINDS = [(p, kind) for p in SLURM_CASES for kind in _site(_case(p)).node_kinds]
+
+
+@pytest.mark.parametrize("path", SLURM_CASES, ids=[p.stem for p in SLURM_CASES])
+def test_every_slurm_site_poses_the_node_its_centre_publishes(path):
+    case = _case(path)
+    facts = slurm_node_facts(case)
+    if path.stem in UNPUBLISHED_NODES:
+        assert not facts, f"{path.stem}: has slurm_nodes; take it off UNPUBLISHED_NODES"
+        return
+    assert set(facts) == set(_site(case).node_kinds), f"{path.name}: slurm_nodes: one per node kind"
+    for kind, node in facts.items():
+        assert set(node) <= NODE_FACTS and {"source", "says", "sockets", "cores_per_socket", "threads_per_core",
+                                            "cpus"} <= set(node), f"{path.name}: slurm_nodes.{kind}: {sorted(node)}"
+        sources = node["source"] if isinstance(node["source"], list) else [node["source"]]
+        assert set(sources) <= set(case["sources"]), f"{path.name}: slurm_nodes.{kind}.source is not in sources"
+
+
+def slurm_refuses(facts: dict, plan, job: Rendered) -> str | None:
+    """Why a Slurm shaped like the published node would not run the job as the plan means it: a
+    task gets the cores `-c` buys there (CPUs per core as the centre's Slurm counts them, or one
+    where the job asks --threads-per-core=1); they must be the plan's and fit beside the
+    system's cores (None: it runs as planned)."""
+    cores = facts["sockets"] * facts["cores_per_socket"]
+    per_core = facts["cpus"] // cores
+    options = {t[0].split("=", 1)[0]: (t[0].split("=", 1) + [None])[1] for t in job.options if len(t) == 1}
+    directives = dict(d.split("=", 1) for d in job.directives if d.startswith("--") and "=" in d)
+    if (options.get("--threads-per-core") or directives.get("--threads-per-core")) == "1":
+        per_core = 1
+    asked = options.get("--cpus-per-task") or directives.get("--cpus-per-task")
+    if asked is None:
+        return None  # ibrun and the like: the launcher places the ranks, Slurm gives whole nodes
+    planned = len(plan.local_ranks()[0].cores)
+    given = -(-int(asked) // per_core)
+    if given != planned:
+        return (f"-c {asked} buys {given} core(s) per task on the published node ({per_core} CPU(s) per core), "
+                f"the plan means {planned}")
+    kept = set(facts.get("spec_cores", ())) & {c for r in plan.local_ranks() for c in r.cores}
+    if kept:
+        return f"the plan puts ranks on cores {sorted(kept)}, which Slurm keeps for the system there"
+    free = cores - len(facts.get("spec_cores", ()))
+    if plan.ranks_per_node * given > free:
+        return f"{plan.ranks_per_node} tasks x {given} cores is more than the {free} cores Slurm gives jobs"
+    return None
+
+
+def _kind_job(site, case: dict, kind: str):
+    request = {**case.get("request", {}), "node_kind": kind}
+    node = site.node_kinds[kind]
+    request["use_gpus"] = bool(node.gpus)
+    plan = make_plan(site, JobRequest(**request))
+    return plan, Rendered(site, render_job_script(site, plan, {}, JobOptions(**case.get("options", {}))))
+
+
+PUBLISHED_KINDS = [(p, k) for p, k in SLURM_KINDS if k in slurm_node_facts(_case(p))]
+
+
+@pytest.mark.parametrize("path,kind", PUBLISHED_KINDS, ids=[f"{p.stem}-{k}" for p, k in PUBLISHED_KINDS])
+def test_the_plan_runs_as_planned_on_the_published_node(path, kind):
+    case = _case(path)
+    site = _site(case)
+    plan, job = _kind_job(site, case, kind)
+    assert slurm_refuses(case["slurm_nodes"][kind], plan, job) is None
+
+
+@pytest.mark.parametrize("path,kind", PUBLISHED_KINDS, ids=[f"{p.stem}-{k}" for p, k in PUBLISHED_KINDS])
+def test_a_profile_counting_cpus_wrongly_is_refused_on_the_published_node(path, kind):
+    """The profile says Slurm counts twice the CPUs per core the centre's Slurm does (a hardware
+    thread too many, as a profile written without `scontrol show node` would): its -c buys twice
+    the cores on the real node, more than the node holds."""
+    case = _case(path)
+    site = _site(case)
+    facts = case["slurm_nodes"][kind]
+    counted = 2 * facts["cpus"] // (facts["sockets"] * facts["cores_per_socket"])
+    node = site.node_kinds[kind]
+    wrong = node.model_copy(update={"threads_per_core": max(node.threads_per_core, counted),
+                                    "scheduler_cpus_per_core": counted})
+    site = site.model_copy(update={"node_kinds": {**site.node_kinds, kind: wrong}})
+    plan, job = _kind_job(site, case, kind)
+    if not job.options and not any(d.startswith("--cpus-per-task") for d in job.directives):
+        pytest.skip(f"{site.launcher}: Slurm is asked for whole nodes, the launcher places the ranks")
+    assert slurm_refuses(facts, plan, job), f"{path.stem} {kind}: the wrong counting passes"
