@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from test_published_practice import (CASES, Rendered, _case, checks_of_plan, judge, launcher_options, named_options,
+from test_published_practice import (CASES, Rendered, _case, _plan, checks_of_plan, judge, launcher_options, named_options,
                                      render_case)
 
 from hpcdl.launchers import launcher_for
@@ -135,7 +135,7 @@ def kill_rate(path: Path, judge_check=judge) -> tuple[int, int, list[str]]:
     plan, judged by the checks that ask about that plan."""
     case = _case(path)
     site, original = render_case(path)
-    plan = make_plan(site, JobRequest(**case.get("request", {})))
+    plan = _plan(site, case.get("request", {}))
     # a known mismatch already fails: it cannot kill anything
     checks = [c for c in checks_of_plan(case, site, plan) if "known_mismatch" not in c]
     named = named_options(checks)

@@ -19,6 +19,8 @@ that these checks notice.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import re
 import shlex
@@ -47,8 +49,13 @@ PROGRAM = ["hpcdl", "train"]  # the trainer's first words: what follows the runt
 ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
-def _case(path: Path) -> dict:
+@functools.lru_cache(maxsize=None)
+def _case_file(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
+
+
+def _case(path: Path) -> dict:
+    return copy.deepcopy(_case_file(path))
 
 
 def _checks():
@@ -59,7 +66,23 @@ def _checks():
 
 
 def _site(case: dict):
-    return load_site_file(PUBLISHED / case["profile"]) if "profile" in case else load_site(case["site"])
+    return _site_of(case.get("profile"), case.get("site"))
+
+
+@functools.lru_cache(maxsize=None)
+def _site_of(profile: str | None, name: str | None):
+    return load_site_file(PUBLISHED / profile) if profile else load_site(name)
+
+
+_PLANS: dict = {}
+
+
+def _plan(site, request: dict):
+    """The plan for a request, made once per site and request (the checks of a case share most)."""
+    key = (id(site), json.dumps(request, sort_keys=True))
+    if key not in _PLANS:
+        _PLANS[key] = (site, make_plan(site, JobRequest(**request)))
+    return _PLANS[key][1]
 
 
 def launcher_options(words: list[str]) -> list[list[str]]:
@@ -152,7 +175,7 @@ def effective_request(case: dict, check: dict) -> dict:
 
 def checks_of_plan(case: dict, site, plan) -> list[dict]:
     """The case's checks that ask about this plan (a check's own request may well give the same)."""
-    return [c for c in case["checks"] if make_plan(site, JobRequest(**effective_request(case, c))) == plan]
+    return [c for c in case["checks"] if _plan(site, effective_request(case, c)) == plan]
 
 
 def named_options(checks: list[dict]) -> set[str]:
@@ -265,9 +288,8 @@ def render_case(path: Path, check: dict | None = None, plan_of=None):
     case = _case(path)
     check = check or {}
     site = _site(case)
-    request = JobRequest(**effective_request(case, check))
     options = JobOptions(**{**case.get("options", {}), **check.get("options", {})})
-    plan = make_plan(site, request)
+    plan = _plan(site, effective_request(case, check))
     if plan_of is not None:
         plan = plan_of(site, plan)
     return site, Rendered(site, render_job_script(site, plan, {}, options))
@@ -278,7 +300,7 @@ def test_rendered_job_follows_published_practice(path, index):
     case = _case(path)
     check = case["checks"][index]
     site, job = render_case(path, check)
-    named = named_options(checks_of_plan(case, site, make_plan(site, JobRequest(**effective_request(case, check)))))
+    named = named_options(checks_of_plan(case, site, _plan(site, effective_request(case, check))))
     wrong = judge(check, job, f"{path.name} [{check['source']}: {check['centre']}]", named)
     assert not wrong, "\n".join(wrong)
 
