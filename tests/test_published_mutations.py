@@ -48,7 +48,7 @@ UNSOURCED = {
     "leonardo": "CINECA's pages give no srun line, GPU order or binding",
     "minerva": "Minerva's pages give no mpirun line or binding",
     "polaris": "ALCF's GPU-affinity script (reversed GPU order) not yet read into a check",
-    "summit": "no OLCF source read here for per-rank GPU and cores under one resource set",
+    "summit": "the GB scripts pin each local rank's cores and HCA; which GPU it drives is chosen in the training script, not read here",
     "vista": "TACC's mpirun line gives no binding and no -x forwarding",
     "volta-x86": "a generic machine: no centre publishes its GPU order or binding",
 }
