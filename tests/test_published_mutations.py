@@ -46,10 +46,9 @@ UNSOURCED = {
     "juwels-booster": "JSC publishes no GPU-to-NUMA or GPU-to-HCA map for the Booster node",
     "lassen": "LBANN's launcher gives no per-rank GPU, HCA or core placement",
     "leonardo": "CINECA's pages give no srun line, GPU order or binding",
-    "minerva": "Minerva's pages give no mpirun line or binding",
+    "minerva": "Minerva's pages give no mpirun line, nor which cores go with which GPU",
     "polaris": "the profile's GPU order is ALCF's reversed (a known mismatch, so no check can pin it yet)",
     "summit": "the GB scripts pin each local rank's cores and HCA; which GPU it drives is chosen in the training script, not read here",
-    "vista": "TACC's mpirun line gives no binding and no -x forwarding",
     "volta-x86": "a generic machine: no centre publishes its GPU order or binding",
 }
 
