@@ -48,7 +48,6 @@ UNSOURCED = {
     "leonardo": "CINECA's pages give no srun line, GPU order or binding",
     "minerva": "Minerva's pages give no mpirun line, nor which cores go with which GPU",
     "polaris": "the profile's GPU order is ALCF's reversed (a known mismatch, so no check can pin it yet)",
-    "summit": "the GB scripts pin each local rank's cores and HCA; which GPU it drives is chosen in the training script, not read here",
     "volta-x86": "a generic machine: no centre publishes its GPU order or binding",
 }
 
