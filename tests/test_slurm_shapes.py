@@ -4,8 +4,11 @@ For each node kind of each Slurm site profile (the shipped ones, the test fixtur
 written here for machines hpcdl does not ship), the
 harness (tests/slurm_cluster.py) starts slurmctld and two slurmd posing as two of the
 machine's nodes: its sockets, cores and hardware threads, the CPUs its Slurm counts (threads,
-or cores where the site schedules cores: Frontier), its core specialisation (the profile's
-reserved cores as CpuSpecList), its GPUs as GRES, its memory, features and partition. Then:
+or cores where the site schedules cores: Frontier), its core specialisation (CpuSpecList), its
+GPUs as GRES, its memory, features and partition. The hardware and the counting come from what
+the centre publishes (tests/published/<case>.yaml, slurm_nodes), not from the profile under
+test, wherever a published case has them; fixtures and the machines written here are posed
+from their own profile. Then:
 
   1. `sbatch --test-only` of the script exactly as rendered for the machine: Slurm itself
      says whether the directives can ever be allocated there (nodes, tasks, -c, GPUs,
