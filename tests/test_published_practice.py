@@ -7,10 +7,21 @@ A case names a shipped site, or a profile of its own (`profile:`) for a machine 
 ship, written from the centre's guide with no code change (docs/sites.md). A machine outside hpcdl's
 scope (ALCF Aurora's Intel GPUs) is a case whose profile must be `refused:` with one message naming
 the field (`matching`, a regular expression) and a non-zero exit.
+
+Matching is exact and reads only what runs: the launch line is split into argv (shlex) and cut into
+the launcher's own options, the runtime's words and the program; `launch` matches whole option
+tokens of the launcher's part (`--flag=value`, `--flag value`, jsrun's `-n4`), `runtime` whole
+tokens of the runtime's part, `env` exact `KEY=value` of what the script exports; comments never
+count. `placement` reads the plan each rank applies (its cores, GPUs, NIC). The mutation test
+(test_published_mutations.py) breaks each plan in the ways a wrong plan would be wrong and asserts
+that these checks notice.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
+import json
 import re
 import shlex
 from pathlib import Path
@@ -28,15 +39,23 @@ from hpcdl.sites.registry import SHIPPED, load_site_file
 PUBLISHED = Path(__file__).parent / "published"
 CASES = sorted(PUBLISHED.glob("*.yaml"))
 CHECK_KEYS = {
-    "what", "centre", "source", "request", "options", "launcher", "launch", "launch_absent", "runtime",
-    "directives", "directive_matching", "env", "env_absent", "modules", "rank_env", "script_absent",
+    "what", "centre", "source", "request", "options", "launcher", "launch", "launch_only", "launch_absent", "runtime",
+    "directives", "directive_matching", "env", "env_absent", "modules", "rank_env", "placement", "script_absent",
     "script_matching", "known_mismatch",
 }
+PLACEMENT_KEYS = {"cores", "gpus", "nic"}
 DIRECTIVE_PREFIX = {"slurm": "#SBATCH ", "lsf": "#BSUB ", "pbs": "#PBS "}
+PROGRAM = ["hpcdl", "train"]  # the trainer's first words: what follows the runtime on the launch line
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+@functools.lru_cache(maxsize=None)
+def _case_file(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
 
 
 def _case(path: Path) -> dict:
-    return yaml.safe_load(path.read_text())
+    return copy.deepcopy(_case_file(path))
 
 
 def _checks():
@@ -47,42 +66,181 @@ def _checks():
 
 
 def _site(case: dict):
-    return load_site_file(PUBLISHED / case["profile"]) if "profile" in case else load_site(case["site"])
+    return _site_of(case.get("profile"), case.get("site"))
+
+
+@functools.lru_cache(maxsize=None)
+def _site_of(profile: str | None, name: str | None):
+    return load_site_file(PUBLISHED / profile) if profile else load_site(name)
+
+
+_PLANS: dict = {}
+
+
+def _plan(site, request: dict):
+    """The plan for a request, made once per site and request (the checks of a case share most)."""
+    key = (id(site), json.dumps(request, sort_keys=True))
+    if key not in _PLANS:
+        _PLANS[key] = (site, make_plan(site, JobRequest(**request)))
+    return _PLANS[key][1]
+
+
+def launcher_options(words: list[str]) -> list[list[str]]:
+    """The launcher's options after its name, one list of tokens per option: `--flag=value` and `-n4`
+    alone, `--flag value` / `-n 16` / `-x NAME` as a pair (a value never starts with '-')."""
+    options, i = [], 1
+    while i < len(words):
+        word = words[i]
+        takes_value = word.startswith("-") and "=" not in word and i + 1 < len(words) and not words[i + 1].startswith("-")
+        options.append(words[i : i + 2] if takes_value else [word])
+        i += 2 if takes_value else 1
+    return options
+
+
+def option_is(tokens: list[str], option: str, value=None) -> bool:
+    """Whether one launcher option (its tokens) is `option`, with exactly `value` where given."""
+    first = tokens[0]
+    if len(tokens) == 2:
+        return first == option and (value is None or tokens[1] == str(value))
+    if first == option:
+        return value is None
+    if first.startswith(option + "="):
+        return value is None or first == f"{option}={value}"
+    if len(option) == 2 and option[0] == "-" and option[1] != "-" and first.startswith(option) and "=" not in first:
+        return value is None or first == option + str(value)  # jsrun -n12, -bpacked:7
+    return False
 
 
 class Rendered:
+    """A rendered job as it runs: directives, exported variables, modules, and the launch line cut
+    into the launcher's options, the runtime's words and the program. Comments are not read."""
+
     def __init__(self, site, script: str):
         self.site, self.script = site, script
         lines = script.splitlines()
         prefix = DIRECTIVE_PREFIX.get(site.scheduler, "#")
         self.directives = [line[len(prefix):] for line in lines if line.startswith(prefix)]
-        self.exports = {}
-        for line in lines:
-            if line.startswith("export ") and "=" in line:
-                words = shlex.split(line[len("export "):])
-                for w in words:
-                    name, _, value = w.partition("=")
-                    self.exports[name] = value
-        self.modules = [w for line in lines if line.startswith("module load ") for w in shlex.split(line)[2:]]
-        launch = [line for line in lines if line.endswith(" &") and " train " in line]
+        code = [line for line in lines if not line.lstrip().startswith("#")]
+        self.code = "\n".join(code)  # what a shell runs (and the plan it writes), with directives
+        self.code_and_directives = "\n".join(line for line in lines if line.startswith(prefix)
+                                             or not line.lstrip().startswith("#"))
+        assigned, exported, self.exports = {}, set(), {}
+        for line in code:
+            try:
+                words = shlex.split(line, comments=True) if line and not line.startswith((" ", "\t")) else []
+            except ValueError:  # a line of a here-document, not a command
+                continue
+            if words[:1] == ["export"]:
+                for word in words[1:]:
+                    name, eq, value = word.partition("=")
+                    self.exports[name] = value if eq else assigned.get(name, self.exports.get(name))
+            elif len(words) == 1 and ASSIGNMENT.match(words[0]):
+                name, _, value = words[0].partition("=")
+                assigned[name] = value
+        self.exports = {k: v for k, v in self.exports.items() if v is not None}
+        self.modules = [w for line in code if line.startswith("module load ") for w in shlex.split(line)[2:]]
+        launch = [line for line in code if line.endswith(" &") and " train " in line]
         assert len(launch) == 1, "one launch line"
         self.argv = shlex.split(launch[0][:-2])
         plan_json = script.split("<<'HPCDL_PLAN_JSON'\n", 1)[1].split("\nHPCDL_PLAN_JSON", 1)[0]
-        import json
-
         self.plan = json.loads(plan_json)
+        launcher = self.plan["launcher_argv"]
+        assert self.argv[: len(launcher)] == launcher, f"the launch line does not start with the plan's {launcher}"
+        program = max(i for i in range(len(self.argv)) if self.argv[i : i + len(PROGRAM)] == PROGRAM)
+        self.launcher = self.argv[: len(launcher)]
+        self.options = launcher_options(self.launcher)
+        self.runtime = self.argv[len(launcher) : program]
+        self.program = self.argv[program:]
 
 
-def _has_option(argv: list[str], option: str, value) -> bool:
-    value = None if value is None else str(value)
-    for i, word in enumerate(argv):
-        if value is None and (word == option or word.startswith(option + "=")):
-            return True
-        if word == f"{option}={value}" or (word == option and argv[i + 1 : i + 2] == [value]):
-            return True
-        if len(option) == 2 and option.startswith("-") and word == option + value:  # jsrun -n12, -bpacked:7
-            return True
-    return False
+def _has_option(job: Rendered, option: str, value) -> bool:
+    values = value if isinstance(value, list) else [value]
+    return all(any(option_is(tokens, option, None if v is None else str(v)) for tokens in job.options) for v in values)
+
+
+def _cores(text) -> list[int]:
+    """`[1, 2, 3]` or "1-7" or "1-7,9": the cores a placement check names."""
+    if isinstance(text, list):
+        return [int(c) for c in text]
+    out = []
+    for part in str(text).split(","):
+        a, _, b = part.partition("-")
+        out += list(range(int(a), int(b or a) + 1))
+    return out
+
+
+def effective_request(case: dict, check: dict) -> dict:
+    return {**case.get("request", {}), **check.get("request", {})}
+
+
+def checks_of_plan(case: dict, site, plan) -> list[dict]:
+    """The case's checks that ask about this plan (a check's own request may well give the same)."""
+    return [c for c in case["checks"] if _plan(site, effective_request(case, c)) == plan]
+
+
+def named_options(checks: list[dict]) -> set[str]:
+    """The launcher options these checks (of one plan) name: with `launch_only`, the launcher may
+    take no other (each is there because a centre's line has it)."""
+    return {o for c in checks for o in (c.get("launch") or {})}
+
+
+def judge(check: dict, job: Rendered, where: str = "", named: set[str] = frozenset()) -> list[str]:
+    """What in the rendered job differs from the check: one line per difference (empty: it follows).
+    named: the options the case's other checks name (for `launch_only`)."""
+    wrong = []
+    line = " ".join(job.launcher)
+    if "launcher" in check and job.argv[0] != check["launcher"]:
+        wrong.append(f"{where}: launcher {job.argv[0]}")
+    for option, value in (check.get("launch") or {}).items():
+        if not _has_option(job, option, value):
+            wrong.append(f"{where}: {option} {value} not among the launcher's options: {line}")
+    if check.get("launch_only"):
+        named = {*named, *(check.get("launch") or {})}
+        foreign = [" ".join(t) for t in job.options if not any(option_is(t, o) for o in named)]
+        if foreign:
+            wrong.append(f"{where}: launcher options beyond the centre's: {foreign}")
+    for prefix in check.get("launch_absent", ()):
+        if any(option_is(t, prefix) or t[0].startswith(prefix) for t in job.options):
+            wrong.append(f"{where}: {prefix} in {line}")
+    for word in check.get("runtime", ()):
+        if word not in job.runtime:
+            wrong.append(f"{where}: {word} is not a word of the runtime's part {job.runtime}")
+    for directive in check.get("directives", ()):
+        if directive not in job.directives:
+            wrong.append(f"{where}: no directive {directive!r} in {job.directives}")
+    for pattern in check.get("directive_matching", ()):
+        if not any(re.fullmatch(pattern, d) for d in job.directives):
+            wrong.append(f"{where}: no directive like {pattern!r}")
+    for name, value in (check.get("env") or {}).items():
+        if job.exports.get(name) != str(value):
+            wrong.append(f"{where}: {name}={job.exports.get(name)!r}, not {value!r}")
+    for name in check.get("env_absent", ()):
+        if name in job.exports:
+            wrong.append(f"{where}: {name} is set")
+    for module in check.get("modules", ()):
+        if module not in job.modules:
+            wrong.append(f"{where}: module {module} not loaded ({job.modules})")
+    for local_rank, env in (check.get("rank_env") or {}).items():
+        for rank in (r for r in job.plan["ranks"] if r["local_rank"] == int(local_rank)):
+            for name, value in env.items():
+                if rank["env"].get(name) != str(value):
+                    wrong.append(f"{where}: rank {rank['rank']}: {name}={rank['env'].get(name)!r}, not {value!r}")
+    for local_rank, want in (check.get("placement") or {}).items():
+        assert set(want) <= PLACEMENT_KEYS, f"{where}: placement: {sorted(set(want) - PLACEMENT_KEYS)}"
+        for rank in (r for r in job.plan["ranks"] if r["local_rank"] == int(local_rank)):
+            got = {"cores": rank["cores"], "gpus": rank["gpus"], "nic": rank["nic"]}
+            expected = {"cores": _cores(want["cores"]) if "cores" in want else None,
+                        "gpus": [int(g) for g in want["gpus"]] if "gpus" in want else None, "nic": want.get("nic")}
+            for key in want:
+                if got[key] != expected[key]:
+                    wrong.append(f"{where}: rank {rank['rank']} {key} {got[key]}, not {expected[key]}")
+    for text in check.get("script_absent", ()):
+        if text in job.code_and_directives:
+            wrong.append(f"{where}: the script holds {text!r}")
+    for pattern in check.get("script_matching", ()):
+        if not re.search(pattern, job.code_and_directives, re.M):
+            wrong.append(f"{where}: nothing the script runs matches {pattern!r}")
+    return wrong
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
@@ -124,40 +282,151 @@ def test_machine_outside_scope_is_refused_naming_the_field(path):
     assert re.search(case["refused"]["matching"], message), f"{path.name}: {message}"
 
 
+def render_case(path: Path, check: dict | None = None, plan_of=None):
+    """The site, and the job it renders for the case's request (and the check's own, if any).
+    plan_of: given the site and the plan, the plan to render instead (the mutation test's)."""
+    case = _case(path)
+    check = check or {}
+    site = _site(case)
+    options = JobOptions(**{**case.get("options", {}), **check.get("options", {})})
+    plan = _plan(site, effective_request(case, check))
+    if plan_of is not None:
+        plan = plan_of(site, plan)
+    return site, Rendered(site, render_job_script(site, plan, {}, options))
+
+
 @pytest.mark.parametrize("path,index", list(_checks()))
 def test_rendered_job_follows_published_practice(path, index):
     case = _case(path)
     check = case["checks"][index]
-    site = _site(case)
-    request = JobRequest(**{**case.get("request", {}), **check.get("request", {})})
-    options = JobOptions(**{**case.get("options", {}), **check.get("options", {})})
-    plan = make_plan(site, request)
-    job = Rendered(site, render_job_script(site, plan, {}, options))
-    where = f"{path.name} [{check['source']}: {check['centre']}]"
+    site, job = render_case(path, check)
+    named = named_options(checks_of_plan(case, site, _plan(site, effective_request(case, check))))
+    wrong = judge(check, job, f"{path.name} [{check['source']}: {check['centre']}]", named)
+    assert not wrong, "\n".join(wrong)
 
-    if "launcher" in check:
-        assert job.argv[0] == check["launcher"], f"{where}: launcher {job.argv[0]}"
-    for option, value in (check.get("launch") or {}).items():
-        assert _has_option(job.argv, option, value), f"{where}: {option} {value} not in {' '.join(job.argv)}"
-    for prefix in check.get("launch_absent", ()):
-        assert not any(w.startswith(prefix) for w in job.argv), f"{where}: {prefix} in {' '.join(job.argv)}"
-    for word in check.get("runtime", ()):
-        assert word in job.argv or word in " ".join(job.argv), f"{where}: {word} not in {' '.join(job.argv)}"
-    for directive in check.get("directives", ()):
-        assert directive in job.directives, f"{where}: no directive {directive!r} in {job.directives}"
-    for pattern in check.get("directive_matching", ()):
-        assert any(re.fullmatch(pattern, d) for d in job.directives), f"{where}: no directive like {pattern!r}"
-    for name, value in (check.get("env") or {}).items():
-        assert job.exports.get(name) == str(value), f"{where}: {name}={job.exports.get(name)!r}, not {value!r}"
-    for name in check.get("env_absent", ()):
-        assert name not in job.exports, f"{where}: {name} is set"
-    for module in check.get("modules", ()):
-        assert module in job.modules, f"{where}: module {module} not loaded ({job.modules})"
-    for local_rank, env in (check.get("rank_env") or {}).items():
-        rank = next(r for r in job.plan["ranks"] if r["node"] == 0 and r["local_rank"] == int(local_rank))
-        for name, value in env.items():
-            assert rank["env"].get(name) == str(value), f"{where}: local rank {local_rank}: {name}={rank['env'].get(name)!r}"
-    for text in check.get("script_absent", ()):
-        assert text not in job.script, f"{where}: the script holds {text!r}"
-    for pattern in check.get("script_matching", ()):
-        assert re.search(pattern, job.script, re.M), f"{where}: nothing in the script matches {pattern!r}"
+
+def test_matching_is_exact_and_reads_no_comments():
+    """The matcher itself: a flag inside another flag, a word of the trainer, a comment and a
+    variable's prefix are not the thing a check names."""
+    from types import SimpleNamespace
+
+    script = "\n".join([
+        "#!/bin/bash", "#SBATCH --nodes=2", "# srun --gpu ignore=me NCCL_NET=x", "export NCCL_NET='AWS Libfabric'",
+        "export FI_A=1 FI_B=2", "MASTER_ADDR=$(hostname)", "export MASTER_ADDR",
+        "cat > plan.json <<'HPCDL_PLAN_JSON'",
+        json.dumps({"launcher_argv": ["srun", "--gpus-per-node=4", "-n", "8", "--cpu-bind=cores"], "ranks": []}),
+        "HPCDL_PLAN_JSON",
+        "srun --gpus-per-node=4 -n 8 --cpu-bind=cores podman-hpc run --gpus hpcdl train r.json --gpu-bind none &",
+    ])
+    job = Rendered(SimpleNamespace(scheduler="slurm"), script)
+    assert job.launcher == ["srun", "--gpus-per-node=4", "-n", "8", "--cpu-bind=cores"]
+    assert job.runtime == ["podman-hpc", "run", "--gpus"] and job.program[:2] == ["hpcdl", "train"]
+    assert job.exports == {"NCCL_NET": "AWS Libfabric", "FI_A": "1", "FI_B": "2", "MASTER_ADDR": "$(hostname)"}
+    assert judge({"runtime": ["--gpus"], "launch": {"-n": 8, "--gpus-per-node": 4, "--cpu-bind": "cores"},
+                  "launch_only": True}, job) == []
+    assert judge({"runtime": ["--gpu"]}, job)  # a prefix of --gpus is not --gpu
+    assert judge({"launch": {"--gpu": None}}, job)  # nor of --gpus-per-node
+    assert judge({"launch": {"--gpu-bind": "none"}}, job)  # the trainer's words are not the launcher's
+    assert judge({"launch": {"-n": 8}, "launch_only": True}, job)  # two options beyond it
+    assert judge({"env": {"FI_A": "12"}}, job) and judge({"env": {"ignore": "me"}}, job)
+    assert judge({"script_matching": ["ignore=me"]}, job)  # comments never count
+    assert judge({"script_matching": ["^#SBATCH --nodes=2$"]}, job) == []
+
+
+# ---- the Slurm node each centre publishes (slurm_nodes:), posed by tests/test_slurm_shapes.py
+
+NODE_FACTS = {"source", "says", "sockets", "cores_per_socket", "threads_per_core", "cpus", "spec_cores", "gpus"}
+# Slurm sites whose node no centre page read here describes: posed from the profile, and said so
+UNPUBLISHED_NODES = {
+    "stampede2-skx": "no TACC page with the SKX node's cores and threads was read for this suite",
+    "volta-x86": "a generic machine: no centre publishes its node",
+}
+
+
+def slurm_node_facts(case: dict) -> dict:
+    return case.get("slurm_nodes") or {}
+
+
+SLURM_CASES = [p for p in CASES if not _case(p).get("refused") and _site(_case(p)).scheduler == "slurm"]
+SLURM_KINDS = [(p, kind) for p in SLURM_CASES for kind in _site(_case(p)).node_kinds]
+
+
+@pytest.mark.parametrize("path", SLURM_CASES, ids=[p.stem for p in SLURM_CASES])
+def test_every_slurm_site_poses_the_node_its_centre_publishes(path):
+    case = _case(path)
+    facts = slurm_node_facts(case)
+    if path.stem in UNPUBLISHED_NODES:
+        assert not facts, f"{path.stem}: has slurm_nodes; take it off UNPUBLISHED_NODES"
+        return
+    assert set(facts) == set(_site(case).node_kinds), f"{path.name}: slurm_nodes: one per node kind"
+    for kind, node in facts.items():
+        assert set(node) <= NODE_FACTS and {"source", "says", "sockets", "cores_per_socket", "threads_per_core",
+                                            "cpus"} <= set(node), f"{path.name}: slurm_nodes.{kind}: {sorted(node)}"
+        sources = node["source"] if isinstance(node["source"], list) else [node["source"]]
+        assert set(sources) <= set(case["sources"]), f"{path.name}: slurm_nodes.{kind}.source is not in sources"
+
+
+def slurm_refuses(facts: dict, plan, job: Rendered) -> str | None:
+    """Why a Slurm shaped like the published node would not run the job as the plan means it: a
+    task gets the cores `-c` buys there (CPUs per core as the centre's Slurm counts them, or one
+    where the job asks --threads-per-core=1); they must be the plan's and fit beside the
+    system's cores (None: it runs as planned)."""
+    cores = facts["sockets"] * facts["cores_per_socket"]
+    per_core = facts["cpus"] // cores
+    options = {t[0].split("=", 1)[0]: (t[0].split("=", 1) + [None])[1] for t in job.options if len(t) == 1}
+    directives = dict(d.split("=", 1) for d in job.directives if d.startswith("--") and "=" in d)
+    if (options.get("--threads-per-core") or directives.get("--threads-per-core")) == "1":
+        per_core = 1
+    asked = options.get("--cpus-per-task") or directives.get("--cpus-per-task")
+    if asked is None:
+        return None  # ibrun and the like: the launcher places the ranks, Slurm gives whole nodes
+    planned = len(plan.local_ranks()[0].cores)
+    given = -(-int(asked) // per_core)
+    if given != planned:
+        return (f"-c {asked} buys {given} core(s) per task on the published node ({per_core} CPU(s) per core), "
+                f"the plan means {planned}")
+    kept = set(facts.get("spec_cores", ())) & {c for r in plan.local_ranks() for c in r.cores}
+    if kept:
+        return f"the plan puts ranks on cores {sorted(kept)}, which Slurm keeps for the system there"
+    free = cores - len(facts.get("spec_cores", ()))
+    if plan.ranks_per_node * given > free:
+        return f"{plan.ranks_per_node} tasks x {given} cores is more than the {free} cores Slurm gives jobs"
+    return None
+
+
+def _kind_job(site, case: dict, kind: str):
+    request = {**case.get("request", {}), "node_kind": kind}
+    node = site.node_kinds[kind]
+    request["use_gpus"] = bool(node.gpus)
+    plan = make_plan(site, JobRequest(**request))
+    return plan, Rendered(site, render_job_script(site, plan, {}, JobOptions(**case.get("options", {}))))
+
+
+PUBLISHED_KINDS = [(p, k) for p, k in SLURM_KINDS if k in slurm_node_facts(_case(p))]
+
+
+@pytest.mark.parametrize("path,kind", PUBLISHED_KINDS, ids=[f"{p.stem}-{k}" for p, k in PUBLISHED_KINDS])
+def test_the_plan_runs_as_planned_on_the_published_node(path, kind):
+    case = _case(path)
+    site = _site(case)
+    plan, job = _kind_job(site, case, kind)
+    assert slurm_refuses(case["slurm_nodes"][kind], plan, job) is None
+
+
+@pytest.mark.parametrize("path,kind", PUBLISHED_KINDS, ids=[f"{p.stem}-{k}" for p, k in PUBLISHED_KINDS])
+def test_a_profile_counting_cpus_wrongly_is_refused_on_the_published_node(path, kind):
+    """The profile says Slurm counts twice the CPUs per core the centre's Slurm does (a hardware
+    thread too many, as a profile written without `scontrol show node` would): its -c buys twice
+    the cores on the real node, more than the node holds."""
+    case = _case(path)
+    site = _site(case)
+    facts = case["slurm_nodes"][kind]
+    counted = 2 * facts["cpus"] // (facts["sockets"] * facts["cores_per_socket"])
+    node = site.node_kinds[kind]
+    wrong = node.model_copy(update={"threads_per_core": max(node.threads_per_core, counted),
+                                    "scheduler_cpus_per_core": counted})
+    site = site.model_copy(update={"node_kinds": {**site.node_kinds, kind: wrong}})
+    plan, job = _kind_job(site, case, kind)
+    if not job.options and not any(d.startswith("--cpus-per-task") for d in job.directives):
+        pytest.skip(f"{site.launcher}: Slurm is asked for whole nodes, the launcher places the ranks")
+    assert slurm_refuses(facts, plan, job), f"{path.stem} {kind}: the wrong counting passes"

@@ -4,8 +4,11 @@ For each node kind of each Slurm site profile (the shipped ones, the test fixtur
 written here for machines hpcdl does not ship), the
 harness (tests/slurm_cluster.py) starts slurmctld and two slurmd posing as two of the
 machine's nodes: its sockets, cores and hardware threads, the CPUs its Slurm counts (threads,
-or cores where the site schedules cores: Frontier), its core specialisation (the profile's
-reserved cores as CpuSpecList), its GPUs as GRES, its memory, features and partition. Then:
+or cores where the site schedules cores: Frontier), its core specialisation (CpuSpecList), its
+GPUs as GRES, its memory, features and partition. The hardware and the counting come from what
+the centre publishes (tests/published/<case>.yaml, slurm_nodes), not from the profile under
+test, wherever a published case has them; fixtures and the machines written here are posed
+from their own profile. Then:
 
   1. `sbatch --test-only` of the script exactly as rendered for the machine: Slurm itself
      says whether the directives can ever be allocated there (nodes, tasks, -c, GPUs,
@@ -35,6 +38,8 @@ import pytest
 
 from conftest import FIXTURE_SITES
 from slurm_cluster import NodeShape
+
+from hpcdl.sites.registry import SHIPPED as SHIPPED_DIR
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -100,6 +105,29 @@ def _slurm_site_kinds() -> list[tuple[str, str]]:
         if site.scheduler == "slurm":
             found += [(source, kind) for kind in site.node_kinds]
     return found
+
+
+def _published_facts(source: str, kind: str) -> dict | None:
+    """The node the machine's centre publishes (tests/published/<case>.yaml, slurm_nodes), where a
+    case covers this profile: the shipped site it names, or the profile file it carries."""
+    import yaml
+
+    published = Path(__file__).parent / "published"
+    for case_path in sorted(published.glob("*.yaml")):
+        case = yaml.safe_load(case_path.read_text())
+        covers = (case.get("site") and Path(source).resolve() == (SHIPPED_DIR / f"{case['site']}.yaml").resolve()) or (
+            case.get("profile") and Path(source).resolve() == (published / case["profile"]).resolve())
+        if covers:
+            return (case.get("slurm_nodes") or {}).get(kind)
+    return None
+
+
+def _shape(source: str, site, kind: str) -> NodeShape:
+    """The node a slurmd poses: as its centre publishes it where a published case has it, so a
+    profile that counts CPUs or reserves cores wrongly is judged by the real node; a fixture's or
+    an invented machine's own profile otherwise."""
+    facts = _published_facts(source, kind) if source not in UNSHIPPED else None
+    return NodeShape.from_published(site, kind, facts) if facts else NodeShape.from_site(site, kind)
 
 
 def _load(source: str):
@@ -213,7 +241,7 @@ def _expand(ranges: str) -> list[int]:
 def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters, tmp_path, source, kind):
     site = _load(source)
     node = site.node_kinds[kind]
-    shape = NodeShape.from_site(site, kind)
+    shape = _shape(source, site, kind)
     cluster = slurm_clusters.ensure(NODES, shape)
 
     # 1. the script as the machine would get it
@@ -224,7 +252,7 @@ def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters
         + "\n".join(line for line in script.read_text().splitlines() if line.startswith("#SBATCH")))
 
     # 2. one CPU per task more than the node's allocatable CPUs hold is refused
-    allocatable = (node.cores - len(shape.spec_cores)) * node.cpus_per_core
+    allocatable = (node.cores - len(shape.spec_cores)) * node.cpus_per_core  # in the profile's -c unit
     too_many = allocatable // plan.ranks_per_node + 1
     greedy = tmp_path / "greedy.sh"
     greedy.write_text(re.sub(r"(?m)^#SBATCH --cpus-per-task=\d+$", f"#SBATCH --cpus-per-task={too_many}",
@@ -277,3 +305,34 @@ def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters
             planned = {c for r in plan.local_ranks() for c in r.cores}
             assert planned <= cores, f"{name}: planned cores {sorted(planned - cores)} are not allocated"
             assert not cores & set(shape.spec_cores), f"{name}: Slurm allocated specialised cores"
+
+
+WRONG_COUNTING = ["frontier", "perlmutter"]
+
+
+@pytest.mark.parametrize("name", WRONG_COUNTING)
+def test_slurm_posed_from_the_centre_refuses_a_profile_that_counts_cpus_wrongly(slurm_clusters,
+                                                                                 tmp_path, name):
+    """The profile says Slurm counts twice the CPUs per core the centre's Slurm does: the node posed
+    from the centre's facts (not from that profile) refuses the job the profile renders."""
+    import yaml
+
+    case = yaml.safe_load((Path(__file__).parent / "published" / f"{name}.yaml").read_text())
+    source = str(SHIPPED_DIR / f"{case['site']}.yaml") if "site" in case else str(
+        Path(__file__).parent / "published" / case["profile"])
+    site = _load(source)
+    kind = next(iter(case["slurm_nodes"]))
+    facts = case["slurm_nodes"][kind]
+    shape = NodeShape.from_published(site, kind, facts)
+    counted = 2 * shape.cpus_per_core
+    node = site.node_kinds[kind]
+    wrong = node.model_copy(update={"threads_per_core": max(node.threads_per_core, counted),
+                                    "scheduler_cpus_per_core": counted})
+    wrong_site = site.model_copy(update={"node_kinds": {**site.node_kinds, kind: wrong}})
+    cluster = slurm_clusters.ensure(NODES, shape)
+    _, script = render(wrong_site, kind, tmp_path / "wrong", runnable=False)
+    proc = sbatch(cluster, "--test-only", script, cwd=tmp_path)
+    assert proc.returncode != 0, f"{name}: Slurm posed from the centre's facts took -c for {counted} CPUs per core"
+    _, script = render(site, kind, tmp_path / "right", runnable=False)
+    proc = sbatch(cluster, "--test-only", script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr

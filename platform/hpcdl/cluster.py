@@ -43,7 +43,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # Ports come from here, below Linux's ephemeral range (32768+, where outgoing connections and
@@ -160,6 +160,24 @@ class NodeShape:
             gpu_vendor=node.gpus[0].vendor if node.gpus else "nvidia", memory_mb=int(node.memory_gb * 1024),
             features=features, partition=defaults.partition or "debug",
             max_time=_slurm_minutes(site.defaults.max_time) if site.defaults.max_time else "INFINITE",
+        )
+
+
+    @classmethod
+    def from_published(cls, site, kind: str, facts: dict) -> "NodeShape":
+        """The node as its centre publishes it (facts: sockets, cores_per_socket, threads_per_core,
+        cpus: the CPUs Slurm counts on the node, spec_cores: the cores Slurm keeps for the system,
+        gpus), with only the job policy (partition, features, time limit, memory) from the profile.
+        A profile that declares the machine's CPU counting or reserved cores wrongly is then
+        judged by a Slurm shaped like the real node, not posed as wrongly as it is written."""
+        base = cls.from_site(site, kind)
+        cores = facts["sockets"] * facts["cores_per_socket"]
+        if facts["cpus"] % cores or not 1 <= facts["cpus"] // cores <= facts["threads_per_core"]:
+            raise ValueError(f"cpus: {facts['cpus']} is not 1 to threads_per_core CPUs for each of {cores} cores")
+        return replace(
+            base, sockets=facts["sockets"], cores_per_socket=facts["cores_per_socket"],
+            threads_per_core=facts["threads_per_core"], cpus_per_core=facts["cpus"] // cores,
+            spec_cores=tuple(facts.get("spec_cores", ())), gpus=facts.get("gpus", 0),
         )
 
 
