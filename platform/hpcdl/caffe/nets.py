@@ -652,11 +652,11 @@ def _convert(net, lines: list[int], path: Path, input_size, channels) -> tuple[d
     # each example's order of classes, so the accuracy of its output is the accuracy of its
     # input; any other TEST-only layer would change what is measured.
     train_index = {i for i, _ in layers_train}
-    test_made: dict[str, tuple[int, Any]] = {}  # blob -> the TEST-only layer that writes it
+    test_made: dict[str, Any] = {}  # blob -> the TEST-only layer that writes it
     for i, layer in layers_test:
         if i not in train_index and layer.type not in DATA_TYPES and layer.type != "Accuracy":
             for top in layer.top:
-                test_made[top] = (i, layer)
+                test_made[top] = layer
 
     def trained_blob(src: str | None, w: str) -> str:
         seen = set()
@@ -664,7 +664,7 @@ def _convert(net, lines: list[int], path: Path, input_size, channels) -> tuple[d
             if src not in test_made or src in seen:
                 raise _Refuse(f"{w}: bottom {src!r} is not produced by any layer of the TRAIN or TEST net")
             seen.add(src)
-            j, made = test_made[src]
+            made = test_made[src]
             if made.type != "Softmax" or len(made.bottom) != 1 or made.softmax_param.axis != 1:
                 raise _Refuse(f"{w}: it reads {src!r}, which the TEST-phase layer {made.name!r} ({made.type}) makes "
                               f"from the class scores; hpcdl measures accuracy on the trained net's class scores, "
@@ -895,8 +895,7 @@ def export_net(spec, data: dict | None = None, deploy: bool = False) -> str:
             layer.slice_param.slice_point.extend(int(x) for x in l.params.get("slice_point", []))
             continue
         _export_layer(net, l, cblob, aux_tops)
-    last = {l.top: l for l in layers}[spec.output]
-    if deploy and last.type != "Softmax":
+    if deploy and {l.top: l.type for l in layers}[spec.output] != "Softmax":
         # a zoo deploy file ends in the class probabilities its train_val's SoftmaxWithLoss
         # computed inside the loss: `layer { name: "prob" type: "Softmax" }` (BVLC AlexNet,
         # CaffeNet, GoogLeNet, KaimingHe's ResNets)
