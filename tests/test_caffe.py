@@ -342,16 +342,18 @@ def test_cifar10_quick_solver_chain_is_one_schedule(tmp_path):
 
 
 def test_cli_recipe_import_takes_the_net_and_batch(tmp_path):
+    """docs/caffe.md's chain, on Caffe's files as they ship: the net reads LMDB with no crop_size
+    and no Input shape, so the input size is given with --input-size."""
     ex = tmp_path / "examples" / "cifar10"
     ex.mkdir(parents=True)
-    _write(ex, "cifar10_quick_train_test.prototxt", CIFAR10_QUICK.replace(
-        'mean_file: "examples/cifar10/mean.binaryproto"', 'mean_file: "examples/cifar10/mean.binaryproto"\n    crop_size: 32'))
+    _write(ex, "cifar10_quick_train_test.prototxt", CIFAR10_QUICK)
     s1 = _write(ex, "cifar10_quick_solver.prototxt", CIFAR10_QUICK_SOLVER)
     s2 = _write(ex, "cifar10_quick_solver_lr1.prototxt", CIFAR10_QUICK_SOLVER_LR1)
     out = tmp_path / "cifar10_quick.yaml"
-    hpcdl("recipes", "import", s1, s2, "-o", out, check=True, cwd=tmp_path)
+    hpcdl("recipes", "import", s1, s2, "--input-size", "32", "-o", out, check=True, cwd=tmp_path)
     recipe = yaml.safe_load(out.read_text())
-    assert recipe["batch_size"] == 100 and recipe["test_batch_size"] == 100 and recipe["data"]["crop"] == 32
+    assert recipe["batch_size"] == 100 and recipe["test_batch_size"] == 100
+    assert recipe["data"] == {"source": "synthetic"}  # no crop, no mirror in Caffe's file
     assert recipe["stepvalue"] == [4000] and recipe["max_iter"] == 5000
     net = load_net(recipe["net"] if Path(recipe["net"]).is_absolute() else str(tmp_path / recipe["net"]))
     assert net.parameter_count == 145_578

@@ -392,6 +392,20 @@ def import_net(path: str | Path, input_size: int | None = None, channels: int | 
         raise HpcdlError(f"{path}:{msg}" if re.match(r"(\d+|\?): ", msg) else f"{path}: {msg}") from None
 
 
+def phase_data(path: str | Path, phase: str) -> dict:
+    """The data layer of one phase ("train" or "test") of a Caffe net file, as `_data_info` gives
+    it ({} when there is none). Only the data layers are read, so a test net's other layers
+    need not be ones hpcdl builds."""
+    path = Path(path)
+    net, text = read_text(path, "NetParameter", lenient=True)
+    if len(net.layers):
+        net = upgrade_v1(net, layer_lines(text, "layers"), path)
+    for layer in net.layer:
+        if layer.type in DATA_TYPES and _in_phase(layer, {"train": 0, "test": 1}[phase]):
+            return _data_info(layer)
+    return {}
+
+
 # V1LayerParameter.LayerType -> the LayerParameter type string (Caffe's UpgradeV1LayerType)
 V1_TYPES = {
     "NONE": "", "ABSVAL": "AbsVal", "ACCURACY": "Accuracy", "ARGMAX": "ArgMax", "BNLL": "BNLL", "CONCAT": "Concat",
@@ -539,8 +553,12 @@ def _convert(net, lines: list[int], path: Path, input_size, channels) -> tuple[d
     elif shape:
         size = shape[1:]
     else:
-        raise HpcdlError(f"{path}: the input size is not in the file (no crop_size, no Input shape); "
-                         f"give it with --input-size")
+        kind = first.get("type", "data")
+        source = f" reading {first['source']}" if first.get("source") else ""
+        raise HpcdlError(f"{path}: the net's input size is not in the file (its {kind} layer{source} has no "
+                         f"crop_size, and there is no Input shape): Caffe takes it from the images; give it "
+                         f"with --input-size (and --channels when they are not 3-channel, e.g. --input-size 28 "
+                         f"--channels 1 for MNIST)")
     chans = channels or (shape[0] if shape else (1 if (data.get("train") or {}).get("force_gray") else 3))
 
     # walk the TRAIN net: Caffe blob name -> hpcdl top; in-place layers get new names
@@ -629,6 +647,31 @@ def _convert(net, lines: list[int], path: Path, input_size, channels) -> tuple[d
         if weight:
             losses.append((blob[layer.bottom[0]], weight, layer.name))
 
+    # Caffe builds the TEST net too: a layer only it has (GoogLeNet-BN's `loss3/prob`, a Softmax
+    # over the classifier) may sit between the trained blobs and an Accuracy. A Softmax keeps
+    # each example's order of classes, so the accuracy of its output is the accuracy of its
+    # input; any other TEST-only layer would change what is measured.
+    train_index = {i for i, _ in layers_train}
+    test_made: dict[str, Any] = {}  # blob -> the TEST-only layer that writes it
+    for i, layer in layers_test:
+        if i not in train_index and layer.type not in DATA_TYPES and layer.type != "Accuracy":
+            for top in layer.top:
+                test_made[top] = layer
+
+    def trained_blob(src: str | None, w: str) -> str:
+        seen = set()
+        while src not in blob:
+            if src not in test_made or src in seen:
+                raise _Refuse(f"{w}: bottom {src!r} is not produced by any layer of the TRAIN or TEST net")
+            seen.add(src)
+            made = test_made[src]
+            if made.type != "Softmax" or len(made.bottom) != 1 or made.softmax_param.axis != 1:
+                raise _Refuse(f"{w}: it reads {src!r}, which the TEST-phase layer {made.name!r} ({made.type}) makes "
+                              f"from the class scores; hpcdl measures accuracy on the trained net's class scores, "
+                              f"which only a Softmax (over axis 1) leaves in the same order")
+            src = made.bottom[0]
+        return blob[src]
+
     metrics = []
     for i, layer in layers_test:
         if layer.type != "Accuracy":
@@ -636,10 +679,8 @@ def _convert(net, lines: list[int], path: Path, input_size, channels) -> tuple[d
         w = where(i, layer)
         if layer.accuracy_param.axis != 1 or layer.accuracy_param.HasField("ignore_label"):
             raise _Refuse(f"{w}: Accuracy with an axis other than 1 or an ignore_label is not supported")
-        src = layer.bottom[0] if layer.bottom else None
-        if src not in blob:
-            raise _Refuse(f"{w}: bottom {src!r} is not produced by a TRAIN-phase layer")
-        metrics.append({"name": layer.name, "bottom": blob[src], "top_k": int(layer.accuracy_param.top_k)})
+        src = trained_blob(layer.bottom[0] if layer.bottom else None, w)
+        metrics.append({"name": layer.name, "bottom": src, "top_k": int(layer.accuracy_param.top_k)})
 
     # the main output: the loss with the largest weight (the last of equals), or with no
     # loss (a deploy file) the top of the last layer
@@ -854,6 +895,14 @@ def export_net(spec, data: dict | None = None, deploy: bool = False) -> str:
             layer.slice_param.slice_point.extend(int(x) for x in l.params.get("slice_point", []))
             continue
         _export_layer(net, l, cblob, aux_tops)
+    if deploy and {l.top: l.type for l in layers}[spec.output] != "Softmax":
+        # a zoo deploy file ends in the class probabilities its train_val's SoftmaxWithLoss
+        # computed inside the loss: `layer { name: "prob" type: "Softmax" }` (BVLC AlexNet,
+        # CaffeNet, GoogLeNet, KaimingHe's ResNets)
+        taken = {l.name for l in layers} | set(cblob.values())
+        prob = net.layer.add(name="prob" if "prob" not in taken else f"{spec.output}/prob", type="Softmax")
+        prob.bottom.append(cblob[spec.output])
+        prob.top.append(prob.name)
     if not deploy:
         for top, weight in [(spec.output, 1.0), *spec.aux_outputs]:
             loss = net.layer.add(name=f"{top}/loss" if top != spec.output else "loss", type="SoftmaxWithLoss")

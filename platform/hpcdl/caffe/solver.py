@@ -65,9 +65,23 @@ def solver_fields(path: str | Path) -> tuple[dict[str, Any], list[str], Any]:
             raise HpcdlError(f"{where}: {field}: {shown!r} is not supported ({why})")
     if len(msg.weights) > 1:
         raise HpcdlError(f"{where}: weights: hpcdl starts from one .caffemodel (this solver lists {len(msg.weights)})")
-    for field in ("train_net_param", "net_param", "test_net_param", "train_state", "test_state"):
+    for field in ("train_net_param", "net_param", "test_net_param"):
         if _set(msg, field):
-            raise HpcdlError(f"{where}: {field} is not supported (give the net as a file with `net:`)")
+            raise HpcdlError(f"{where}: {field} (a net written inside the solver) is not supported; "
+                             f"put the net in its own file and name it with `net:`")
+    for field in ("train_state", "test_state"):
+        # a NetState picks layers by level and stage; hpcdl builds Caffe's default state (level 0, no
+        # stage), so a state that says only its phase, or nothing, builds the same net
+        if not _set(msg, field):
+            continue
+        value = getattr(msg, field)
+        states = list(value) if field == "test_state" else [value]  # test_state: one per test net
+        for state in states:
+            if state.level == 0 and not list(state.stage):
+                continue
+            raise HpcdlError(f"{where}: {field} with level {state.level} and stage {list(state.stage)} is not "
+                             f"supported: hpcdl builds each phase's net in Caffe's default NetState (level 0, no "
+                             f"stage); remove {field} and the `stage`/`min_level`/`max_level` rules it selects by")
     if len(msg.test_net) > 1 or len(msg.test_iter) > 1:
         raise HpcdlError(f"{where}: test_net/test_iter: hpcdl tests one net (this solver has several)")
     for field in IGNORED:
@@ -219,6 +233,38 @@ def import_recipe(paths: list[str | Path], net: str | None = None, name: str | N
     ordered["net"] = net or "NET"
     ordered.update(recipe)
     return ordered, notes, net_file
+
+
+def named_test_net(paths: list[str | Path]) -> str | None:
+    """The separate test net file (`test_net:`) the first solver naming one gives, resolved as `net:` is."""
+    for p in paths:
+        msg, _ = read_text(Path(p), "SolverParameter")
+        if msg.test_net:
+            return _resolve(msg.test_net[0], Path(p))
+    return None
+
+
+def test_net_fields(test_file: str, notes: list[str]) -> dict:
+    """What hpcdl takes from a solver's separate `test_net:` file: its data layer's batch size.
+
+    hpcdl tests the model it trains (the train net's layers) on the held-out data, so the
+    test net's layers are not built; its data layer says how many images a test iteration
+    takes, as a train_val file's TEST-phase data layer does. Said in one note either way.
+    """
+    from hpcdl.caffe.nets import phase_data
+
+    if not Path(test_file).is_file():
+        notes.append(f"test_net: {test_file} was not found, so its batch size is not imported "
+                     f"(test_batch_size defaults to batch_size)")
+        return {}
+    info = phase_data(test_file, "test")
+    if not info.get("batch_size"):
+        notes.append(f"test_net: {test_file} has no TEST data layer with a batch_size; the test runs the trained "
+                     f"net's layers on the held-out data")
+        return {}
+    notes.append(f"test_net: {test_file}: test_batch_size {info['batch_size']} from its data layer; the test runs "
+                 f"the trained net's layers on the held-out data (its own layers are not imported)")
+    return {"test_batch_size": int(info["batch_size"])}
 
 
 def _resolve(named: str, solver: Path) -> str:

@@ -17,7 +17,8 @@ Caffe's blob layouts, per layer type:
   Scale          gamma (C), beta (C) when bias_term
   PReLU          slopes (C), or a 0-axis blob (one value) when channel_shared
   Bias           bias (C) (the one-bottom form: a learned blob)
-Keras keeps convolution kernels as (kh, kw, in, out), one Conv2D per group, and Dense
+Keras keeps convolution kernels as (kh, kw, in, out), one Conv2D per group; a depthwise
+convolution (one group per input channel) as DepthwiseConv2D's (kh, kw, C, out/C); and Dense
 kernels as (in, out) (its flatten puts features in Caffe's (C, H, W) order first).
 """
 
@@ -192,7 +193,7 @@ def to_torch(model, blobs: dict[str, list[np.ndarray]]) -> list[str]:
 # ---------------------------------------------------------------- Keras
 
 def to_keras(model, spec, blobs: dict[str, list[np.ndarray]]) -> list[str]:
-    from hpcdl.nets.keras_build import keras_name
+    from hpcdl.nets.keras_build import is_depthwise, keras_name
 
     blobs = conform(spec, blobs)
     loaded = []
@@ -205,7 +206,11 @@ def to_keras(model, spec, blobs: dict[str, list[np.ndarray]]) -> list[str]:
         if t == "Convolution":
             w = arrs[0]
             g = layer.p("group", 1)
-            if g > 1:
+            if is_depthwise(layer):
+                # (C*k, 1, kh, kw), output c*k + m from input c -> DepthwiseConv2D's (kh, kw, C, k)
+                kernel = w.reshape(g, w.shape[0] // g, *w.shape[2:]).transpose(2, 3, 0, 1)
+                klayer.set_weights([kernel] + arrs[1:])
+            elif g > 1:
                 og = w.shape[0] // g
                 for i, conv in enumerate(klayer.convs):
                     part = [w[i * og:(i + 1) * og].transpose(2, 3, 1, 0)]

@@ -156,34 +156,51 @@ def recipes_import(
     net: Optional[str] = typer.Option(None, "--net", help="hpcdl net (name or YAML) instead of importing the solver's net"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="images per rank (default: the net's TRAIN data layer)"),
     name: Optional[str] = typer.Option(None, "--name", help="recipe name (default: the first solver's file name)"),
+    input_size: Optional[int] = typer.Option(None, "--input-size", min=1,
+                                             help="input side of the solver's net when its file has no crop_size or Input shape "
+                                                  "(a Data layer reading LMDB: 32 for CIFAR-10, 28 for MNIST)"),
+    channels: Optional[int] = typer.Option(None, "--channels", min=1,
+                                           help="input channels of the solver's net (default: from the file, else 3; MNIST: 1)"),
 ) -> None:
     """Turn a Caffe solver (or a chain of them) into an hpcdl recipe.
 
     The solver's `net:` file, when it is found, is imported beside the recipe
-    (RECIPE.net.yaml) and gives the batch sizes, crop and mirror.
+    (RECIPE.net.yaml) and gives the batch sizes, crop and mirror; with --net, an imported
+    net file's own `caffe.data` gives them.
     """
+    import yaml
+
     from hpcdl.caffe.nets import import_net
-    from hpcdl.caffe.solver import data_fields, import_recipe
+    from hpcdl.caffe.solver import data_fields, import_recipe, named_test_net, test_net_fields
     from hpcdl.caffe.yamlout import net_yaml, recipe_yaml
     from hpcdl.errors import HpcdlError
     from hpcdl.files import write_atomically
+    from hpcdl.nets.spec import net_path
     from hpcdl.train.recipe import recipe_from_dict
 
     recipe, notes, net_file = import_recipe(solvers, net=net, name=name)
+    test_file = named_test_net(solvers)
     net_text = None
     if net is None:
         if net_file is None or not Path(net_file).is_file():
             raise HpcdlError(f"recipes import: the solver's net {net_file!r} was not found; give --net (and --batch-size)")
-        net_data, net_notes = import_net(net_file)
+        net_data, net_notes = import_net(net_file, input_size=input_size, channels=channels)
         notes.extend(net_notes)
-        extra = data_fields((net_data.get("caffe") or {}).get("data") or {})
         net_text = net_yaml(net_data, source=Path(net_file).name)
         net_out = (output.with_suffix(".net.yaml") if output else Path(f"{recipe['name']}.net.yaml"))
         recipe["net"] = str(net_out)
-        for key, value in extra.items():
-            recipe.setdefault(key, value)
-        if any(layer.get("loss_weight") is not None for layer in net_data["layers"]):
-            recipe["aux_heads"] = True  # Caffe trains with every loss of the TRAIN net
+    else:
+        if input_size is not None or channels is not None:
+            raise HpcdlError("recipes import: --input-size and --channels shape the solver's own net; "
+                             "with --net the net file gives its input")
+        # an imported net file keeps its Caffe data layers under `caffe.data`; a bundled net has none
+        net_data = yaml.safe_load(net_path(net).read_text()) or {}
+    for key, value in data_fields((net_data.get("caffe") or {}).get("data") or {}).items():
+        recipe.setdefault(key, value)
+    if any(layer.get("loss_weight") is not None for layer in net_data.get("layers") or []):
+        recipe["aux_heads"] = True  # Caffe trains with every loss of the TRAIN net
+    if test_file is not None:
+        recipe.update(test_net_fields(test_file, notes))
     if batch_size is not None:
         recipe["batch_size"] = batch_size
     if "batch_size" not in recipe:

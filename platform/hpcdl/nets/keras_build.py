@@ -17,8 +17,14 @@ from keras import layers
 from hpcdl.nets.spec import NEURONS, Layer, NetSpec, _pair, crop_begin, neuron
 
 
-def _initializer(layer: Layer):
+def _initializer(layer: Layer, fan_ratio: dict[str, float] | None = None):
+    """The layer's weight filler as a Keras initializer.
+
+    `fan_ratio` (mode -> Keras' fan / Caffe's fan) corrects the variance-scaling fillers for
+    a kernel whose Keras shape gives other fans than Caffe's blob (a depthwise kernel).
+    """
     filler = layer.p("weight_filler") or {}
+    ratio = fan_ratio or {}
     kind = filler.get("type", "msra")
     if kind == "gaussian":
         return keras.initializers.RandomNormal(float(filler.get("mean", 0.0)), filler.get("std", 0.01))
@@ -30,12 +36,20 @@ def _initializer(layer: Layer):
         # Caffe's n: fan_in = in * kh * kw, fan_out = out * kh * kw, as Keras' fans
         mode = {"FAN_IN": "fan_in", "FAN_OUT": "fan_out", "AVERAGE": "fan_avg"}[filler.get("variance_norm", "FAN_IN")]
         if kind == "xavier":
-            return keras.initializers.VarianceScaling(1.0, mode=mode, distribution="uniform")
-        return keras.initializers.VarianceScaling(2.0, mode=mode, distribution="untruncated_normal")
+            return keras.initializers.VarianceScaling(1.0 * ratio.get(mode, 1.0), mode=mode, distribution="uniform")
+        return keras.initializers.VarianceScaling(2.0 * ratio.get(mode, 1.0), mode=mode, distribution="untruncated_normal")
     if filler:
         raise ValueError(f"layer {layer.name}: filler {kind!r} has no Keras builder (PyTorch builds it)")
     # He et al. (fan_out), as the PyTorch build's kaiming_normal_(mode="fan_out")
-    return keras.initializers.VarianceScaling(2.0, mode="fan_out", distribution="untruncated_normal")
+    return keras.initializers.VarianceScaling(2.0 * ratio.get("fan_out", 1.0), mode="fan_out",
+                                              distribution="untruncated_normal")
+
+
+def is_depthwise(layer: Layer) -> bool:
+    """A convolution with one group per input channel (MobileNet's `conv2_1/dw`: group ==
+    channels == num_output, or a multiple of them): Keras' DepthwiseConv2D computes it."""
+    g = layer.p("group", 1)
+    return g > 1 and layer.in_shape[0] == g and layer.p("num_output") % g == 0
 
 
 def _filler_initializer(filler: dict | None, default: float, where: str):
@@ -283,6 +297,14 @@ def _apply(layer: Layer, ins: list):
             use_bias=p.get("bias_term", True), kernel_initializer=_initializer(layer),
             bias_initializer=_bias_initializer(layer), name=name,
         )
+        if is_depthwise(layer):
+            # Caffe's blob (C*k, 1, kh, kw) has fan_in kh*kw and fan_out C*k*kh*kw; Keras' depthwise
+            # kernel (kh, kw, C, k) would give C*kh*kw and k*kh*kw
+            c, k = p["group"], p["num_output"] // p["group"]
+            fans = {"fan_in": c, "fan_out": 1.0 / c, "fan_avg": (c + k) / (1.0 + c * k)}
+            conv_args.pop("kernel_initializer")
+            return layers.DepthwiseConv2D(depth_multiplier=k, depthwise_initializer=_initializer(layer, fans),
+                                          **conv_args)(x)
         if p.get("group", 1) > 1:
             return GroupedConv2D(p["group"], p["num_output"], **conv_args)(x)
         return layers.Conv2D(p["num_output"], **conv_args)(x)
