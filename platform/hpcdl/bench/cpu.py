@@ -9,8 +9,8 @@
 4. spatial vs sample parallelism at a fixed mini-batch (the mesh net), and the activation
    memory per rank at 1, 2 and 4 ways.
 5. the PyTorch, TensorFlow and MXNet trainers against their bare loops, window by window in one
-   process, in CPU seconds (hpcdl.bench_frameworks);
-6. on a GPU node, ResNet-50, the JPEG pipeline and LARC (hpcdl.bench_gpu); skipped elsewhere.
+   process, in CPU seconds (hpcdl.bench.frameworks);
+6. on a GPU node, ResNet-50, the JPEG pipeline and LARC (hpcdl.bench.gpu); skipped elsewhere.
 
 `--only frameworks` or `--only gpu` measures that section alone and keeps the other
 figures of the previous run (the .json beside the report).
@@ -40,7 +40,7 @@ import yaml
 BARE_LOOP = r"""
 import json, sys, time
 import torch
-from hpcdl.bench_frameworks import Case, bare_pytorch
+from hpcdl.bench.frameworks import Case, bare_pytorch
 net, size, batch, threads, warmup, timed, channels_last = sys.argv[1:8]
 size, batch, threads, warmup, timed = int(size), int(batch), int(threads), int(warmup), int(timed)
 torch.set_num_threads(threads)
@@ -229,7 +229,7 @@ def run(out: Path, quick: bool = False, frameworks: bool = True) -> dict:
         results["spatial"] = spatial_section(work, quick)
         results["prediction"] = prediction_section(work)
     if frameworks:
-        from hpcdl.bench_frameworks import framework_rows
+        from hpcdl.bench.frameworks import framework_rows
 
         print("bench: PyTorch, TensorFlow and MXNet trainers vs bare loops, interleaved", flush=True)
         results["frameworks"] = framework_rows()
@@ -244,7 +244,7 @@ def run(out: Path, quick: bool = False, frameworks: bool = True) -> dict:
 
 
 def _gpu_section() -> dict:
-    from hpcdl.bench_gpu import gpu_rows
+    from hpcdl.bench.gpu import gpu_rows
 
     print("bench: GPU section (ResNet-50 bf16/fp16, JPEG pipeline, LARC)", flush=True)
     gpu = gpu_rows()
@@ -263,7 +263,7 @@ def run_only(section: str, out: Path) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             results["prediction"] = prediction_section(Path(tmp))
     elif section == "frameworks":
-        from hpcdl.bench_frameworks import framework_rows
+        from hpcdl.bench.frameworks import framework_rows
 
         results["frameworks"] = framework_rows()
         results["frameworks_measured"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
@@ -274,25 +274,16 @@ def run_only(section: str, out: Path) -> dict:
     return results
 
 
-def cpu_model() -> str:
-    """The CPU's model name, as /proc/cpuinfo gives it."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
 def _machine() -> str:
     import torch
+
+    from hpcdl.bench.machine import cpu_model
 
     return f"{os.cpu_count()} CPUs ({cpu_model()}), torch {torch.__version__}"
 
 
 def write_report(r: dict, out: Path) -> None:
-    from hpcdl.cli.output import write_atomically
+    from hpcdl.files import write_atomically
 
     plot = out.with_suffix(".png")
     _plot(r, plot)
@@ -361,13 +352,13 @@ def write_report(r: dict, out: Path) -> None:
     if r.get("prediction"):
         lines += _prediction_report(r["prediction"])
     if r.get("frameworks"):
-        from hpcdl.bench_frameworks import markdown_table
+        from hpcdl.bench.frameworks import markdown_table
 
         lines += [markdown_table(r["frameworks"])]
         if r.get("frameworks_measured"):
             lines += [f"(These rows measured again on {r['frameworks_measured']}, with `--only frameworks`; "
                       "the PyTorch rows above are from the run dated at the top.)", ""]
-    from hpcdl.bench_gpu import markdown
+    from hpcdl.bench.gpu import markdown
 
     lines += [markdown(r.get("gpu"))]
     write_atomically(out, "\n".join(lines))

@@ -7,7 +7,7 @@
    buffers) against torch's DataLoader with the same number of workers, and the trainer
    on that folder against the trainer on synthetic data;
 3. a LARC training step against an SGD one (the trainer, bf16, `type: LARC`), and the update
-   alone (hpcdl.train.optim.CaffeSGD on ResNet-50's parameters) for what LARC adds to it.
+   alone (hpcdl.train.backends.pytorch.optim.CaffeSGD on ResNet-50's parameters) for what LARC adds to it.
 
 Targets (issue 14): trainer >= 0.97 of the bare loop; bf16 >= 2,500 images/s on one H100;
 the JPEG pipeline >= 0.9 of the synthetic rate with 14 workers; LARC <= 1.05 of SGD.
@@ -107,7 +107,7 @@ def device_info(device: str = "cuda") -> dict:
     if device != "cuda":
         import os
 
-        from hpcdl.bench import cpu_model
+        from hpcdl.bench.machine import cpu_model
 
         return {"name": f"{os.cpu_count()} CPUs ({cpu_model()})", "memory_gib": None, "driver": "-", "cuda": None,
                 "cudnn": None, "torch": torch.__version__}
@@ -201,8 +201,8 @@ def loader_rates(root: Path, scale: Scale = FULL, device: str = "cuda") -> dict:
     import numpy as np
     import torch
 
+    from hpcdl.train.backends.pytorch.feed import AheadOfTime, DeviceFeed
     from hpcdl.train.data import Batches, load_dataset
-    from hpcdl.train.feed import AheadOfTime, DeviceFeed
     from hpcdl.train.recipe import DataSpec
 
     data = load_dataset(DataSpec(source="imagefolder", path=str(root), image_size=scale.size, holdout_fraction=0.01),
@@ -251,7 +251,7 @@ def optimizer_step_ms(rule: str, scale: Scale = FULL, device: str = "cuda") -> f
 
     from hpcdl.nets import load_net
     from hpcdl.nets.torch_build import build_torch, parameter_multipliers
-    from hpcdl.train.optim import CaffeSGD, ParamSlot
+    from hpcdl.train.backends.pytorch.optim import CaffeSGD, ParamSlot
 
     net = build_torch(load_net(scale.net, num_classes=1000, image_size=scale.size)).to(device)
     slots = [ParamSlot(n, t, lr, d) for n, t, lr, d in parameter_multipliers(net)]
@@ -336,7 +336,7 @@ def markdown(gpu: dict | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcdl.bench_gpu", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m hpcdl.bench.gpu", description=__doc__.splitlines()[0])
     parser.add_argument("--rehearsal", action="store_true", help="every path at toy sizes (seconds): a smoke run")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu only makes sense with --rehearsal")
     parser.add_argument("--json", type=Path, help="write the figures here too")
