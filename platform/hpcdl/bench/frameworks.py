@@ -77,8 +77,12 @@ def _images(case: Case):
     return data.train.images, data.train.labels
 
 
-def bare_pytorch(case: Case, channels_last: bool = False):
-    """The few lines everyone writes: torch.optim.SGD, a random in-memory batch per step."""
+def bare_pytorch(case: Case, channels_last: bool = False, compile: str = "none"):
+    """The few lines everyone writes: torch.optim.SGD, a random in-memory batch per step.
+
+    With `compile` (a torch.compile mode) the loop at its best: the model compiled, and SGD's
+    fused multi-tensor update (`fused=True`), so a compiled trainer is measured against the
+    best loop, not the eager one."""
     import numpy as np
     import torch
     import torch.nn.functional as F
@@ -89,7 +93,10 @@ def bare_pytorch(case: Case, channels_last: bool = False):
     torch.manual_seed(1)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     model = build_torch(load_net(case.net, num_classes=10, image_size=case.size)).to(memory_format=fmt)
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY,
+                                fused=compile != "none" or None)
+    if compile != "none":
+        model = torch.compile(model, mode=None if compile == "default" else compile, dynamic=False)
     images, labels = _images(case)
     rng = np.random.default_rng(1)
     model.train()

@@ -127,6 +127,20 @@ def choose_device(recipe: Recipe, me: RankInfo) -> torch.device:
     return torch.device("cpu")
 
 
+def compiled(model: torch.nn.Module, recipe: Recipe) -> torch.nn.Module:
+    """The training step's module under torch.compile, in the recipe's mode (as is for `none`).
+
+    What is compiled is the module the loop calls (DistributedDataParallel's, where there is
+    one: TorchDynamo then splits the graph at DDP's buckets so the allreduce still overlaps
+    backward). The net's own module, which evaluation and snapshots use, stays the eager one and
+    shares its parameters; the shapes are static, so no step compiles twice.
+    """
+    if recipe.compile == "none":
+        return model
+    mode = None if recipe.compile == "default" else recipe.compile
+    return torch.compile(model, mode=mode, dynamic=False)
+
+
 def choose_backend(recipe: Recipe, device: torch.device) -> str:
     if recipe.distributed != "auto":
         return recipe.distributed

@@ -29,6 +29,7 @@ from hpcdl.train.backends.pytorch.steps import (
     caffe_sgd,
     choose_backend,
     choose_device,
+    compiled,
     criterion,
     evaluate,
     make_comm,
@@ -83,7 +84,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     net = net.to(device=device, memory_format=memory_format)
     # gradient lag averages the gradients itself, a step late; otherwise DDP does, in buckets
     lag = GradientLag(net.parameters(), me.world_size, recipe.gradient_compression) if recipe.gradient_lag else None
-    model = comm.wrap(net, device, recipe) if lag is None else net
+    model = compiled(comm.wrap(net, device, recipe) if lag is None else net, recipe)
     optimizer = caffe_sgd(net, recipe)
     optimizer.lag = lag  # its lagged gradients travel in the optimizer's snapshot
     precision = Precision(recipe, device)
@@ -101,7 +102,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
         "start", net=spec.name, parameters=spec.parameter_count, data=data.name, ranks=me.world_size,
         nodes=context.get("nodes", 1), global_batch=global_batch, max_iter=max_iter, site=context.get("site"),
         framework="pytorch", distributed=backend, device=str(device), precision=recipe.precision,
-        channels_last=recipe.channels_last, iter=first_iter, plan=context.get("plan_summary"),
+        channels_last=recipe.channels_last, compile=recipe.compile, iter=first_iter, plan=context.get("plan_summary"),
         launcher=me.launcher, binding=context.get("binding"), threads=torch.get_num_threads(),
         data_workers=workers, **cuda_settings,
     )
