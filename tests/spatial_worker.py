@@ -18,8 +18,8 @@ import torch.distributed as dist
 
 from hpcdl.nets.spec import build_spec
 from hpcdl.nets.torch_build import build_torch
-from hpcdl.train.spatial.net import SpatialNet
-from hpcdl.train.spatial.parallel import loss_part, make_layout, reduce_gradients, slab
+from hpcdl.train.backends.pytorch.spatial.net import SpatialNet
+from hpcdl.train.backends.pytorch.spatial.parallel import loss_part, make_layout, reduce_gradients, slab
 
 
 def spec_of(case: dict):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcdl.bench_frameworks import Case, markdown_table, measure
+from hpcdl.bench.frameworks import Case, markdown_table, measure
 
 
 def test_framework_rows_render_as_a_table_with_the_trainer_to_bare_ratio_and_failures_said_in_words():

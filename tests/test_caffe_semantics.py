@@ -2,7 +2,7 @@
 
 The reference for an update is Caffe's SGDSolver (BVLC/caffe src/caffe/solvers/sgd_solver.cpp):
 ``V <- momentum V + rate lr_mult (g + weight_decay decay_mult W)``, ``W <- W - V``, which the
-PyTorch optimizer (hpcdl.train.optim.CaffeSGD) is tested to follow in tests/test_optim.py; the
+PyTorch optimizer (hpcdl.train.backends.pytorch.optim.CaffeSGD) is tested to follow in tests/test_optim.py; the
 first step is also written out here by hand from the autograd gradient.
 """
 
@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from framework_tools import in_mxnet, records, require_horovod, run
+
 from hpcdl.errors import HpcdlError
 from hpcdl.nets.spec import build_spec, load_net
 from hpcdl.nets.torch_build import build_torch
-from hpcdl.train.optim import CaffeSGD
+from hpcdl.train.backends.pytorch.optim import CaffeSGD
+from hpcdl.train.backends.pytorch.steps import param_slots
 from hpcdl.train.recipe import recipe_from_dict
-from hpcdl.train.torch_backend import param_slots
 
 # A conv and an inner product with Caffe's usual bias multipliers (lr_mult 2, decay_mult 0)
 TINY = {"input": {"channels": 2, "size": 3}, "layers": [
@@ -94,8 +94,8 @@ def test_tensorflow_takes_caffes_steps_with_the_nets_lr_mult_and_decay_mult(refe
     import tensorflow as tf
 
     from hpcdl.nets.keras_build import build_keras, keras_multipliers
+    from hpcdl.train.backends.tensorflow.trainer import KerasTrainer
     from hpcdl.train.ranks import RankInfo
-    from hpcdl.train.tf_backend import KerasTrainer
 
     spec = build_spec("tiny", TINY, SHAPE, 3)
     model = build_keras(spec)
@@ -133,7 +133,7 @@ import numpy as np
 import mxnet as mx
 from hpcdl.nets.gluon_build import build_gluon, gluon_multipliers
 from hpcdl.nets.spec import build_spec
-from hpcdl.train.mxnet_backend import GluonTrainer
+from hpcdl.train.backends.mxnet.trainer import GluonTrainer
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import recipe_from_dict
 p = json.load(sys.stdin)
@@ -173,7 +173,7 @@ import torch
 import horovod.torch as hvd
 from hpcdl.nets.spec import build_spec
 from hpcdl.nets.torch_build import build_torch
-from hpcdl.train.horovod_torch import HorovodTrainer
+from hpcdl.train.backends.horovod.trainer import HorovodTrainer
 from hpcdl.train.recipe import recipe_from_dict
 p = json.load(sys.stdin)
 hvd.init()
@@ -227,7 +227,7 @@ def test_clip_gradients_bounds_the_sum_over_iter_size_as_caffe_does():
     rule = SGDRule.from_recipe(recipe, [w0.shape])
     np.testing.assert_allclose(rule.step([w0], [mean], lr)[0], want, rtol=1e-12)
     tensor = torch.nn.Parameter(torch.tensor(w0))
-    from hpcdl.train.optim import ParamSlot
+    from hpcdl.train.backends.pytorch.optim import ParamSlot
     from hpcdl.train.update_rule import caffe_clip_bound
 
     opt = CaffeSGD([ParamSlot("w", tensor)], 0.0, WD, clip_gradients=caffe_clip_bound(recipe))
@@ -257,6 +257,7 @@ ALEXNET_PARAMETERS = 60_965_224     # BVLC bvlc_alexnet/train_val.prototxt at cr
 
 def test_every_backend_builds_the_net_at_the_crop_size_as_caffe_does():
     from conftest import RECIPES
+
     from hpcdl.train.data import net_input_size
     from hpcdl.train.recipe import load_recipe
 
@@ -375,13 +376,13 @@ def test_keras_builds_googlenets_auxiliary_heads():
 
 
 def test_tensorflow_trains_with_caffes_weighted_auxiliary_loss(tmp_path):
-    from hpcdl.train.framework_loop import refuse_unsupported
     import keras
     import tensorflow as tf
 
     from hpcdl.nets.keras_build import build_keras
+    from hpcdl.train.backends.tensorflow.trainer import KerasTrainer
+    from hpcdl.train.framework_loop import refuse_unsupported
     from hpcdl.train.ranks import RankInfo
-    from hpcdl.train.tf_backend import KerasTrainer
 
     refuse_unsupported(tiny_recipe(aux_heads=True), "tensorflow")  # no longer refused
     spec = build_spec("aux", AUX, (2, 4, 4), 3, aux_heads=True)
@@ -403,7 +404,7 @@ import mxnet as mx
 from hpcdl.nets import load_net
 from hpcdl.nets.gluon_build import build_gluon, trainable_parameter_count
 from hpcdl.nets.spec import build_spec
-from hpcdl.train.mxnet_backend import GluonTrainer
+from hpcdl.train.backends.mxnet.trainer import GluonTrainer
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import recipe_from_dict
 p = json.load(sys.stdin)
@@ -476,6 +477,7 @@ def test_gluon_pooling_drops_a_last_window_that_starts_in_the_padding():
 
 def test_the_cifar10_quick_recipe_is_caffes_quick_solver_pair():
     from conftest import RECIPES
+
     from hpcdl.train.data import resolve_transform
     from hpcdl.train.recipe import load_recipe
     from hpcdl.train.schedule import Schedule
@@ -552,6 +554,7 @@ def test_image_files_under_caffes_transform_are_bgr_pixels_minus_mean_value(tmp_
 
 def test_the_defaults_that_differ_from_caffe_proto_are_stated_in_the_trainer_docs():
     from conftest import ROOT
+
     from hpcdl.train.recipe import Recipe
 
     text = (ROOT / "docs" / "trainer.md").read_text()

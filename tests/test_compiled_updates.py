@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from framework_tools import in_mxnet
+
 from hpcdl.train.update_rule import SGDRule
 
 SHAPES = [(4, 3, 2, 2), (4,), (5, 4), (5,)]
@@ -44,7 +44,7 @@ def test_the_compiled_tensorflow_update_takes_the_numpy_rules_steps(case):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    from hpcdl.train.tf_update import CompiledUpdate
+    from hpcdl.train.backends.tensorflow.update import CompiledUpdate
 
     rule, extra = CASES[case]
     weights, grads = problem()
@@ -65,7 +65,7 @@ MX_CODE = """
 import json, sys
 import numpy as np
 import mxnet as mx
-from hpcdl.train.mxnet_update import FusedUpdate
+from hpcdl.train.backends.mxnet.update import FusedUpdate
 from hpcdl.train.update_rule import SGDRule
 p = json.load(sys.stdin)
 

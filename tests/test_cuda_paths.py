@@ -39,7 +39,7 @@ def test_the_tf32_switches_are_set_through_one_api_so_every_reader_agrees(restor
     """PyTorch >= 2.9 keeps the legacy allow_tf32 flags and the fp32_precision settings side by
     side; setting some through one and some through the other makes a later legacy read (a
     library's torch.get_float32_matmul_precision()) raise "mix of the legacy and new APIs"."""
-    from hpcdl.train.cuda_settings import apply_cuda_settings
+    from hpcdl.train.backends.pytorch.cuda_settings import apply_cuda_settings
 
     done = apply_cuda_settings(recipe(tf32=tf32, cudnn_benchmark=False), CUDA)
     assert done == {"cudnn_benchmark": False, "tf32": tf32}
@@ -54,7 +54,7 @@ def test_the_tf32_switches_are_set_through_one_api_so_every_reader_agrees(restor
 def test_the_spatial_trainer_applies_the_recipes_gpu_settings_as_the_plain_one_does(monkeypatch):
     """On a GPU the spatial loop ran with PyTorch's defaults (no cuDNN autotuning, TF32
     convolutions even under tf32: highest): it must apply the recipe's, and say so."""
-    from hpcdl.train.spatial import loop
+    from hpcdl.train.backends.pytorch.spatial import loop
 
     seen = []
 
@@ -80,7 +80,7 @@ def test_the_spatial_trainer_applies_the_recipes_gpu_settings_as_the_plain_one_d
 def test_the_gpu_bench_reads_the_driver_version_without_nvidia_smi(tmp_path, monkeypatch):
     """`tools/gpu-node.sh tests` starts with the GPU bench's rehearsal under `set -e`: a node whose
     container has the GPU but no nvidia-smi (FileNotFoundError) lost the whole test stage."""
-    from hpcdl.bench_gpu import driver_version
+    from hpcdl.bench.gpu import driver_version
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi on it
     proc = tmp_path / "version"

@@ -13,13 +13,13 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from framework_tools import missing
+from test_train import records, train_here, write_recipe
+
 from hpcdl.errors import HpcdlError
-from hpcdl.train.dali_feed import batch_plan, check_device, import_dali, normalisation
+from hpcdl.train.backends.pytorch.dali_feed import batch_plan, check_device, import_dali, normalisation
 from hpcdl.train.data import Batches, FileImages, Split
 from hpcdl.train.recipe import recipe_from_dict
-from test_train import records, train_here, write_recipe
 
 
 def encoded_images(n: int, size: int, fmt: str = "PNG") -> dict[str, bytes]:
@@ -85,7 +85,7 @@ def test_a_cpu_rank_is_refused_before_the_data_set_is_read(tmp_path):
 
 
 def test_without_dali_installed_one_line_says_what_to_install(monkeypatch):
-    from hpcdl.train.dali_feed import dali_package
+    from hpcdl.train.backends.pytorch.dali_feed import dali_package
 
     assert (dali_package("12.8"), dali_package("13.0")) == ("nvidia-dali-cuda120", "nvidia-dali-cuda130")
     wheel = dali_package()  # for this PyTorch's CUDA (cuda120 for a CPU build)

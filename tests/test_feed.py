@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_train import records, train_here, write_recipe
 
 from hpcdl.errors import HpcdlError
+from hpcdl.train.backends.pytorch.feed import AheadOfTime, DeviceFeed, default_workers
 from hpcdl.train.data import Batches, Split
-from hpcdl.train.feed import AheadOfTime, DeviceFeed, default_workers
-from test_train import records, train_here, write_recipe
 
 
 def split(n=200, size=12):
@@ -95,7 +95,7 @@ def test_on_a_gpu_the_next_batch_is_copied_from_pinned_memory_on_a_side_stream()
 def test_the_decode_slots_fit_in_half_of_dev_shm_and_too_little_is_one_line(tmp_path):
     import os
 
-    from hpcdl.train.feed import slot_count
+    from hpcdl.train.backends.pytorch.feed import slot_count
 
     assert slot_count(14, 1000, shm=str(tmp_path)) == 29  # 2 per worker and the loop's, where room is plenty
     assert slot_count(2, 1000, depth=3, shm=str(tmp_path)) == 3

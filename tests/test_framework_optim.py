@@ -1,5 +1,5 @@
 """The optimizer rules TensorFlow and MXNet share (hpcdl.train.update_rule), against updates
-computed by hand and against the PyTorch optimizer (hpcdl.train.optim.CaffeSGD).
+computed by hand and against the PyTorch optimizer (hpcdl.train.backends.pytorch.optim.CaffeSGD).
 
 The framework checks train one step of a tiny linear classifier z = W x + b (3 classes,
 2 inputs, 4 images) whose softmax cross-entropy gradient is written out here:
@@ -15,10 +15,10 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from conftest import RECIPES
 from framework_tools import final_record, in_mxnet, mxnet_python, run
-from hpcdl.train.optim import CaffeSGD, ParamSlot
+
+from hpcdl.train.backends.pytorch.optim import CaffeSGD, ParamSlot
 from hpcdl.train.recipe import recipe_from_dict
 from hpcdl.train.update_rule import SGDRule
 
@@ -131,8 +131,8 @@ def tf_step():
     import keras
     import tensorflow as tf
 
+    from hpcdl.train.backends.tensorflow.trainer import KerasTrainer
     from hpcdl.train.ranks import RankInfo
-    from hpcdl.train.tf_backend import KerasTrainer
 
     def step(**fields):
         model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
@@ -184,7 +184,7 @@ import json, sys
 import numpy as np
 import mxnet as mx
 from mxnet.gluon import nn
-from hpcdl.train.mxnet_backend import GluonTrainer
+from hpcdl.train.backends.mxnet.trainer import GluonTrainer
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import recipe_from_dict
 payload = json.load(sys.stdin)

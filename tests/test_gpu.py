@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import RECIPES
 from test_train import final_weights, records, write_recipe
 
@@ -52,7 +51,7 @@ def test_a_run_resumed_on_the_gpu_takes_the_uninterrupted_runs_steps(tmp_path):
 
 NCCL_DDP = r"""
 import os, torch, torch.distributed as dist
-from hpcdl.train.gradients import compress_hook
+from hpcdl.train.backends.pytorch.gradients import compress_hook
 from hpcdl.train.ranks import process_group_backend
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
 torch.cuda.set_device(0)

@@ -6,12 +6,12 @@ import re
 
 import pytest
 import torch
-
 from conftest import RECIPES
-from hpcdl.errors import HpcdlError
-from hpcdl.train.gradients import GradientLag, ddp_kwargs
-from hpcdl.train.recipe import recipe_from_dict
 from test_train import assert_same_weights, final_weights, records, run_ranks, write_recipe
+
+from hpcdl.errors import HpcdlError
+from hpcdl.train.backends.pytorch.gradients import GradientLag, ddp_kwargs
+from hpcdl.train.recipe import recipe_from_dict
 
 
 def recipe(**fields):

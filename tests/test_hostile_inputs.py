@@ -13,11 +13,11 @@ import subprocess
 
 import pytest
 import yaml
-
 from conftest import FIXTURE_SITES, RECIPES, hpcdl, shellcheck
+
 from hpcdl.errors import HpcdlError
 from hpcdl.executors.local import job_environment
-from hpcdl.render.shell import path_with_variables, slurm_directive_value
+from hpcdl.shell import path_with_variables, slurm_directive_value
 
 
 def payloads() -> list[str]:

@@ -4,7 +4,6 @@ dist_sync parameter-server job (scheduler, server and 2 workers) on this node.""
 from __future__ import annotations
 
 import pytest
-
 from conftest import RECIPES
 from framework_tools import final_record, mxnet_python, run
 
@@ -26,7 +25,7 @@ def test_mxnet_trains_cifar10_quick_on_digits_in_one_process(tmp_path):
 def test_mxnet_dist_sync_kvstore_trains_two_workers_with_equal_weights(tmp_path):
     python = mxnet_python()
     results = tmp_path / "results.jsonl"
-    run([python, "-m", "hpcdl.train.mxnet_kvstore", "--workers", "2", "--servers", "1", "--",
+    run([python, "-m", "hpcdl.train.backends.mxnet.kvstore", "--workers", "2", "--servers", "1", "--",
          python, "-m", "hpcdl.train", RECIPES / "digits-quick.yaml", "--framework", "mxnet", "--max-iter", "200",
          "--results", results])
     final = final_record(results)
@@ -60,7 +59,7 @@ def test_mxnet_resume_from_a_snapshot_continues_as_the_uninterrupted_run(tmp_pat
 
 def test_mxnet_refuses_several_ranks_without_the_parameter_server_roles():
     from hpcdl.errors import HpcdlError
-    from hpcdl.train.mxnet_backend import kvstore_kind
+    from hpcdl.train.backends.mxnet.trainer import kvstore_kind
 
     assert kvstore_kind({}, 1) == "local"
     assert kvstore_kind({"DMLC_ROLE": "worker", "DMLC_NUM_WORKER": "2"}, 2) == "dist_sync"

@@ -6,8 +6,8 @@ import json
 
 import pytest
 import torch
-
 from conftest import hpcdl
+
 from hpcdl.errors import HpcdlError
 from hpcdl.nets import list_nets, load_net
 from hpcdl.nets.spec import build_spec
@@ -126,8 +126,8 @@ def test_hpcdl_nets_json_lists_every_net_with_its_parameter_count():
 
 
 def test_googlenet_trains_its_aux_heads_with_loss_weight_and_tests_on_the_main_head():
+    from hpcdl.train.backends.pytorch.steps import criterion
     from hpcdl.train.recipe import recipe_from_dict
-    from hpcdl.train.torch_backend import criterion
 
     torch.set_num_threads(1)
     spec = load_net("googlenet", num_classes=5, image_size=64, aux_heads=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hpcdl.train.optim import CaffeSGD, ParamSlot
+from hpcdl.train.backends.pytorch.optim import CaffeSGD, ParamSlot
 from hpcdl.train.recipe import recipe_from_dict
 from hpcdl.train.schedule import Schedule
 

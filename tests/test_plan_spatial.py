@@ -56,7 +56,7 @@ def test_render_lays_out_the_recipes_spatial_groups_and_refuses_groups_that_leav
 
 
 def test_the_trainer_refuses_a_recipe_that_disagrees_with_its_plan():
-    from hpcdl.train.spatial.loop import _check_plan
+    from hpcdl.train.backends.pytorch.spatial.loop import _check_plan
 
     _check_plan(None, 4, "rows")
     _check_plan({"ways": 4, "split": "rows"}, 4, "rows")

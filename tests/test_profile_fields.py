@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import shellcheck
+
 from hpcdl.errors import HpcdlError
 from hpcdl.plan import JobRequest, make_plan
 from hpcdl.render.jobscript import JobOptions, render_job_script
@@ -114,7 +114,7 @@ def test_every_rank_sees_every_gpu_and_picks_its_own():
 
 def test_the_trainer_drives_the_gpu_the_plan_names(monkeypatch):
     torch = pytest.importorskip("torch")
-    from hpcdl.train import torch_backend
+    from hpcdl.train.backends.pytorch.steps import choose_device
     from hpcdl.train.ranks import RankInfo
 
     picked = []
@@ -124,7 +124,7 @@ def test_the_trainer_drives_the_gpu_the_plan_names(monkeypatch):
     monkeypatch.setenv("HPCDL_GPU", "3")
     recipe = type("R", (), {"device": "auto"})()
     me = RankInfo(rank=1, world_size=2, local_rank=1, launcher="srun")
-    assert torch_backend.choose_device(recipe, me).index == 3 and picked == [3]
+    assert choose_device(recipe, me).index == 3 and picked == [3]
 
 
 def test_slingshot_gpu_jobs_without_the_nccl_plugin_say_so(tmp_path):

@@ -3,7 +3,7 @@
 Each reference follows the update its Caffe solver computes (BVLC/caffe
 src/caffe/solvers/*_solver.cpp, Caffe's solver tutorial), written element by element in
 plain float64 numpy: weight decay joins the gradient first (Regularize), then the type's
-own update is subtracted. The PyTorch optimizer (hpcdl.train.optim) and the numpy rule
+own update is subtracted. The PyTorch optimizer (hpcdl.train.backends.pytorch.optim) and the numpy rule
 that TensorFlow and MXNet share (hpcdl.train.update_rule) must both follow it.
 """
 
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from hpcdl.errors import HpcdlError
-from hpcdl.train.optim import CaffeSGD, ParamSlot
+from hpcdl.train.backends.pytorch.optim import CaffeSGD, ParamSlot
 from hpcdl.train.recipe import recipe_from_dict
 from hpcdl.train.update_rule import SGDRule
 

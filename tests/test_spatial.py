@@ -18,7 +18,7 @@ import torch
 
 from hpcdl.nets.spec import build_spec
 from hpcdl.nets.torch_build import build_torch
-from hpcdl.train.spatial.geometry import Grid, Window, bounds, segments
+from hpcdl.train.slabs import Grid, Window, bounds, segments
 
 HERE = Path(__file__).parent
 THREADS = {"OMP_NUM_THREADS": "1", "HPCDL_PROGRESS": "plain"}

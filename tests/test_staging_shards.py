@@ -8,9 +8,9 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import RECIPES, shellcheck
 from PIL import Image
 
-from conftest import RECIPES, shellcheck
 from hpcdl.errors import HpcdlError
 from hpcdl.executors.staging import node_index, parse_shard, shard_files, stage
 from hpcdl.plan import JobRequest, make_plan
@@ -116,10 +116,10 @@ def test_a_site_without_a_burst_buffer_asks_for_none_and_a_global_shuffle_copies
 
 
 def test_under_a_node_shuffle_a_rank_reads_its_nodes_shard_with_the_smallest_nodes_epoch():
+    from hpcdl.train.backends.pytorch.steps import rank_batches
     from hpcdl.train.data import Dataset
     from hpcdl.train.ranks import RankInfo
     from hpcdl.train.recipe import recipe_from_dict
-    from hpcdl.train.torch_backend import rank_batches
 
     class PeersWithAShardOf30:  # this rank's node holds 40 images, the other node 30
         def max(self, value):

@@ -7,12 +7,12 @@ import re
 
 import numpy as np
 import pytest
-
 from conftest import RECIPES, hpcdl
 from framework_tools import final_record
+
 from hpcdl.errors import HpcdlError
+from hpcdl.train.backends.tensorflow.trainer import expand_nodelist, expand_tasks_per_node, tf_config, thread_counts
 from hpcdl.train.ranks import RankInfo
-from hpcdl.train.tf_backend import expand_nodelist, expand_tasks_per_node, tf_config, thread_counts
 
 ACCURACY = 0.85
 
@@ -150,8 +150,8 @@ class _Config:
     ({}, "auto", 0, "cpu", 0),
 ])
 def test_a_tensorflow_rank_sees_one_gpu_the_plans_or_its_local_ranks(monkeypatch, env, device, gpus, chosen, visible):
+    from hpcdl.train.backends.tensorflow.trainer import select_device
     from hpcdl.train.recipe import recipe_from_dict
-    from hpcdl.train.tf_backend import select_device
 
     for key in ("HPCDL_GPU",):
         monkeypatch.delenv(key, raising=False)
@@ -166,8 +166,8 @@ def test_a_tensorflow_rank_sees_one_gpu_the_plans_or_its_local_ranks(monkeypatch
 
 
 def test_a_tensorflow_rank_asked_for_cuda_without_a_gpu_is_refused():
+    from hpcdl.train.backends.tensorflow.trainer import select_device
     from hpcdl.train.recipe import recipe_from_dict
-    from hpcdl.train.tf_backend import select_device
 
     recipe = recipe_from_dict({"name": "r", "net": "cifar10_quick", "batch_size": 4, "base_lr": 0.1, "max_iter": 1,
                                "device": "cuda"}, "r")

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, shellcheck
 
 TOOLS = sorted((ROOT / "tools").glob("*.sh"))
@@ -40,7 +39,7 @@ def test_the_gpu_node_runbook_stops_where_pytorch_sees_no_gpu(tmp_path):
 def test_the_gpu_node_runbook_runs_the_tests_after_a_failed_rehearsal_and_still_fails(tmp_path):
     """One GPU session is too dear to lose its test results to the bench rehearsal's failure."""
     fake = tmp_path / "python"
-    fake.write_text('#!/bin/sh\ncase "$2" in\n  hpcdl.bench_gpu) echo rehearsal broke; exit 3 ;;\n'
+    fake.write_text('#!/bin/sh\ncase "$2" in\n  hpcdl.bench.gpu) echo rehearsal broke; exit 3 ;;\n'
                     '  pytest) echo tests ran ;;\nesac\nexit 0\n')
     fake.chmod(0o755)
     out = tmp_path / "out"

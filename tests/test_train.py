@@ -40,7 +40,7 @@ def write_recipe(folder: Path, name: str = "r", **fields) -> Path:
 
 def train_here(recipe_path: Path, results: Path | None = None) -> dict:
     """One rank in this process."""
-    from hpcdl.train.torch_backend import train
+    from hpcdl.train.backends.pytorch.trainer import train
 
     torch.set_num_threads(1)
     writer = ResultsWriter(str(results) if results else None, enabled=True, stream=io.StringIO())
@@ -142,9 +142,9 @@ def test_a_pipe_gets_plain_lines_and_a_terminal_a_progress_bar():
 
 
 def test_fp16_loss_scaling_skips_a_step_with_overflow_and_halves_the_scale():
-    from hpcdl.train.optim import CaffeSGD, ParamSlot
+    from hpcdl.train.backends.pytorch.optim import CaffeSGD, ParamSlot
+    from hpcdl.train.backends.pytorch.steps import Precision
     from hpcdl.train.recipe import recipe_from_dict
-    from hpcdl.train.torch_backend import Precision
 
     r = recipe_from_dict({"net": "cifar10_quick", "batch_size": 1, "base_lr": 0.1, "max_iter": 1, "precision": "fp16"}, "t")
     p = Precision(r, torch.device("cpu"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdl.bench import Case, trainer, write_report
+from hpcdl.bench.cpu import Case, trainer, write_report
 
 
 def test_the_report_states_each_ratio_and_links_its_plot(tmp_path):
@@ -78,9 +78,9 @@ def test_the_report_carries_spatial_against_sample_parallelism_and_memory_per_wa
 
 
 def test_without_a_gpu_the_report_says_the_gpu_section_was_skipped_and_what_is_left_to_measure(tmp_path):
-    from hpcdl.bench_gpu import gpu_rows, markdown
-
     import torch
+
+    from hpcdl.bench.gpu import gpu_rows, markdown
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the section is measured, not skipped")
@@ -91,7 +91,7 @@ def test_without_a_gpu_the_report_says_the_gpu_section_was_skipped_and_what_is_l
 
 
 def test_the_gpu_section_reports_device_ratios_and_goals(tmp_path):
-    from hpcdl.bench_gpu import markdown
+    from hpcdl.bench.gpu import markdown
 
     gpu = {"device": {"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.1, "driver": "570.1", "cuda": "12.8",
                       "cudnn": 91000, "torch": "2.11"},
@@ -110,7 +110,7 @@ def test_the_gpu_section_rehearses_every_path_on_the_cpu(tmp_path):
     """The GPU section's code (bare loop with autocast/GradScaler, the trainer at bf16/fp16, the JPEG folder through
     hpcdl's feed and torch's DataLoader, LARC against SGD) at toy sizes on the CPU: where no GPU is, this is the
     only run it gets, and a GPU node should not be the first to find a broken path."""
-    from hpcdl.bench_gpu import REHEARSAL, gpu_rows, markdown
+    from hpcdl.bench.gpu import REHEARSAL, gpu_rows, markdown
 
     gpu = gpu_rows(REHEARSAL, "cpu")
     assert [r["precision"] for r in gpu["rows"]] == ["bf16", "fp16"]

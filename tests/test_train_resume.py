@@ -10,10 +10,10 @@ import sys
 import time
 
 import pytest
-
-from hpcdl.train import checkpoint
-from hpcdl.train.torch_backend import PREEMPTED_EXIT
 from test_train import THREADS, assert_same_weights, final_weights, records, run_ranks, write_recipe
+
+from hpcdl.launch import PREEMPTED_EXIT
+from hpcdl.train import checkpoint
 
 ITERS = 40
 

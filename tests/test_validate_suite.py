@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from conftest import hpcdl, shellcheck
+
 from hpcdl.sites import Site, list_sites, load_site
 from hpcdl.validate.checks import ORDER
-from hpcdl.validate.jobs import SUITES, SuiteContext, scaling_points, thread_sweep_configs
+from hpcdl.validate.jobs import SUITES, SuiteContext, scaling_points, suite_jobs, thread_sweep_configs
 from hpcdl.validate.profile import write_profile
 from hpcdl.validate.references import References
 from hpcdl.validate.runner import render_validation_job
-from hpcdl.validate.suite import build_context, parse_nodes, select_checks, suite_jobs
+from hpcdl.validate.suite import build_context, parse_nodes, select_checks
 
 
 def knl_site() -> Site:

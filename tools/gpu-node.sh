@@ -48,7 +48,7 @@ tests)
     # every path of the GPU benchmark at toy sizes on the GPU first: seconds, and it fails loudly;
     # the tests run whatever it did (a GPU node's minutes are too dear to stop at the first failure)
     rehearsal=0
-    "$py" -m hpcdl.bench_gpu --rehearsal --device cuda --json "$out/rehearsal.json" 2>&1 |
+    "$py" -m hpcdl.bench.gpu --rehearsal --device cuda --json "$out/rehearsal.json" 2>&1 |
         tee "$out/rehearsal.txt" || rehearsal=$?
     tests=0
     "$py" -m pytest -m gpu -p no:cacheprovider -q -rA tests/test_gpu.py tests/test_optim.py tests/test_feed.py \

@@ -126,3 +126,7 @@ def _make_folder(path: Path, what: str, parents: bool = False) -> None:
         raise HpcdlError(f"{path}: {what} is a file, not a folder") from None
     except OSError as exc:
         raise HpcdlError(f"{path}: cannot create {what}: {exc.strerror}") from None
+
+
+# A PNG hpcdl writes carries no version or date, so the same results give the same pictures.
+PNG_METADATA = {"Software": None}

@@ -15,7 +15,8 @@ import subprocess
 import sys
 import time
 
-# the trainer's exit status after a SIGUSR1/SIGTERM snapshot (hpcdl.train.torch_backend)
+# Exit status of a rank that stopped on SIGUSR1/SIGTERM after writing its snapshot: EX_TEMPFAIL
+# from sysexits.h, "try again later", which is what a requeue does. Every backend exits with it.
 PREEMPTED_EXIT = 75
 
 

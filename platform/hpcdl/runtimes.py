@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hpcdl.plan.model import Plan
 from hpcdl.registry import Registry
-from hpcdl.render.shell import Expanding
+from hpcdl.shell import Expanding
 from hpcdl.sites.schema import Site
 
 

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from hpcdl.caffe.common import f32, read_text
+from hpcdl.caffe.solver_types import SOLVER_FIELDS as TYPE_FIELDS
+from hpcdl.caffe.solver_types import SOLVERS
 from hpcdl.errors import HpcdlError
-from hpcdl.train.update_rule import SOLVER_FIELDS as TYPE_FIELDS
-from hpcdl.train.update_rule import SOLVERS
 
 POLICIES = ("fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid")
 IGNORED = ("average_loss", "test_initialization", "test_compute_loss", "debug_info", "solver_mode", "device_id",

@@ -8,8 +8,8 @@ from typing import List, Optional
 import typer
 
 from hpcdl.cli import app
-from hpcdl.cli.output import write_atomically
 from hpcdl.errors import HpcdlError
+from hpcdl.files import write_atomically
 
 images_app = typer.Typer(help="Container images: list the specs, render definitions, check compatibility.",
                          no_args_is_help=True)
@@ -143,7 +143,7 @@ def images_build(
     specs: Optional[Path] = SPECS,
 ) -> None:
     """Build images with the best tool here (what `make images` runs); cached by a hash of the recipe and inputs."""
-    from hpcdl.images.build import pick_builder, build
+    from hpcdl.images.build import build, pick_builder
 
     chosen = pick_builder(builder)
     all_specs = _specs(specs)

@@ -12,19 +12,18 @@ from rich.console import Console
 from rich.table import Table
 
 from hpcdl.cli import app
-from hpcdl.cli.output import console as make_console
+from hpcdl.cli.options import SiteOpt
 from hpcdl.cli.output import checked_output, write_atomically
+from hpcdl.cli.output import console as make_console
 from hpcdl.executors import executor_for
 from hpcdl.files import claim_run_folder
 from hpcdl.plan import JobRequest, Plan, make_plan
 from hpcdl.render import JobOptions, render_job_script
 from hpcdl.render.jobscript import DEFAULT_WARNING_SECONDS, _ranges, slug
-from hpcdl.render.shell import join, quote
+from hpcdl.shell import join, quote
 from hpcdl.sites import load_site
 from hpcdl.train.recipe import load_recipe
 
-SITE_HELP = "site profile name (see `hpcdl sites`); default: $HPCDL_SITE, which `module load hpcdl` sets"
-SiteOpt = typer.Option(..., "--site", "-s", envvar="HPCDL_SITE", show_envvar=False, help=SITE_HELP)
 NodesOpt = typer.Option(1, "--nodes", "-N", min=1, help="number of nodes")
 FrameworkOpt = typer.Option(None, "--framework", "-f", help="pytorch, tensorflow or mxnet (default: the recipe's, else pytorch)")
 RpnOpt = typer.Option(None, "--ranks-per-node", "-r", min=1, help="ranks per node (default: from the mode)")
@@ -428,7 +427,8 @@ def stage(
     shard: Optional[str] = typer.Option(None, "--shard", help="copy only this node's shard: NODE/NODES or auto/NODES"),
 ) -> None:
     """Copy a data set to node-local storage and check the copy (job scripts run this once per node)."""
-    from hpcdl.executors.staging import parse_shard, point_recipe_at, stage as stage_data
+    from hpcdl.executors.staging import parse_shard, point_recipe_at
+    from hpcdl.executors.staging import stage as stage_data
 
     if not no_copy:
         stage_data(source, dest, parse_shard(shard))

@@ -10,8 +10,8 @@ import typer
 from rich.table import Table
 
 from hpcdl.cli import app
+from hpcdl.cli.options import SiteOpt
 from hpcdl.cli.output import console as make_console
-from hpcdl.cli.jobs import SITE_HELP
 
 
 def parse_node_counts(text: str) -> list[int]:
@@ -40,7 +40,7 @@ def prediction_table(prediction, title: str | None = None) -> Table:
 @app.command()
 def predict(
     recipe: Path = typer.Argument(..., help="training recipe (YAML): its net, batch per rank, precision, framework"),
-    site: str = typer.Option(..., "--site", "-s", envvar="HPCDL_SITE", show_envvar=False, help=SITE_HELP),
+    site: str = SiteOpt,
     nodes: str = typer.Option("1,2,4,8,16,32,64", "--nodes", "-N", help="node counts, e.g. 1,2,4,...,1024"),
     scaling: str = typer.Option("weak", "--scaling", help="weak (batch per rank fixed) or strong (global batch fixed)"),
     ranks_per_node: Optional[int] = typer.Option(None, "--ranks-per-node", "-r", min=1, help="ranks per node"),
@@ -66,7 +66,8 @@ def predict(
 
     from hpcdl.errors import HpcdlError, validation_message
     from hpcdl.plan import JobRequest
-    from hpcdl.predict import Options, predict as run_prediction
+    from hpcdl.predict import Options
+    from hpcdl.predict import predict as run_prediction
     from hpcdl.predict.calibration import load_calibration
     from hpcdl.sites import load_site
     from hpcdl.train.recipe import load_recipe
@@ -110,8 +111,8 @@ def predict(
 
 
 def _save(site: str, cal, source: Optional[Path]) -> None:
-    from hpcdl.cli.output import write_atomically
     from hpcdl.errors import HpcdlError
+    from hpcdl.files import write_atomically
     from hpcdl.validate.references import find_references, references_search_path
 
     if cal is None or source is None or not (str(source).endswith(".jsonl") or Path(source).is_dir()):

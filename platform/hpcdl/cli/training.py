@@ -137,7 +137,7 @@ def nets_export(
 
         model = build_torch(spec)
         if weights is not None:
-            from hpcdl.caffe.snapshot import load_torch_snapshot
+            from hpcdl.train.backends.pytorch.snapshot import load_torch_snapshot
 
             load_torch_snapshot(model, weights)
         write_caffemodel(caffemodel, caffe.get("name", spec.name), from_torch(model))

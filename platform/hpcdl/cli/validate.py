@@ -11,14 +11,14 @@ import typer
 from rich.console import Console
 
 from hpcdl.cli import app
+from hpcdl.cli.options import SiteOpt
 from hpcdl.cli.output import checked_output, write_atomically
 from hpcdl.cli.output import console as make_console
-from hpcdl.cli.jobs import SITE_HELP
 
 
 @app.command()
 def validate(
-    site: str = typer.Option(..., "--site", "-s", envvar="HPCDL_SITE", show_envvar=False, help=SITE_HELP),
+    site: str = SiteOpt,
     suite: str = typer.Option("quick", "--suite", help="quick (minutes) or full"),
     nodes: Optional[str] = typer.Option(None, "--nodes", "-N", help="node counts for scaling, e.g. 1,2,4"),
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="results folder (default runs/validate-<site>-<time>)"),
@@ -103,9 +103,9 @@ def _show_jobs(ctx, selected, out_dir: Optional[Path], as_json: bool) -> None:
     """--list: the jobs the checks need; --dry-run: also their scripts, written, and the submit commands."""
     from hpcdl.executors import executor_for
     from hpcdl.plan import make_plan
-    from hpcdl.render.shell import join, quote
+    from hpcdl.shell import join, quote
+    from hpcdl.validate.jobs import suite_jobs
     from hpcdl.validate.runner import _hhmmss, render_validation_job
-    from hpcdl.validate.suite import suite_jobs
 
     jobs = suite_jobs(ctx, selected)
     executor = executor_for(ctx.site.scheduler)

@@ -26,8 +26,8 @@ import shutil
 import time
 from pathlib import Path
 
-from hpcdl.cli.output import write_atomically
 from hpcdl.errors import HpcdlError
+from hpcdl.files import write_atomically
 
 
 def _inventory(root: Path) -> dict[str, int]:

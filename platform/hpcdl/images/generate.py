@@ -20,7 +20,7 @@ from hpccm.primitives import baseimage, comment, copy, environment, label, raw, 
 from hpcdl import __version__
 from hpcdl.images.compat import check_image
 from hpcdl.images.spec import ImageSpec, version_tuple
-from hpcdl.render.shell import quote
+from hpcdl.shell import quote
 
 CONTAINERS = Path(__file__).resolve().parents[3] / "containers"
 FORMATS = {"singularity": ".def", "docker": ".Dockerfile"}

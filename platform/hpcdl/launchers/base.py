@@ -1,8 +1,12 @@
 from __future__ import annotations
 
-from hpcdl.plan.model import Plan
+from typing import TYPE_CHECKING
+
 from hpcdl.registry import Registry
 from hpcdl.sites.schema import Site
+
+if TYPE_CHECKING:  # the plan calls a launcher for its argv: the launcher only reads it
+    from hpcdl.plan.model import Plan
 
 
 class Launcher:

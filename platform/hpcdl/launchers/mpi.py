@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hpcdl.launchers.base import Launcher, cores_per_rank, launchers
-from hpcdl.plan.model import Plan
 from hpcdl.sites.schema import Site
+
+if TYPE_CHECKING:  # the plan calls a launcher for its argv: the launcher only reads it
+    from hpcdl.plan.model import Plan
 
 # set by the job script for torch.distributed's rendezvous; launchers that copy only named
 # variables to remote nodes must carry these too

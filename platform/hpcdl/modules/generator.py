@@ -14,6 +14,7 @@ from hpcdl.modules.images import ImageFrameworks, frameworks_for_site
 from hpcdl.modules.model import BINDS_SLOT, IMAGE_SLOT, ModulePath, ModuleSpec, Wrapper
 from hpcdl.plan import JobRequest, make_plan
 from hpcdl.runtimes import runtime_for
+from hpcdl.sites.project import with_project
 from hpcdl.sites.schema import Site
 
 DEFAULT_PREFIX = "/opt/hpcdl"
@@ -196,8 +197,6 @@ def container_argv(site: Site) -> tuple[tuple[str, ...], tuple[tuple[str, str, s
     on Summit exists only inside jobs that asked for the NVMe, and apptainer refuses to start
     with a missing bind source, which would break `python` on a login node.
     """
-    from hpcdl.render.jobscript import with_project
-
     try:
         # a project folder ({project}) is the job's account: Slurm sets $SLURM_JOB_ACCOUNT in a job,
         # and outside one the folder does not exist, so the wrapper leaves it unbound

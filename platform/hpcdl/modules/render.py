@@ -13,7 +13,7 @@ from hpcdl.errors import HpcdlError
 from hpcdl.modules.generator import DEFAULT_PREFIX, FRAMEWORK_TITLES, FrameworkModule, SiteModules, site_modules
 from hpcdl.modules.images import ImageFrameworks
 from hpcdl.modules.model import BINDS_SLOT, IMAGE_SLOT, ModuleSpec, Wrapper
-from hpcdl.render.shell import env_name, quote
+from hpcdl.shell import env_name, quote
 from hpcdl.sites.schema import Site
 
 
@@ -126,7 +126,7 @@ def _render_wrapper(modules: SiteModules, fm: FrameworkModule, w: Wrapper) -> Re
 def write_tree(files: list[RenderedFile], out: Path) -> list[Path]:
     """Write every file (already rendered, so a bad site leaves nothing behind) under `out`."""
     # imported here: hpcdl.cli imports this package for its `modulefiles` verb
-    from hpcdl.cli.output import write_atomically
+    from hpcdl.files import write_atomically
 
     written = []
     for f in files:

@@ -146,7 +146,7 @@ def _spatial_layout(site: Site, kind_name: str, request: JobRequest, ranks: tupl
             f"{site.name} {kind_name} node runs {ranks_per_node} rank(s); a spatial group must fit inside one node, "
             f"so ask for ways that divide {ranks_per_node}, or a multiple of {ways} ranks per node"
         )
-    from hpcdl.train.spatial.geometry import Grid
+    from hpcdl.train.slabs import Grid
 
     grid = Grid.of(ways, request.spatial_split)
     groups = tuple(tuple(range(g * ways, (g + 1) * ways)) for g in range(len(ranks) // ways))
@@ -493,7 +493,7 @@ def _threads_per_rank(node: NodeKind, request: JobRequest, cores_per_rank: int, 
 
 def _resolve_distributed(request: JobRequest, use_gpus: bool) -> str:
     if request.framework == "tensorflow" and request.distributed == "horovod":
-        from hpcdl.train.tf_backend import HOROVOD_TF_PROBLEM  # the trainer says the same, later
+        from hpcdl.train.backends import HOROVOD_TF_PROBLEM  # the trainer says the same, later
 
         raise HpcdlError(f"distributed: {HOROVOD_TF_PROBLEM}")
     if request.distributed != "auto":

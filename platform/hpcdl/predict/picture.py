@@ -13,8 +13,7 @@ def draw_prediction(prediction, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hpcdl.cli.output import write_atomically
-    from hpcdl.report.plots import PNG_METADATA
+    from hpcdl.files import PNG_METADATA, write_atomically
 
     rows = prediction.rows
     nodes = [r.nodes for r in rows]

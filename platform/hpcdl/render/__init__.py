@@ -1,8 +1,8 @@
 """Renderers: turn a plan (and a recipe) into text a scheduler or shell runs.
 
-`render_job_script` and `JobOptions` are loaded on first use, so that low-level modules
-(runtimes, launchers) can use `hpcdl.render.shell` without importing the templates, which
-themselves need the runtimes.
+`render_job_script` and `JobOptions` are loaded on first use, so that importing a piece of
+this package (the job script's directives, its time limits) does not load the templates.
+Quoting for the shell, which every renderer shares, is hpcdl.shell.
 """
 
 __all__ = ["JobOptions", "render_job_script"]

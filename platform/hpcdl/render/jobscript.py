@@ -21,10 +21,19 @@ import jinja2
 from hpcdl import __version__
 from hpcdl.errors import HpcdlError
 from hpcdl.plan.model import Plan
-from hpcdl.render.shell import (
-    Expanding, comment_text, env_name, join, one_line, path_with_variables, plain_word, quote, slurm_directive_value,
-)
 from hpcdl.runtimes import runtime_for
+from hpcdl.shell import (
+    Expanding,
+    comment_text,
+    env_name,
+    join,
+    one_line,
+    path_with_variables,
+    plain_word,
+    quote,
+    slurm_directive_value,
+)
+from hpcdl.sites.project import with_project
 from hpcdl.sites.schema import Site
 
 SCHEDULERS = ("local", "slurm", "lsf", "pbs")
@@ -384,35 +393,6 @@ def env_path_lines(plan: Plan) -> list[str]:
         value = before + own + (f":{after}" if before and after else after)
         lines.append(f"export {name}={value}")
     return lines
-
-
-def with_project(site: Site, account: str | None, scheduler: str | None = None) -> Site:
-    """The site with {project} in its paths replaced by the account the job is charged to.
-
-    Centres name project folders by project id (OLCF: /lustre/orion/[projid]/scratch/$USER) and set
-    no variable for it, so the id comes from the job's account, given at render time; without
-    one, a Slurm job takes the account Slurm charged, which it sets in $SLURM_JOB_ACCOUNT (sbatch).
-    """
-    from hpcdl.sites.schema import PROJECT_PLACEHOLDER
-
-    fs = site.filesystems
-    holders = [f for f in ("scratch", "node_local") if PROJECT_PLACEHOLDER in (getattr(fs, f) or "")]
-    if not holders:
-        return site
-    scheduler = scheduler or site.scheduler
-    if not account and scheduler == "slurm":
-        account = "${SLURM_JOB_ACCOUNT}"
-    elif not account:
-        raise HpcdlError(
-            f"account: site {site.name!r} names its filesystems.{holders[0]} by project "
-            f"({getattr(fs, holders[0])}); give the project with --account"
-        )
-    else:
-        plain_word("account", "path", account)
-        if "/" in account or account in (".", ".."):
-            raise HpcdlError(f"account: {account!r} cannot name a folder")
-    update = {f: getattr(fs, f).replace(PROJECT_PLACEHOLDER, account) for f in holders}
-    return site.model_copy(update={"filesystems": fs.model_copy(update=update)})
 
 
 def once_per_node(plan: Plan, scheduler: str) -> list[str]:

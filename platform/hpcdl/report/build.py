@@ -14,8 +14,8 @@ from pathlib import Path
 
 import jinja2
 
-from hpcdl.cli.output import write_atomically
 from hpcdl.errors import HpcdlError
+from hpcdl.files import write_atomically
 from hpcdl.report import plots
 from hpcdl.validate.references import Verdict
 

@@ -14,8 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-# no version or date in the files, so the same results give the same pictures
-PNG_METADATA = {"Software": None}
+from hpcdl.files import PNG_METADATA  # noqa: E402
 
 
 def _save(fig, path: Path) -> Path:

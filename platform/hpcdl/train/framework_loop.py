@@ -21,6 +21,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from hpcdl.caffe.solver_types import SOLVERS
 from hpcdl.errors import HpcdlError
 from hpcdl.nets.spec import NetSpec
 from hpcdl.train.data import Dataset, augment, centre_crop, epoch_order
@@ -28,7 +29,6 @@ from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
 from hpcdl.train.schedule import learning_rate
-from hpcdl.train.update_rule import SOLVERS
 
 
 class FrameworkTrainer(Protocol):
@@ -72,7 +72,7 @@ _OPTIMIZER_FIELDS = {
     "clip_gradients": None,
     "momentum_correction": False,
 }
-# gradients on the wire (hpcdl.train.gradients) are torch.distributed's; Horovod compresses
+# gradients on the wire (hpcdl.train.backends.pytorch.gradients) are torch.distributed's; Horovod compresses
 # to fp16 itself (hvd.Compression.fp16), so only bf16 is refused there (in horovod_torch)
 _WIRE_FIELDS = {"gradient_compression": "none", "gradient_lag": False}
 UNSUPPORTED = {
@@ -259,7 +259,7 @@ def write_snapshot(recipe: Recipe, trainer: FrameworkTrainer, me: RankInfo, iter
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
         # __solver: Caffe's solver type, whose histories the optimizer arrays are, as its index in
-        # update_rule.SOLVERS (SGD 0 ... Adam 5, caffe.proto's SolverType numbers)
+        # caffe.solver_types.SOLVERS (SGD 0 ... Adam 5, caffe.proto's SolverType numbers)
         np.savez(f, __iter=iteration, __epoch=epoch, __cursor=cursor, __solver=SOLVERS.index(solver_of(recipe)),
                  **arrays)
         f.flush()

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 
 from hpcdl.errors import HpcdlError
+from hpcdl.launch import PREEMPTED_EXIT
+from hpcdl.train.backends import backend_for
 from hpcdl.train.binding import apply_plan, load_plan
 from hpcdl.train.ranks import rank_info
 from hpcdl.train.recipe import load_recipe
@@ -56,31 +57,8 @@ def run_training(recipe_path: str, plan_path: str | None = None, results_path: s
     return summary
 
 
-#: exit status of a rank that stopped on SIGUSR1/SIGTERM after writing its snapshot (EX_TEMPFAIL)
-PREEMPTED_EXIT = 75
 #: the file rank 0 leaves in $HPCDL_JOB_DIR then, for the job script (render/templates/_body.sh.j2)
 PREEMPTED_MARK = ".hpcdl-preempted"
-
-
-# One module per framework, each with train(recipe, me, results, context) -> summary dict;
-# Horovod on PyTorch is a backend of its own (hvd.DistributedOptimizer, not DDP).
-BACKENDS = {
-    ("pytorch", "horovod"): "hpcdl.train.horovod_torch",
-    ("pytorch", None): "hpcdl.train.torch_backend",
-    ("tensorflow", None): "hpcdl.train.tf_backend",
-    ("mxnet", None): "hpcdl.train.mxnet_backend",
-}
-
-
-def backend_for(framework: str, distributed: str | None):
-    """The backend's train(recipe, me, results, context), imported only when chosen."""
-    key = (framework, "horovod") if (framework, "horovod") in BACKENDS and distributed == "horovod" else (framework, None)
-    if key not in BACKENDS:
-        raise HpcdlError(f"framework: {framework!r} is not one of pytorch, tensorflow, mxnet")
-    try:
-        return importlib.import_module(BACKENDS[key]).train
-    except ImportError as exc:
-        raise HpcdlError(f"framework: the {framework} backend cannot start here ({exc})") from None
 
 
 def exit_rank(status: int) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from hpcdl.train.data import epoch_order
-from hpcdl.train.spatial.geometry import Rect
+from hpcdl.train.slabs import Rect
 
 WAVES = 3
 NOISE = 0.1

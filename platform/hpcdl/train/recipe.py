@@ -8,8 +8,9 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from hpcdl.caffe.solver_types import SOLVER_FIELDS, SOLVERS  # Caffe's solver types, SGD first
 from hpcdl.errors import HpcdlError, validation_message
-from hpcdl.train.update_rule import SOLVER_FIELDS, SOLVERS  # Caffe's solver types, SGD first
+
 
 class _Strict(BaseModel):
     # inf and nan are no learning rate, momentum or fraction: refused here, not on the compute node
@@ -109,7 +110,7 @@ class Recipe(_Strict):
     # ClipGradients, then Normalize); hpcdl does the same (update_rule.caffe_clip_bound).
     clip_gradients: float | None = Field(default=None, ge=0, description="Caffe: bound on the L2 norm of the gradient summed over iter_size")
     # Large-batch practice of the seed papers
-    # Caffe's solver types (caffe.proto SolverParameter.type; hpcdl.train.optim has their rules)
+    # Caffe's solver types (caffe.proto SolverParameter.type; hpcdl.train.backends.pytorch.optim has their rules)
     type: Literal[SOLVERS + ("LARS", "LARC")] = Field(
         default="SGD", description="Caffe solver type, plus LARS and LARC (Caffe's SGD with per-layer rates)")
     momentum2: float = Field(default=0.999, ge=0, lt=1, description="Caffe: Adam's beta2")
@@ -149,7 +150,13 @@ class Recipe(_Strict):
     # NVIDIA and TensorFlow train with it on by default and convergence matches fp32 (NVIDIA
     # "TF32 in the A100 GPU" blog, 2020). "highest" keeps full fp32 for numerics studies.
     tf32: Literal["on", "highest"] = Field(default="on", description="TF32 for fp32 matmuls/convolutions on GPUs")
-    # Gradients on the wire (hpcdl.train.gradients)
+    # torch.compile's modes (PyTorch docs, torch.compile): "default" fuses the forward and backward
+    # into generated kernels (inductor: Triton on GPUs, C++/OpenMP on CPUs); "reduce-overhead" also
+    # replays them as CUDA graphs, which pays where a step's kernels are many and short; the update
+    # stays the optimizer's own fused multi-tensor step, so Caffe's rule is unchanged.
+    compile: Literal["none", "default", "reduce-overhead", "max-autotune"] = Field(
+        default="none", description="PyTorch: torch.compile the training step's forward and backward in this mode")
+    # Gradients on the wire (hpcdl.train.backends.pytorch.gradients)
     bucket_cap_mb: float | None = Field(default=None, gt=0, description="DDP bucket size in MB (default DDP's 25)")
     gradient_as_bucket_view: bool = Field(default=True, description="DDP: gradients are views into its buckets")
     gradient_compression: Literal["none", "fp16", "bf16"] = Field(default="none", description="cast gradients for the allreduce")
@@ -189,6 +196,12 @@ class Recipe(_Strict):
             raise ValueError("give warmup_iter or warmup_epochs, not both")
         if self.spatial and self.spatial.ways > 1 and (self.framework != "pytorch" or self.distributed == "horovod"):
             raise ValueError("spatial: spatial parallelism runs on the PyTorch backend with gloo, nccl or mpi")
+        if self.compile != "none" and (self.framework != "pytorch" or self.distributed == "horovod"):
+            raise ValueError(f"compile: {self.compile} is torch.compile, for the PyTorch backend with gloo, nccl or "
+                             "mpi; TensorFlow compiles its own step already")
+        if self.compile != "none" and (self.spatial is not None or self.data.source == "mesh"):
+            raise ValueError("compile: the spatial and per-pixel loop exchanges halos between layers, which a "
+                             "compiled graph cannot hold; leave compile at none there")
         if self.gradient_lag and self.precision == "fp16":
             raise ValueError("gradient_lag with precision fp16: the lagged gradients would be unscaled by the next "
                              "step's loss scale; use bf16 or fp32")
@@ -227,7 +240,7 @@ class Recipe(_Strict):
 
     @property
     def rule(self) -> str:
-        """The optimizer's rate rule (hpcdl.train.optim.RULES)."""
+        """The optimizer's rate rule (hpcdl.train.backends.pytorch.optim.RULES)."""
         return {"LARS": "lars", "LARC": f"larc_{self.larc_mode}"}.get(self.type, "sgd")
 
     @property

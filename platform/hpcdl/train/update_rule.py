@@ -1,7 +1,7 @@
 """Caffe's SGD update with LARS and LARC, on numpy arrays: the rule the TensorFlow and MXNet
 backends share, so they cannot drift from each other or from the PyTorch optimizer.
 
-The rules are those of hpcdl.train.optim.CaffeSGD (read its docstring for the sources):
+The rules are those of hpcdl.train.backends.pytorch.optim.CaffeSGD (read its docstring for the sources):
 Caffe's momentum convention ``v <- mu * v + lr * lr_mult * (g + wd * decay_mult * w)``,
 ``w <- w - v`` (BVLC/caffe sgd_solver.cpp); ``clip_gradients`` bounds the global L2 norm;
 ``momentum_correction`` scales ``v`` by ``lr_t / lr_{t-1}`` (Goyal et al. arXiv:1706.02677,
@@ -11,7 +11,7 @@ and ``rate * local`` in scale mode. Biases and other 1-D tensors keep the global
 so does a tensor whose weight or gradient norm is zero.
 
 The other Caffe solver types (Nesterov, AdaGrad, RMSProp, AdaDelta, Adam) and L1
-regularisation follow hpcdl.train.optim's docstring too: `adaptive_update` is their step on
+regularisation follow hpcdl.train.backends.pytorch.optim's docstring too: `adaptive_update` is their step on
 one tensor. TensorFlow's compiled update and MXNet's fused kernels carry out SGD (with
 LARS/LARC) with L2 decay only; for the other types and for L1 both backends take this rule's
 step on the host (`SGDRule.on_host`).
@@ -28,11 +28,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hpcdl.caffe.solver_types import SOLVERS
+
 RULES = ("sgd", "lars", "larc_clip", "larc_scale")
-SOLVERS = ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam")
-#: the SolverParameter fields each type reads besides SGD's (the recipe and the importer both go by it)
-SOLVER_FIELDS = {"Adam": ("momentum2", "delta"), "RMSProp": ("rms_decay", "delta"), "AdaGrad": ("delta",),
-                 "AdaDelta": ("delta",)}
 
 
 def adaptive_update(solver: str, g: np.ndarray, h: np.ndarray, h2: np.ndarray | None, rate: float, t: int,

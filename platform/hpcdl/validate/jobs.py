@@ -166,3 +166,12 @@ def scaling_job(ctx: SuiteContext, mode: str, unit: str, p: int, nodes: int, rpn
         global_batch = b * top * (ctx.default_plan.ranks_per_node if unit == "node" else 1)
         batch = max(1, global_batch // (nodes * rpn))
     return train_job(ctx, nodes=nodes, ranks_per_node=rpn, threads=per_rank_threads, batch=batch)
+
+
+def suite_jobs(ctx: SuiteContext, selected: list) -> list[ValidationJob]:
+    """The jobs all selected checks need, each once (checks share identical jobs)."""
+    jobs: dict[str, ValidationJob] = {}
+    for check in selected:
+        for job in check.jobs(ctx):
+            jobs.setdefault(job.key, job)
+    return list(jobs.values())

@@ -11,11 +11,10 @@ import re
 from pathlib import Path
 
 import yaml
-
-from hpcdl.cli.output import write_atomically
 from pydantic import ValidationError
 
 from hpcdl.errors import HpcdlError, validation_message
+from hpcdl.files import write_atomically
 from hpcdl.sites.detect import site_to_yaml
 from hpcdl.sites.schema import Site
 

@@ -181,9 +181,8 @@ def _add(jobs: dict, key: str, var: PerfVar) -> None:
 def exported_jobs(ctx, selected) -> list[ExportedJob]:
     """Each job of the suite once, with the performance variables the selected checks read from it."""
     from hpcdl.plan import make_plan
-    from hpcdl.validate.jobs import convergence_target, thread_sweep_configs
+    from hpcdl.validate.jobs import convergence_target, suite_jobs, thread_sweep_configs
     from hpcdl.validate.runner import render_validation_job
-    from hpcdl.validate.suite import suite_jobs
 
     refs = ctx.references
     limit = ctx.settings.job_timeout_s

@@ -16,8 +16,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from hpcdl.cli.output import write_atomically
 from hpcdl.executors import executor_for
+from hpcdl.files import write_atomically
 from hpcdl.plan import make_plan
 from hpcdl.predict.host import core_scaling, share_of_core
 from hpcdl.render import JobOptions, render_job_script

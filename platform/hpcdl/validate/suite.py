@@ -18,18 +18,18 @@ from rich.console import Console
 from rich.table import Table
 
 from hpcdl import __version__
-from hpcdl.cli.output import write_atomically
 from hpcdl.errors import HpcdlError
+from hpcdl.files import write_atomically
 from hpcdl.sites import load_site
 from hpcdl.validate.checks import ORDER, checks
-from hpcdl.validate.jobs import SUITES, SuiteContext, ValidationJob
+from hpcdl.validate.jobs import SUITES, SuiteContext, suite_jobs
 from hpcdl.validate.references import Verdict, load_references
 from hpcdl.validate.runner import run_jobs
 
 # framework -> (module the trainer's backend lives in, module the framework imports as)
-TRAINER_BACKENDS = {"pytorch": ("hpcdl.train.torch_backend", "torch"),
+TRAINER_BACKENDS = {"pytorch": ("hpcdl.train.backends.pytorch.trainer", "torch"),
                     "tensorflow": ("hpcdl.train.tensorflow_backend", "tensorflow"),
-                    "mxnet": ("hpcdl.train.mxnet_backend", "mxnet")}
+                    "mxnet": ("hpcdl.train.backends.mxnet.trainer", "mxnet")}
 
 
 @dataclass
@@ -98,15 +98,6 @@ def build_context(site_name: str, suite: str, nodes: tuple[int, ...] | None, ref
         raise HpcdlError(f"--nodes: {max(nodes)} nodes asked for but site {site.name!r} has {node.count}")
     refs = load_references(site.name, references, node_kind=kind, node=node)
     return SuiteContext(site, suite, nodes, refs, SUITES[suite], frameworks=frameworks_present() or ("pytorch",))
-
-
-def suite_jobs(ctx: SuiteContext, selected: list) -> list[ValidationJob]:
-    """The jobs all selected checks need, each once (checks share identical jobs)."""
-    jobs: dict[str, ValidationJob] = {}
-    for check in selected:
-        for job in check.jobs(ctx):
-            jobs.setdefault(job.key, job)
-    return list(jobs.values())
 
 
 def image_facts(site) -> dict:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hpcdl.train.update_rule import SOLVERS
+from hpcdl.caffe.solver_types import SOLVERS
 
 RULES = ("sgd", "lars", "larc_clip", "larc_scale")
 
@@ -206,7 +206,7 @@ class CaffeSGD:
                  "type": self.solver, "t": self.t}
         if self.history2:
             state["history2"] = {s.name: h for s, h in zip(self.slots, self.history2)}
-        if getattr(self, "lag", None) is not None:  # hpcdl.train.gradients.GradientLag
+        if getattr(self, "lag", None) is not None:  # hpcdl.train.backends.pytorch.gradients.GradientLag
             state["lag"] = self.lag.state_dict()
         return state
 

@@ -1,7 +1,7 @@
 """Training with spatial (and sample) parallelism, and per-pixel (segmentation) training.
 
-The story of hpcdl.train.torch_backend.train, with three changes: the ranks are laid out as
-data-parallel replicas of spatial groups (hpcdl.train.spatial.parallel), each rank feeds its
+The story of hpcdl.train.backends.pytorch.trainer.train, with three changes: the ranks are laid out as
+data-parallel replicas of spatial groups (hpcdl.train.backends.pytorch.spatial.parallel), each rank feeds its
 slab of every sample through SpatialNet, and the gradients are summed inside a spatial group
 and averaged across replicas in one all-reduce after the backward pass. A recipe with a
 per-pixel data source (`mesh`) and no `spatial` trains here too, as plain sample parallelism
@@ -20,25 +20,31 @@ import torch
 import torch.nn.functional as F
 
 from hpcdl.errors import HpcdlError
+from hpcdl.launch import PREEMPTED_EXIT
 from hpcdl.nets import load_net
 from hpcdl.nets.torch_build import build_torch
-from hpcdl.train.cuda_settings import apply_cuda_settings
+from hpcdl.train.backends.pytorch.cuda_settings import apply_cuda_settings
+from hpcdl.train.backends.pytorch.spatial.net import SpatialNet
+from hpcdl.train.backends.pytorch.spatial.parallel import Layout, loss_part, make_layout, reduce_gradients
+from hpcdl.train.backends.pytorch.steps import (
+    IterationEnd,
+    Precision,
+    StopRequest,
+    caffe_sgd,
+    choose_device,
+    make_comm,
+    resume,
+    write_snapshot,
+)
 from hpcdl.train.data import Batches, centre_crop, load_dataset
 from hpcdl.train.mesh_data import MeshBatches, MeshSamples, inverse_frequency_weights
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
 from hpcdl.train.schedule import Schedule
-from hpcdl.train.spatial.net import SpatialNet
-from hpcdl.train.spatial.parallel import Layout, loss_part, make_layout, reduce_gradients
 
 
 def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:
-    from hpcdl.train.torch_backend import (
-        PREEMPTED_EXIT, IterationEnd, Precision, StopRequest, caffe_sgd, choose_device, make_comm, resume,
-        write_snapshot,
-    )
-
     started = time.perf_counter()
     threads = int(os.environ.get("HPCDL_INTRA_OP_THREADS", os.environ.get("OMP_NUM_THREADS", "0")) or 0)
     if threads:

@@ -3,7 +3,7 @@
 MXNet 1.9.1 (2022, the last release; Apache retired the project in 2023) imports only with
 numpy < 1.24, so this backend runs from its own venv (.venv-mxnet). One process trains
 with a `local` kvstore. Several processes use `dist_sync`: a parameter-server job whose
-scheduler and server roles are started beside the workers (hpcdl.train.mxnet_kvstore does
+scheduler and server roles are started beside the workers (hpcdl.train.backends.mxnet.kvstore does
 that on one node; DMLC_* variables name the roles). Workers push gradients, which the
 servers sum, and pull the sum back; each worker then takes the same SGD step from the
 same initial weights, so the weights stay equal.
@@ -28,7 +28,7 @@ def kvstore_kind(environ, world_size: int) -> str:
     if world_size > 1:
         raise HpcdlError(
             "mxnet: several ranks need MXNet's parameter-server roles (DMLC_ROLE, DMLC_PS_ROOT_URI, ...); "
-            "start them with python -m hpcdl.train.mxnet_kvstore"
+            "start them with python -m hpcdl.train.backends.mxnet.kvstore"
         )
     return "local"
 
@@ -135,9 +135,9 @@ class GluonTrainer:
         return total
 
     def _fused_update(self):
-        """The rule's step in MXNet's multi-tensor kernels (hpcdl.train.mxnet_update), made once."""
+        """The rule's step in MXNet's multi-tensor kernels (hpcdl.train.backends.mxnet.update), made once."""
         if not hasattr(self, "_update"):
-            from hpcdl.train.mxnet_update import FusedUpdate
+            from hpcdl.train.backends.mxnet.update import FusedUpdate
 
             self._update = FusedUpdate(self.mx, self.rule, self.learned)
         return self._update

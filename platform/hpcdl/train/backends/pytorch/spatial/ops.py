@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from hpcdl.train.spatial.geometry import Grid, Rect, Window, intersect, segments
+from hpcdl.train.slabs import Grid, Rect, Window, intersect, segments
 
 
 @dataclass

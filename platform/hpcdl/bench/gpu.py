@@ -7,7 +7,7 @@
    buffers) against torch's DataLoader with the same number of workers, and the trainer
    on that folder against the trainer on synthetic data;
 3. a LARC training step against an SGD one (the trainer, bf16, `type: LARC`), and the update
-   alone (hpcdl.train.optim.CaffeSGD on ResNet-50's parameters) for what LARC adds to it.
+   alone (hpcdl.train.backends.pytorch.optim.CaffeSGD on ResNet-50's parameters) for what LARC adds to it.
 
 Targets (issue 14): trainer >= 0.97 of the bare loop; bf16 >= 2,500 images/s on one H100;
 the JPEG pipeline >= 0.9 of the synthetic rate with 14 workers; LARC <= 1.05 of SGD.
@@ -41,6 +41,9 @@ class Scale:
     jpeg_side: int = 320     # ImageNet's typical JPEG: the decode cost is what is measured
     loader_batches: int = 40
     optimizer_steps: int = 50
+    # the compiled pair (torch.compile: the trainer's `compile:`, the bare loop with fused SGD);
+    # "none" skips it: the rehearsal on a CPU would spend minutes compiling what test_compiled_step covers
+    compile: str = "default"
 
 
 #: issue 14's sizes: ResNet-50 at 224 px, batch 256 per GPU, 14 decode workers
@@ -48,7 +51,7 @@ FULL = Scale()
 #: every path of the section at toy sizes: CI runs it on the CPU (the CUDA path has no other test
 #: there), and a GPU node runs it first, in seconds, before the full run
 REHEARSAL = Scale(net="cifar10_quick", size=32, batch=8, warmup=2, timed=4, workers=2, jpegs=48, jpeg_side=40,
-                  loader_batches=4, optimizer_steps=3)
+                  loader_batches=4, optimizer_steps=3, compile="none")
 
 BARE_LOOP = r"""
 import json, sys, time
@@ -57,12 +60,16 @@ from hpcdl.nets import load_net
 from hpcdl.nets.torch_build import build_torch
 net, device, precision = sys.argv[1:4]
 size, batch, window, timed = map(int, sys.argv[4:8])
+compile_mode = sys.argv[8] if len(sys.argv) > 8 else "none"
 dev = torch.device(device)
 if dev.type == "cuda":
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 model = build_torch(load_net(net, num_classes=1000, image_size=size)).to(dev, memory_format=torch.channels_last)
-opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+# at its best when compiled: SGD's fused multi-tensor update and the model under torch.compile
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4, fused=compile_mode != "none" or None)
+if compile_mode != "none":
+    model = torch.compile(model, mode=None if compile_mode == "default" else compile_mode, dynamic=False)
 dtype = torch.bfloat16 if precision == "bf16" else torch.float16
 scaler = torch.amp.GradScaler(dev.type, enabled=precision == "fp16")
 x = torch.randn(batch, 3, size, size, device=dev).contiguous(memory_format=torch.channels_last)
@@ -107,7 +114,7 @@ def device_info(device: str = "cuda") -> dict:
     if device != "cuda":
         import os
 
-        from hpcdl.bench import cpu_model
+        from hpcdl.bench.machine import cpu_model
 
         return {"name": f"{os.cpu_count()} CPUs ({cpu_model()})", "memory_gib": None, "driver": "-", "cuda": None,
                 "cudnn": None, "torch": torch.__version__}
@@ -142,9 +149,10 @@ def _run(what: str, args: list[str], timeout: float) -> subprocess.CompletedProc
     return proc
 
 
-def bare_loop(precision: str, scale: Scale = FULL, device: str = "cuda") -> float:
-    args = [scale.net, device, precision, *map(str, (scale.size, scale.batch, scale.warmup, scale.timed))]
-    out = _run(f"{precision} bare loop", [sys.executable, "-c", BARE_LOOP, *args], timeout=1200)
+def bare_loop(precision: str, scale: Scale = FULL, device: str = "cuda", compile: str = "none") -> float:
+    args = [scale.net, device, precision, *map(str, (scale.size, scale.batch, scale.warmup, scale.timed)), compile]
+    out = _run(f"{precision} bare loop{'' if compile == 'none' else ' (compiled)'}",
+               [sys.executable, "-c", BARE_LOOP, *args], timeout=1200)
     return json.loads(out.stdout.strip().splitlines()[-1])["images_per_sec"]
 
 
@@ -201,8 +209,8 @@ def loader_rates(root: Path, scale: Scale = FULL, device: str = "cuda") -> dict:
     import numpy as np
     import torch
 
+    from hpcdl.train.backends.pytorch.feed import AheadOfTime, DeviceFeed
     from hpcdl.train.data import Batches, load_dataset
-    from hpcdl.train.feed import AheadOfTime, DeviceFeed
     from hpcdl.train.recipe import DataSpec
 
     data = load_dataset(DataSpec(source="imagefolder", path=str(root), image_size=scale.size, holdout_fraction=0.01),
@@ -251,7 +259,7 @@ def optimizer_step_ms(rule: str, scale: Scale = FULL, device: str = "cuda") -> f
 
     from hpcdl.nets import load_net
     from hpcdl.nets.torch_build import build_torch, parameter_multipliers
-    from hpcdl.train.optim import CaffeSGD, ParamSlot
+    from hpcdl.train.backends.pytorch.optim import CaffeSGD, ParamSlot
 
     net = build_torch(load_net(scale.net, num_classes=1000, image_size=scale.size)).to(device)
     slots = [ParamSlot(n, t, lr, d) for n, t, lr, d in parameter_multipliers(net)]
@@ -274,6 +282,8 @@ def gpu_rows(scale: Scale = FULL, device: str = "cuda") -> dict:
             bare, ours = bare_loop(precision, scale, device), trainer(precision, work, scale, device)
             out["rows"].append({"precision": precision, "bare": bare, "trainer": ours, "ratio": ours / bare})
             print(f"bench gpu: {precision} bare {bare:.0f} trainer {ours:.0f} img/s", flush=True)
+        if scale.compile != "none":
+            out["compiled"] = compiled_rows(work, scale, device)
         root = write_jpegs(work / "jpegs", scale.jpegs, side=scale.jpeg_side)
         out["loader"] = loader_rates(root, scale, device)
         print(f"bench gpu: JPEG loader {out['loader']['hpcdl_loader']:.0f} img/s, "
@@ -291,6 +301,26 @@ def gpu_rows(scale: Scale = FULL, device: str = "cuda") -> dict:
         print(f"bench gpu: JPEG folder {folder:.0f} img/s; LARC training {larc_train:.0f} img/s; "
               f"update alone LARC {larc:.2f} ms vs SGD {sgd:.2f} ms", flush=True)
     return out
+
+
+def compiled_rows(work: Path, scale: Scale, device: str) -> list[dict]:
+    """The trainer with `compile:` against the bare loop at its best (compiled, fused SGD), per precision.
+
+    A row that fails keeps its error and the others go on: the first compiled run on a new GPU
+    and driver is where a compiler problem shows, and the eager figures must survive it."""
+    rows = []
+    for precision in ("bf16", "fp16"):
+        try:
+            bare = bare_loop(precision, scale, device, compile=scale.compile)
+            ours = trainer(precision, work, scale, device, compile=scale.compile)
+        except RuntimeError as exc:
+            rows.append({"precision": precision, "compile": scale.compile, "error": str(exc)[-600:]})
+            print(f"bench gpu: compiled {precision} failed: {str(exc).splitlines()[0]}", flush=True)
+            continue
+        rows.append({"precision": precision, "compile": scale.compile, "bare": bare, "trainer": ours,
+                     "ratio": ours / bare})
+        print(f"bench gpu: compiled {precision} bare {bare:.0f} trainer {ours:.0f} img/s", flush=True)
+    return rows
 
 
 #: the optional GPU JPEG decoder has no figure yet: it needs its own wheel on the GPU node
@@ -318,6 +348,16 @@ def markdown(gpu: dict | None) -> str:
               "| precision | bare loop img/s | trainer img/s | trainer / bare |", "| --- | --- | --- | --- |"]
     for r in gpu["rows"]:
         lines.append(f"| {r['precision']} | {r['bare']:.0f} | {r['trainer']:.0f} | **{r['ratio']:.3f}** |")
+    if gpu.get("compiled"):
+        lines += ["", "Compiled (`compile:` in the recipe; the bare loop compiled with fused SGD, both torch.compile; "
+                  "goals: trainer >= 0.97 of the compiled bare loop, bf16 >= 5,000 img/s and within 3 % of fp16):", "",
+                  "| precision | compiled bare loop img/s | compiled trainer img/s | trainer / bare |",
+                  "| --- | --- | --- | --- |"]
+        for r in gpu["compiled"]:
+            if "error" in r:
+                lines.append(f"| {r['precision']} | failed: {r['error'].splitlines()[-1][:120]} | | |")
+            else:
+                lines.append(f"| {r['precision']} | {r['bare']:.0f} | {r['trainer']:.0f} | **{r['ratio']:.3f}** |")
     ld, jp, lr = gpu["loader"], gpu["jpeg_vs_synthetic"], gpu["larc_vs_sgd"]
     lines += ["", f"JPEG folder, {FULL.workers} workers: hpcdl's loader {ld['hpcdl_loader']:.0f} img/s, torch "
               f"DataLoader {ld['torch_dataloader']:.0f} img/s (**{ld['ratio']:.2f}x**); the trainer on the folder "
@@ -336,7 +376,7 @@ def markdown(gpu: dict | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcdl.bench_gpu", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m hpcdl.bench.gpu", description=__doc__.splitlines()[0])
     parser.add_argument("--rehearsal", action="store_true", help="every path at toy sizes (seconds): a smoke run")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu only makes sense with --rehearsal")
     parser.add_argument("--json", type=Path, help="write the figures here too")

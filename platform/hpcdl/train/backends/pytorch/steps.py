@@ -1,15 +1,14 @@
-"""The PyTorch backend: data-parallel training with torch.distributed, read top to bottom.
+"""The steps of PyTorch training that the data-parallel and the spatial loops share.
 
-train() is the story: threads and device, process group, data, net, optimizer, schedule,
-resume, the loop (micro-batches, gradient averaging, update, display, test, snapshot,
-pre-emption), and the summary. The helpers below it each do one of those steps.
+The process group (Distributed), the device, the optimizer and its precision, resuming from
+and writing snapshots, a rank's batches, one update, the loss and the held-out evaluation:
+each a small piece hpcdl.train.backends.pytorch.trainer.train() and
+hpcdl.train.backends.pytorch.spatial.loop.train() call in their own order.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import math
 import os
 import signal
 import sys
@@ -22,23 +21,16 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from hpcdl.errors import HpcdlError
-from hpcdl.nets import load_net
-from hpcdl.nets.torch_build import build_torch, parameter_multipliers
+from hpcdl.nets.torch_build import parameter_multipliers
 from hpcdl.train import checkpoint
-from hpcdl.train.cuda_settings import apply_cuda_settings
-from hpcdl.train.data import Batches, Dataset, centre_crop, load_dataset, net_input_size, node_seed
-from hpcdl.train.feed import AheadOfTime, DeviceFeed, default_workers
-from hpcdl.train.gradients import GradientLag, ddp_kwargs, register_compression
-from hpcdl.train.optim import CaffeSGD, ParamSlot
-from hpcdl.train.update_rule import caffe_clip_bound
+from hpcdl.train.backends.pytorch.gradients import GradientLag, ddp_kwargs, register_compression
+from hpcdl.train.backends.pytorch.optim import CaffeSGD, ParamSlot
+from hpcdl.train.data import Batches, Dataset, centre_crop, node_seed
 from hpcdl.train.ranks import RankInfo, gpu_index, process_group_backend
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
 from hpcdl.train.schedule import Schedule
-
-# Exit status of a rank that stopped on SIGUSR1/SIGTERM after writing its snapshot:
-# EX_TEMPFAIL from sysexits.h, "try again later", which is what a requeue does.
-PREEMPTED_EXIT = 75
+from hpcdl.train.update_rule import caffe_clip_bound
 
 
 class Distributed:
@@ -46,8 +38,8 @@ class Distributed:
 
     The verbs a backend of distribution offers the loop: wrap(model), sum(values),
     max(value), any_async(flag) -> handle with .wait() -> bool, close(). Horovod is not
-    one of these: it is a backend of its own (hpcdl.train.horovod_torch, chosen by
-    hpcdl.train.main.backend_for), since it replaces the optimizer, not the process group.
+    one of these: it is a backend of its own (hpcdl.train.backends.horovod.trainer, chosen by
+    hpcdl.train.backends.backend_for), since it replaces the optimizer, not the process group.
     """
 
     def __init__(self, me: RankInfo, backend: str, timeout_s: float = 300):
@@ -135,6 +127,20 @@ def choose_device(recipe: Recipe, me: RankInfo) -> torch.device:
     return torch.device("cpu")
 
 
+def compiled(model: torch.nn.Module, recipe: Recipe) -> torch.nn.Module:
+    """The training step's module under torch.compile, in the recipe's mode (as is for `none`).
+
+    What is compiled is the module the loop calls (DistributedDataParallel's, where there is
+    one: TorchDynamo then splits the graph at DDP's buckets so the allreduce still overlaps
+    backward). The net's own module, which evaluation and snapshots use, stays the eager one and
+    shares its parameters; the shapes are static, so no step compiles twice.
+    """
+    if recipe.compile == "none":
+        return model
+    mode = None if recipe.compile == "default" else recipe.compile
+    return torch.compile(model, mode=mode, dynamic=False)
+
+
 def choose_backend(recipe: Recipe, device: torch.device) -> str:
     if recipe.distributed != "auto":
         return recipe.distributed
@@ -143,138 +149,14 @@ def choose_backend(recipe: Recipe, device: torch.device) -> str:
 
 def make_comm(recipe: Recipe, me: RankInfo, backend: str):
     if backend == "horovod":
-        raise HpcdlError("distributed: horovod is trained by hpcdl.train.horovod_torch; start it with `hpcdl train`")
+        raise HpcdlError("distributed: horovod is trained by hpcdl.train.backends.horovod.trainer; start it with `hpcdl train`")
     if backend == "mpi" and not dist.is_mpi_available():
         raise HpcdlError("distributed: mpi, but this PyTorch was built without MPI; use gloo or nccl")
     return Distributed(me, backend, recipe.collective_timeout_s)
 
 
-def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:
-    if recipe.spatial is not None or recipe.data.source == "mesh":
-        # samples split into slabs over groups of ranks, or per-pixel targets: its own loop
-        from hpcdl.train.spatial.loop import train as train_spatial
-
-        return train_spatial(recipe, me, results, context)
-    started = time.perf_counter()
-    threads = int(os.environ.get("HPCDL_INTRA_OP_THREADS", os.environ.get("OMP_NUM_THREADS", "0")) or 0)
-    if threads:
-        torch.set_num_threads(threads)
-    torch.manual_seed(recipe.random_seed)  # the same initial weights on every rank
-    device = choose_device(recipe, me)
-    dali = getattr(recipe.data, "loader", "hpcdl") == "dali"
-    if dali:  # a rank without a GPU, or a node without DALI, is refused before the data set is read
-        from hpcdl.train.dali_feed import check_device
-
-        check_device(device)
-    cuda_settings = apply_cuda_settings(recipe, device)
-    # the recipe's choice, else the plan's (the site knows its fabric), else by device
-    backend = recipe.distributed if recipe.distributed != "auto" else (
-        context.get("distributed") or choose_backend(recipe, device))
-    comm = make_comm(recipe, me, backend)
-    stop = StopRequest()
-
-    # data and net: the net's input size follows the data (crop, else image size)
-    spec0 = load_net(recipe.net)
-    size = net_input_size(recipe.data, spec0.input_shape[1])
-    data = load_dataset(recipe.data, (spec0.input_shape[0], size, size), recipe.random_seed, net=recipe.net)
-    spec = load_net(recipe.net, num_classes=data.num_classes, image_size=size, channels=spec0.input_shape[0],
-                    aux_heads=recipe.aux_heads)
-    net = build_torch(spec)
-    if recipe.weights:
-        from hpcdl.caffe.weights import read_caffemodel, to_torch
-
-        to_torch(net, read_caffemodel(recipe.weights))  # Caffe's --weights (Net::CopyTrainedLayersFrom)
-    memory_format = torch.channels_last if recipe.channels_last else torch.contiguous_format
-    net = net.to(device=device, memory_format=memory_format)
-    # gradient lag averages the gradients itself, a step late; otherwise DDP does, in buckets
-    lag = GradientLag(net.parameters(), me.world_size, recipe.gradient_compression) if recipe.gradient_lag else None
-    model = comm.wrap(net, device, recipe) if lag is None else net
-    optimizer = caffe_sgd(net, recipe)
-    optimizer.lag = lag  # its lagged gradients travel in the optimizer's snapshot
-    precision = Precision(recipe, device)
-
-    batches = rank_batches(recipe, data, me, comm, context.get("nodes", 1))
-    global_batch = recipe.batch_size * me.world_size * recipe.iter_size
-    iters_per_epoch = max(1, batches.per_epoch // recipe.iter_size)
-    max_iter = recipe.max_iter or max(1, math.ceil(recipe.epochs * iters_per_epoch))
-    schedule = Schedule.from_recipe(recipe, max_iter, global_batch, iters_per_epoch)
-
-    workers = default_workers(recipe.data.workers, device)
-    first_iter = resume(recipe, net, optimizer, precision, schedule, results, context)
-
-    results.record(
-        "start", net=spec.name, parameters=spec.parameter_count, data=data.name, ranks=me.world_size,
-        nodes=context.get("nodes", 1), global_batch=global_batch, max_iter=max_iter, site=context.get("site"),
-        framework="pytorch", distributed=backend, device=str(device), precision=recipe.precision,
-        channels_last=recipe.channels_last, iter=first_iter, plan=context.get("plan_summary"),
-        launcher=me.launcher, binding=context.get("binding"), threads=torch.get_num_threads(),
-        data_workers=workers, **cuda_settings,
-    )
-    results.begin_progress(first_iter, max_iter)
-    if dali:  # JPEGs decoded on the GPU, the same files, crops and flips as Batches draws
-        from hpcdl.train.dali_feed import DaliFeed
-
-        feed = DaliFeed(batches, first_iter * recipe.iter_size, device, memory_format, threads=max(1, workers))
-    else:
-        feed = DeviceFeed(AheadOfTime(batches, first_iter * recipe.iter_size, workers), device, memory_format)
-
-    book = IterationEnd(
-        recipe, me, results, comm, schedule, stop, model, max_iter=max_iter, iters_per_epoch=iters_per_epoch,
-        samples_per_iter=recipe.batch_size * recipe.iter_size, replicas=me.world_size,
-        evaluate=lambda: evaluate(net, data, recipe, me, comm, device, memory_format, precision),
-        # bound now, not looked up when called: the optimizer is let go of before the group closes
-        snapshot=functools.partial(write_snapshot, recipe, me, net, optimizer, precision, schedule=schedule,
-                                   results=results),
-    )
-    done = first_iter
-    model.train()
-    for it in range(first_iter, max_iter):
-        iter_start = time.perf_counter()
-        agreement = comm.any_async(stop.signal is not None)
-        lr = schedule.rate(it)
-        optimizer.zero_grad()
-        loss_sum = 0.0
-        for micro in range(recipe.iter_size):
-            x, y = feed.next()  # micro-batch it * iter_size + micro, already on the device
-            last_micro = micro + 1 == recipe.iter_size
-            sync = contextlib.nullcontext() if last_micro or not hasattr(model, "no_sync") else model.no_sync()
-            with sync:
-                with precision.autocast():
-                    micro_loss = criterion(model(x), y, spec, recipe) / recipe.iter_size
-                precision.backward(micro_loss)
-            feed.prefetch()  # the next micro-batch's host work, while the GPU runs this one's kernels
-            loss_sum += micro_loss.detach()
-        take_step(optimizer, precision, lag, lr)
-        done = it + 1
-        if book.after(done, iter_start, loss_sum, lr, agreement):
-            break
-
-    feed.close()
-    if lag is not None:
-        lag.wait()  # the last step's allreduce, still in flight where no snapshot waited for it
-    preempted = book.preempted
-    summary = dict(
-        **book.totals(done, time.perf_counter() - started),
-        nodes=context.get("nodes", 1), ranks=me.world_size, site=context.get("site"), net=spec.name,
-        framework="pytorch", distributed=backend, device=str(device), precision=recipe.precision,
-        global_batch=global_batch, plan=context.get("plan_summary"), recipe=recipe.name,
-        preempted=preempted,
-    )
-    results.end_progress()
-    if not preempted:
-        results.record("final", **summary)
-    stop.restore()
-    # DDP holds the process group: drop it before the group goes, or gloo may abort at exit (the
-    # book holds it too, and the optimizer through its snapshot callback)
-    del book, model, optimizer
-    comm.close()
-    if preempted:
-        summary["exit_status"] = PREEMPTED_EXIT
-    return summary
-
-
 class IterationEnd:
-    """What both PyTorch loops (train above, hpcdl.train.spatial.loop) do after an update.
+    """What both PyTorch loops (train above, hpcdl.train.backends.pytorch.spatial.loop) do after an update.
 
     The display step (losses averaged over the window and over the replicas, images per
     second), the progress line, the test interval, the snapshot interval, and the stop a

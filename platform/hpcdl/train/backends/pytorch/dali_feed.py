@@ -23,6 +23,7 @@ import numpy as np
 from hpcdl.errors import HpcdlError
 from hpcdl.train.data import IMAGENET_MEAN, IMAGENET_STD, Batches, FileImages, epoch_order
 
+
 def dali_package(cuda: str | None = None) -> str:
     """DALI's wheel for a CUDA version (NVIDIA publishes nvidia-dali-cuda120 and -cuda130); PyTorch's by default."""
     if cuda is None:

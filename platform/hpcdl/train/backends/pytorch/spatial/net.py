@@ -15,10 +15,16 @@ from torch import nn
 from hpcdl.errors import HpcdlError
 from hpcdl.nets.spec import NetSpec, _pair
 from hpcdl.nets.torch_build import CaffeNet, _key
-from hpcdl.train.spatial.geometry import Window
-from hpcdl.train.spatial.ops import (
-    HaloExchange, LayerGeometry, SpatialGroup, batch_norm, global_pooling, slab_convolution, slab_pooling,
+from hpcdl.train.backends.pytorch.spatial.ops import (
+    HaloExchange,
+    LayerGeometry,
+    SpatialGroup,
+    batch_norm,
+    global_pooling,
+    slab_convolution,
+    slab_pooling,
 )
+from hpcdl.train.slabs import Window
 
 PIXELWISE = ("ReLU", "Scale", "LRN", "Softmax", "Dropout", "Concat", "Eltwise")
 

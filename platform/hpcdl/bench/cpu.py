@@ -9,8 +9,8 @@
 4. spatial vs sample parallelism at a fixed mini-batch (the mesh net), and the activation
    memory per rank at 1, 2 and 4 ways.
 5. the PyTorch, TensorFlow and MXNet trainers against their bare loops, window by window in one
-   process, in CPU seconds (hpcdl.bench_frameworks);
-6. on a GPU node, ResNet-50, the JPEG pipeline and LARC (hpcdl.bench_gpu); skipped elsewhere.
+   process, in CPU seconds (hpcdl.bench.frameworks);
+6. on a GPU node, ResNet-50, the JPEG pipeline and LARC (hpcdl.bench.gpu); skipped elsewhere.
 
 `--only frameworks` or `--only gpu` measures that section alone and keeps the other
 figures of the previous run (the .json beside the report).
@@ -40,13 +40,13 @@ import yaml
 BARE_LOOP = r"""
 import json, sys, time
 import torch
-from hpcdl.bench_frameworks import Case, bare_pytorch
-net, size, batch, threads, warmup, timed, channels_last = sys.argv[1:8]
+from hpcdl.bench.frameworks import Case, bare_pytorch
+net, size, batch, threads, warmup, timed, channels_last, compile = sys.argv[1:9]
 size, batch, threads, warmup, timed = int(size), int(batch), int(threads), int(warmup), int(timed)
 torch.set_num_threads(threads)
 # the interleaved section's bare loop (same net, images, SGD), here in a process of its own, windows of
 # `warmup` iterations timed in wall seconds
-window = bare_pytorch(Case(net, size, batch, window=warmup, windows=timed // warmup), channels_last == "1")
+window = bare_pytorch(Case(net, size, batch, window=warmup, windows=timed // warmup), channels_last == "1", compile)
 window()
 windows = []
 for _ in range(timed // warmup):
@@ -67,6 +67,7 @@ class Case:
     timed: int
     ranks: int = 1
     channels_last: bool = False
+    compile: str = "none"  # a torch.compile mode: the trainer's `compile:`, the bare loop at its best
 
 
 def _env(threads: int) -> dict:
@@ -78,7 +79,7 @@ def _env(threads: int) -> dict:
 def bare_loop(case: Case) -> float:
     out = subprocess.run(
         [sys.executable, "-c", BARE_LOOP, case.net, str(case.size), str(case.batch), str(case.threads),
-         str(case.warmup), str(case.timed), "1" if case.channels_last else "0"],
+         str(case.warmup), str(case.timed), "1" if case.channels_last else "0", case.compile],
         capture_output=True, text=True, env=_env(case.threads), check=True, timeout=1800,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])["images_per_sec"]
@@ -89,7 +90,7 @@ def trainer(case: Case, workdir: Path) -> float:
     recipe = {
         "name": "bench", "net": case.net, "batch_size": case.batch, "base_lr": 0.001, "momentum": 0.9,
         "weight_decay": 0.0005, "max_iter": case.warmup + case.timed, "display": case.warmup,
-        "channels_last": case.channels_last,
+        "channels_last": case.channels_last, "compile": case.compile,
         "data": {"source": "synthetic", "image_size": case.size, "num_classes": 10,
                  "synthetic_samples": max(4 * case.batch * case.ranks, 256), "holdout_fraction": 0.05},
     }
@@ -133,6 +134,25 @@ def spatial_trainer(ways: int, ranks: int, size: int, batch: int, warmup: int, t
     groups = ranks // ways
     best = max(warmup * batch * groups / (b - a) for a, b in zip(marks, marks[1:])) if len(marks) > 1 else 0.0
     return best, final["activation_mib_per_rank"]
+
+
+def compiled_section(work: Path, quick: bool) -> dict:
+    """The compiled step (`compile: default`, inductor's C++ backend on this CPU) against the eager one,
+    and the compiled trainer against the bare loop at its best (compiled, fused SGD)."""
+    reps = 1 if quick else 2
+    eager = Case("cifar10_quick", 32, 64, 1, warmup=5, timed=25 if not quick else 10)
+    best = Case("cifar10_quick", 32, 64, 1, warmup=5, timed=25 if not quick else 10, compile="default")
+    print("bench: compiled step (torch.compile, inductor) vs eager, trainer and bare loop, cifar10_quick", flush=True)
+    bare_eager, bare_compiled = interleaved(lambda: bare_loop(eager), lambda: bare_loop(best), reps)
+    ours_eager, ours_compiled = interleaved(lambda: trainer(eager, work), lambda: trainer(best, work), reps)
+    section = {"net": best.net, "image_size": best.size, "batch": best.batch, "threads": best.threads,
+               "bare_eager": bare_eager, "bare_compiled": bare_compiled,
+               "trainer_eager": ours_eager, "trainer_compiled": ours_compiled,
+               "compiled_vs_eager": max(ours_compiled) / max(ours_eager),
+               "trainer_vs_bare_compiled": max(ours_compiled) / max(bare_compiled)}
+    print(f"  trainer compiled/eager {section['compiled_vs_eager']:.3f}, "
+          f"compiled trainer/compiled bare {section['trainer_vs_bare_compiled']:.3f}", flush=True)
+    return section
 
 
 def spatial_section(work: Path, quick: bool) -> dict:
@@ -226,10 +246,11 @@ def run(out: Path, quick: bool = False, frameworks: bool = True) -> dict:
         results["ranks_vs_threads"] = {"one_rank_two_threads": a, "two_ranks_one_thread": b,
                                        "ratio": max(b) / max(a)}
         print(f"  1x2 {a}  2x1 {b}", flush=True)
+        results["compiled"] = compiled_section(work, quick)
         results["spatial"] = spatial_section(work, quick)
         results["prediction"] = prediction_section(work)
     if frameworks:
-        from hpcdl.bench_frameworks import framework_rows
+        from hpcdl.bench.frameworks import framework_rows
 
         print("bench: PyTorch, TensorFlow and MXNet trainers vs bare loops, interleaved", flush=True)
         results["frameworks"] = framework_rows()
@@ -244,7 +265,7 @@ def run(out: Path, quick: bool = False, frameworks: bool = True) -> dict:
 
 
 def _gpu_section() -> dict:
-    from hpcdl.bench_gpu import gpu_rows
+    from hpcdl.bench.gpu import gpu_rows
 
     print("bench: GPU section (ResNet-50 bf16/fp16, JPEG pipeline, LARC)", flush=True)
     gpu = gpu_rows()
@@ -262,8 +283,11 @@ def run_only(section: str, out: Path) -> dict:
     if section == "prediction":
         with tempfile.TemporaryDirectory() as tmp:
             results["prediction"] = prediction_section(Path(tmp))
+    elif section == "compiled":
+        with tempfile.TemporaryDirectory() as tmp:
+            results["compiled"] = compiled_section(Path(tmp), quick=False)
     elif section == "frameworks":
-        from hpcdl.bench_frameworks import framework_rows
+        from hpcdl.bench.frameworks import framework_rows
 
         results["frameworks"] = framework_rows()
         results["frameworks_measured"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
@@ -274,25 +298,16 @@ def run_only(section: str, out: Path) -> dict:
     return results
 
 
-def cpu_model() -> str:
-    """The CPU's model name, as /proc/cpuinfo gives it."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
 def _machine() -> str:
     import torch
+
+    from hpcdl.bench.machine import cpu_model
 
     return f"{os.cpu_count()} CPUs ({cpu_model()}), torch {torch.__version__}"
 
 
 def write_report(r: dict, out: Path) -> None:
-    from hpcdl.cli.output import write_atomically
+    from hpcdl.files import write_atomically
 
     plot = out.with_suffix(".png")
     _plot(r, plot)
@@ -356,21 +371,46 @@ def write_report(r: dict, out: Path) -> None:
         f"![trainer throughput]({plot.name})",
         "",
     ]
+    if r.get("compiled"):
+        lines += _compiled_report(r["compiled"])
     if r.get("spatial"):
         lines += _spatial_report(r["spatial"])
     if r.get("prediction"):
         lines += _prediction_report(r["prediction"])
     if r.get("frameworks"):
-        from hpcdl.bench_frameworks import markdown_table
+        from hpcdl.bench.frameworks import markdown_table
 
         lines += [markdown_table(r["frameworks"])]
         if r.get("frameworks_measured"):
             lines += [f"(These rows measured again on {r['frameworks_measured']}, with `--only frameworks`; "
                       "the PyTorch rows above are from the run dated at the top.)", ""]
-    from hpcdl.bench_gpu import markdown
+    from hpcdl.bench.gpu import markdown
 
     lines += [markdown(r.get("gpu"))]
     write_atomically(out, "\n".join(lines))
+
+
+def _compiled_report(c: dict) -> list[str]:
+    med = max
+    return [
+        "## The compiled step (`compile: default`) on this CPU",
+        "",
+        f"{c['net']} at {c['image_size']} px, batch {c['batch']}, {c['threads']} thread, synthetic data. torch.compile",
+        "with inductor's C++/OpenMP backend; the bare loop at its best is compiled too and takes SGD's fused",
+        "multi-tensor update (`fused=True`); the trainer keeps Caffe's update, one fused foreach step per group.",
+        "The first steps, which compile, are the warm-up and are not timed.",
+        "",
+        "| | eager img/s | compiled img/s | compiled / eager |",
+        "| --- | --- | --- | --- |",
+        f"| bare loop | {med(c['bare_eager']):.1f} ({_runs(c['bare_eager'])}) | "
+        f"{med(c['bare_compiled']):.1f} ({_runs(c['bare_compiled'])}) | "
+        f"{med(c['bare_compiled']) / med(c['bare_eager']):.3f} |",
+        f"| trainer | {med(c['trainer_eager']):.1f} ({_runs(c['trainer_eager'])}) | "
+        f"{med(c['trainer_compiled']):.1f} ({_runs(c['trainer_compiled'])}) | **{c['compiled_vs_eager']:.3f}** |",
+        "",
+        f"Compiled trainer / compiled bare loop: **{c['trainer_vs_bare_compiled']:.3f}**.",
+        "",
+    ]
 
 
 def _spatial_report(sp: dict) -> list[str]:
@@ -468,7 +508,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("docs/performance.md"))
     parser.add_argument("--quick", action="store_true", help="one repeat, fewer steps (a smoke run)")
     parser.add_argument("--from-json", type=Path, help="redraw the report from a earlier run's figures")
-    parser.add_argument("--only", choices=("frameworks", "gpu", "prediction"), help="measure one section, keep the other figures")
+    parser.add_argument("--only", choices=("frameworks", "gpu", "prediction", "compiled"),
+                        help="measure one section, keep the other figures")
     args = parser.parse_args(argv)
     if args.only:
         r = run_only(args.only, args.out)

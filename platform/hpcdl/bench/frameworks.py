@@ -10,11 +10,11 @@ other work only ever slows a window down), with the median beside it. The ratio
 trainer/bare is the overhead the trainer adds. MXNet runs from its own venv, so each
 framework is measured in a child process of the right Python.
 
-    from hpcdl.bench_frameworks import framework_rows, markdown_table
+    from hpcdl.bench.frameworks import framework_rows, markdown_table
     rows = framework_rows()           # list of dicts, one per framework and net
     text = markdown_table(rows)       # a section for docs/performance.md
 
-or `python -m hpcdl.bench_frameworks --framework pytorch` for that framework's rows as JSON.
+or `python -m hpcdl.bench.frameworks --framework pytorch` for that framework's rows as JSON.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,12 @@ def _images(case: Case):
     return data.train.images, data.train.labels
 
 
-def bare_pytorch(case: Case, channels_last: bool = False):
-    """The few lines everyone writes: torch.optim.SGD, a random in-memory batch per step."""
+def bare_pytorch(case: Case, channels_last: bool = False, compile: str = "none"):
+    """The few lines everyone writes: torch.optim.SGD, a random in-memory batch per step.
+
+    With `compile` (a torch.compile mode) the loop at its best: the model compiled, and SGD's
+    fused multi-tensor update (`fused=True`), so a compiled trainer is measured against the
+    best loop, not the eager one."""
     import numpy as np
     import torch
     import torch.nn.functional as F
@@ -89,7 +93,10 @@ def bare_pytorch(case: Case, channels_last: bool = False):
     torch.manual_seed(1)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     model = build_torch(load_net(case.net, num_classes=10, image_size=case.size)).to(memory_format=fmt)
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY,
+                                fused=compile != "none" or None)
+    if compile != "none":
+        model = torch.compile(model, mode=None if compile == "default" else compile, dynamic=False)
     images, labels = _images(case)
     rng = np.random.default_rng(1)
     model.train()
@@ -109,9 +116,9 @@ def bare_pytorch(case: Case, channels_last: bool = False):
 
 def bare_tensorflow(case: Case):
     """The few lines everyone writes: Keras SGD, a compiled step, a random in-memory batch per step."""
+    import keras
     import numpy as np
     import tensorflow as tf
-    import keras
 
     from hpcdl.nets import load_net
     from hpcdl.nets.keras_build import build_keras
@@ -173,7 +180,7 @@ BARE = {"pytorch": bare_pytorch, "tensorflow": bare_tensorflow, "mxnet": bare_mx
 
 def measure_case(framework: str, case: Case) -> dict:
     """Trainer and bare loop windows, interleaved in this process (which must import the framework)."""
-    from hpcdl.train.main import backend_for
+    from hpcdl.train.backends import backend_for
     from hpcdl.train.ranks import RankInfo
     from hpcdl.train.recipe import recipe_from_dict
     from hpcdl.train.results import ResultsWriter
@@ -181,7 +188,7 @@ def measure_case(framework: str, case: Case) -> dict:
     if framework == "tensorflow":  # size TensorFlow's pools before the bare loop starts its runtime
         import tensorflow as tf
 
-        from hpcdl.train.tf_backend import configure_threads, thread_counts
+        from hpcdl.train.backends.tensorflow.trainer import configure_threads, thread_counts
 
         configure_threads(tf, *thread_counts(os.environ))
     elif framework == "pytorch":  # the trainer's ranks get their count from the plan; one pool for both here
@@ -242,7 +249,7 @@ def framework_rows(mxnet_python: str | None = None) -> list[dict]:
     for framework, python in pythons.items():
         load = os.getloadavg()  # uptime's 1, 5 and 15 minute load averages, before and after
         path = os.pathsep.join(filter(None, (str(ROOT / "platform"), os.environ.get("PYTHONPATH"))))
-        proc = subprocess.run([python, "-W", "ignore", "-m", "hpcdl.bench_frameworks", "--framework", framework],
+        proc = subprocess.run([python, "-W", "ignore", "-m", "hpcdl.bench.frameworks", "--framework", framework],
                               capture_output=True, text=True, timeout=1800, env={**os.environ, "PYTHONPATH": path})
         if proc.returncode != 0:
             rows.append({"framework": framework, "error": (proc.stderr.strip().splitlines() or ["failed"])[-1]})
@@ -293,7 +300,7 @@ def _load(values) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcdl.bench_frameworks")
+    parser = argparse.ArgumentParser(prog="python -m hpcdl.bench.frameworks")
     parser.add_argument("--framework", choices=("pytorch", "tensorflow", "mxnet"), help="measure its rows here, print JSON")
     parser.add_argument("--net", choices=[c.net for c in CASES], help="only this net")
     args = parser.parse_args(argv)

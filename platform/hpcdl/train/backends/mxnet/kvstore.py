@@ -1,6 +1,6 @@
 """Start an MXNet parameter-server job on this node: scheduler, servers, then the workers.
 
-    python -m hpcdl.train.mxnet_kvstore --workers 2 --servers 1 -- PROGRAM ARGS...
+    python -m hpcdl.train.backends.mxnet.kvstore --workers 2 --servers 1 -- PROGRAM ARGS...
 
 MXNet's dist kvstore (ps-lite) has three roles, told apart by DMLC_ROLE: one scheduler
 (the rendezvous at DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT), DMLC_NUM_SERVER servers (which
@@ -55,7 +55,7 @@ def run_job(num_workers: int, num_servers: int, argv: list[str], python: str = s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcdl.train.mxnet_kvstore", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m hpcdl.train.backends.mxnet.kvstore", description=__doc__.split("\n")[0])
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--servers", type=int, default=1)
     parser.add_argument("program", nargs=argparse.REMAINDER)

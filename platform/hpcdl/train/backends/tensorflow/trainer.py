@@ -18,16 +18,10 @@ import socket
 import numpy as np
 
 from hpcdl.errors import HpcdlError
+from hpcdl.train.backends import HOROVOD_TF_PROBLEM
 from hpcdl.train.ranks import RankInfo, gpu_index
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
-
-HOROVOD_TF_PROBLEM = (
-    "Horovod with TensorFlow is not available: Horovod 0.28.1, its last release, fails with Keras 3 "
-    "(TensorFlow >= 2.16; horovod#4290, open upstream) and does not build against TensorFlow 2.21's headers; "
-    "use --dist mwms (tf.distribute.MultiWorkerMirroredStrategy), or Horovod with PyTorch"
-)
-
 
 # --- cluster spec -----------------------------------------------------------------------
 
@@ -199,7 +193,7 @@ class KerasTrainer:
         # convention, the net's lr_mult/decay_mult, LARS/LARC, clipping and no_bias_decay as
         # the PyTorch optimizer has them
         self.rule = SGDRule.from_recipe(recipe, [tuple(v.shape) for v in self.variables], multipliers)
-        # fp16: dynamic loss scaling as hpcdl.train.torch_backend.Precision does it
+        # fp16: dynamic loss scaling as hpcdl.train.backends.pytorch.trainer.Precision does it
         self.scaling = recipe.precision == "fp16"
         self.dynamic = recipe.loss_scale == "dynamic"
         self.scale = 65536.0 if self.dynamic else float(recipe.loss_scale)
@@ -255,8 +249,8 @@ class KerasTrainer:
         self._compile_update()
 
     def _compile_update(self) -> None:
-        """Gradients and the rule's update in one tf.function (hpcdl.train.tf_update): no host copies."""
-        from hpcdl.train.tf_update import CompiledUpdate
+        """Gradients and the rule's update in one tf.function (hpcdl.train.backends.tensorflow.update): no host copies."""
+        from hpcdl.train.backends.tensorflow.update import CompiledUpdate
 
         tf, step = self.tf, self._step
         self.update = update = CompiledUpdate(tf, self.rule, self.variables, loss_scaling=self.scaling)
@@ -366,8 +360,8 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     if me.world_size > 1:
         os.environ["TF_CONFIG"] = json.dumps(tf_config(os.environ, me, _mpi_hosts(me)))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep the rank's log to hpcdl's lines
-    import tensorflow as tf
     import keras
+    import tensorflow as tf
 
     from hpcdl.nets import load_net
     from hpcdl.nets.keras_build import build_keras, keras_multipliers

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 
 from hpcdl.errors import HpcdlError
+from hpcdl.train.backends.pytorch.steps import choose_device, criterion
 from hpcdl.train.ranks import RankInfo
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
-from hpcdl.train.torch_backend import choose_device, criterion
 
 
 def import_horovod():
@@ -46,7 +46,7 @@ class HorovodTrainer:
     hvd.DistributedOptimizer is kept for what Horovod does well (allreduce started from
     backward hooks, Tensor Fusion, fp16 compression) around a torch SGD that is never
     stepped: `synchronize()` leaves the averaged gradients in `.grad`, and the update is
-    hpcdl.train.optim.CaffeSGD, the PyTorch trainer's own, so Horovod runs Caffe's
+    hpcdl.train.backends.pytorch.optim.CaffeSGD, the PyTorch trainer's own, so Horovod runs Caffe's
     momentum convention (the rate inside the velocity) and the net's lr_mult/decay_mult.
     hvd.broadcast_optimizer_state is not called: on a fresh optimizer it runs one
     `step()` with zero gradients to create the state (Horovod 0.28.1 torch/functions.py),
@@ -59,8 +59,8 @@ class HorovodTrainer:
 
     def __init__(self, hvd, model: torch.nn.Module, recipe: Recipe, fp16_allreduce: bool, spec=None,
                  device: torch.device | None = None):
-        from hpcdl.train.cuda_settings import apply_cuda_settings
-        from hpcdl.train.torch_backend import Precision, caffe_sgd
+        from hpcdl.train.backends.pytorch.cuda_settings import apply_cuda_settings
+        from hpcdl.train.backends.pytorch.steps import Precision, caffe_sgd
 
         # the rank's device, memory format, precision and GPU settings, as the torch.distributed trainer's
         self.device = device or torch.device("cpu")

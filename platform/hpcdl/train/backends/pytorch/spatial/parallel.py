@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from hpcdl.train.spatial.geometry import Grid
-from hpcdl.train.spatial.ops import SpatialGroup
+from hpcdl.train.backends.pytorch.spatial.ops import SpatialGroup
+from hpcdl.train.slabs import Grid
 
 
 @dataclass

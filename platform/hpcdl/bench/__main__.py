@@ -1,0 +1,5 @@
+import sys
+
+from hpcdl.bench.cpu import main
+
+sys.exit(main())

@@ -1,0 +1,34 @@
+"""A site's paths named by project ({project}), filled with the account a job is charged to."""
+
+from __future__ import annotations
+
+from hpcdl.errors import HpcdlError
+from hpcdl.shell import plain_word
+from hpcdl.sites.schema import PROJECT_PLACEHOLDER, Site
+
+
+def with_project(site: Site, account: str | None, scheduler: str | None = None) -> Site:
+    """The site with {project} in its paths replaced by the account the job is charged to.
+
+    Centres name project folders by project id (OLCF: /lustre/orion/[projid]/scratch/$USER) and set
+    no variable for it, so the id comes from the job's account, given at render time; without
+    one, a Slurm job takes the account Slurm charged, which it sets in $SLURM_JOB_ACCOUNT (sbatch).
+    """
+    fs = site.filesystems
+    holders = [f for f in ("scratch", "node_local") if PROJECT_PLACEHOLDER in (getattr(fs, f) or "")]
+    if not holders:
+        return site
+    scheduler = scheduler or site.scheduler
+    if not account and scheduler == "slurm":
+        account = "${SLURM_JOB_ACCOUNT}"
+    elif not account:
+        raise HpcdlError(
+            f"account: site {site.name!r} names its filesystems.{holders[0]} by project "
+            f"({getattr(fs, holders[0])}); give the project with --account"
+        )
+    else:
+        plain_word("account", "path", account)
+        if "/" in account or account in (".", ".."):
+            raise HpcdlError(f"account: {account!r} cannot name a folder")
+    update = {f: getattr(fs, f).replace(PROJECT_PLACEHOLDER, account) for f in holders}
+    return site.model_copy(update={"filesystems": fs.model_copy(update=update)})
