@@ -263,15 +263,31 @@ def python_environments(spec: ImageSpec, part: str) -> list[str]:
 
 def hpcdl_requirements() -> tuple[str, ...]:
     """hpcdl's own run-time requirements, as its pyproject.toml names them (the checkout's, which
-    the image copies in; an installed hpcdl's metadata where there is no checkout)."""
+    the image copies in; an installed hpcdl's metadata where there is no checkout).
+
+    Both sources are normalised the same way (packaging's spelling, sorted by name): an installed
+    hpcdl's metadata lists them in another order and spells `pydantic>=2.5,<3` as
+    `pydantic<3,>=2.5`, and the same spec must give the same bytes, hence the same cache key.
+    """
     pyproject = CONTAINERS.parent / "pyproject.toml"
     if pyproject.is_file():
         import tomllib
 
-        return tuple(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
-    from importlib.metadata import requires
+        found = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    else:
+        from importlib.metadata import requires
 
-    return tuple(r for r in (requires("hpcdl") or ()) if "extra ==" not in r)
+        found = [r for r in (requires("hpcdl") or ()) if "extra ==" not in r]
+    return normalised_requirements(found)
+
+
+def normalised_requirements(requirements) -> tuple[str, ...]:
+    """Each requirement in packaging's canonical spelling (specifiers sorted), sorted by name."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    reqs = [Requirement(r) for r in requirements]
+    return tuple(str(r) for r in sorted(reqs, key=lambda r: (canonicalize_name(r.name), str(r))))
 
 
 def _cudnn_requirement(spec: ImageSpec) -> str | None:
