@@ -475,7 +475,7 @@ def write_sif(squashfs: Path | str, spec: ImageSpec, out: Path | str, log: Calla
     partial.unlink(missing_ok=True)
     deffile = out.with_name(out.name + ".def")
     deffile.write_text(render(spec, "singularity"))
-    arch = SIF_ARCH["ppc64le" if spec.cpu_target == "ppc64le" else "x86_64"]
+    arch = SIF_ARCH[spec.arch]
     try:
         _run([siftool, "new", str(partial)], log)
         _run([siftool, "add", str(partial), str(deffile), "--datatype", "1", "--filename", f"{spec.name}.def"], log)

@@ -46,6 +46,9 @@ ARCH_FLAGS = {
     "x86_64_v3": "-march=x86-64-v3",
     "x86_64": "-march=x86-64",
     "ppc64le": "-mcpu=power8",
+    "aarch64": "-march=armv8-a",
+    # Grace (GH200): Neoverse V2, Armv9.0-A with SVE2 (GCC >= 13; Ubuntu 24.04's GCC 13 has it)
+    "neoverse_v2": "-mcpu=neoverse-v2",
 }
 
 _templates = jinja2.Environment(
@@ -318,7 +321,7 @@ def stage(spec: ImageSpec, container_format: str) -> hpccm.Stage:
     s = hpccm.Stage()
     # the architecture is named, never guessed: hpccm would otherwise take the machine rendering
     # the file, and the checked-in definitions would differ between an x86 and an Arm laptop
-    base = {"_arch": "ppc64le" if spec.cpu_target == "ppc64le" else "x86_64"}
+    base = {"_arch": spec.arch}
     if spec.base_image.startswith("debian"):
         # hpccm knows no Debian; its apt-based Ubuntu 22.04 steps are the ones that fit Debian 12
         base["_distro"] = "ubuntu22"
