@@ -187,6 +187,11 @@ def launcher_needs(site: Site) -> tuple[str | None, str | None, str]:
 #: CPU targets whose code only AVX-512 CPUs run; -march=knl adds AVX-512ER/PF, which only Xeon Phi has
 AVX512_TARGETS = ("knl", "skylake", "cascadelake", "icelake", "sapphirerapids", "zen4", "zen5")
 
+#: x86 CPUs older than the x86-64-v3 level (no AVX2/FMA/BMI2): Intel before Haswell, AMD before
+#: Excavator; a node named only "x86_64" is taken at its word as unknown, so not refused
+BELOW_X86_64_V3 = ("x86_64_v2", "core2", "nehalem", "westmere", "sandybridge", "ivybridge", "bulldozer", "piledriver",
+                   "steamroller", "k10", "nocona")
+
 #: compute capability of NVIDIA GPU models, by a word of the model name (NVIDIA CUDA GPUs list)
 #: (longer names first: "A100" before "A10")
 NVIDIA_SM = (("GH200", "sm_90"), ("H200", "sm_90"), ("H100", "sm_90"), ("L40", "sm_89"), ("L4", "sm_89"),
@@ -251,6 +256,8 @@ def hardware_problems(spec: ImageSpec, site: Site, kind: str | None = None) -> l
     problems = []
     if spec.cpu_target == "knl" and node.cpu_target != "knl":
         problems.append(f"the image is compiled with -march=knl (AVX-512ER/PF, Xeon Phi only) but {where} is not a KNL")
+    elif spec.cpu_target == "x86_64_v3" and node.cpu_target in BELOW_X86_64_V3:
+        problems.append(f"the image is compiled for x86-64-v3 (AVX2, FMA) but {where} ({node.cpu_target}) lacks it")
     elif spec.cpu_target == "skylake_avx512" and not node.cpu_target.startswith(AVX512_TARGETS[1:] + ("x86_64_v4",)):
         problems.append(f"the image is compiled for AVX-512 (skylake_avx512) but {where} lacks it")
     elif spec.cpu_target == "neoverse_v2" and node.cpu_target not in ("neoverse_v2", "grace"):

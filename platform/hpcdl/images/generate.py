@@ -181,7 +181,7 @@ def nccl_block(spec: ImageSpec):
 
 def labels(spec: ImageSpec) -> dict[str, str]:
     out = {"org.hpcdl.image": spec.name, "org.hpcdl.base": spec.base_image,
-           "org.hpcdl.cpu_target": spec.cpu_target,
+           "org.hpcdl.arch": spec.arch, "org.hpcdl.cpu_target": spec.cpu_target,
            "org.hpcdl.mpi": f"{spec.mpi.flavour}-{spec.mpi.version}", "org.hpcdl.fabric": spec.mpi.fabric}
     if spec.mpi.ucx:
         out["org.hpcdl.ucx"] = spec.mpi.ucx

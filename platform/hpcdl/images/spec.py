@@ -194,6 +194,8 @@ class ImageSpec(_Strict):
     horovod: Horovod | None = None
     env: dict[str, str] = Field(default_factory=dict, description="tuned defaults in %environment")
     hpcdl: str = Field(default="source", description="'source' (this checkout, via %files) or a version")
+    serves: tuple[str, ...] = Field(
+        default=(), description="the sites (SITE or SITE:KIND) the image is meant for; `images compat` must accept each")
 
     @field_validator("environments")
     @classmethod
