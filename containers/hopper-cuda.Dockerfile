@@ -5,7 +5,8 @@ FROM nvidia/cuda:13.0.2-devel-ubuntu24.04
 # `make containers` from containers/images.yaml; edit the spec, not
 # this file.
 
-LABEL org.hpcdl.base=nvidia/cuda:13.0.2-devel-ubuntu24.04 \
+LABEL org.hpcdl.arch=x86_64 \
+    org.hpcdl.base=nvidia/cuda:13.0.2-devel-ubuntu24.04 \
     org.hpcdl.cpu_target=x86_64 \
     org.hpcdl.cuda=13.0 \
     org.hpcdl.fabric=infiniband \
@@ -194,7 +195,7 @@ LABEL org.opencontainers.image.created=${HPCDL_CREATED} \
     org.opencontainers.image.revision=${HPCDL_REVISION} \
     org.opencontainers.image.source=${HPCDL_SOURCE}
 
-RUN python3 -c 'import json, os, sys; labels = json.loads(sys.argv[1]); labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)' '{"org.hpcdl.base": "nvidia/cuda:13.0.2-devel-ubuntu24.04", "org.hpcdl.cpu_target": "x86_64", "org.hpcdl.cuda": "13.0", "org.hpcdl.fabric": "infiniband", "org.hpcdl.gpu_archs": "sm_90", "org.hpcdl.horovod": "0.28.1", "org.hpcdl.horovod.frameworks": "pytorch,nccl", "org.hpcdl.hpcdl": "0.1.0", "org.hpcdl.image": "hopper-cuda", "org.hpcdl.main.mpi4py": "4.1.0", "org.hpcdl.main.numpy": "2.2.6", "org.hpcdl.main.torch": "2.13.0", "org.hpcdl.mpi": "openmpi-5.0.8", "org.hpcdl.mpi.source": "build", "org.hpcdl.nccl": "2.28.7-1", "org.hpcdl.pmix": "5.0.8", "org.hpcdl.tensorflow.mpi4py": "4.1.0", "org.hpcdl.tensorflow.tensorflow": "2.20.0", "org.hpcdl.ucx": "1.19.0", "org.opencontainers.image.title": "hpcdl-hopper-cuda", "org.opencontainers.image.version": "0.1.0"}' '{"org.opencontainers.image.created": "HPCDL_CREATED", "org.opencontainers.image.revision": "HPCDL_REVISION", "org.opencontainers.image.source": "HPCDL_SOURCE"}' /.singularity.d/labels.json
+RUN python3 -c 'import json, os, sys; labels = json.loads(sys.argv[1]); labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)' '{"org.hpcdl.arch": "x86_64", "org.hpcdl.base": "nvidia/cuda:13.0.2-devel-ubuntu24.04", "org.hpcdl.cpu_target": "x86_64", "org.hpcdl.cuda": "13.0", "org.hpcdl.fabric": "infiniband", "org.hpcdl.gpu_archs": "sm_90", "org.hpcdl.horovod": "0.28.1", "org.hpcdl.horovod.frameworks": "pytorch,nccl", "org.hpcdl.hpcdl": "0.1.0", "org.hpcdl.image": "hopper-cuda", "org.hpcdl.main.mpi4py": "4.1.0", "org.hpcdl.main.numpy": "2.2.6", "org.hpcdl.main.torch": "2.13.0", "org.hpcdl.mpi": "openmpi-5.0.8", "org.hpcdl.mpi.source": "build", "org.hpcdl.nccl": "2.28.7-1", "org.hpcdl.pmix": "5.0.8", "org.hpcdl.tensorflow.mpi4py": "4.1.0", "org.hpcdl.tensorflow.tensorflow": "2.20.0", "org.hpcdl.ucx": "1.19.0", "org.opencontainers.image.title": "hpcdl-hopper-cuda", "org.opencontainers.image.version": "0.1.0"}' '{"org.opencontainers.image.created": "HPCDL_CREATED", "org.opencontainers.image.revision": "HPCDL_REVISION", "org.opencontainers.image.source": "HPCDL_SOURCE"}' /.singularity.d/labels.json
 
 ENTRYPOINT ["/bin/sh", "-c", "cat /opt/hpcdl/banner >&2; exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
 

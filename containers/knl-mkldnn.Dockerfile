@@ -5,7 +5,8 @@ FROM ubuntu:22.04
 # `make containers` from containers/images.yaml; edit the spec, not
 # this file.
 
-LABEL org.hpcdl.base=ubuntu:22.04 \
+LABEL org.hpcdl.arch=x86_64 \
+    org.hpcdl.base=ubuntu:22.04 \
     org.hpcdl.cpu_target=knl \
     org.hpcdl.fabric=omnipath \
     org.hpcdl.horovod=0.28.1 \
@@ -172,7 +173,7 @@ LABEL org.opencontainers.image.created=${HPCDL_CREATED} \
     org.opencontainers.image.revision=${HPCDL_REVISION} \
     org.opencontainers.image.source=${HPCDL_SOURCE}
 
-RUN python3 -c 'import json, os, sys; labels = json.loads(sys.argv[1]); labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)' '{"org.hpcdl.base": "ubuntu:22.04", "org.hpcdl.cpu_target": "knl", "org.hpcdl.fabric": "omnipath", "org.hpcdl.horovod": "0.28.1", "org.hpcdl.horovod.frameworks": "pytorch", "org.hpcdl.hpcdl": "0.1.0", "org.hpcdl.image": "knl-mkldnn", "org.hpcdl.libfabric": "1.22.0", "org.hpcdl.main.intel-extension-for-pytorch": "2.8.0", "org.hpcdl.main.mpi4py": "4.1.0", "org.hpcdl.main.numpy": "2.2.6", "org.hpcdl.main.tensorflow-cpu": "2.20.0", "org.hpcdl.main.torch": "2.8.0", "org.hpcdl.mpi": "openmpi-4.1.6", "org.hpcdl.mpi.source": "build", "org.hpcdl.mxnet.mpi4py": "4.1.0", "org.hpcdl.mxnet.mxnet": "1.9.1", "org.hpcdl.mxnet.numpy": "1.23.5", "org.hpcdl.pmix": "4.2.9", "org.opencontainers.image.title": "hpcdl-knl-mkldnn", "org.opencontainers.image.version": "0.1.0"}' '{"org.opencontainers.image.created": "HPCDL_CREATED", "org.opencontainers.image.revision": "HPCDL_REVISION", "org.opencontainers.image.source": "HPCDL_SOURCE"}' /.singularity.d/labels.json
+RUN python3 -c 'import json, os, sys; labels = json.loads(sys.argv[1]); labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)' '{"org.hpcdl.arch": "x86_64", "org.hpcdl.base": "ubuntu:22.04", "org.hpcdl.cpu_target": "knl", "org.hpcdl.fabric": "omnipath", "org.hpcdl.horovod": "0.28.1", "org.hpcdl.horovod.frameworks": "pytorch", "org.hpcdl.hpcdl": "0.1.0", "org.hpcdl.image": "knl-mkldnn", "org.hpcdl.libfabric": "1.22.0", "org.hpcdl.main.intel-extension-for-pytorch": "2.8.0", "org.hpcdl.main.mpi4py": "4.1.0", "org.hpcdl.main.numpy": "2.2.6", "org.hpcdl.main.tensorflow-cpu": "2.20.0", "org.hpcdl.main.torch": "2.8.0", "org.hpcdl.mpi": "openmpi-4.1.6", "org.hpcdl.mpi.source": "build", "org.hpcdl.mxnet.mpi4py": "4.1.0", "org.hpcdl.mxnet.mxnet": "1.9.1", "org.hpcdl.mxnet.numpy": "1.23.5", "org.hpcdl.pmix": "4.2.9", "org.opencontainers.image.title": "hpcdl-knl-mkldnn", "org.opencontainers.image.version": "0.1.0"}' '{"org.opencontainers.image.created": "HPCDL_CREATED", "org.opencontainers.image.revision": "HPCDL_REVISION", "org.opencontainers.image.source": "HPCDL_SOURCE"}' /.singularity.d/labels.json
 
 ENTRYPOINT ["/bin/sh", "-c", "cat /opt/hpcdl/banner >&2; exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
 

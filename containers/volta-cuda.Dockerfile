@@ -5,7 +5,8 @@ FROM nvidia/cuda:12.6.3-devel-ubuntu22.04
 # `make containers` from containers/images.yaml; edit the spec, not
 # this file.
 
-LABEL org.hpcdl.base=nvidia/cuda:12.6.3-devel-ubuntu22.04 \
+LABEL org.hpcdl.arch=x86_64 \
+    org.hpcdl.base=nvidia/cuda:12.6.3-devel-ubuntu22.04 \
     org.hpcdl.cpu_target=x86_64 \
     org.hpcdl.cuda=12.6 \
     org.hpcdl.cudnn=9.10.2.21 \
@@ -212,7 +213,7 @@ LABEL org.opencontainers.image.created=${HPCDL_CREATED} \
     org.opencontainers.image.revision=${HPCDL_REVISION} \
     org.opencontainers.image.source=${HPCDL_SOURCE}
 
-RUN python3 -c 'import json, os, sys; labels = json.loads(sys.argv[1]); labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)' '{"org.hpcdl.base": "nvidia/cuda:12.6.3-devel-ubuntu22.04", "org.hpcdl.cpu_target": "x86_64", "org.hpcdl.cuda": "12.6", "org.hpcdl.cudnn": "9.10.2.21", "org.hpcdl.fabric": "infiniband", "org.hpcdl.gpu_archs": "sm_70", "org.hpcdl.horovod": "0.28.1", "org.hpcdl.horovod.frameworks": "pytorch,nccl", "org.hpcdl.hpcdl": "0.1.0", "org.hpcdl.image": "volta-cuda", "org.hpcdl.main.mpi4py": "4.1.0", "org.hpcdl.main.numpy": "2.2.6", "org.hpcdl.main.torch": "2.8.0", "org.hpcdl.mpi": "openmpi-4.1.6", "org.hpcdl.mpi.source": "build", "org.hpcdl.nccl": "2.26.2-1", "org.hpcdl.pmix": "4.2.9", "org.hpcdl.tensorflow.mpi4py": "4.1.0", "org.hpcdl.tensorflow.tensorflow": "2.20.0", "org.hpcdl.ucx": "1.18.1", "org.opencontainers.image.title": "hpcdl-volta-cuda", "org.opencontainers.image.version": "0.1.0"}' '{"org.opencontainers.image.created": "HPCDL_CREATED", "org.opencontainers.image.revision": "HPCDL_REVISION", "org.opencontainers.image.source": "HPCDL_SOURCE"}' /.singularity.d/labels.json
+RUN python3 -c 'import json, os, sys; labels = json.loads(sys.argv[1]); labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)' '{"org.hpcdl.arch": "x86_64", "org.hpcdl.base": "nvidia/cuda:12.6.3-devel-ubuntu22.04", "org.hpcdl.cpu_target": "x86_64", "org.hpcdl.cuda": "12.6", "org.hpcdl.cudnn": "9.10.2.21", "org.hpcdl.fabric": "infiniband", "org.hpcdl.gpu_archs": "sm_70", "org.hpcdl.horovod": "0.28.1", "org.hpcdl.horovod.frameworks": "pytorch,nccl", "org.hpcdl.hpcdl": "0.1.0", "org.hpcdl.image": "volta-cuda", "org.hpcdl.main.mpi4py": "4.1.0", "org.hpcdl.main.numpy": "2.2.6", "org.hpcdl.main.torch": "2.8.0", "org.hpcdl.mpi": "openmpi-4.1.6", "org.hpcdl.mpi.source": "build", "org.hpcdl.nccl": "2.26.2-1", "org.hpcdl.pmix": "4.2.9", "org.hpcdl.tensorflow.mpi4py": "4.1.0", "org.hpcdl.tensorflow.tensorflow": "2.20.0", "org.hpcdl.ucx": "1.18.1", "org.opencontainers.image.title": "hpcdl-volta-cuda", "org.opencontainers.image.version": "0.1.0"}' '{"org.opencontainers.image.created": "HPCDL_CREATED", "org.opencontainers.image.revision": "HPCDL_REVISION", "org.opencontainers.image.source": "HPCDL_SOURCE"}' /.singularity.d/labels.json
 
 ENTRYPOINT ["/bin/sh", "-c", "cat /opt/hpcdl/banner >&2; exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
 
