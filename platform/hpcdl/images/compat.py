@@ -302,7 +302,7 @@ def mpi_problems(spec: ImageSpec, site: Site) -> list[str]:
                         f"ranks through {how}, which needs the {abi} ABI")
     if pmi and pmi not in spec.mpi.pmis:
         problems.append(f"the image's {spec.mpi.flavour} {spec.mpi.version} is built without {pmi.upper()} "
-                        f"but site {site.name} starts ranks with {how}")
+                        f"but site {site.name} starts ranks through {pmi.upper()} ({how})")
     # Open MPI keeps its ABI only within a major version (open-mpi/ompi wiki, "Container
     # Versioning"), and the host's mpirun (ORTE in 4, PRRTE in 5) must speak to the image's
     # library; Apptainer's MPI guide: the container's MPI "must be compatible with the version of
