@@ -17,7 +17,7 @@ LABEL org.hpcdl.arch=aarch64 \
     org.hpcdl.libfabric=1.22.0 \
     org.hpcdl.main.mpi4py=4.1.0 \
     org.hpcdl.main.numpy=2.2.6 \
-    org.hpcdl.main.torch=2.8.0 \
+    org.hpcdl.main.torch=2.9.1 \
     org.hpcdl.mpi=mpich-4.1.2 \
     org.hpcdl.mpi.source=build \
     org.hpcdl.net_plugin=aws-ofi-nccl-1.19.2 \
@@ -98,10 +98,10 @@ RUN mkdir -p /var/tmp && wget -q -nc -P /var/tmp https://github.com/aws/aws-ofi-
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
     python3 -m venv /opt/envs/main && \
     /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
-    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0
+    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py torch==2.9.1 numpy==2.2.6 mpi4py==4.1.0
 
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
-    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 'jinja2>=3.1' 'matplotlib>=3.7' 'numpy>=1.23' 'Pillow>=9' 'protobuf>=4.21' 'pydantic<3,>=2.5' 'python-hostlist>=2.0' 'PyYAML>=6.0' 'rich>=13' 'scikit-learn>=1.3' 'typer>=0.12'
+    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py torch==2.9.1 numpy==2.2.6 mpi4py==4.1.0 'jinja2>=3.1' 'matplotlib>=3.7' 'numpy>=1.23' 'Pillow>=9' 'protobuf>=4.21' 'pydantic<3,>=2.5' 'python-hostlist>=2.0' 'PyYAML>=6.0' 'rich>=13' 'scikit-learn>=1.3' 'typer>=0.12'
 
 COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
 
@@ -126,7 +126,7 @@ LABEL org.opencontainers.image.created=${HPCDL_CREATED} \
     org.opencontainers.image.revision=${HPCDL_REVISION} \
     org.opencontainers.image.source=${HPCDL_SOURCE}
 
-RUN python3 -c 'import json, os, sys; labels = json.loads(sys.argv[1]); labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)' '{"org.hpcdl.arch": "aarch64", "org.hpcdl.base": "nvidia/cuda:12.8.1-devel-ubuntu22.04", "org.hpcdl.cpu_target": "neoverse_v2", "org.hpcdl.cuda": "12.8", "org.hpcdl.fabric": "slingshot", "org.hpcdl.gpu_archs": "sm_90", "org.hpcdl.hpcdl": "0.1.0", "org.hpcdl.image": "gh200-cuda", "org.hpcdl.libfabric": "1.22.0", "org.hpcdl.main.mpi4py": "4.1.0", "org.hpcdl.main.numpy": "2.2.6", "org.hpcdl.main.torch": "2.8.0", "org.hpcdl.mpi": "mpich-4.1.2", "org.hpcdl.mpi.source": "build", "org.hpcdl.net_plugin": "aws-ofi-nccl-1.19.2", "org.hpcdl.net_plugin.library": "/opt/aws-ofi-nccl/lib/libnccl-net.so", "org.opencontainers.image.title": "hpcdl-gh200-cuda", "org.opencontainers.image.version": "0.1.0"}' '{"org.opencontainers.image.created": "HPCDL_CREATED", "org.opencontainers.image.revision": "HPCDL_REVISION", "org.opencontainers.image.source": "HPCDL_SOURCE"}' /.singularity.d/labels.json
+RUN python3 -c 'import json, os, sys; labels = json.loads(sys.argv[1]); labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)' '{"org.hpcdl.arch": "aarch64", "org.hpcdl.base": "nvidia/cuda:12.8.1-devel-ubuntu22.04", "org.hpcdl.cpu_target": "neoverse_v2", "org.hpcdl.cuda": "12.8", "org.hpcdl.fabric": "slingshot", "org.hpcdl.gpu_archs": "sm_90", "org.hpcdl.hpcdl": "0.1.0", "org.hpcdl.image": "gh200-cuda", "org.hpcdl.libfabric": "1.22.0", "org.hpcdl.main.mpi4py": "4.1.0", "org.hpcdl.main.numpy": "2.2.6", "org.hpcdl.main.torch": "2.9.1", "org.hpcdl.mpi": "mpich-4.1.2", "org.hpcdl.mpi.source": "build", "org.hpcdl.net_plugin": "aws-ofi-nccl-1.19.2", "org.hpcdl.net_plugin.library": "/opt/aws-ofi-nccl/lib/libnccl-net.so", "org.opencontainers.image.title": "hpcdl-gh200-cuda", "org.opencontainers.image.version": "0.1.0"}' '{"org.opencontainers.image.created": "HPCDL_CREATED", "org.opencontainers.image.revision": "HPCDL_REVISION", "org.opencontainers.image.source": "HPCDL_SOURCE"}' /.singularity.d/labels.json
 
 ENTRYPOINT ["/bin/sh", "-c", "cat /opt/hpcdl/banner >&2; exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
 
