@@ -238,3 +238,29 @@ def images_build(
             if not target.exists():
                 write_sif(built.path, spec, target, log=lambda line: typer.echo(line, err=True))
             typer.echo(target)
+
+
+@images_app.command("install")
+def images_install(
+    prefix: Path = typer.Argument(..., help="the prefix `hpcdl modulefiles render --prefix` was given: "
+                                  "images go to PREFIX/images"),
+    names: List[str] = typer.Argument(None, help="images to install (default: every image with a build in the cache)"),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="image cache (default: $HPCDL_IMAGE_CACHE or "
+                                         "/var/cache/hpcdl/images)"),
+    specs: Optional[Path] = SPECS,
+) -> None:
+    """Put the newest build of each image where the modules look: PREFIX/images/NAME.sif (.sqfs for
+    Charliecloud), a link to NAME-VERSION-DIGEST.sif, switched atomically."""
+    from hpcdl.images.build import cache_dir
+    from hpcdl.images.install import install
+
+    folder = Path(cache or cache_dir())
+    all_specs = _specs(specs)
+    picked = _pick(all_specs, names) if names else [
+        s for s in all_specs.values() if any(folder.glob(f"{s.name}-*.json"))]
+    if not picked:
+        raise HpcdlError(f"images install: no image has a build in {folder}; run hpcdl images build first")
+    for spec in picked:
+        for done in install(spec, prefix, folder):
+            state = "unchanged" if done.unchanged else "installed"
+            typer.echo(f"{state} {done.path} ({done.digest}); {done.link} -> {done.path.name}")

@@ -245,6 +245,40 @@ def labels_json_step(spec: ImageSpec) -> str:
     return "RUN python3 -c " + " ".join(shlex.quote(w) for w in words)
 
 
+#: Apptainer's run-time files in an image (apptainer/apptainer internal/pkg/build/sources/
+#: base_environment.go): it sources /.singularity.d/env/*.sh in order before `exec`, `run` and
+#: `shell`, and `run` runs /.singularity.d/runscript. `apptainer build` writes them from the
+#: .def's %environment and %runscript; an image built from the Dockerfile (Charliecloud, podman)
+#: gets them from this step, so `apptainer exec IMAGE.sif hpcdl ...` finds hpcdl on PATH.
+APPTAINER_ENV = "/.singularity.d/env/90-environment.sh"
+APPTAINER_RUNSCRIPT = "/.singularity.d/runscript"
+
+
+def _train_line() -> str:
+    train = f'"{ENVS}/${{HPCDL_IMAGE_ENV:-main}}/bin/hpcdl" train'
+    return f'cat {HPCDL_HOME}/banner >&2; exec {train} "$@"'
+
+
+def apptainer_files(spec: ImageSpec) -> dict[str, str]:
+    """{path in the image: text} of the environment and runscript Apptainer reads."""
+    lines = ["#!/bin/sh", f"# hpcdl image {spec.name}: its environment, as %environment gives it"]
+    for key, value in runtime_environment(spec).items():
+        # $PATH expands when the file is sourced; any other value is taken literally
+        lines.append(f'export {key}="{value}"' if value.endswith(":$PATH") else f"export {key}={shlex.quote(value)}")
+    return {APPTAINER_ENV: "\n".join(lines) + "\n", APPTAINER_RUNSCRIPT: "#!/bin/sh\n" + _train_line() + "\n"}
+
+
+def apptainer_files_step(spec: ImageSpec) -> str:
+    """A Dockerfile RUN line writing apptainer_files (mode 755, as Apptainer's build makes them)."""
+    # one line (a Dockerfile instruction ends at the newline), POSIX-quoted for dash's /bin/sh;
+    # a second argument names another root, so a test can run the same program on a folder
+    program = ('import json, os, sys; root = sys.argv[2] if len(sys.argv) > 2 else "/"; '
+               'files = {os.path.join(root, k.lstrip("/")): v for k, v in json.loads(sys.argv[1]).items()}; '
+               '[(os.makedirs(os.path.dirname(p), exist_ok=True), open(p, "w").write(t), os.chmod(p, 0o755)) '
+               'for p, t in files.items()]')
+    return "RUN python3 -c " + " ".join(shlex.quote(w) for w in (program, json.dumps(apptainer_files(spec), sort_keys=True)))
+
+
 def runtime_environment(spec: ImageSpec) -> dict[str, str]:
     env = {
         "PATH": f"{ENVS}/main/bin:$PATH",
@@ -358,6 +392,8 @@ def stage(spec: ImageSpec, container_format: str) -> hpccm.Stage:
     s += shell(commands=python_environments(spec, "hpcdl")
                + _lines("banner.sh.j2", spec=spec, envs=ENVS, hpcdl_home=HPCDL_HOME))
     s += environment(variables=runtime_environment(spec))
+    if container_format == "docker":
+        s += raw(docker=apptainer_files_step(spec))
     # the per-build labels last: a build argument that changes every build (the time) would
     # otherwise make every later step a miss in ch-image's and Docker's layer caches
     if container_format == "docker":
@@ -367,15 +403,12 @@ def stage(spec: ImageSpec, container_format: str) -> hpccm.Stage:
     s += label(metadata=build_arg_labels(container_format))
     if container_format == "docker":
         s += raw(docker=labels_json_step(spec))
-    train = f'"{ENVS}/${{HPCDL_IMAGE_ENV:-main}}/bin/hpcdl" train'
-    banner = f"cat {HPCDL_HOME}/banner >&2"
     if container_format == "singularity":
         # one line: a multi-line %runscript reads back (spython) as an opaque script
-        s += runscript(commands=[f'{banner}; exec {train} "$@"'], _args=False, _exec=False)
+        s += runscript(commands=[_train_line()], _args=False, _exec=False)
     else:
         # exec form cannot expand HPCDL_IMAGE_ENV; a shell in front does, and passes "$@" on
-        s += raw(docker='ENTRYPOINT ["/bin/sh", "-c", ' + json.dumps(f'{banner}; exec {train} "$@"')
-                 + ', "hpcdl"]')
+        s += raw(docker='ENTRYPOINT ["/bin/sh", "-c", ' + json.dumps(_train_line()) + ', "hpcdl"]')
     test = _lines("test.sh.j2", spec=spec, envs=ENVS)
     s += raw(singularity="%test\n" + "\n".join(test),
              docker="# %test (Singularity) runs, and on podman-hpc/Shifter run it by hand:\n"
