@@ -65,3 +65,12 @@ def test_every_architecture_has_a_cpu_and_a_gpu_image():
     assert {("x86_64", False), ("x86_64", True), ("aarch64", False), ("aarch64", True)} <= archs
     cuda_archs = {a for s in SPECS.values() if s.cuda for a in s.cuda.gpu_archs}
     assert {"sm_70", "sm_80", "sm_90"} <= cuda_archs
+
+
+def test_docs_name_every_image_with_its_architecture():
+    """docs/images.md's table: one row per image, with the spec's architecture."""
+    rows = {line.split("|")[1].strip(): line for line in (ROOT / "docs" / "images.md").read_text().splitlines()
+            if line.startswith("| ") and line.count("|") >= 8}
+    for name, spec in SPECS.items():
+        assert name in rows, f"docs/images.md has no row for {name}"
+        assert f"| {spec.arch} |" in rows[name], name
