@@ -136,3 +136,16 @@ def test_install_refuses_a_sif_not_laid_out_as_apptainer_writes_it(tmp_path):
     proc = hpcdl("images", "install", tmp_path / "prefix", spec.name, "--cache", cache)
     assert proc.returncode == 2 and "not a SIF" in proc.stderr
     assert not (tmp_path / "prefix" / "images" / "local-cpu.sif").exists()
+
+
+def test_the_environment_file_keeps_spec_values_inert(tmp_path):
+    from hpcdl.images.generate import apptainer_files
+
+    marker = tmp_path / "ran"
+    value = f'x"; touch {marker}; echo "$(touch {marker})`touch {marker}`'
+    spec = SPECS["local-cpu"].model_copy(update={"env": {"HPCDL_TEST_VALUE": value}})
+    env = tmp_path / "env.sh"
+    env.write_text(apptainer_files(spec)[APPTAINER_ENV])
+    out = subprocess.run(["sh", "-c", f'. "{env}"; printf %s "$HPCDL_TEST_VALUE"'], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin"}, check=True).stdout
+    assert out == value and not marker.exists()

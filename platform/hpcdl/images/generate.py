@@ -263,8 +263,11 @@ def apptainer_files(spec: ImageSpec) -> dict[str, str]:
     """{path in the image: text} of the environment and runscript Apptainer reads."""
     lines = ["#!/bin/sh", f"# hpcdl image {spec.name}: its environment, as %environment gives it"]
     for key, value in runtime_environment(spec).items():
-        # $PATH expands when the file is sourced; any other value is taken literally
-        lines.append(f'export {key}="{value}"' if value.endswith(":$PATH") else f"export {key}={shlex.quote(value)}")
+        # a trailing :$PATH expands when the file is sourced; everything else is quoted inert
+        if value.endswith(":$PATH"):
+            lines.append(f'export {key}={shlex.quote(value[:-len(":$PATH")])}:"$PATH"')
+        else:
+            lines.append(f"export {key}={shlex.quote(value)}")
     return {APPTAINER_ENV: "\n".join(lines) + "\n", APPTAINER_RUNSCRIPT: "#!/bin/sh\n" + _train_line() + "\n"}
 
 
