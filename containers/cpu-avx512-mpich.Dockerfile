@@ -114,7 +114,7 @@ ENV HPCDL_IMAGE=cpu-avx512-mpich \
     PATH=/opt/envs/main/bin:$PATH \
     TF_ENABLE_ONEDNN_OPTS=1
 
-RUN python3 -c 'import json, os, sys; root = sys.argv[2] if len(sys.argv) > 2 else "/"; files = {os.path.join(root, k.lstrip("/")): v for k, v in json.loads(sys.argv[1]).items()}; [(os.makedirs(os.path.dirname(p), exist_ok=True), open(p, "w").write(t), os.chmod(p, 0o755)) for p, t in files.items()]' '{"/.singularity.d/env/90-environment.sh": "#!/bin/sh\n# hpcdl image cpu-avx512-mpich: its environment, as %environment gives it\nexport PATH=\"/opt/envs/main/bin:$PATH\"\nexport HPCDL_IMAGE=cpu-avx512-mpich\nexport TF_ENABLE_ONEDNN_OPTS=1\n", "/.singularity.d/runscript": "#!/bin/sh\ncat /opt/hpcdl/banner >&2; exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"\n"}'
+RUN python3 -c 'import json, os, sys; root = sys.argv[2] if len(sys.argv) > 2 else "/"; files = {os.path.join(root, k.lstrip("/")): v for k, v in json.loads(sys.argv[1]).items()}; [(os.makedirs(os.path.dirname(p), exist_ok=True), open(p, "w").write(t), os.chmod(p, 0o755)) for p, t in files.items()]' '{"/.singularity.d/env/90-environment.sh": "#!/bin/sh\n# hpcdl image cpu-avx512-mpich: its environment, as %environment gives it\nexport PATH=/opt/envs/main/bin:\"$PATH\"\nexport HPCDL_IMAGE=cpu-avx512-mpich\nexport TF_ENABLE_ONEDNN_OPTS=1\n", "/.singularity.d/runscript": "#!/bin/sh\ncat /opt/hpcdl/banner >&2; exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"\n"}'
 
 ARG HPCDL_CREATED=unknown
 ARG HPCDL_REVISION=unknown
