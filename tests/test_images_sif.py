@@ -143,9 +143,11 @@ def test_the_environment_file_keeps_spec_values_inert(tmp_path):
 
     marker = tmp_path / "ran"
     value = f'x"; touch {marker}; echo "$(touch {marker})`touch {marker}`'
-    spec = SPECS["local-cpu"].model_copy(update={"env": {"HPCDL_TEST_VALUE": value}})
+    # a value ending in :$PATH keeps that expansion and nothing else
+    path_like = f'/opt/x$(touch {marker})`touch {marker}`:$PATH'
+    spec = SPECS["local-cpu"].model_copy(update={"env": {"HPCDL_TEST_VALUE": value, "HPCDL_TEST_PATH": path_like}})
     env = tmp_path / "env.sh"
     env.write_text(apptainer_files(spec)[APPTAINER_ENV])
-    out = subprocess.run(["sh", "-c", f'. "{env}"; printf %s "$HPCDL_TEST_VALUE"'], capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin"}, check=True).stdout
-    assert out == value and not marker.exists()
+    out = subprocess.run(["sh", "-c", f'. "{env}"; printf "%s\\n" "$HPCDL_TEST_VALUE" "$HPCDL_TEST_PATH"'],
+                         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, check=True).stdout
+    assert out.splitlines() == [value, path_like.replace("$PATH", "/opt/envs/main/bin:/usr/bin:/bin")] and not marker.exists()
