@@ -23,7 +23,7 @@ MXNET_PINS := mxnet==1.9.1 'numpy<1.24'
 HOROVOD_VERSION := 0.28.1
 WHEEL_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/hpcdl/wheels
 
-.PHONY: run test setup apt venv mxnet horovod bench containers images modulefiles golden clean help
+.PHONY: run test setup apt venv mxnet horovod bench containers images images-install modulefiles golden clean help
 
 help:
 	@echo "make run         validate this machine (quick suite): summary table and an HTML report"
@@ -33,6 +33,7 @@ help:
 	@echo "make horovod     build (once, cached in $(WHEEL_CACHE)) and install Horovod $(HOROVOD_VERSION) for PyTorch"
 	@echo "make containers  regenerate containers/*.def and *.Dockerfile"
 	@echo "make images      build the images with the best builder here (apptainer, singularity, Charliecloud), cached"
+	@echo "make images-install PREFIX=DIR  the newest builds to DIR/images/NAME.sif, where the modules look"
 	@echo "make modulefiles regenerate the checked-in modulefiles"
 	@echo "make golden      regenerate the golden job scripts and the examples in docs/jobs.md"
 
@@ -120,6 +121,12 @@ containers: | $(RENDER_DEP)
 images: $(STAMPS)/venv
 	$(VENV)/bin/hpcdl images render --check
 	HPCDL_WHEEL_CACHE=$(WHEEL_CACHE) $(VENV)/bin/hpcdl images build --builder $(IMAGE_BUILDER) $(if $(SIF),--sif) $(IMAGES)
+
+# PREFIX: the prefix the modulefiles were rendered for (--prefix); each image goes to
+# PREFIX/images/NAME-VERSION-DIGEST.sif and the link NAME.sif the modules name is switched to it
+images-install: $(STAMPS)/venv
+	$(if $(PREFIX),,$(error give PREFIX=DIR, the prefix the modulefiles were rendered for))
+	$(VENV)/bin/hpcdl images install $(PREFIX) $(IMAGES)
 
 clean:
 	rm -rf $(STAMPS) runs build *.egg-info  # the Horovod wheel cache lives outside: a build costs minutes

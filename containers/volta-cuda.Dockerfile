@@ -5,7 +5,8 @@ FROM nvidia/cuda:12.6.3-devel-ubuntu22.04
 # `make containers` from containers/images.yaml; edit the spec, not
 # this file.
 
-LABEL org.hpcdl.base=nvidia/cuda:12.6.3-devel-ubuntu22.04 \
+LABEL org.hpcdl.arch=x86_64 \
+    org.hpcdl.base=nvidia/cuda:12.6.3-devel-ubuntu22.04 \
     org.hpcdl.cpu_target=x86_64 \
     org.hpcdl.cuda=12.6 \
     org.hpcdl.cudnn=9.10.2.21 \
@@ -183,7 +184,8 @@ RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/
 RUN if [ -n "$(ls /var/tmp/horovod-wheels/horovod-0.28.1-*.whl 2>/dev/null)" ] && /opt/envs/main/bin/pip install --no-cache-dir /var/tmp/horovod-wheels/horovod-0.28.1-*.whl; then echo "Horovod 0.28.1: the build machine's wheel"; else mkdir -p /var/tmp/horovod && cd /var/tmp/horovod || exit 1 && /opt/envs/main/bin/pip download --no-deps --no-binary :all: horovod==0.28.1 && tar -xzf horovod-0.28.1.tar.gz && sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' horovod-0.28.1/CMakeLists.txt horovod-0.28.1/horovod/torch/CMakeLists.txt && grep -q 'CMAKE_CXX_STANDARD 17' horovod-0.28.1/horovod/torch/CMakeLists.txt && /opt/envs/main/bin/pip install --no-cache-dir cmake && HOROVOD_WITH_MPI=1 HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_HOME=/usr/local/nccl HOROVOD_CUDA_HOME=/usr/local/cuda HOROVOD_BUILD_CUDA_CC_LIST=70 HOROVOD_BUILD_ARCH_FLAGS=-march=x86-64 MAKEFLAGS="-j$(nproc)" /opt/envs/main/bin/pip install --no-cache-dir --no-build-isolation ./horovod-0.28.1 && cd / || exit 1 && rm -rf /var/tmp/horovod; fi
 
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
-    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu126 torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 nvidia-cudnn-cu12==9.10.2.21 'jinja2>=3.1' 'PyYAML>=6.0' 'pydantic>=2.5,<3' 'typer>=0.12' 'rich>=13' 'matplotlib>=3.7' 'Pillow>=9' 'numpy>=1.23' 'scikit-learn>=1.3' 'protobuf>=4.21' 'python-hostlist>=2.0'/opt/envs/tensorflow/bin/pip install --no-cache-dir --no-binary mpi4py 'tensorflow[and-cuda]==2.20.0' mpi4py==4.1.0 'jinja2>=3.1' 'PyYAML>=6.0' 'pydantic>=2.5,<3' 'typer>=0.12' 'rich>=13' 'matplotlib>=3.7' 'Pillow>=9' 'numpy>=1.23' 'scikit-learn>=1.3' 'protobuf>=4.21' 'python-hostlist>=2.0'
+    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu126 torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 nvidia-cudnn-cu12==9.10.2.21 'jinja2>=3.1' 'matplotlib>=3.7' 'numpy>=1.23' 'Pillow>=9' 'protobuf>=4.21' 'pydantic<3,>=2.5' 'python-hostlist>=2.0' 'PyYAML>=6.0' 'rich>=13' 'scikit-learn>=1.3' 'typer>=0.12' && \
+    /opt/envs/tensorflow/bin/pip install --no-cache-dir --no-binary mpi4py 'tensorflow[and-cuda]==2.20.0' mpi4py==4.1.0 'jinja2>=3.1' 'matplotlib>=3.7' 'numpy>=1.23' 'Pillow>=9' 'protobuf>=4.21' 'pydantic<3,>=2.5' 'python-hostlist>=2.0' 'PyYAML>=6.0' 'rich>=13' 'scikit-learn>=1.3' 'typer>=0.12'
 
 COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
 
@@ -203,6 +205,8 @@ ENV CUDA_CACHE_DISABLE=1 \
     OMPI_MCA_pml=ucx \
     PATH=/opt/envs/main/bin:$PATH
 
+RUN python3 -c 'import json, os, sys; root = sys.argv[2] if len(sys.argv) > 2 else "/"; files = {os.path.join(root, k.lstrip("/")): v for k, v in json.loads(sys.argv[1]).items()}; [(os.makedirs(os.path.dirname(p), exist_ok=True), open(p, "w").write(t), os.chmod(p, 0o755)) for p, t in files.items()]' '{"/.singularity.d/env/90-environment.sh": "#!/bin/sh\n# hpcdl image volta-cuda: its environment, as %environment gives it\nexport PATH=/opt/envs/main/bin:\"$PATH\"\nexport HPCDL_IMAGE=volta-cuda\nexport OMPI_MCA_pml=ucx\nexport OMPI_MCA_btl='"'"'^openib'"'"'\nexport CUDA_CACHE_DISABLE=1\n", "/.singularity.d/runscript": "#!/bin/sh\ncat /opt/hpcdl/banner >&2; exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"\n"}'
+
 ARG HPCDL_CREATED=unknown
 ARG HPCDL_REVISION=unknown
 ARG HPCDL_SOURCE=unknown
@@ -211,7 +215,7 @@ LABEL org.opencontainers.image.created=${HPCDL_CREATED} \
     org.opencontainers.image.revision=${HPCDL_REVISION} \
     org.opencontainers.image.source=${HPCDL_SOURCE}
 
-RUN python3 -c 'import json, os, sys; labels = json.loads(sys.argv[1]); labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)' '{"org.hpcdl.base": "nvidia/cuda:12.6.3-devel-ubuntu22.04", "org.hpcdl.cpu_target": "x86_64", "org.hpcdl.cuda": "12.6", "org.hpcdl.cudnn": "9.10.2.21", "org.hpcdl.fabric": "infiniband", "org.hpcdl.gpu_archs": "sm_70", "org.hpcdl.horovod": "0.28.1", "org.hpcdl.horovod.frameworks": "pytorch,nccl", "org.hpcdl.hpcdl": "0.1.0", "org.hpcdl.image": "volta-cuda", "org.hpcdl.main.mpi4py": "4.1.0", "org.hpcdl.main.numpy": "2.2.6", "org.hpcdl.main.torch": "2.8.0", "org.hpcdl.mpi": "openmpi-4.1.6", "org.hpcdl.mpi.source": "build", "org.hpcdl.nccl": "2.26.2-1", "org.hpcdl.pmix": "4.2.9", "org.hpcdl.tensorflow.mpi4py": "4.1.0", "org.hpcdl.tensorflow.tensorflow": "2.20.0", "org.hpcdl.ucx": "1.18.1", "org.opencontainers.image.title": "hpcdl-volta-cuda", "org.opencontainers.image.version": "0.1.0"}' '{"org.opencontainers.image.created": "HPCDL_CREATED", "org.opencontainers.image.revision": "HPCDL_REVISION", "org.opencontainers.image.source": "HPCDL_SOURCE"}' /.singularity.d/labels.json
+RUN python3 -c 'import json, os, sys; labels = json.loads(sys.argv[1]); labels.update({k: os.environ.get(v) or "unknown" for k, v in json.loads(sys.argv[2]).items()}); os.makedirs(os.path.dirname(sys.argv[3]), exist_ok=True); json.dump(labels, open(sys.argv[3], "w"), indent=2, sort_keys=True)' '{"org.hpcdl.arch": "x86_64", "org.hpcdl.base": "nvidia/cuda:12.6.3-devel-ubuntu22.04", "org.hpcdl.cpu_target": "x86_64", "org.hpcdl.cuda": "12.6", "org.hpcdl.cudnn": "9.10.2.21", "org.hpcdl.fabric": "infiniband", "org.hpcdl.gpu_archs": "sm_70", "org.hpcdl.horovod": "0.28.1", "org.hpcdl.horovod.frameworks": "pytorch,nccl", "org.hpcdl.hpcdl": "0.1.0", "org.hpcdl.image": "volta-cuda", "org.hpcdl.main.mpi4py": "4.1.0", "org.hpcdl.main.numpy": "2.2.6", "org.hpcdl.main.torch": "2.8.0", "org.hpcdl.mpi": "openmpi-4.1.6", "org.hpcdl.mpi.source": "build", "org.hpcdl.nccl": "2.26.2-1", "org.hpcdl.pmix": "4.2.9", "org.hpcdl.tensorflow.mpi4py": "4.1.0", "org.hpcdl.tensorflow.tensorflow": "2.20.0", "org.hpcdl.ucx": "1.18.1", "org.opencontainers.image.title": "hpcdl-volta-cuda", "org.opencontainers.image.version": "0.1.0"}' '{"org.opencontainers.image.created": "HPCDL_CREATED", "org.opencontainers.image.revision": "HPCDL_REVISION", "org.opencontainers.image.source": "HPCDL_SOURCE"}' /.singularity.d/labels.json
 
 ENTRYPOINT ["/bin/sh", "-c", "cat /opt/hpcdl/banner >&2; exec \"/opt/envs/${HPCDL_IMAGE_ENV:-main}/bin/hpcdl\" train \"$@\"", "hpcdl"]
 

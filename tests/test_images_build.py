@@ -257,5 +257,14 @@ def test_the_squashfs_image_wraps_into_a_sif_with_the_layout_siftool_lists(image
         with open(sif, "rb") as f, open(built.path, "rb") as g:
             f.seek(int(fields["Offset"]))
             assert f.read(1 << 20) == g.read(1 << 20)
+        # laid out as apptainer build writes it (object group 1, launch line), and the tree holds
+        # what Apptainer reads at run time, so `apptainer exec IMAGE hpcdl` finds hpcdl
+        from hpcdl.images.sif import read_sif, sif_problems
+
+        assert sif_problems(read_sif(sif), "x86_64") == []
+        tree = subprocess.run([require_tool("unsquashfs"), "-l", str(built.path)], capture_output=True, text=True,
+                              timeout=300).stdout
+        for path in ("/.singularity.d/env/90-environment.sh", "/.singularity.d/runscript", "/.singularity.d/labels.json"):
+            assert f"squashfs-root{path}" in tree, path
     finally:
         sif.unlink(missing_ok=True)

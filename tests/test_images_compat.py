@@ -26,10 +26,13 @@ def _env(spec, name, **packages):
     return _with(spec, environments=envs)
 
 
-def _site(launcher, mpi, runtime="apptainer", **node):
+def _site(launcher, mpi, runtime="apptainer", mpi_version=None, **node):
     kind = {"sockets": 1, "cores_per_socket": 4, "memory_gb": 8, "cpu_target": "knl", **node}
     return Site(name="testsite", scheduler="slurm", launcher=launcher, mpi=mpi, runtime=runtime,
-                node_kinds={"cpu": NodeKind(**kind)})
+                mpi_version=mpi_version, node_kinds={"cpu": NodeKind(**kind)})
+
+
+V100 = {"cpu_target": "skylake_avx512", "gpus": [{"model": "Tesla V100-SXM2-16GB", "socket": 0}]}
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
@@ -89,14 +92,15 @@ def test_mxnet_in_the_torch_environment_with_its_numpy_2_is_refused():
 def test_open_mpi_without_pmix_under_srun_mpi_pmix_is_refused():
     volta = SPECS["volta-cuda"]
     bad = _with(volta, mpi=volta.mpi.model_copy(update={"pmix": None}))
-    problems = site_problems(bad, _site("srun", "openmpi"))
+    problems = site_problems(bad, _site("srun", "openmpi", **V100))
     assert problems and "built without PMIX" in problems[0] and "srun --mpi=pmix" in problems[0]
-    assert site_problems(volta, _site("srun", "openmpi")) == []
+    assert site_problems(volta, _site("srun", "openmpi", **V100)) == []
 
 
 def test_open_mpi_image_on_a_cray_site_expecting_the_mpich_abi_is_refused():
-    with pytest.raises(HpcdlError, match=r"openmpi ABI\) but site testsite expects the mpich ABI: Cray MPICH"):
-        check_site(SPECS["volta-cuda"], _site("srun", "cray-mpich", runtime="shifter"))
+    with pytest.raises(HpcdlError, match=r"openmpi ABI\) but site testsite runs ranks through Cray MPICH swapped "
+                                         r"into the image at run time, which needs the mpich ABI"):
+        check_site(SPECS["volta-cuda"], _site("srun", "cray-mpich", runtime="shifter", **V100))
 
 
 def test_an_mpich_abi_image_runs_on_the_cray_site():
@@ -117,7 +121,7 @@ def test_compat_on_the_command_line_names_the_reason_in_one_line(tmp_path):
     specs = tmp_path / "images.yaml"
     specs.write_text(IMAGES_YAML.read_text().replace('version: "12.6"', 'version: "13.0"'))
     proc = hpcdl("images", "compat", "volta-cuda", "--specs", specs)
-    assert proc.returncode == 2
+    assert proc.returncode == 1  # a refusal, not a usage error
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot target sm_70" in lines[0]
 
@@ -139,11 +143,11 @@ def test_images_list_names_each_image_with_its_cuda_and_mpi():
 # --- the image's architectures against the site's hardware ------------------------------------
 
 def test_an_x86_64_image_is_refused_on_power9():
-    # Summit and Lassen are ppc64le; every shipped image is x86_64
+    # Summit and Lassen are ppc64le; every shipped image is x86_64 or aarch64
     for name in ("summit", "lassen"):
         for spec in SPECS.values():
             problems = site_problems(spec, load_site(name))
-            assert any("built for x86_64" in p and "ppc64le" in p for p in problems), (name, spec.name, problems)
+            assert any(f"built for {spec.arch}" in p and "ppc64le" in p for p in problems), (name, spec.name, problems)
 
 
 def test_cuda_code_for_sm_90_is_refused_on_v100_and_sm_70_on_a100():
@@ -163,7 +167,7 @@ def test_a_cuda_image_is_refused_on_amd_gpus_and_a_knl_image_off_knl():
 
 def test_images_compat_for_summit_refuses_every_image():
     proc = hpcdl("images", "compat", "--site", "summit")
-    assert proc.returncode == 2 and "ppc64le" in proc.stderr
+    assert proc.returncode == 1 and "ppc64le" in proc.stderr
 
 
 def test_a_rocm_image_is_refused_on_nvidia_gpus_on_other_gfx_and_on_power9():
@@ -179,9 +183,9 @@ def test_a_rocm_image_is_refused_on_nvidia_gpus_on_other_gfx_and_on_power9():
 
 def test_images_compat_picks_out_the_one_image_frontier_can_run():
     proc = hpcdl("images", "compat", "mi250x-rocm", "--site", "frontier")
-    assert proc.returncode == 0 and "mi250x-rocm: ok on frontier" in proc.stdout
+    assert proc.returncode == 0 and "mi250x-rocm: ok on frontier (mi250x)" in proc.stdout
     proc = hpcdl("images", "compat", "volta-cuda", "--site", "frontier")
-    assert proc.returncode == 2 and "AMD" in proc.stderr
+    assert proc.returncode == 1 and "AMD" in proc.stderr
 
 
 def test_a_net_plugin_needs_gpus_and_the_images_libfabric():
@@ -201,9 +205,9 @@ def test_perlmutter_and_frontier_each_get_the_one_image_built_for_their_gpus_and
     assert image_name_for_site(load_site("frontier")) == "mi250x-rocm"
     for site, name in (("perlmutter", "ampere-cuda"), ("frontier", "mi250x-rocm")):
         assert site_problems(SPECS[name], load_site(site)) == []
-    # an A100 site whose launcher starts Open MPI ranks gets no MPICH image picked for it
+    # an A100 site whose launcher starts Open MPI ranks gets the Open MPI CUDA image, not an MPICH one
     a100 = _site("srun", "openmpi", cpu_target="zen3", gpus=[{"model": "NVIDIA A100-SXM4-40GB", "socket": 0}])
-    assert image_name_for_site(a100) is None
+    assert image_name_for_site(a100) == "cuda12-openmpi"
 
 
 def test_a_job_runs_the_image_of_the_node_kind_it_was_planned_for_not_the_default_kinds():
@@ -222,3 +226,78 @@ def test_a_job_runs_the_image_of_the_node_kind_it_was_planned_for_not_the_defaul
     plan = make_plan(site, JobRequest(nodes=1, framework="pytorch", node_kind="cpu", use_gpus=False))
     script = render_job_script(site, plan, {}, JobOptions(account="m0000"))
     assert "knl-mkldnn" in script and "ampere-cuda" not in script
+
+
+# --- the gaps of issue 25: no GPUs, the driver, Open MPI's major version, the host's ABI ------------
+
+def test_a_gpu_image_is_refused_on_a_node_kind_without_gpus():
+    for site, kind in (("perlmutter", "cpu"), ("cori-knl", None), ("stampede2-skx", None)):
+        for name in ("ampere-cuda", "mi250x-rocm", "volta-cuda"):
+            problems = site_problems(SPECS[name], load_site(site), kind)
+            assert any("GPUs but site" in p and "has none" in p for p in problems), (site, name, problems)
+    # the same image on the same site's GPU kind is not refused for that reason
+    assert site_problems(SPECS["ampere-cuda"], load_site("perlmutter"), "gpu") == []
+
+
+def test_the_cuda_driver_floor_follows_nvidias_minor_version_compatibility_table():
+    """CUDA 12.x needs R525 or newer, 13.x R580 (NVIDIA CUDA Compatibility, Minor Version
+    Compatibility, Table 1): an H100 node on a 535 driver cannot run hopper-cuda's CUDA 13.0."""
+    h100 = {"cpu_target": "sapphirerapids", "gpus": [{"model": "NVIDIA H100 SXM5", "socket": 0}]}
+    old = _site("srun", "openmpi", gpu_driver="535.183.06", **h100)
+    new = _site("srun", "openmpi", gpu_driver="580.65.06", **h100)
+    unknown = _site("srun", "openmpi", **h100)
+    refused = [p for p in site_problems(SPECS["hopper-cuda"], old) if "driver" in p]
+    assert refused == ["the image's CUDA 13.0 needs an NVIDIA driver >= 580 (minor-version compatibility) but site "
+                       "testsite (cpu: sapphirerapids) runs driver 535.183.06"]
+    assert not [p for p in site_problems(SPECS["hopper-cuda"], new) if "driver" in p]
+    assert not [p for p in site_problems(SPECS["hopper-cuda"], unknown) if "driver" in p]
+    v100 = _site("srun", "openmpi", gpu_driver="520.61.05", **V100)
+    assert any(">= 525" in p for p in site_problems(SPECS["volta-cuda"], v100))
+    assert not [p for p in site_problems(SPECS["volta-cuda"], _site("srun", "openmpi", gpu_driver="525.60.13", **V100))
+                if "driver" in p]
+
+
+def test_an_open_mpi_5_image_is_refused_under_a_host_open_mpi_4_mpirun():
+    h100 = {"cpu_target": "x86_64_v4", "gpus": [{"model": "NVIDIA H100", "socket": 0}]}
+    host4 = _site("mpirun", "openmpi", mpi_version="4.1.4", **h100)
+    host5 = _site("mpirun", "openmpi", mpi_version="5.0.7", **h100)
+    assert any("Open MPI 5.0.8 is another major version" in p and "4.1.4" in p
+               for p in site_problems(SPECS["hopper-cuda"], host4))
+    assert not [p for p in site_problems(SPECS["hopper-cuda"], host5) if "major version" in p]
+    # under srun the host's Open MPI library is not used: Slurm's PMIx starts the image's own
+    srun4 = _site("srun", "openmpi", mpi_version="4.1.4", **h100)
+    assert not [p for p in site_problems(SPECS["hopper-cuda"], srun4) if "major version" in p]
+
+
+@pytest.mark.parametrize("mpi", ["intel-mpi", "mvapich2", "parastation-mpi", "cray-mpich"])
+def test_an_open_mpi_image_is_refused_where_the_hosts_mpich_abi_mpi_is_bound_in(mpi):
+    """Intel MPI, MVAPICH and ParaStation MPI keep the MPICH ABI (the MPICH ABI initiative): their
+    sites bind the host's libmpi into the image, so an Open MPI image cannot take it, under srun too."""
+    site = _site("srun", mpi, **V100)
+    assert any("needs the mpich ABI" in p for p in site_problems(SPECS["volta-cuda"], site))
+
+
+def test_compat_answers_per_node_kind_with_a_list_of_reasons():
+    from hpcdl.images.compat import compat
+
+    perlmutter = load_site("perlmutter")
+    assert compat(SPECS["ampere-cuda"], perlmutter, "gpu") == []
+    reasons = compat(SPECS["ampere-cuda"], perlmutter, "cpu")
+    assert len(reasons) == 1 and "has none" in reasons[0]
+    assert compat(SPECS["ampere-cuda"]) == []  # no site: the image's own rules only
+
+
+def test_no_reason_repeats_a_phrase():
+    """Issue 28: "starts ranks with jsrun starts ranks through" read twice."""
+    import re
+
+    from hpcdl.sites import list_sites
+
+    for name in list_sites():
+        site = load_site(name)
+        for spec in SPECS.values():
+            for reason in site_problems(spec, site):
+                words = reason.split()
+                pairs = [" ".join(words[i:i + 2]) for i in range(len(words) - 1)]
+                doubled = {p for p in pairs if pairs.count(p) > 1 and not re.fullmatch(r"(the|of|but|site) \S+", p)}
+                assert not doubled, (name, spec.name, reason)

@@ -256,8 +256,8 @@ def test_cli_bad_input_is_one_line_exit_2_and_no_files(tmp_path, args, words):
 
 
 def test_a_gpu_site_without_a_fitting_image_gets_only_the_hpcdl_module(tmp_path, monkeypatch):
-    # A100 (sm_80): hopper-cuda is built for sm_90, so no image fits until the profile names one
-    text = (SHIPPED / "volta-x86.yaml").read_text().replace("Tesla V100-PCIE-32GB", "NVIDIA A100-SXM4-40GB")
+    # B200 (sm_100): no image carries sm_100 code, so no image fits until the profile names one
+    text = (SHIPPED / "volta-x86.yaml").read_text().replace("Tesla V100-PCIE-32GB", "NVIDIA B200")
     assert "image:" not in text, "the shipped profile picks its image by hardware"
     (tmp_path / "volta-x86.yaml").write_text(text)
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))

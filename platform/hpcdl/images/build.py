@@ -461,10 +461,12 @@ SIF_ARCH = {"x86_64": 2, "ppc64le": 6, "aarch64": 4}
 def write_sif(squashfs: Path | str, spec: ImageSpec, out: Path | str, log: Callable[[str], None] = print) -> Path:
     """A SIF file around the SquashFS image, as `apptainer build` lays one out: the definition it
     was made from (descriptor type Deffile) and the root file system as the primary system
-    partition (SquashFS, the image's CPU family). `siftool list` shows both. The tree holds
-    /.singularity.d/labels.json (the Dockerfile's labels step); the action and environment
-    scripts Apptainer's own build adds under /.singularity.d are not there, so this file is
-    checked for its structure here, and run by Apptainer only where a centre has tried it."""
+    partition (SquashFS, the image's CPU family), both in object group 1. The tree holds what
+    Apptainer reads at run time: /.singularity.d/labels.json, env/90-environment.sh (PATH to
+    the main environment, so `apptainer exec IMAGE hpcdl` finds hpcdl) and runscript (the
+    Dockerfile's steps). Apptainer's action scripts (/.singularity.d/actions) are not written,
+    and no Apptainer here has run such a file. The result is checked against the SIF layout
+    (hpcdl.images.sif) before it is kept."""
     from hpcdl.images.generate import render
 
     siftool = _which("siftool")
@@ -475,12 +477,28 @@ def write_sif(squashfs: Path | str, spec: ImageSpec, out: Path | str, log: Calla
     partial.unlink(missing_ok=True)
     deffile = out.with_name(out.name + ".def")
     deffile.write_text(render(spec, "singularity"))
-    arch = SIF_ARCH["ppc64le" if spec.cpu_target == "ppc64le" else "x86_64"]
+    arch = SIF_ARCH[spec.arch]
     try:
         _run([siftool, "new", str(partial)], log)
-        _run([siftool, "add", str(partial), str(deffile), "--datatype", "1", "--filename", f"{spec.name}.def"], log)
+        # `siftool new` leaves the launch script empty; apptainer build writes this one (sif's
+        # OptCreateWithLaunchScript in Apptainer's SIF assembler), which makes the file runnable
+        # by its #! line. The field is the header's first 32 bytes.
+        from hpcdl.images.sif import LAUNCH
+
+        with open(partial, "r+b") as f:
+            f.write(LAUNCH.ljust(32, b"\0"))
+        partial.chmod(0o755)
+        # both objects in group 1, as apptainer build writes them (sif's default group): apptainer
+        # sign and verify work per object group and find nothing in a SIF without one
+        _run([siftool, "add", str(partial), str(deffile), "--datatype", "1", "--groupid", "1",
+              "--filename", f"{spec.name}.def"], log)
         _run([siftool, "add", str(partial), str(squashfs), "--datatype", "4", "--parttype", "2", "--partfs", "1",
-              "--partarch", str(arch)], log)
+              "--partarch", str(arch), "--groupid", "1"], log)
+        from hpcdl.images.sif import read_sif, sif_problems
+
+        problems = sif_problems(read_sif(partial), spec.arch)
+        if problems:
+            raise HpcdlError(f"{out}: not laid out as apptainer build writes a SIF: {'; '.join(problems)}")
     finally:
         deffile.unlink(missing_ok=True)
     partial.rename(out)

@@ -309,8 +309,8 @@ def run_checks(spec=None, environment: str = "main", mode: str = "host") -> list
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcdl.images.check", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str = "python -m hpcdl.images.check") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--image", default=os.environ.get("HPCDL_IMAGE"), help="image spec name")
     parser.add_argument("--images-yaml", default=os.environ.get("HPCDL_IMAGES_YAML"))
     parser.add_argument("--environment", default=os.environ.get("HPCDL_IMAGE_ENV", "main"))

@@ -155,21 +155,26 @@ SITE_ABI = {"openmpi": "openmpi", "spectrum-mpi": "openmpi", "mpich": "mpich", "
 
 
 def launcher_needs(site: Site) -> tuple[str | None, str | None, str]:
-    """(ABI family, PMI, why) the site's launcher and MPI expect of a container's MPI."""
+    """(ABI family, PMI, how) the site's launcher and MPI expect of a container's MPI; `how` is a
+    noun phrase naming the way ranks start ("srun --mpi=pmix"), for messages."""
     abi = SITE_ABI.get(site.mpi)
     if site.mpi == "cray-mpich" or site.launcher == "aprun":
         # Cray sites swap their own libmpi into the image at run time (Shifter/podman-hpc
         # mpich module, ARCHER2 Singularity guide): the image must be MPICH ABI.
-        return "mpich", "pmi2", "Cray MPICH is swapped in at run time and needs an MPICH-ABI image"
+        return "mpich", "pmi2", "Cray MPICH swapped into the image at run time"
     if site.launcher == "srun":
         # the srun launcher asks for --mpi=pmix for Open MPI, Slurm's pmi2 otherwise, unless the
         # site's launch.args name their own --mpi= (launchers/mpi.py)
         from hpcdl.launchers.mpi import srun_mpi_plugin
 
         pmi = srun_mpi_plugin(site)
+        if abi == "mpich":
+            # an Intel MPI, MVAPICH or ParaStation site reaches its fabric through its own libmpi,
+            # bound into the image in place of the image's (the hybrid model): MPICH ABI only
+            return abi, pmi, f"srun --mpi={pmi} with the host's {site.mpi} bound in (hybrid model)"
         return None, pmi, f"srun --mpi={pmi}"
     if site.launcher == "jsrun":
-        return "openmpi", "pmix", "jsrun starts ranks through Spectrum MPI's PMIx"
+        return "openmpi", "pmix", "jsrun (Spectrum MPI's PMIx)"
     if site.launcher == "mpirun":
         return abi, "pmix" if abi == "openmpi" else None, f"the host's {site.mpi} mpirun (hybrid model)"
     if site.launcher in ("mpiexec", "ibrun", "pals"):
@@ -181,6 +186,11 @@ def launcher_needs(site: Site) -> tuple[str | None, str | None, str]:
 
 #: CPU targets whose code only AVX-512 CPUs run; -march=knl adds AVX-512ER/PF, which only Xeon Phi has
 AVX512_TARGETS = ("knl", "skylake", "cascadelake", "icelake", "sapphirerapids", "zen4", "zen5")
+
+#: x86 CPUs older than the x86-64-v3 level (no AVX2/FMA/BMI2): Intel before Haswell, AMD before
+#: Excavator; a node named only "x86_64" is taken at its word as unknown, so not refused
+BELOW_X86_64_V3 = ("x86_64_v2", "core2", "nehalem", "westmere", "sandybridge", "ivybridge", "bulldozer", "piledriver",
+                   "steamroller", "k10", "nocona")
 
 #: compute capability of NVIDIA GPU models, by a word of the model name (NVIDIA CUDA GPUs list)
 #: (longer names first: "A100" before "A10")
@@ -221,20 +231,41 @@ def _runs_sass(built: tuple[str, ...], sm: str) -> bool:
     return any(divmod(int(a[3:]), 10)[0] == major and divmod(int(a[3:]), 10)[1] <= minor for a in built)
 
 
-def hardware_problems(spec: ImageSpec, site: Site) -> list[str]:
-    """Why the image cannot run on the site's (default) node kind: its CPU family and ISA level,
-    its GPU vendor and architecture. An x86_64 image cannot start on POWER9 (Summit, Lassen);
-    CUDA code built for sm_90 does not run on a V100 (sm_70)."""
-    kind, node = site.node_kind()
+#: the oldest driver each CUDA major version runs on under minor-version compatibility (NVIDIA,
+#: "CUDA Compatibility", Minor Version Compatibility, Table 1: CUDA 11.x >= 450, 12.x >= 525,
+#: 13.x >= 580; https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html).
+#: An older driver fails at the first CUDA call ("driver version is insufficient").
+CUDA_DRIVER_FLOOR = {11: 450, 12: 525, 13: 580}
+
+
+def cuda_driver_floor(spec: ImageSpec) -> int | None:
+    """The oldest NVIDIA driver branch (R525, R580) the image's CUDA runs on; None without CUDA."""
+    return CUDA_DRIVER_FLOOR.get(spec.cuda.major) if spec.cuda else None
+
+
+def hardware_problems(spec: ImageSpec, site: Site, kind: str | None = None) -> list[str]:
+    """Why the image cannot run on the site's node kind (its default where `kind` is None): its CPU
+    family and ISA level, its GPUs (none, another vendor, another architecture, an old driver).
+    An x86_64 image cannot start on POWER9 (Summit, Lassen); CUDA code built for sm_90 does not run
+    on a V100 (sm_70); a CUDA 13 image needs an R580 driver."""
+    kind, node = site.node_kind(kind)
     where = f"site {site.name} ({kind}: {node.cpu_model or node.cpu_target})"
-    image_family, node_family = cpu_family(spec.cpu_target), cpu_family(node.cpu_target)
+    image_family, node_family = spec.arch, cpu_family(node.cpu_target)
     if image_family != node_family:
         return [f"the image is built for {image_family} ({spec.cpu_target}) but {where} is {node_family}"]
     problems = []
     if spec.cpu_target == "knl" and node.cpu_target != "knl":
         problems.append(f"the image is compiled with -march=knl (AVX-512ER/PF, Xeon Phi only) but {where} is not a KNL")
-    elif spec.cpu_target == "skylake_avx512" and not node.cpu_target.startswith(AVX512_TARGETS[1:]):
+    elif spec.cpu_target == "x86_64_v3" and node.cpu_target in BELOW_X86_64_V3:
+        problems.append(f"the image is compiled for x86-64-v3 (AVX2, FMA) but {where} ({node.cpu_target}) lacks it")
+    elif spec.cpu_target == "skylake_avx512" and not node.cpu_target.startswith(AVX512_TARGETS[1:] + ("x86_64_v4",)):
         problems.append(f"the image is compiled for AVX-512 (skylake_avx512) but {where} lacks it")
+    elif spec.cpu_target == "neoverse_v2" and node.cpu_target not in ("neoverse_v2", "grace"):
+        problems.append(f"the image is compiled for Neoverse V2 (Grace) but {where} is {node.cpu_target}")
+    if spec.gpu and not node.gpus:
+        stack = "CUDA" if spec.cuda else "ROCm"
+        problems.append(f"the image is built for {stack} GPUs but {where} has none: a CPU image serves it")
+        return problems
     if not node.gpus or not spec.gpu:
         return problems
     gpu = node.gpus[0]
@@ -255,22 +286,57 @@ def hardware_problems(spec: ImageSpec, site: Site) -> list[str]:
     if sm and not _runs_sass(spec.cuda.gpu_archs, sm):
         problems.append(f"the image's CUDA code is built for {', '.join(spec.cuda.gpu_archs)} but {where} has "
                         f"{gpu.model} ({sm})")
+    floor = cuda_driver_floor(spec)
+    if floor and node.gpu_driver and version_tuple(node.gpu_driver)[0] < floor:
+        problems.append(f"the image's CUDA {spec.cuda.version} needs an NVIDIA driver >= {floor} (minor-version "
+                        f"compatibility) but {where} runs driver {node.gpu_driver}")
     return problems
 
 
-def site_problems(spec: ImageSpec, site: Site) -> list[str]:
-    abi, pmi, why = launcher_needs(site)
-    problems = hardware_problems(spec, site)
+def mpi_problems(spec: ImageSpec, site: Site) -> list[str]:
+    """Why the site's launcher cannot start, or its MPI cannot stand in for, the image's MPI."""
+    abi, pmi, how = launcher_needs(site)
+    problems = []
     if abi and spec.mpi.abi != abi:
-        problems.append(f"the image's MPI is {spec.mpi.flavour} ({spec.mpi.abi} ABI) but site {site.name} "
-                        f"expects the {abi} ABI: {why}")
+        problems.append(f"the image's MPI is {spec.mpi.flavour} ({spec.mpi.abi} ABI) but site {site.name} runs "
+                        f"ranks through {how}, which needs the {abi} ABI")
     if pmi and pmi not in spec.mpi.pmis:
         problems.append(f"the image's {spec.mpi.flavour} {spec.mpi.version} is built without {pmi.upper()} "
-                        f"but site {site.name} starts ranks with {why}")
+                        f"but site {site.name} starts ranks through {pmi.upper()} ({how})")
+    # Open MPI keeps its ABI only within a major version (open-mpi/ompi wiki, "Container
+    # Versioning"), and the host's mpirun (ORTE in 4, PRRTE in 5) must speak to the image's
+    # library; Apptainer's MPI guide: the container's MPI "must be compatible with the version of
+    # MPI available on the host"
+    host = version_tuple(site.mpi_version or "")
+    if (spec.mpi.flavour == "openmpi" and SITE_ABI.get(site.mpi) == "openmpi" and host
+            and site.launcher in ("mpirun", "mpiexec", "jsrun")
+            and version_tuple(spec.mpi.version)[0] != host[0]):
+        problems.append(f"the image's Open MPI {spec.mpi.version} is another major version than site {site.name}'s "
+                        f"{site.mpi} {site.mpi_version}, whose {site.launcher} starts it (Open MPI keeps its ABI "
+                        "only within a major version)")
     return problems
 
 
-def check_site(spec: ImageSpec, site: Site) -> None:
-    problems = site_problems(spec, site)
+def site_problems(spec: ImageSpec, site: Site, kind: str | None = None) -> list[str]:
+    """Why the image cannot run on one node kind of the site (its default kind where None):
+    hardware (CPU family and ISA, GPU vendor, architecture, driver) and MPI (ABI family, PMI,
+    Open MPI major version). Empty: nothing known stops it."""
+    return hardware_problems(spec, site, kind) + mpi_problems(spec, site)
+
+
+def compat(spec: ImageSpec, site: Site | None = None, kind: str | None = None) -> list[str]:
+    """Every reason, one sentence each, why `spec` cannot serve node kind `kind` of `site` (the
+    site's default kind where None), or cannot be built at all: the image's own rules (RULES)
+    and, given a site, site_problems. An empty list means the image serves that node kind.
+
+    This is the question the runtime authority asks for each node kind it plans: call it for
+    each candidate image and take one whose list is empty, or refuse with the reasons. It reads
+    only the spec and the profile (no files, no network), so it is cheap to call in a loop.
+    """
+    return image_problems(spec) + (site_problems(spec, site, kind) if site is not None else [])
+
+
+def check_site(spec: ImageSpec, site: Site, kind: str | None = None) -> None:
+    problems = site_problems(spec, site, kind)
     if problems:
         raise HpcdlError(f"image {spec.name} on site {site.name}: " + "; ".join(problems))

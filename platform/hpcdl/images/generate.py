@@ -46,6 +46,9 @@ ARCH_FLAGS = {
     "x86_64_v3": "-march=x86-64-v3",
     "x86_64": "-march=x86-64",
     "ppc64le": "-mcpu=power8",
+    "aarch64": "-march=armv8-a",
+    # Grace (GH200): Neoverse V2, Armv9.0-A with SVE2 (GCC >= 13; Ubuntu 24.04's GCC 13 has it)
+    "neoverse_v2": "-mcpu=neoverse-v2",
 }
 
 _templates = jinja2.Environment(
@@ -178,7 +181,7 @@ def nccl_block(spec: ImageSpec):
 
 def labels(spec: ImageSpec) -> dict[str, str]:
     out = {"org.hpcdl.image": spec.name, "org.hpcdl.base": spec.base_image,
-           "org.hpcdl.cpu_target": spec.cpu_target,
+           "org.hpcdl.arch": spec.arch, "org.hpcdl.cpu_target": spec.cpu_target,
            "org.hpcdl.mpi": f"{spec.mpi.flavour}-{spec.mpi.version}", "org.hpcdl.fabric": spec.mpi.fabric}
     if spec.mpi.ucx:
         out["org.hpcdl.ucx"] = spec.mpi.ucx
@@ -242,6 +245,43 @@ def labels_json_step(spec: ImageSpec) -> str:
     return "RUN python3 -c " + " ".join(shlex.quote(w) for w in words)
 
 
+#: Apptainer's run-time files in an image (apptainer/apptainer internal/pkg/build/sources/
+#: base_environment.go): it sources /.singularity.d/env/*.sh in order before `exec`, `run` and
+#: `shell`, and `run` runs /.singularity.d/runscript. `apptainer build` writes them from the
+#: .def's %environment and %runscript; an image built from the Dockerfile (Charliecloud, podman)
+#: gets them from this step, so `apptainer exec IMAGE.sif hpcdl ...` finds hpcdl on PATH.
+APPTAINER_ENV = "/.singularity.d/env/90-environment.sh"
+APPTAINER_RUNSCRIPT = "/.singularity.d/runscript"
+
+
+def _train_line() -> str:
+    train = f'"{ENVS}/${{HPCDL_IMAGE_ENV:-main}}/bin/hpcdl" train'
+    return f'cat {HPCDL_HOME}/banner >&2; exec {train} "$@"'
+
+
+def apptainer_files(spec: ImageSpec) -> dict[str, str]:
+    """{path in the image: text} of the environment and runscript Apptainer reads."""
+    lines = ["#!/bin/sh", f"# hpcdl image {spec.name}: its environment, as %environment gives it"]
+    for key, value in runtime_environment(spec).items():
+        # a trailing :$PATH expands when the file is sourced; everything else is quoted inert
+        if value.endswith(":$PATH"):
+            lines.append(f'export {key}={shlex.quote(value[:-len(":$PATH")])}:"$PATH"')
+        else:
+            lines.append(f"export {key}={shlex.quote(value)}")
+    return {APPTAINER_ENV: "\n".join(lines) + "\n", APPTAINER_RUNSCRIPT: "#!/bin/sh\n" + _train_line() + "\n"}
+
+
+def apptainer_files_step(spec: ImageSpec) -> str:
+    """A Dockerfile RUN line writing apptainer_files (mode 755, as Apptainer's build makes them)."""
+    # one line (a Dockerfile instruction ends at the newline), POSIX-quoted for dash's /bin/sh;
+    # a second argument names another root, so a test can run the same program on a folder
+    program = ('import json, os, sys; root = sys.argv[2] if len(sys.argv) > 2 else "/"; '
+               'files = {os.path.join(root, k.lstrip("/")): v for k, v in json.loads(sys.argv[1]).items()}; '
+               '[(os.makedirs(os.path.dirname(p), exist_ok=True), open(p, "w").write(t), os.chmod(p, 0o755)) '
+               'for p, t in files.items()]')
+    return "RUN python3 -c " + " ".join(shlex.quote(w) for w in (program, json.dumps(apptainer_files(spec), sort_keys=True)))
+
+
 def runtime_environment(spec: ImageSpec) -> dict[str, str]:
     env = {
         "PATH": f"{ENVS}/main/bin:$PATH",
@@ -263,15 +303,31 @@ def python_environments(spec: ImageSpec, part: str) -> list[str]:
 
 def hpcdl_requirements() -> tuple[str, ...]:
     """hpcdl's own run-time requirements, as its pyproject.toml names them (the checkout's, which
-    the image copies in; an installed hpcdl's metadata where there is no checkout)."""
+    the image copies in; an installed hpcdl's metadata where there is no checkout).
+
+    Both sources are normalised the same way (packaging's spelling, sorted by name): an installed
+    hpcdl's metadata lists them in another order and spells `pydantic>=2.5,<3` as
+    `pydantic<3,>=2.5`, and the same spec must give the same bytes, hence the same cache key.
+    """
     pyproject = CONTAINERS.parent / "pyproject.toml"
     if pyproject.is_file():
         import tomllib
 
-        return tuple(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
-    from importlib.metadata import requires
+        found = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    else:
+        from importlib.metadata import requires
 
-    return tuple(r for r in (requires("hpcdl") or ()) if "extra ==" not in r)
+        found = [r for r in (requires("hpcdl") or ()) if "extra ==" not in r]
+    return normalised_requirements(found)
+
+
+def normalised_requirements(requirements) -> tuple[str, ...]:
+    """Each requirement in packaging's canonical spelling (specifiers sorted), sorted by name."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    reqs = [Requirement(r) for r in requirements]
+    return tuple(str(r) for r in sorted(reqs, key=lambda r: (canonicalize_name(r.name), str(r))))
 
 
 def _cudnn_requirement(spec: ImageSpec) -> str | None:
@@ -302,7 +358,7 @@ def stage(spec: ImageSpec, container_format: str) -> hpccm.Stage:
     s = hpccm.Stage()
     # the architecture is named, never guessed: hpccm would otherwise take the machine rendering
     # the file, and the checked-in definitions would differ between an x86 and an Arm laptop
-    base = {"_arch": "ppc64le" if spec.cpu_target == "ppc64le" else "x86_64"}
+    base = {"_arch": spec.arch}
     if spec.base_image.startswith("debian"):
         # hpccm knows no Debian; its apt-based Ubuntu 22.04 steps are the ones that fit Debian 12
         base["_distro"] = "ubuntu22"
@@ -339,6 +395,8 @@ def stage(spec: ImageSpec, container_format: str) -> hpccm.Stage:
     s += shell(commands=python_environments(spec, "hpcdl")
                + _lines("banner.sh.j2", spec=spec, envs=ENVS, hpcdl_home=HPCDL_HOME))
     s += environment(variables=runtime_environment(spec))
+    if container_format == "docker":
+        s += raw(docker=apptainer_files_step(spec))
     # the per-build labels last: a build argument that changes every build (the time) would
     # otherwise make every later step a miss in ch-image's and Docker's layer caches
     if container_format == "docker":
@@ -348,15 +406,12 @@ def stage(spec: ImageSpec, container_format: str) -> hpccm.Stage:
     s += label(metadata=build_arg_labels(container_format))
     if container_format == "docker":
         s += raw(docker=labels_json_step(spec))
-    train = f'"{ENVS}/${{HPCDL_IMAGE_ENV:-main}}/bin/hpcdl" train'
-    banner = f"cat {HPCDL_HOME}/banner >&2"
     if container_format == "singularity":
         # one line: a multi-line %runscript reads back (spython) as an opaque script
-        s += runscript(commands=[f'{banner}; exec {train} "$@"'], _args=False, _exec=False)
+        s += runscript(commands=[_train_line()], _args=False, _exec=False)
     else:
         # exec form cannot expand HPCDL_IMAGE_ENV; a shell in front does, and passes "$@" on
-        s += raw(docker='ENTRYPOINT ["/bin/sh", "-c", ' + json.dumps(f'{banner}; exec {train} "$@"')
-                 + ', "hpcdl"]')
+        s += raw(docker='ENTRYPOINT ["/bin/sh", "-c", ' + json.dumps(_train_line()) + ', "hpcdl"]')
     test = _lines("test.sh.j2", spec=spec, envs=ENVS)
     s += raw(singularity="%test\n" + "\n".join(test),
              docker="# %test (Singularity) runs, and on podman-hpc/Shifter run it by hand:\n"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hpcdl.errors import HpcdlError, validation_message
 
@@ -19,7 +19,19 @@ from hpcdl.errors import HpcdlError, validation_message
 # containers/images.yaml in a checkout is a link to this file.
 IMAGES_YAML = Path(__file__).resolve().parent / "images.yaml"
 
-CpuTarget = Literal["x86_64", "x86_64_v3", "knl", "skylake_avx512", "ppc64le"]
+# archspec-style names; the first three x86_64 levels are the psABI's (x86-64, -v3 = AVX2/FMA,
+# skylake_avx512 = AVX-512F/CD/BW/DQ/VL, the x86-64-v4 set); neoverse_v2 is Grace (GH200)
+CpuTarget = Literal["x86_64", "x86_64_v3", "knl", "skylake_avx512", "ppc64le", "aarch64", "neoverse_v2"]
+Arch = Literal["x86_64", "aarch64", "ppc64le"]
+#: the architecture (`uname -m`) each CPU target's code runs on
+TARGET_ARCH = {"x86_64": "x86_64", "x86_64_v3": "x86_64", "knl": "x86_64", "skylake_avx512": "x86_64",
+               "ppc64le": "ppc64le", "aarch64": "aarch64", "neoverse_v2": "aarch64"}
+
+#: (Python, glibc) of the base images' distributions: the Python the image's venvs run and the
+#: manylinux level its wheels may have (Ubuntu 22.04: python3 3.10, glibc 2.35; Ubuntu 24.04:
+#: 3.12, 2.39; Debian 12: 3.11, 2.36; Rocky/RHEL 9: 3.9, 2.34)
+DISTRO_PYTHON = {"ubuntu22.04": ("3.10", "2.35"), "ubuntu24.04": ("3.12", "2.39"), "debian12": ("3.11", "2.36"),
+                 "rockylinux9": ("3.9", "2.34")}
 # slingshot: HPE Cray EX (Slingshot 11); MPICH and the NCCL/RCCL plugin over libfabric
 Fabric = Literal["infiniband", "omnipath", "slingshot", "ethernet"]
 MpiFlavour = Literal["openmpi", "mpich"]
@@ -170,6 +182,7 @@ class ImageSpec(_Strict):
     description: str
     base_image: str = Field(pattern=r"^[a-z0-9][a-z0-9._/:-]*$")
     bootstrap: Bootstrap | None = Field(default=None, description="make base_image locally where no registry is reachable")
+    arch: Arch = Field(default="x86_64", description="the machine architecture the image is for (uname -m)")
     cpu_target: CpuTarget = "x86_64"
     cuda: Cuda | None = None
     rocm: Rocm | None = Field(default=None, description="AMD GPUs: ROCm, with RCCL from the framework wheels")
@@ -181,6 +194,8 @@ class ImageSpec(_Strict):
     horovod: Horovod | None = None
     env: dict[str, str] = Field(default_factory=dict, description="tuned defaults in %environment")
     hpcdl: str = Field(default="source", description="'source' (this checkout, via %files) or a version")
+    serves: tuple[str, ...] = Field(
+        default=(), description="the sites (SITE or SITE:KIND) the image is meant for; `images compat` must accept each")
 
     @field_validator("environments")
     @classmethod
@@ -191,6 +206,25 @@ class ImageSpec(_Strict):
             if not name.replace("-", "").isalnum():
                 raise ValueError(f"environment name {name!r} must be letters, digits and dashes")
         return envs
+
+    @model_validator(mode="after")
+    def _target_fits_arch(self) -> "ImageSpec":
+        if TARGET_ARCH[self.cpu_target] != self.arch:
+            raise ValueError(f"cpu_target {self.cpu_target} is {TARGET_ARCH[self.cpu_target]} code, "
+                             f"but arch is {self.arch}")
+        return self
+
+    @property
+    def distro(self) -> str | None:
+        """The base image's distribution and release, read from its name: ubuntu:22.04,
+        nvidia/cuda:12.6.3-devel-ubuntu22.04 and rocm/dev-ubuntu-22.04:6.4.2 are all ubuntu22.04."""
+        name = self.base_image.replace("-", "").replace(":", "")
+        return next((distro for distro in DISTRO_PYTHON if distro in name), None)
+
+    @property
+    def python(self) -> tuple[str, str] | None:
+        """(Python version, glibc version) of the base image, None where its name does not say."""
+        return DISTRO_PYTHON.get(self.distro) if self.distro else None
 
     @property
     def gpu(self) -> bool:

@@ -213,6 +213,10 @@ class NodeKind(_Strict):
     memory_gb: float = Field(gt=0)
     hbm_gb: float = Field(default=0, ge=0, description="on-package memory: KNL MCDRAM, V100/A100 HBM counts under gpus")
     gpus: tuple[Gpu, ...] = Field(default=(), max_length=64)
+    gpu_driver: str | None = Field(
+        default=None, pattern=r"^[0-9]+(\.[0-9]+){0,2}$",
+        description="the GPU driver the nodes run (NVIDIA: 535.183.06); images whose CUDA needs a newer one are refused",
+    )
     nics: tuple[Nic, ...] = Field(default=(), max_length=64)
     domains_per_socket: int = Field(
         default=1, ge=1,
@@ -458,6 +462,10 @@ class Site(_Strict):
     launcher: Launcher
     runtime: Runtime = "none"
     mpi: MpiFlavour = "openmpi"
+    mpi_version: str | None = Field(
+        default=None, pattern=r"^[0-9]+(\.[0-9]+){0,3}$",
+        description="the host MPI's version (Open MPI 4.1.6): an image's Open MPI of another major is refused under the host's mpirun",
+    )
     node_kinds: dict[str, NodeKind]
     default_node_kind: str | None = None
     filesystems: Filesystems = Filesystems()
