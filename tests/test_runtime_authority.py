@@ -164,3 +164,31 @@ def test_modules_for_a_site_without_containers_need_the_framework_in_the_prefix(
     (prefix / "lib" / "python3.11" / "site-packages" / "torch" / "__init__.py").write_text("")
     hpcdl("modulefiles", "render", "--site", "local", "--prefix", prefix, "--out", out, check=True)
     assert sorted(p.parent.name for p in (out / "local").glob("*/*.lua")) == ["hpcdl", "pytorch"]
+
+
+def _alps_with(environment: dict, runtime: str = "none"):
+    from hpcdl.sites.schema import SiteEnvironment
+
+    site = load_site_file(PUBLISHED_PROFILES / "alps-gh200.yaml")
+    return site.model_copy(update={"runtime": runtime, "environment": SiteEnvironment(**environment)})
+
+
+def test_a_uenv_is_entered_by_srun_and_its_declared_plugin_counts():
+    site = _alps_with({"kind": "uenv", "activate": "pytorch/v2.6.0:v1", "view": "default",
+                       "net_plugin": "the uenv's default view (aws-ofi-nccl)"})
+    plan = make_plan(site, JobRequest(nodes=2))
+    assert plan.runtime.kind == "uenv" and plan.runtime.net_plugin_from == "the uenv's default view (aws-ofi-nccl)"
+    argv = _launch(render_job_script(site, plan, {}, JobOptions(account="g0")))
+    assert argv[argv.index("--uenv=pytorch/v2.6.0:v1") + 1:][:3] == ["--view=default", "hpcdl", "train"]
+    # without a word on the plugin, NCCL_NET names one nothing provides: refused
+    with pytest.raises(HpcdlError, match="^net plugin: "):
+        make_plan(_alps_with({"kind": "uenv", "activate": "pytorch/v2.6.0:v1"}), JobRequest(nodes=2))
+
+
+def test_a_venv_is_activated_before_the_launch():
+    site = _alps_with({"kind": "venv", "activate": "$SCRATCH/venvs/torch", "net_plugin": "aws-ofi-nccl in the venv"})
+    plan = make_plan(site, JobRequest(nodes=2))
+    lines = render_job_script(site, plan, {}, JobOptions(account="g0")).splitlines()
+    assert 'source "${SCRATCH}"/venvs/torch/bin/activate' in lines
+    assert lines.index('source "${SCRATCH}"/venvs/torch/bin/activate') < next(
+        i for i, line in enumerate(lines) if " train " in line and line.endswith(" &"))

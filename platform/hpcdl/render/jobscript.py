@@ -163,8 +163,8 @@ def render_job_script(
     runtime_argv = runtime.command(plan, site, image)
     if plan.runtime is not None and plan.runtime.kind == "uenv":
         # CSCS: srun --uenv=<image> --view=<view> starts each rank inside the uenv
-        env = site.environment
-        runtime_argv = [f"--uenv={env.activate}", *([f"--view={env.view}"] if env.view else [])]
+        uenv = site.environment
+        runtime_argv = [f"--uenv={uenv.activate}", *([f"--view={uenv.view}"] if uenv.view else [])]
     runtime_files = runtime.files(plan, site, image)
     for text in runtime_files.values():
         _heredoc_safe_lines(text, "HPCDL_RUNTIME_FILE")
