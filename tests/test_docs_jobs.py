@@ -24,7 +24,8 @@ EXAMPLES = [
     ("summit", "test-lsf-power9",
      ["--nodes", "4", "--time", "02:00:00", "--account", "CSC123", "--requeue", "recipes/digits-quick.yaml"]),
     ("stampede2-knl", "test-slurm-knl",
-     ["--nodes", "4", "--time", "01:00:00", "--partition", "normal", "recipes/digits-quick.yaml"]),
+     ["--nodes", "4", "--time", "01:00:00", "--partition", "normal", "--image", "/work/06789/alice/my-knl.sif",
+      "recipes/digits-quick.yaml"]),
     ("perlmutter", "test-slurm-a100",
      ["--nodes", "2", "--time", "00:30:00", "--account", "m1234", "recipes/digits-quick.yaml"]),
 ]

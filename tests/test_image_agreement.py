@@ -11,7 +11,7 @@ from hpcdl.modules import site_modules
 from hpcdl.sites import load_site
 
 
-@pytest.mark.parametrize("site", ["stampede2-knl", "volta-x86"])
+@pytest.mark.parametrize("site", ["perlmutter", "volta-x86"])
 def test_the_job_script_runs_the_image_of_the_sites_pytorch_module(site, tmp_path):
     prefix = "/sw/hpcdl"
     module_image = next(fm.image for fm in site_modules(load_site(site), prefix).frameworks

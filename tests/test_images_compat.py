@@ -222,10 +222,20 @@ def test_a_job_runs_the_image_of_the_node_kind_it_was_planned_for_not_the_defaul
 
     site = load_site("perlmutter")
     assert image_name_for_site(site) == image_name_for_site(site, "gpu") == "ampere-cuda"
-    assert image_name_for_site(site, "cpu") == "knl-mkldnn"
+    # the CPU kind: no CPU image the check accepts (knl-mkldnn is -march=knl with Open MPI, Perlmutter's
+    # CPUs are Milan under Cray MPICH), so nothing is picked, and never the GPU kind's CUDA image
+    assert image_name_for_site(site, "cpu") is None
+    # so a CPU job there runs NERSC's own pytorch module natively (modules.frameworks)
     plan = make_plan(site, JobRequest(nodes=1, framework="pytorch", node_kind="cpu", use_gpus=False))
+    assert plan.runtime.kind == "modules" and plan.runtime.modules == ("pytorch",)
     script = render_job_script(site, plan, {}, JobOptions(account="m0000"))
-    assert "knl-mkldnn" in script and "ampere-cuda" not in script
+    assert "module load pytorch" in script and "podman-hpc" not in script and "ampere-cuda" not in script
+    # a framework no module of the centre's holds is refused, naming why
+    plan = make_plan(site, JobRequest(nodes=1, framework="mxnet", node_kind="cpu", use_gpus=False))
+    with pytest.raises(HpcdlError, match="^runtime: no hpcdl image runs mxnet on node kind cpu"):
+        render_job_script(site, plan, {}, JobOptions(account="m0000"))
+    plan = make_plan(site, JobRequest(nodes=1, framework="pytorch", node_kind="gpu"))
+    assert "ampere-cuda" in render_job_script(site, plan, {}, JobOptions(account="m0000"))
 
 
 # --- the gaps of issue 25: no GPUs, the driver, Open MPI's major version, the host's ABI ------------

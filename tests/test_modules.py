@@ -20,7 +20,7 @@ from hpcdl.sites.registry import SHIPPED
 
 FIXTURE_SITES = ROOT / "tests" / "fixtures" / "sites"  # job-script test sites; shipped ones still found
 GOLDEN = ROOT / "tests" / "golden" / "modules"
-CONTAINER_SITES = ("volta-x86", "stampede2-knl")
+CONTAINER_SITES = ("volta-x86", "perlmutter")
 
 
 @pytest.fixture(autouse=True)
@@ -61,8 +61,22 @@ def test_power9_sites_get_no_x86_image_only_the_hpcdl_module():
         assert site_modules(load_site(name)).frameworks == ()
         assert [f.relpath for f in render_site(load_site(name))] == ["hpcdl/0.1.0.lua"]
 
-def test_stampede2_knl_modules_load_tacc_singularity_and_set_the_knl_openmp_defaults():
+def _knl_modules(prefix=DEFAULT_PREFIX):
+    """Stampede2 KNL's modules for the knl-mkldnn image, given to the generator as its input: the runtime
+    decision runs no image there (the check refuses knl-mkldnn's Open MPI under ibrun's Intel MPI)."""
+    from hpcdl.modules.images import images_table
+
+    return site_modules(load_site("stampede2-knl"), prefix, images_table()["knl-mkldnn"])
+
+
+def test_stampede2_knl_gets_no_framework_module_for_an_image_the_check_refuses():
     modules = site_modules(load_site("stampede2-knl"))
+    assert modules.frameworks == ()
+    assert "No framework module: no hpcdl image runs pytorch on node kind knl" in modules.hpcdl.help
+
+
+def test_stampede2_knl_modules_load_tacc_singularity_and_set_the_knl_openmp_defaults():
+    modules = _knl_modules()
     assert [fm.module.name for fm in modules.frameworks] == ["pytorch", "tensorflow", "mxnet"]
     for fm in modules.frameworks:
         assert fm.module.depends_on == ("tacc-singularity",)
@@ -89,12 +103,13 @@ def test_the_image_table_is_an_input_of_the_generator():
     assert [fm.module.relpath for fm in modules.frameworks] == ["pytorch/2.99.0.lua"]
 
 
-def test_an_unknown_image_names_the_field(tmp_path, monkeypatch):
+def test_an_image_hpcdl_does_not_know_gets_no_framework_module(tmp_path, monkeypatch):
     text = (SHIPPED / "volta-x86.yaml").read_text().replace("defaults:\n", "defaults:\n  image: no-such-image\n")
     (tmp_path / "volta-x86.yaml").write_text(text)
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
-    with pytest.raises(HpcdlError, match="defaults.image"):
-        site_modules(load_site("volta-x86"))
+    modules = site_modules(load_site("volta-x86"))
+    # its frameworks and their versions are unknown: a module would claim what it cannot know
+    assert modules.frameworks == () and "the image no-such-image (defaults.image)" in modules.hpcdl.help
 
 
 @pytest.mark.parametrize("site", CONTAINER_SITES)
@@ -263,7 +278,7 @@ def test_a_gpu_site_without_a_fitting_image_gets_only_the_hpcdl_module(tmp_path,
     monkeypatch.setenv("HPCDL_SITE_PATH", str(tmp_path))
     modules = site_modules(load_site("volta-x86"))
     assert modules.frameworks == ()
-    assert "set defaults.image" in modules.hpcdl.help
+    assert "what would serve" in modules.hpcdl.help  # the runtime decision's refusal, word for word
     assert [f.relpath for f in render_site(load_site("volta-x86"))] == ["hpcdl/0.1.0.lua"]
 
 
@@ -281,7 +296,9 @@ def test_volume_style_binds_test_the_folder_and_pass_the_runtimes_own_form(tmp_p
 def test_a_wrapper_binds_each_folder_once_when_scratch_is_the_node_local_folder(tmp_path):
     """Stampede2 binds $SCRATCH and /tmp; where $SCRATCH is /tmp (or a link to it) that is one bind."""
     tree = tmp_path / "tree"
-    write_tree(render_site(load_site("stampede2-knl"), "/sw/hpcdl"), tree)
+    from hpcdl.modules.render import render_modules
+
+    write_tree(render_modules(_knl_modules("/sw/hpcdl")), tree)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "singularity").write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$ARGV_LOG"\n')
@@ -319,7 +336,7 @@ def test_framework_versions_are_the_pins_of_the_sites_image_in_images_yaml():
         "pytorch": specs["volta-cuda"].environments["main"].version_of("torch"),
         "tensorflow": specs["volta-cuda"].environments["tensorflow"].version_of("tensorflow"),
     }
-    knl = {fm.module.name: fm.module.version for fm in site_modules(load_site("stampede2-knl")).frameworks}
+    knl = {fm.module.name: fm.module.version for fm in _knl_modules().frameworks}
     assert knl["tensorflow"] == specs["knl-mkldnn"].environments["main"].version_of("tensorflow-cpu")
     assert knl["mxnet"] == specs["knl-mkldnn"].environments["mxnet"].version_of("mxnet")
 
@@ -330,7 +347,7 @@ def test_a_framework_outside_the_images_main_environment_runs_from_its_own_envir
     # volta-cuda keeps TensorFlow's CUDA 12 wheels apart from torch's: /opt/envs/tensorflow
     assert [w.argv[-1] for w in tensorflow.wrappers] == ["/opt/envs/tensorflow/bin/python"]
     assert [w.argv[-1] for w in pytorch.wrappers] == ["python", "torchrun"], "main is on the image's PATH"
-    mxnet = framework(site_modules(load_site("stampede2-knl")), "mxnet")
+    mxnet = framework(_knl_modules(), "mxnet")
     assert mxnet.wrappers[0].argv[-1] == "/opt/envs/mxnet/bin/python"
 
 
@@ -346,7 +363,9 @@ def test_the_image_is_chosen_by_hardware_unless_the_profile_names_one():
 
     assert image_name_for_site(load_site("volta-x86")) == "volta-cuda"  # V100, no defaults.image
     assert image_name_for_site(load_site("summit")) is None  # V100 too, but POWER9: no x86 image runs
-    assert image_name_for_site(load_site("stampede2-knl")) == "knl-mkldnn"  # CPU only
-    # a registry reference with a tag names the image too
-    assert load_site("test-slurm-a100").defaults.image == "registry.nersc.gov/hpcdl/volta-cuda:0.1"
-    assert image_name_for_site(load_site("test-slurm-a100")) == "volta-cuda"
+    # CPU only: knl-mkldnn is refused by the compatibility check (Open MPI under Intel MPI's ibrun)
+    assert image_name_for_site(load_site("stampede2-knl")) is None
+    # a registry reference with a tag names the image too, and the check judges it
+    site = load_site("volta-x86")
+    named = site.model_copy(update={"defaults": site.defaults.model_copy(update={"image": "registry.x/hpcdl/volta-cuda:0.1"})})
+    assert image_name_for_site(named) == "volta-cuda"

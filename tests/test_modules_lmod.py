@@ -55,13 +55,18 @@ class LoginNode:
 
     def __init__(self, site_name: str, tmp: Path, site=None):
         self.site = site or load_site(site_name)
+        # Stampede2 KNL's modules for the knl-mkldnn image, given to the generator as its input: the
+        # runtime decision runs no hpcdl image there (the check refuses it under Intel MPI's ibrun)
+        from hpcdl.modules.images import images_table
+
+        images = images_table()["knl-mkldnn"] if site_name == "stampede2-knl" else None
         self.tmp = tmp
         native = self.site.runtime == "none"
         # native: the frameworks really are in this venv; containers: a prefix path is enough
         self.prefix = sys.prefix if native else str(tmp / "prefix")
         self.tree = tmp / "modulefiles" / site_name
-        write_tree(render_site(self.site, self.prefix), self.tree)
-        self.modules = site_modules(self.site, self.prefix)
+        write_tree(render_site(self.site, self.prefix, images), self.tree)
+        self.modules = site_modules(self.site, self.prefix, images)
         self.runtime_bin = tmp / "runtime-bin"
         self.runtime_bin.mkdir()
         if not native:

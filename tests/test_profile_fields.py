@@ -23,8 +23,9 @@ from hpcdl.sites.registry import SHIPPED, load_site_file
 POLARIS = Path(__file__).parent / "published" / "profiles" / "polaris.yaml"
 
 
-def _render(site, tmp_path, nodes=2, **options) -> str:
-    text = render_job_script(site, make_plan(site, JobRequest(nodes=nodes)), {}, JobOptions(**options))
+def _render(site, tmp_path, nodes=2, image=None, net_plugin=None, **options) -> str:
+    plan = make_plan(site, JobRequest(nodes=nodes, image=image, net_plugin=net_plugin))
+    text = render_job_script(site, plan, {}, JobOptions(**options))
     path = tmp_path / f"{site.name}.sh"
     path.write_text(text)
     shellcheck(path)
@@ -51,10 +52,17 @@ def test_a_pbs_pro_pals_machine_renders_job_resources_module_use_and_a_path_list
     assert "#PBS -l filesystems=home:eagle" in lines
     assert any(line.startswith("#PBS -l select=2:") and line.endswith(":system=polaris") for line in lines)
     assert "module use /soft/modulefiles" in lines
-    assert "module load craype-accel-nvidia80" in lines and "export MPICH_GPU_SUPPORT_ENABLED=1" in lines
+    assert "module load craype-accel-nvidia80 conda" in lines and "export MPICH_GPU_SUPPORT_ENABLED=1" in lines
     assert ('export LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib"${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"'
             in lines)
     assert "export NCCL_NET='AWS Libfabric'" in lines
+    # ALCF's conda module, entered natively, so the plugin folder on LD_LIBRARY_PATH reaches NCCL
+    assert "conda activate" in lines
+    assert "mpiexec -n 8 --ppn 4 --depth=8 --cpu-bind depth hpcdl train" in text
+    # a container of the user's own gets the apptainer module and the project folder bound
+    text = _render(site, tmp_path, account="MyProj", image="/lus/eagle/projects/MyProj/my.sif",
+                   net_plugin="/opt/aws-ofi-nccl/lib/libnccl-net.so")
+    assert "module load craype-accel-nvidia80 apptainer" in text.splitlines()
     assert "mpiexec -n 8 --ppn 4 --depth=8 --cpu-bind depth apptainer exec --nv" in text
     assert "--bind /lus/eagle/projects/MyProj" in text
 
@@ -127,19 +135,19 @@ def test_the_trainer_drives_the_gpu_the_plan_names(monkeypatch):
     assert choose_device(recipe, me).index == 3 and picked == [3]
 
 
-def test_slingshot_gpu_jobs_without_the_nccl_plugin_say_so(tmp_path):
+def test_slingshot_gpu_jobs_without_the_nccl_plugin_are_refused(tmp_path):
     # Frontier's own image (mi250x-rocm) carries the plugin; an image of the site's own does not say so
     bare = _profile(tmp_path, SHIPPED / "frontier.yaml", env={}, **{"defaults.image": "/sw/images/site-own.sif"})
-    notes = make_plan(bare, JobRequest(nodes=2)).notes
-    assert any("libfabric NCCL/RCCL plugin" in n for n in notes)
-    assert not any("libfabric" in n for n in make_plan(load_site("frontier"), JobRequest(nodes=2)).notes)
+    with pytest.raises(HpcdlError, match="^net plugin: 2 nodes of frontier mi250x GPUs over Slingshot"):
+        make_plan(bare, JobRequest(nodes=2))
+    assert make_plan(load_site("frontier"), JobRequest(nodes=2)).runtime.net_plugin_from
 
 
 def test_site_directives_are_written_for_the_sites_own_scheduler(tmp_path):
     site = load_site("cori-knl")
-    text = _render(site, tmp_path)
+    text = _render(site, tmp_path, image="docker:sfarrell/cosmoflow-cpu-mpich:latest")
     assert "#SBATCH -S 2" in text.splitlines()
-    plan = make_plan(site, JobRequest())
+    plan = make_plan(site, JobRequest(image="docker:sfarrell/cosmoflow-cpu-mpich:latest"))
     assert "-S 2" not in render_job_script(site, plan, {}, JobOptions(), scheduler="pbs")
 
 

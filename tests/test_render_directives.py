@@ -52,7 +52,7 @@ def test_summit_style_lsf_asks_for_whole_nodes_nvme_and_smt4_and_launches_with_j
     assert "-o resnet-%J.out" in d
     assert "jsrun -n24 -a1 -c7 -g1 -r6 -bpacked:7 singularity exec --nv" in text
     assert '--bind /mnt/bb/"${USER}"' in text  # Summit's NVMe path expands in the job
-    assert "/sw/hpcdl/images/volta-cuda.sif hpcdl train recipe.json" in text
+    assert "/sw/hpcdl/images/my-power9.sif hpcdl train recipe.json" in text
     assert "module load open-ce/1.10.0 singularity" in text
 
 

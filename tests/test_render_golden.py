@@ -56,13 +56,31 @@ def render_for(site, scheduler=None, requeue=False, nodes=2) -> str:
     recipe = load_recipe(RECIPES / "digits-quick.yaml")
     count = site.node_kind()[1].count  # the detected local site is one node
     nodes = min(nodes, site.defaults.max_nodes or nodes, count or nodes)
-    plan = make_plan(site, JobRequest(nodes=nodes))
+    plan = _plan_for_lint(site, nodes)
     # a site naming folders by project (Frontier's /lustre/orion/{project}) takes the project from the
     # account; only Slurm sets the charged one in the job ($SLURM_JOB_ACCOUNT), so other schedulers need it
     needs_project = "{project}" in f"{site.filesystems.scratch}{site.filesystems.node_local}"
     account = "prj123" if needs_project and (scheduler or site.scheduler) != "slurm" else None
     options = JobOptions(name=recipe.name, requeue=requeue, account=account)
     return render_job_script(site, plan, recipe.model_dump(mode="json"), options, scheduler=scheduler)
+
+
+#: what the lint matrix runs where the runtime decision refuses a site x runtime pairing it makes up
+#: (tests/test_runtime_authority.py checks the decisions themselves): a user's own image, and the path
+#: of the plugin inside it
+USER_IMAGE, USER_PLUGIN = "/sw/images/user-own.sif", "/opt/aws-ofi-nccl/lib/libnccl-net.so"
+
+
+def _plan_for_lint(site, nodes):
+    try:
+        plan = make_plan(site, JobRequest(nodes=nodes))
+    except HpcdlError as exc:
+        if not str(exc).startswith("net plugin:"):
+            raise
+        plan = make_plan(site, JobRequest(nodes=nodes, net_plugin=USER_PLUGIN))
+    if plan.runtime.refusal:
+        plan = make_plan(site, JobRequest(nodes=nodes, image=USER_IMAGE, net_plugin=USER_PLUGIN))
+    return plan
 
 
 def lint_all(paths: list[Path]) -> None:

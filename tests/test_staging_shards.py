@@ -86,9 +86,9 @@ def test_a_node_shuffle_reorders_only_the_nodes_own_shard_each_epoch():
     assert node_seed(1, 0) != node_seed(1, 1)
 
 
-def render(site_name, recipe, nodes=2):
+def render(site_name, recipe, nodes=2, image=None):
     site = load_site(site_name)
-    plan = make_plan(site, JobRequest(nodes=nodes))
+    plan = make_plan(site, JobRequest(nodes=nodes, image=image))
     return render_job_script(site, plan, recipe, JobOptions(name="resnet"))
 
 
@@ -99,7 +99,8 @@ def staged_recipe(**data):
 
 
 def test_cori_asks_datawarp_for_a_private_burst_buffer_and_each_node_stages_its_shard(tmp_path):
-    text = render("cori-knl", staged_recipe(shuffle="node"), nodes=4)
+    # CosmoFlow's own Shifter image: no hpcdl image runs on Cori's KNL under Cray MPICH
+    text = render("cori-knl", staged_recipe(shuffle="node"), nodes=4, image="docker:sfarrell/cosmoflow-cpu-mpich:latest")
     assert "#DW jobdw capacity=200GB access_mode=private type=scratch" in text.splitlines()
     assert text.index("#DW jobdw") < text.index("\nHPCDL_JOB_ID=")  # a directive, before the first command
     assert 'HPCDL_STAGE_DIR="${DW_JOB_PRIVATE}"/hpcdl-data-"$HPCDL_JOB_ID"' in text

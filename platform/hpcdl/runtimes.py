@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+from hpcdl.errors import HpcdlError
 from hpcdl.plan.model import Plan
 from hpcdl.registry import Registry
 from hpcdl.shell import Expanding
@@ -13,6 +16,10 @@ class Runtime:
 
     def command(self, plan: Plan, site: Site, image: str | None) -> list[str]:
         raise NotImplementedError
+
+    def files(self, plan: Plan, site: Site, image: str | None) -> dict[str, str]:
+        """Files the job writes before the launch for the runtime to read (name -> text)."""
+        return {}
 
     def binds(self, site: Site) -> list[str]:
         """Host folders the job reads and writes inside the image: scratch and node-local storage.
@@ -39,11 +46,22 @@ def _gpu_vendor(plan: Plan, site: Site) -> str | None:
 
 def runtime_modules(plan: Plan, site: Site) -> list[str]:
     """The runtime modules of this job: the site's, and its GPU ones when the job uses GPUs."""
+    return runtime_modules_for(site, bool(_gpu_vendor(plan, site)))
+
+
+def runtime_modules_for(site: Site, use_gpus: bool) -> list[str]:
     modules = list(site.container.modules)
-    if _gpu_vendor(plan, site):
+    if use_gpus:
         gpu = site.container.gpu_modules if site.container.gpu_modules is not None else ("gpu",)
         modules += [m for m in gpu if m not in modules]
     return modules
+
+
+def _named(image: str | None, site: Site) -> str:
+    """The image a runtime runs: the plan's runtime decision names it; there is no placeholder."""
+    if not image:
+        raise HpcdlError(f"runtime: site {site.name!r} runs {site.runtime} but no image was chosen for the job")
+    return image
 
 
 @runtimes.register("none")
@@ -65,7 +83,7 @@ class ApptainerRuntime(Runtime):
             argv.append("--rocm")
         for path in self.binds(site):
             argv += ["--bind", path]
-        return argv + list(site.container.args) + [image or "hpcdl.sif"]
+        return argv + list(site.container.args) + [_named(image, site)]
 
 
 @runtimes.register("singularity")
@@ -78,7 +96,7 @@ class ShifterRuntime(Runtime):
     """NERSC Shifter: the image is named at submit time; GPU support is the gpu module."""
 
     def command(self, plan, site, image):
-        argv = ["shifter", f"--image={image or 'hpcdl:latest'}"]
+        argv = ["shifter", f"--image={_named(image, site)}"]
         modules = runtime_modules(plan, site)
         if modules:
             # NERSC's launcher page: --module=gpu,nccl-plugin (the Slingshot NCCL plugin)
@@ -107,7 +125,7 @@ class PodmanHpcRuntime(Runtime):
         argv += ["--workdir", Expanding("$HPCDL_JOB_DIR")]
         for name in sorted({*plan.env, *plan.env_paths, *JOB_ENV}):
             argv += ["--env", name]
-        return argv + [image or "hpcdl:latest"]
+        return argv + [_named(image, site)]
 
 
 @runtimes.register("charliecloud")
@@ -131,4 +149,35 @@ class CharliecloudRuntime(Runtime):
         for path in [*self.binds(site), Expanding("$HPCDL_JOB_DIR")]:
             argv += ["-b", Expanding(f"{path}:{path}")]
         argv += ["--cd", Expanding("$HPCDL_JOB_DIR")]
-        return argv + list(site.container.args) + [image or "hpcdl.sqfs", "--"]
+        return argv + list(site.container.args) + [_named(image, site), "--"]
+
+
+#: where a container-engine job writes its environment definition file (EDF)
+EDF_FILE = "hpcdl-environment.toml"
+
+
+@runtimes.register("container-engine")
+class ContainerEngineRuntime(Runtime):
+    """The CSCS container engine: srun starts each rank in the environment an EDF (TOML) describes,
+    `srun --environment=FILE`; the EDF names the image, the folders mounted, and the hooks its
+    annotations turn on (the aws_ofi_nccl hook mounts the host's Slingshot NCCL plugin: CSCS
+    "PyTorch" and EDF pages). The job writes its EDF beside plan.json, so the script shows it whole.
+    """
+
+    def command(self, plan, site, image):
+        _named(image, site)
+        return [Expanding(f"--environment=$HPCDL_JOB_DIR/{EDF_FILE}")] + list(site.container.args)
+
+    def files(self, plan, site, image) -> dict[str, str]:
+        def toml(value: str) -> str:
+            return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+        # the EDF expands ${NAME} only in braces (CSCS: "use curly braces for environment variables")
+        mounts = [re.sub(r"\$([A-Za-z_][A-Za-z0-9_]*)", r"${\1}", str(p)) for p in self.binds(site)]
+        lines = [f"image = {toml(_named(image, site))}",
+                 "mounts = [" + ", ".join(toml(m) for m in [*mounts, "${HPCDL_JOB_DIR}"]) + "]",
+                 'workdir = "${HPCDL_JOB_DIR}"']
+        annotations = site.environment.annotations if site.environment else {}
+        if annotations:
+            lines += ["", "[annotations]", *(f"{k} = {toml(v)}" for k, v in annotations.items())]
+        return {EDF_FILE: "\n".join(lines)}

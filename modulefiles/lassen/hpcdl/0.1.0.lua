@@ -6,8 +6,7 @@ container images, a distributed trainer and validation jobs).
 
 First try:  hpcdl plan --site lassen      (the node map of a one-node job)
 Then:       hpcdl sites show lassen; module avail pytorch tensorflow mxnet
-hpcdl's images are x86_64 and lassen is ppc64le: none runs here (no ppc64le wheels of
-PyTorch or TensorFlow on PyPI to build one from); use the centre's framework modules.
+No framework module: no hpcdl image runs pytorch on node kind ac922 of site lassen (closest: volta-cuda: the image is built for x86_64 (x86_64) but site lassen (ac922: IBM POWER9) is ppc64le); what would serve: the centre's own environment (profile field environment, docs/sites.md) or an image that fits, named with --image
 ]])
 whatis("Name: hpcdl")
 whatis("Version: 0.1.0")

@@ -6,8 +6,7 @@ container images, a distributed trainer and validation jobs).
 
 First try:  hpcdl plan --site summit      (the node map of a one-node job)
 Then:       hpcdl sites show summit; module avail pytorch tensorflow mxnet
-hpcdl's images are x86_64 and summit is ppc64le: none runs here (no ppc64le wheels of
-PyTorch or TensorFlow on PyPI to build one from); use the centre's framework modules.
+No framework module: jobs take the framework from the centre's module open-ce/1.10.0-py311-ibm (modules.frameworks).
 ]])
 whatis("Name: hpcdl")
 whatis("Version: 0.1.0")

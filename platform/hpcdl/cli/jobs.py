@@ -131,6 +131,10 @@ def plan(
         console.print("environment (per local rank, applied by each rank from plan.json):", highlight=False, markup=False)
         for line in per_rank:
             console.print(f"  {line}", highlight=False, markup=False)
+    if p.runtime is not None:
+        # what the ranks run in, and where their framework, MPI and network plugin come from
+        for line in p.runtime.describe():
+            console.print(line, highlight=False, markup=False)
     console.print("launch: " + " ".join(p.launcher_argv), highlight=False, markup=False)
     for note in p.notes:
         console.print(f"  - {note}", highlight=False, markup=False)

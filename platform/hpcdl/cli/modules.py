@@ -41,11 +41,17 @@ def modulefiles_render(
         raise HpcdlError(f"--prefix: {prefix!r} must be an absolute path (modulefiles are read from any directory)")
     names = shipped_site_names() if shipped else [site]
     # render everything first, so a broken profile leaves no half-written tree behind
-    rendered = {name: render_site(load_site(name), prefix) for name in names}
+    rendered = {name: render_site(load_site(name), prefix, _native_frameworks(load_site(name), prefix,
+                                                                              shipped or allow_missing_prefix))
+                for name in names}
     if not shipped and not allow_missing_prefix:
         # a module whose `hpcdl` is not there loads fine and then leaves `hpcdl` unfound
         program = Path(os.path.expandvars(prefix)) / "bin" / "hpcdl"
-        if not (program.is_file() and os.access(program, os.X_OK)):
+        try:
+            found = program.is_file() and os.access(program, os.X_OK)
+        except OSError:  # a name no file system can hold (ENAMETOOLONG) names no program either
+            found = False
+        if not found:
             raise HpcdlError(f"--prefix: {program} does not exist; install hpcdl into {prefix} first "
                              f"(python -m venv {prefix} && {prefix}/bin/pip install hpcdl), "
                              f"or pass --allow-missing-prefix to render for an install that comes later")
@@ -57,3 +63,29 @@ def modulefiles_render(
 def _this_install() -> str | None:
     """The prefix of the hpcdl running now, where it is an installed program (a venv or a prefix)."""
     return sys.prefix if (Path(sys.prefix) / "bin" / "hpcdl").is_file() else None
+
+
+def _native_frameworks(site, prefix: str, later: bool):
+    """Where a site runs no container, its framework modules run PREFIX/bin/python: only the frameworks
+    installed there get a module, and a prefix that holds none is refused, as one without bin/hpcdl
+    is (`module load pytorch` must not load a module whose `import torch` fails)."""
+    from hpcdl.modules.images import NATIVE, ImageFrameworks
+
+    if site.runtime != "none" or later:
+        return None
+    root = Path(os.path.expandvars(prefix))
+    packages = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
+    def holds(package: str) -> bool:
+        try:
+            return any(root.glob(f"lib/python3*/site-packages/{package}/__init__.py"))
+        except OSError:  # a prefix no file system can hold holds nothing
+            return False
+
+    held = {f: v for f, v in NATIVE.frameworks.items() if holds(packages[f])}
+    if not held:
+        wanted = " or ".join(packages[f] for f in NATIVE.frameworks)
+        raise HpcdlError(f"--prefix: {prefix} holds no {wanted}, and site {site.name} runs no container (runtime: none), "
+                         f"so its framework modules would run a Python without them; install them into it "
+                         f"({prefix}/bin/pip install 'hpcdl[torch]'), name the centre's own environment in the profile "
+                         f"(environment, docs/sites.md), or pass --allow-missing-prefix for an install that comes later")
+    return ImageFrameworks(NATIVE.name, held)

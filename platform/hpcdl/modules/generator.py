@@ -82,14 +82,14 @@ def site_modules(site: Site, prefix: str = DEFAULT_PREFIX, images: ImageFramewor
 def _hpcdl_module(site: Site, prefix: str, has_frameworks: bool = True) -> ModuleSpec:
     init = f"\nIn batch jobs, make `module` exist first: source {site.modules.init}" if site.modules.init else ""
     if not has_frameworks:
-        from hpcdl.images.compat import cpu_family
+        from hpcdl.plan.runtime import choose_runtime
 
-        family = cpu_family(site.node_kind()[1].cpu_target)
-        if family != "x86_64" and not site.defaults.image:
-            init += (f"\nhpcdl's images are x86_64 and {site.name} is {family}: none runs here (no {family} wheels of\n"
-                     "PyTorch or TensorFlow on PyPI to build one from); use the centre's framework modules.")
+        kind, node = site.node_kind()
+        choice = choose_runtime(site, kind, use_gpus=bool(node.gpus))
+        if choice.refusal:
+            init += "\nNo framework module: " + choice.refusal
         else:
-            init += f"\nNo framework image is built for {site.name} yet: set defaults.image in its profile."
+            init += f"\nNo framework module: jobs take the framework from {choice.framework_from}."
     help_text = (
         f"hpcdl {__version__}: deep learning on {site.name} (site profiles, rank placement, job scripts,\n"
         f"container images, a distributed trainer and validation jobs).\n"

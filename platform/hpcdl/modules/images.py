@@ -68,12 +68,15 @@ def image_frameworks(spec: ImageSpec) -> ImageFrameworks:
 
 
 def image_spec_for_site(site: Site, node_kind: str | None = None) -> ImageSpec | None:
-    """The spec of the image the site's jobs run in, when it is one of hpcdl's; None for runtime
-    `none`, no fitting image, or an image hpcdl does not know (the site's own, by path)."""
-    if site.runtime == "none":
-        return None
+    """The spec of the hpcdl image the runtime decision (hpcdl.plan.runtime) runs on `node_kind`; None
+    where the job runs in the centre's own environment, an image hpcdl does not know, or nothing."""
     name = image_name_for_site(site, node_kind)
     return _specs(IMAGES_YAML).get(name) if name else None
+
+
+def image_specs() -> dict[str, ImageSpec]:
+    """Every image spec hpcdl ships, in the order images.yaml lists them."""
+    return _specs(IMAGES_YAML)
 
 
 @lru_cache(maxsize=4)
@@ -113,49 +116,24 @@ def image_spec_named(image: str) -> ImageSpec | None:
     return _specs(IMAGES_YAML).get(image_stem(image))
 
 
-def image_name_for_site(site: Site, node_kind: str | None = None) -> str | None:
-    """defaults.image (a name, or a path whose stem is the name); else chosen from the hardware of
-    `node_kind` (default: the site's default kind); None when no image is built for it (e.g.
-    A100s: hopper-cuda is built for sm_90). A job on a machine with CPU and GPU kinds (NCAR
-    Derecho, Perlmutter) runs the image of the kind it was planned for, not the default's."""
-    if site.defaults.image:
-        # registry/path/volta-cuda:0.1, /sw/images/volta-cuda.sif -> volta-cuda
-        return image_stem(site.defaults.image)
-    _, node = site.node_kind(node_kind)
-    from hpcdl.images.compat import cpu_family
+def image_name_for_site(site: Site, node_kind: str | None = None, use_gpus: bool | None = None) -> str | None:
+    """The hpcdl image a job on `node_kind` (default: the site's default kind) runs, as the one
+    runtime decision (hpcdl.plan.runtime.choose_runtime) has it: an image the compatibility check
+    accepts for that kind; None where no hpcdl image runs there (the centre's own environment, or a
+    refusal). A GPU node's job uses its GPUs unless `use_gpus` says otherwise."""
+    from hpcdl.plan.runtime import IMAGE, choose_runtime
 
-    if cpu_family(node.cpu_target) != "x86_64":
-        # every shipped image is x86_64; POWER9 (Summit, Lassen) has no PyPI wheels for PyTorch or
-        # TensorFlow to build one from (docs/images.md): the centre's own modules serve there
+    kind, node = site.node_kind(node_kind)
+    choice = choose_runtime(site, kind, use_gpus=bool(node.gpus) if use_gpus is None else use_gpus)
+    if choice.kind != IMAGE:
         return None
-    # KNL/Xeon CPUs: the oneDNN image. GPUs: the CUDA image built for their architecture
-    # (CUDA 13 dropped Volta, sm_70, so V100 nodes need volta-cuda on CUDA 12).
-    if not node.gpus:
-        return "knl-mkldnn"
-    model = node.gpus[0].model.upper()
-    if node.gpus[0].vendor == "amd":
-        # the ROCm image built for the GCDs' gfx target (an MI250X GCD: gfx90a), by the specs' data
-        from hpcdl.images.compat import gpu_gfx
-
-        gfx = gpu_gfx(model)
-        return next((name for name, spec in sorted(_specs(IMAGES_YAML).items())
-                     if spec.rocm and gfx in spec.rocm.gpu_archs), None)
-    if node.gpus[0].vendor != "nvidia":
-        return None
-    if "V100" in model or "VOLTA" in model:
-        return "volta-cuda"
-    if any(h in model for h in ("H100", "H200", "GH200", "HOPPER")):
-        return "hopper-cuda"
-    # any other NVIDIA GPU: the CUDA image whose code runs on it and whose MPI the site can start
-    # (an A100 on HPE Cray EX: ampere-cuda, MPICH ABI for Cray MPICH)
-    from hpcdl.images.compat import site_problems
-
-    return next((name for name, spec in sorted(_specs(IMAGES_YAML).items())
-                 if spec.cuda and not site_problems(spec, site)), None)
+    return image_stem(choice.image)
 
 
 def frameworks_for_site(site: Site) -> ImageFrameworks | None:
-    """What the site's framework modules wrap; None: no image fits, so only `hpcdl` is rendered."""
+    """What the site's framework modules wrap: hpcdl's own install where the site runs no container,
+    the image the runtime decision picks for the default node kind; None where neither holds a
+    framework (then only the `hpcdl` module is rendered)."""
     if site.runtime == "none":
         return NATIVE
     name = image_name_for_site(site)

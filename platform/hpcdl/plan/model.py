@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from hpcdl.plan.runtime import RuntimeChoice
+
 
 @dataclass(frozen=True)
 class RankPlacement:
@@ -67,6 +69,8 @@ class Plan:
     modules: tuple[str, ...] = ()  # modules this plan needs beyond the site's (the GTL with GPU-aware MPI)
     # values built from other variables, expanded by the job shell: {name: {"prepend": [...], "append": [...]}}
     env_paths: dict[str, dict] = field(default_factory=dict)
+    # what the ranks run in and where their framework, MPI and network plugin come from (hpcdl.plan.runtime)
+    runtime: RuntimeChoice | None = None
 
     @property
     def world_size(self) -> int:
@@ -81,7 +85,7 @@ class Plan:
         data["world_size"] = self.world_size
         if self.spatial is None:
             data.pop("spatial")  # plans without spatial parallelism read as they always have
-        for name in ("modules", "env_paths"):
+        for name in ("modules", "env_paths", "runtime"):
             if not data[name]:
                 data.pop(name)  # nor do plans without these
         return data
@@ -95,12 +99,14 @@ class Plan:
             for r in data.pop("ranks")
         )
         spatial = data.pop("spatial", None)
+        runtime = data.pop("runtime", None)
+        runtime = RuntimeChoice(**{**runtime, "modules": tuple(runtime.get("modules", ()))}) if runtime else None
         if spatial:
             spatial = SpatialLayout(spatial["ways"], spatial["split"], tuple(spatial["grid"]),
                                     tuple(tuple(g) for g in spatial["groups"]))
         return cls(
             **{**data, "ranks": ranks, "launcher_argv": tuple(data["launcher_argv"]), "notes": tuple(data.get("notes", ())),
-               "spatial": spatial, "modules": tuple(data.get("modules", ())),
+               "spatial": spatial, "runtime": runtime, "modules": tuple(data.get("modules", ())),
                "env_paths": {k: {"prepend": list(v.get("prepend", ())), "append": list(v.get("append", ()))}
                              for k, v in data.get("env_paths", {}).items()}}
         )

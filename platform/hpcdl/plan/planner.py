@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from hpcdl.errors import HpcdlError
 from hpcdl.plan.env import communication_env, intel_mpi_pin_domain, rank_env, threading_env
 from hpcdl.plan.model import Plan, RankPlacement, SpatialLayout
+from hpcdl.plan.runtime import LIBFABRIC_NICS, RuntimeChoice, choose_runtime
 from hpcdl.plan.request import JobRequest
 from hpcdl.sites.schema import MAX_NODES, Gpu, Nic, NodeKind, Site
 
@@ -79,7 +80,8 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         for n in range(request.nodes)
         for p in local
     )
-    plugin = _collective_plugin(site, kind_name, node, use_gpus, request, notes)
+    runtime = choose_runtime(site, kind_name, request.framework, use_gpus, request.image, request.net_plugin)
+    plugin = runtime.net_plugin_from
     env = {
         **threading_env(node, request.framework, threads, len(cores[0])),
         **communication_env(site, node, request, distributed, use_gpus, ranks_per_node, threads, mode,
@@ -90,16 +92,20 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     if "I_MPI_PIN_DOMAIN" in env:  # Intel MPI's domains where the plan put the ranks
         env["I_MPI_PIN_DOMAIN"] = intel_mpi_pin_domain(env["I_MPI_PIN_DOMAIN"], [p["cores"] for p in local],
                                                        [p["cpus"] for p in local])
-    if plugin and plugin[0] == "request":
+    if request.net_plugin and runtime.net_plugin_library == request.net_plugin:
         # the user's word on the image they run wins over the profile's
-        env["NCCL_NET_PLUGIN"] = plugin[1]
-    elif plugin and plugin[0] == "image" and not {"NCCL_NET_PLUGIN", "NCCL_NET"} & set(env):
+        env["NCCL_NET_PLUGIN"] = request.net_plugin
+    elif runtime.net_plugin_library and not {"NCCL_NET_PLUGIN", "NCCL_NET"} & set(env):
         # the image's own build of the plugin: "Without this the plugin will not be used!" (OLCF)
-        env["NCCL_NET_PLUGIN"] = plugin[1]
+        env["NCCL_NET_PLUGIN"] = runtime.net_plugin_library
     env_paths = {k: {"prepend": list(v.prepend), "append": list(v.append)}
                  for k, v in site.env.items() if not isinstance(v, str)}
     modules = _plan_modules(site, use_gpus, env, notes)
-    _check_collective_plugin(site, node, distributed, use_gpus, request.nodes, plugin, notes)
+    _check_collective_plugin(site, kind_name, node, distributed, use_gpus, request.nodes, runtime)
+    if runtime.kind == "user-image" and plugin is None and use_gpus and any(n.kind in LIBFABRIC_NICS for n in node.nics):
+        notes.append(f"image {runtime.image!r} is not one hpcdl builds: whether it carries the libfabric NCCL/RCCL "
+                     "plugin, and where, cannot be known, so the plan names none; say so with --net-plugin "
+                     "LIBRARY (its path inside the image)")
     if use_gpus and site.launch.gpu_visibility == "node":
         notes.append("every rank sees every GPU of its node and drives its own by local rank (HPCDL_GPU), "
                      "so CUDA IPC works between the ranks of a node")
@@ -121,6 +127,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         spatial=_spatial_layout(site, kind_name, request, ranks, ranks_per_node, notes),
         modules=modules,
         env_paths=env_paths,
+        runtime=runtime,
     )
     plan = replace(plan, notes=tuple(notes))
     from hpcdl.launchers import launcher_for
@@ -184,61 +191,21 @@ def _plan_modules(site: Site, use_gpus: bool, env: dict[str, str], notes: list[s
     return ()
 
 
-def _collective_plugin(site: Site, kind_name: str, node: NodeKind, use_gpus: bool,
-                       request: JobRequest | None = None, notes: list[str] | None = None) -> tuple[str, str] | None:
-    """Who brings the libfabric NCCL/RCCL plugin (aws-ofi-nccl/aws-ofi-rccl) on a Slingshot GPU node:
-    ("request", the library) when the user names it for their image (--net-plugin), ("image", the
-    library NCCL_NET_PLUGIN names) when the job's image carries it, ("site", what) when the centre
-    does (a module such as OLCF's rccl-net-plugin, a runtime module such as podman-hpc `nccl` or
-    Shifter `nccl-plugin`, or NCCL_NET_PLUGIN/NCCL_NET in the profile's env, ALCF-style), None when
-    nothing does. Without it NCCL and RCCL fall back to TCP sockets, which "does not scale" (OLCF
-    "PyTorch on Frontier"), and the plugin's settings would be set for nothing.
-
-    The image is the one the user names (--image), else the site's own (defaults.image, else the one
-    picked for its hardware, of the planned node kind), read from the image specs hpcdl ships
-    (package data, like the site profiles): the plan stays a function of its inputs. An image hpcdl
-    does not know may or may not carry the plugin, and where it does its path is unknown: the plan
-    names none for it (NCCL_NET_PLUGIN naming a missing file breaks NCCL's start)."""
-    if not (use_gpus and any(n.kind == "slingshot" for n in node.nics)):
-        return None
-    if request is not None and request.net_plugin:
-        return ("request", request.net_plugin)
-    if {"NCCL_NET_PLUGIN", "NCCL_NET"} & set(site.env):
-        return ("site", "env")
-    paths = [p for v in site.env.values() if not isinstance(v, str) for p in (*v.prepend, *v.append)]
-    names = [*site.modules.load, *site.container.modules, *(site.container.gpu_modules or ()), *paths]
-    found = [name for name in names if any(w in name.lower() for w in ("nccl", "rccl", "ofi"))]
-    if found:
-        return ("site", found[0])
-    from hpcdl.modules.images import image_spec_for_site, image_spec_named
-
-    image = (request.image if request is not None else None) or site.defaults.image
-    if image and site.runtime != "none":
-        spec = image_spec_named(image)
-        if spec is None:
-            if notes is not None:
-                notes.append(
-                    f"image {image!r} is not one hpcdl builds: whether it carries the libfabric NCCL/RCCL "
-                    "plugin, and where, cannot be known, so the plan names none; say so with --net-plugin "
-                    "LIBRARY (its path inside the image), or NCCL_NET_PLUGIN in the profile's env")
-            return None
-    else:
-        spec = image_spec_for_site(site, kind_name)
-    if spec is not None and spec.net_plugin_library:
-        return ("image", spec.net_plugin_library)
-    return None
-
-
-def _check_collective_plugin(site: Site, node: NodeKind, distributed: str, use_gpus: bool, nodes: int,
-                             plugin: tuple[str, str] | None, notes: list[str]) -> None:
-    """Say so when collectives between nodes cross Slingshot without the plugin."""
+def _check_collective_plugin(site: Site, kind_name: str, node: NodeKind, distributed: str, use_gpus: bool,
+                             nodes: int, runtime: RuntimeChoice) -> None:
+    """Refuse collectives between nodes over Slingshot that no libfabric plugin reaches: NCCL and RCCL
+    would fall back to TCP sockets, which "does not scale" (OLCF "PyTorch on Frontier"), and CSCS: "If
+    the plugin can not be found, applications will fail to start" where NCCL_NET names it."""
     if not (use_gpus and nodes > 1 and distributed in ("nccl", "horovod")):
         return
-    if not any(n.kind == "slingshot" for n in node.nics) or plugin is not None:
+    if not any(n.kind in LIBFABRIC_NICS for n in node.nics) or runtime.net_plugin_from or runtime.refusal:
         return
-    notes.append("Slingshot without the libfabric NCCL/RCCL plugin: collectives between nodes fall back to TCP "
-                 "sockets; enable it in the profile (a module, a runtime module, or NCCL_NET_PLUGIN/NCCL_NET) "
-                 "or run an image that carries it (images.yaml net_plugin)")
+    where = f"inside {runtime.runtime}" if runtime.in_container else "in the job's environment"
+    raise HpcdlError(
+        f"net plugin: {nodes} nodes of {site.name} {kind_name} GPUs over Slingshot need the libfabric NCCL/RCCL plugin "
+        f"and nothing brings it {where}; give the image's with --net-plugin, run an image that carries it, or "
+        "say how the centre brings it (the runtime's plugin module or hook, APPTAINERENV_LD_LIBRARY_PATH, "
+        "environment.net_plugin; docs/sites.md)")
 
 
 def _port(nic: Nic) -> str:

@@ -104,25 +104,29 @@ _env.filters["sbatch"] = slurm_directive_value
 _env.filters["comment"] = comment_text
 
 
-def default_image(site: Site, node_kind: str | None = None) -> str | None:
-    """The image the site's framework modules run (hpcdl.modules), so scripts and modules agree.
-
-    An image file lives in the folder the `hpcdl` module names in $HPCDL_IMAGE_DIR unless the
-    profile names image_dir; a registry runtime gets the tag the modules use. None where no
-    shipped image fits the site (then the runtime's placeholder name is used).
-    """
+def default_image(site: Site, node_kind: str | None = None, plan: Plan | None = None) -> str | None:
+    """How the job names the image the runtime decision chose (hpcdl.plan.runtime, carried in the
+    plan): an hpcdl image file lives in the folder the `hpcdl` module names in $HPCDL_IMAGE_DIR
+    unless the profile names image_dir, and a registry runtime gets the tag the modules use; the
+    centre's own container is named as the profile names it. None outside a container."""
     from hpcdl.modules.generator import IMAGE_FILE_SUFFIX, image_reference
-    from hpcdl.modules.images import image_name_for_site
+    from hpcdl.plan.runtime import IMAGE, choose_runtime
 
-    if site.runtime == "none":
+    if plan is not None and plan.runtime is not None:
+        choice = plan.runtime
+    else:
+        kind, node = site.node_kind(node_kind)
+        choice = choose_runtime(site, kind, use_gpus=bool(node.gpus))
+    if choice.refusal:
+        raise HpcdlError(f"runtime: {choice.refusal}")
+    if not choice.in_container:
         return None
-    name = image_name_for_site(site, node_kind)
-    if name is None:
-        return None
+    if choice.kind != IMAGE or "/" in choice.image:
+        return choice.image
     suffix = IMAGE_FILE_SUFFIX.get(site.runtime)
     if suffix and not site.defaults.image_dir:
-        return Expanding(f"${{HPCDL_IMAGE_DIR}}/{name}{suffix}")
-    return image_reference(site, "", name)
+        return Expanding(f"${{HPCDL_IMAGE_DIR}}/{choice.image}{suffix}")
+    return image_reference(site, "", choice.image)
 
 
 def render_job_script(
@@ -156,11 +160,23 @@ def render_job_script(
         raise HpcdlError(f"account: site {site.name!r} runs no job without an account or project "
                          "(defaults.account_required); give it with --account")
     site = with_project(site, options.account or site.defaults.account, scheduler)
-    image = options.image or site.defaults.image or default_image(site, plan.node_kind)
+    if plan.runtime is not None and plan.runtime.refusal:
+        # the job would start no framework: refused here, before the queue wait
+        raise HpcdlError(f"runtime: {plan.runtime.refusal}")
+    image = options.image or default_image(site, plan.node_kind, plan)
     if image and site.defaults.image_dir and not image.startswith(("/", "docker:", "docker://", "oras://")) \
             and site.runtime in ("apptainer", "singularity", "charliecloud"):
         image = str(PurePosixPath(site.defaults.image_dir) / image)
-    runtime_argv = runtime_for(site.runtime).command(plan, site, image)
+    in_container = plan.runtime.in_container if plan.runtime is not None else site.runtime != "none"
+    runtime = runtime_for(site.runtime if in_container else "none")
+    runtime_argv = runtime.command(plan, site, image)
+    if plan.runtime is not None and plan.runtime.kind == "uenv":
+        # CSCS: srun --uenv=<image> --view=<view> starts each rank inside the uenv
+        uenv = site.environment
+        runtime_argv = [f"--uenv={uenv.activate}", *([f"--view={uenv.view}"] if uenv.view else [])]
+    runtime_files = runtime.files(plan, site, image)
+    for text in runtime_files.values():
+        _heredoc_safe_lines(text, "HPCDL_RUNTIME_FILE")
     if program is None:
         program = ["hpcdl", "train", "recipe.json", "--plan", "plan.json", "--results", "results.jsonl"]
     program = [*program, *options.extra_args]
@@ -182,6 +198,8 @@ def render_job_script(
         env=env,
         env_paths=env_path_lines(plan),
         modules=module_lines(site, plan),
+        activate=activate_lines(site, plan),
+        runtime_files=runtime_files,
         plan_json=json.dumps(plan.to_dict(), sort_keys=True),
         recipe_json=_heredoc_safe(json.dumps(recipe, sort_keys=True)),
         launch=[*plan.launcher_argv, *runtime_argv, *program],
@@ -191,6 +209,12 @@ def render_job_script(
         job_slug=slug(options.name),
         name_comment=comment_text(options.name),
     )
+
+
+def _heredoc_safe_lines(text: str, end: str) -> str:
+    if any(line == end for line in text.splitlines()):
+        raise HpcdlError(f"runtime: a file the job writes holds the line {end}, which would end it early")
+    return text
 
 
 def _heredoc_safe(text: str) -> str:
@@ -371,14 +395,30 @@ def module_lines(site: Site, plan: Plan | None = None) -> dict:
     if site.modules.system == "none":
         return {"init": None, "load": [], "use": []}
     load = [*site.modules.load, *(plan.modules if plan else ())]
-    if site.modules.runtime and site.runtime != "none":
+    choice = plan.runtime if plan else None
+    in_container = choice.in_container if choice is not None else site.runtime != "none"
+    if site.modules.runtime and in_container:
         load.append(site.modules.runtime)
     framework = plan.framework if plan else None
-    if site.runtime == "none" and framework in site.modules.frameworks:
+    if choice is not None:
+        # the centre's own environment's modules (ALCF Polaris: module load conda; Summit: open-ce)
+        load += [m for m in choice.modules if m not in load]
+    elif not in_container and framework in site.modules.frameworks:
         # no container: the framework comes from the centre's own module (modules.frameworks)
         load.append(site.modules.frameworks[framework])
     use = [path_with_variables(p) for p in site.modules.use] if load else []
     return {"init": site.modules.init if load else None, "load": load, "use": use}
+
+
+def activate_lines(site: Site, plan: Plan) -> list[str]:
+    """The shell lines that enter the centre's conda environment or venv before the launch (the
+    ranks inherit it); a uenv is entered by srun itself (--uenv)."""
+    choice, env = plan.runtime, site.environment
+    if choice is None or env is None or choice.kind not in ("conda", "venv"):
+        return []
+    if choice.kind == "conda":
+        return ["conda activate" + (f" {quote(env.activate)}" if env.activate else "")]
+    return [f"source {path_with_variables(env.activate.rstrip('/') + '/bin/activate')}"]
 
 
 def env_path_lines(plan: Plan) -> list[str]:

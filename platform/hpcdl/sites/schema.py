@@ -16,7 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 Scheduler = Literal["slurm", "lsf", "pbs", "local"]
 Launcher = Literal["srun", "jsrun", "ibrun", "mpirun", "mpiexec", "pals", "aprun", "local"]
-Runtime = Literal["singularity", "apptainer", "shifter", "podman-hpc", "charliecloud", "none"]
+Runtime = Literal["singularity", "apptainer", "shifter", "podman-hpc", "charliecloud", "container-engine", "none"]
 MpiFlavour = Literal[
     "openmpi", "mpich", "cray-mpich", "spectrum-mpi", "mvapich2", "intel-mpi", "parastation-mpi", "none"
 ]
@@ -441,6 +441,55 @@ class Container(_Strict):
     args: tuple[str, ...] = Field(default=(), description="further runtime arguments, word by word")
 
 
+class SiteEnvironment(_Strict):
+    """The centre's own environment, a runtime beside hpcdl's images: where the framework, the MPI and
+    the network plugin come from when the job runs there. hpcdl installs only itself into it (it is
+    pure Python: `pip install hpcdl`, into the environment or with PYTHONUSERBASE for a container).
+
+    kind container: the centre's image (`image`: an NGC or registry tag, a path) run with the site's
+    `runtime` and its hooks and modules (podman-hpc --nccl, Shifter --module=gpu,nccl-plugin, the
+    CSCS container engine's EDF with `annotations`); modules: `modules` loaded on the host; conda:
+    `modules` loaded, then `conda activate [<activate>]` (none: the base environment); uenv: srun --uenv=<activate> (--view=`view`);
+    venv: `source <activate>/bin/activate`. Used where no hpcdl image fits the node kind, or always
+    with `prefer: true`.
+    """
+
+    kind: Literal["container", "modules", "conda", "uenv", "venv"]
+    image: SitePath | None = Field(default=None, description="container: the centre's image (registry tag or path)")
+    modules: tuple[ModuleName, ...] = Field(default=(), description="modules loaded before the launch")
+    activate: SitePath | None = Field(
+        default=None, description="conda: the environment (name or path); uenv: image label; venv: its folder"
+    )
+    view: DeviceName | None = Field(default=None, description="uenv: the view to start (CSCS: default)")
+    frameworks: tuple[Literal["pytorch", "tensorflow", "mxnet"], ...] = Field(
+        default=("pytorch",), description="the frameworks it holds"
+    )
+    net_plugin: Text | None = Field(
+        default=None,
+        description="outside a container: where the NCCL/RCCL network plugin comes from in it (the uenv's default "
+        "view, the module that loads it); inside one, the runtime's module, hook or bind says it",
+    )
+    annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description="container-engine: the EDF's [annotations], e.g. com.hooks.aws_ofi_nccl.enabled: 'true'",
+    )
+    node_kinds: tuple[str, ...] = Field(default=(), description="the node kinds it serves; empty: all")
+    prefer: bool = Field(default=False, description="run here even where an hpcdl image fits")
+
+    @model_validator(mode="after")
+    def _fields_of_its_kind(self) -> "SiteEnvironment":
+        if self.kind == "container" and not self.image:
+            raise ValueError("image: a container environment names the centre's image")
+        if self.kind in ("uenv", "venv") and not self.activate:
+            raise ValueError(f"activate: a {self.kind} environment names what to activate")
+        if self.kind == "modules" and not self.modules:
+            raise ValueError("modules: a modules environment names the modules to load")
+        for key, value in self.annotations.items():
+            if not _WORD.match(key) or any(c in value for c in '"\\\n\r\0'):
+                raise ValueError(f"annotations.{key}: not a plain annotation name and value")
+        return self
+
+
 Choice = Literal[
     "ranks_per_node", "cores_per_rank", "binding", "gpus", "nics", "launcher", "directives", "environment",
     "modules", "container",
@@ -479,6 +528,9 @@ class Site(_Strict):
     )
     launch: Launch = Launch()
     container: Container = Container()
+    environment: SiteEnvironment | None = Field(
+        default=None, description="the centre's own environment (container, modules, conda, uenv or venv)"
+    )
     citations: dict[Choice, tuple[Citation, ...]] = Field(
         default_factory=dict, description="per choice that shapes a plan, the centre pages it follows"
     )
@@ -521,6 +573,18 @@ class Site(_Strict):
             for i, w in enumerate(words):
                 if not w or any(c in w for c in "\n\r\0"):
                     raise ValueError(f"{what}[{i}]: {w!r} is not one argument word")
+        environment = self.environment
+        if environment is not None:
+            for kind in environment.node_kinds:
+                if kind not in self.node_kinds:
+                    raise ValueError(f"environment.node_kinds: {kind!r} is not one of {sorted(self.node_kinds)}")
+            if environment.kind == "container" and self.runtime == "none":
+                raise ValueError("environment: a container environment needs a container runtime (runtime)")
+            if environment.kind == "uenv" and self.launcher != "srun":
+                raise ValueError("environment: a uenv starts through srun --uenv; the launcher is " + self.launcher)
+        if self.runtime == "container-engine" and self.launcher != "srun":
+            raise ValueError("runtime: the container engine starts through srun --environment; the launcher is "
+                             + self.launcher)
         needs = LAUNCHER_NEEDS.get(self.launcher)
         if needs and self.scheduler not in needs:
             raise ValueError(
