@@ -9,12 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, hpcdl, require_tool, shellcheck
-from hpcdl.errors import HpcdlError
+
 from hpcdl.modules import DEFAULT_PREFIX, ImageFrameworks, render_site, site_modules, write_tree
-from hpcdl.modules.shipped import shipped_site_names
 from hpcdl.modules.render import lua_long_string, sh_expanding
+from hpcdl.modules.shipped import shipped_site_names
 from hpcdl.sites import load_site
 from hpcdl.sites.registry import SHIPPED
 
@@ -64,7 +63,7 @@ def test_power9_sites_get_no_x86_image_only_the_hpcdl_module():
 def _knl_modules(prefix=DEFAULT_PREFIX):
     """Stampede2 KNL's modules for the knl-mkldnn image, given to the generator as its input: the runtime
     decision runs no image there (the check refuses knl-mkldnn's Open MPI under ibrun's Intel MPI)."""
-    from hpcdl.modules.images import images_table
+    from hpcdl.images.frameworks import images_table
 
     return site_modules(load_site("stampede2-knl"), prefix, images_table()["knl-mkldnn"])
 
@@ -352,8 +351,8 @@ def test_a_framework_outside_the_images_main_environment_runs_from_its_own_envir
 
 
 def test_the_environments_folder_is_the_one_the_image_generator_builds():
+    from hpcdl.images.frameworks import ENVS as MODULE_ENVS
     from hpcdl.images.generate import ENVS
-    from hpcdl.modules.images import ENVS as MODULE_ENVS
 
     assert MODULE_ENVS == ENVS
 

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
+
 from hpcdl.modules import render_site, site_modules, write_tree
 from hpcdl.sites import load_site
 
@@ -57,7 +57,7 @@ class LoginNode:
         self.site = site or load_site(site_name)
         # Stampede2 KNL's modules for the knl-mkldnn image, given to the generator as its input: the
         # runtime decision runs no hpcdl image there (the check refuses it under Intel MPI's ibrun)
-        from hpcdl.modules.images import images_table
+        from hpcdl.images.frameworks import images_table
 
         images = images_table()["knl-mkldnn"] if site_name == "stampede2-knl" else None
         self.tmp = tmp

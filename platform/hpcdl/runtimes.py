@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from hpcdl.errors import HpcdlError
-from hpcdl.plan.model import Plan
 from hpcdl.registry import Registry
 from hpcdl.shell import Expanding
 from hpcdl.sites.schema import Site
+
+if TYPE_CHECKING:  # the plan asks a runtime for its argv and modules: the runtime only reads it
+    from hpcdl.plan.model import Plan
 
 
 class Runtime:
@@ -28,6 +31,23 @@ class Runtime:
         """
         paths = (site.filesystems.scratch, site.filesystems.node_local)
         return [Expanding(p) for p in dict.fromkeys(p.rstrip("/") or "/" for p in paths if p)]
+
+
+# How each runtime names an image: a file in the image folder, or a registry tag.
+IMAGE_FILE_SUFFIX = {"apptainer": ".sif", "singularity": ".sif", "charliecloud": ".sqfs"}
+
+
+def image_dir(site: Site, prefix: str) -> str:
+    return site.defaults.image_dir or f"{prefix.rstrip('/')}/images"
+
+
+def image_reference(site: Site, prefix: str, image_name: str) -> str:
+    if site.defaults.image and "/" in site.defaults.image:
+        return site.defaults.image  # a full path in the profile wins
+    suffix = IMAGE_FILE_SUFFIX.get(site.runtime)
+    if suffix is None:  # shifter, podman-hpc: the image is a registry tag the centre pulled
+        return f"hpcdl/{image_name}:latest"
+    return f"{image_dir(site, prefix)}/{image_name}{suffix}"
 
 
 runtimes: Registry[Runtime] = Registry("container runtime")

@@ -69,7 +69,7 @@ def _native_frameworks(site, prefix: str, later: bool):
     """Where a site runs no container, its framework modules run PREFIX/bin/python: only the frameworks
     installed there get a module, and a prefix that holds none is refused, as one without bin/hpcdl
     is (`module load pytorch` must not load a module whose `import torch` fails)."""
-    from hpcdl.modules.images import NATIVE, ImageFrameworks
+    from hpcdl.images.frameworks import NATIVE, ImageFrameworks
 
     if site.runtime != "none" or later:
         return None

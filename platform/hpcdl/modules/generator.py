@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 from hpcdl import __version__
 from hpcdl.errors import HpcdlError
-from hpcdl.modules.images import ImageFrameworks, frameworks_for_site
+from hpcdl.images.frameworks import ImageFrameworks
+from hpcdl.modules.images import frameworks_for_site
 from hpcdl.modules.model import BINDS_SLOT, IMAGE_SLOT, ModulePath, ModuleSpec, Wrapper
 from hpcdl.plan import JobRequest, make_plan
-from hpcdl.runtimes import runtime_for
+from hpcdl.runtimes import image_dir, image_reference, runtime_for
 from hpcdl.sites.project import with_project
 from hpcdl.sites.schema import Site
 
@@ -33,8 +34,6 @@ FRAMEWORK_URLS = {"pytorch": "https://pytorch.org", "tensorflow": "https://www.t
 FRAMEWORK_KEYWORDS = {"pytorch": ("torch",), "tensorflow": ("keras",), "mxnet": ("gluon",)}
 
 
-# How each runtime names an image: a file in the image folder, or a registry tag.
-IMAGE_FILE_SUFFIX = {"apptainer": ".sif", "singularity": ".sif", "charliecloud": ".sqfs"}
 
 
 @dataclass(frozen=True)
@@ -53,19 +52,6 @@ class SiteModules:
     prefix: str
     hpcdl: ModuleSpec
     frameworks: tuple[FrameworkModule, ...]
-
-
-def image_dir(site: Site, prefix: str) -> str:
-    return site.defaults.image_dir or f"{prefix.rstrip('/')}/images"
-
-
-def image_reference(site: Site, prefix: str, image_name: str) -> str:
-    if site.defaults.image and "/" in site.defaults.image:
-        return site.defaults.image  # a full path in the profile wins
-    suffix = IMAGE_FILE_SUFFIX.get(site.runtime)
-    if suffix is None:  # shifter, podman-hpc: the image is a registry tag the centre pulled
-        return f"hpcdl/{image_name}:latest"
-    return f"{image_dir(site, prefix)}/{image_name}{suffix}"
 
 
 def site_modules(site: Site, prefix: str = DEFAULT_PREFIX, images: ImageFrameworks | None = None) -> SiteModules:

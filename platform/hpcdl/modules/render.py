@@ -10,8 +10,8 @@ import jinja2
 
 from hpcdl import __version__
 from hpcdl.errors import HpcdlError
+from hpcdl.images.frameworks import ImageFrameworks
 from hpcdl.modules.generator import DEFAULT_PREFIX, FRAMEWORK_TITLES, FrameworkModule, SiteModules, site_modules
-from hpcdl.modules.images import ImageFrameworks
 from hpcdl.modules.model import BINDS_SLOT, IMAGE_SLOT, ModuleSpec, Wrapper
 from hpcdl.shell import env_name, quote
 from hpcdl.sites.schema import Site

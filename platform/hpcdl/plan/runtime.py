@@ -81,7 +81,7 @@ def _serves(env, kind: str, framework: str) -> bool:
 def choose_runtime(site: Site, kind: str, framework: str = "pytorch", use_gpus: bool = False,
                    image: str | None = None, net_plugin: str | None = None) -> RuntimeChoice:
     """The runtime of a job on node kind `kind` of `site`; `image` is the one the user names (--image)."""
-    from hpcdl.modules.images import image_spec_named, image_specs
+    from hpcdl.images.frameworks import image_spec_named, image_specs
 
     node = site.node_kinds[kind]
     env = site.environment if _serves(site.environment, kind, framework) else None
@@ -141,7 +141,7 @@ def _container_mpi(site: Site, spec) -> str:
 
 
 def _image_choice(site: Site, spec, reference: str, framework: str) -> RuntimeChoice:
-    from hpcdl.modules.images import image_frameworks
+    from hpcdl.images.frameworks import image_frameworks
 
     version = image_frameworks(spec).frameworks.get(framework)
     return RuntimeChoice(IMAGE, site.runtime, reference,
@@ -208,7 +208,7 @@ def _with_net_plugin(site: Site, node: NodeKind, choice: RuntimeChoice, use_gpus
         if carried and site.runtime in ("apptainer", "singularity"):
             return replace(choice, net_plugin_from=f"the host's plugin, carried into the container by {carried[0]}")
         if choice.kind == IMAGE:
-            from hpcdl.modules.images import image_spec_named
+            from hpcdl.images.frameworks import image_spec_named
 
             spec = image_spec_named(choice.image)
             if spec is not None and spec.net_plugin_library:
