@@ -493,9 +493,9 @@ def _threads_per_rank(node: NodeKind, request: JobRequest, cores_per_rank: int, 
 
 def _resolve_distributed(request: JobRequest, use_gpus: bool) -> str:
     if request.framework == "tensorflow" and request.distributed == "horovod":
-        from hpcdl.train.tf_backend import HOROVOD_TF_PROBLEM  # the trainer says the same, later
+        from hpcdl.train.tf_backend import HOROVOD_TF_INSTEAD_PLAN, HOROVOD_TF_PROBLEM  # the trainer says it later
 
-        raise HpcdlError(f"distributed: {HOROVOD_TF_PROBLEM}")
+        raise HpcdlError(f"distributed: {HOROVOD_TF_PROBLEM}; {HOROVOD_TF_INSTEAD_PLAN}")
     if request.distributed != "auto":
         if request.distributed == "nccl" and not use_gpus:
             raise HpcdlError("distributed: nccl needs GPUs; use gloo or mpi on CPU nodes")

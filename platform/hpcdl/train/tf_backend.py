@@ -24,9 +24,13 @@ from hpcdl.train.results import ResultsWriter
 
 HOROVOD_TF_PROBLEM = (
     "Horovod with TensorFlow is not available: Horovod 0.28.1, its last release, fails with Keras 3 "
-    "(TensorFlow >= 2.16; horovod#4290, open upstream) and does not build against TensorFlow 2.21's headers; "
-    "use --dist mwms (tf.distribute.MultiWorkerMirroredStrategy), or Horovod with PyTorch"
+    "(TensorFlow >= 2.16; horovod#4290, open upstream) and does not build against TensorFlow 2.21's headers"
 )
+#: what to do instead, in the words of the verb that refused: plan/render/run/submit take
+#: --dist auto (TensorFlow's ranks then run MultiWorkerMirroredStrategy); only `hpcdl train` takes mwms
+HOROVOD_TF_INSTEAD_PLAN = ("use --dist auto (TensorFlow's ranks run tf.distribute.MultiWorkerMirroredStrategy) "
+                           "and drop `distributed: horovod` from the recipe, or use Horovod with -f pytorch")
+HOROVOD_TF_INSTEAD_TRAIN = "use --dist mwms (tf.distribute.MultiWorkerMirroredStrategy), or Horovod with PyTorch"
 
 
 # --- cluster spec -----------------------------------------------------------------------
@@ -362,7 +366,7 @@ class KerasTrainer:
 
 def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:
     if context.get("distributed") == "horovod":
-        raise HpcdlError(HOROVOD_TF_PROBLEM)
+        raise HpcdlError(f"{HOROVOD_TF_PROBLEM}; {HOROVOD_TF_INSTEAD_TRAIN}")
     if me.world_size > 1:
         os.environ["TF_CONFIG"] = json.dumps(tf_config(os.environ, me, _mpi_hosts(me)))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep the rank's log to hpcdl's lines
