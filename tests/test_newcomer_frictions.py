@@ -33,3 +33,72 @@ def test_the_tensorflow_horovod_refusal_advises_only_a_dist_the_same_verb_takes(
             args[-1] = tmp_path / f"job-{value}"
         proc = hpcdl(*args, "--dist", value)
         assert proc.returncode == 0, (message, proc.stderr)
+
+
+# --- item 10: a shipped recipe is taken by its name wherever a recipe file is taken ---------------
+
+@pytest.mark.parametrize("args", [
+    ["render", "-s", "local", "digits-quick"],
+    ["submit", "-s", "local", "digits-quick", "--dry-run", "-o", "job"],
+    ["plan", "-s", "local", "--recipe", "digits-quick"],
+    ["predict", "-s", "local", "-N", "1", "digits-quick"],
+], ids=lambda a: a[0])
+def test_a_shipped_recipe_is_taken_by_name_outside_a_checkout(args, tmp_path):
+    proc = hpcdl(*args, cwd=tmp_path)  # no recipes/ folder here, as for a module user
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_name_that_is_neither_a_file_nor_shipped_says_both_and_where_to_look(tmp_path):
+    message = one_error_line(hpcdl("render", "-s", "local", "digits-quik", cwd=tmp_path))
+    assert "no such file" in message and "digits-quick" in message and "hpcdl recipes" in message
+
+
+def test_a_file_of_the_same_name_wins_over_the_shipped_recipe(tmp_path):
+    (tmp_path / "digits-quick.yaml").write_text(
+        (RECIPES / "digits-quick.yaml").read_text().replace("batch_size: 32 ", "batch_size: 48 "))
+    text = hpcdl("render", "-s", "local", "digits-quick.yaml", cwd=tmp_path, check=True).stdout
+    assert '"batch_size": 48' in text
+
+
+def test_recipes_list_is_a_verb_and_lists_the_same_as_recipes():
+    listed = hpcdl("recipes", "list", check=True).stdout
+    assert listed == hpcdl("recipes", check=True).stdout and "digits-quick" in listed
+
+
+# --- item 12: what a local run can check is checked before launching; 2 stays the usage code ------
+
+FIRST = """name: first
+net: cifar10_quick
+data: {source: %s, path: %s, image_size: 32}
+batch_size: 32
+base_lr: 0.01
+max_iter: 2
+test_interval: 2
+"""
+
+
+def test_a_missing_data_path_is_one_line_before_any_rank_starts(tmp_path):
+    (tmp_path / "bad.yaml").write_text(FIRST % ("imagefolder", "/nonexistent/data"))
+    proc = hpcdl("run", "-s", "local", "bad.yaml", "-o", "r", cwd=tmp_path)
+    assert "data.path" in one_error_line(proc) and "/nonexistent/data" in proc.stderr
+    assert not (tmp_path / "r").exists()  # nothing launched, no run folder
+
+
+def test_a_missing_framework_is_one_line_before_any_rank_starts(tmp_path):
+    from hpcdl.train.preflight import check_before_launch
+    from hpcdl.train.recipe import load_recipe
+    from hpcdl.errors import HpcdlError
+
+    recipe = load_recipe(RECIPES / "digits-quick.yaml")
+    with pytest.raises(HpcdlError, match="mxnet is not installed here"):
+        check_before_launch(recipe, "mxnet", "auto")  # the main venv has no MXNet (it has its own)
+    check_before_launch(recipe, "pytorch", "auto")
+
+
+@pytest.mark.slow
+def test_a_job_that_fails_at_start_makes_run_exit_1_not_the_usage_code(tmp_path):
+    (tmp_path / "empty").mkdir()  # there, so the check before launch passes; no CIFAR-10 files in it
+    (tmp_path / "bad.yaml").write_text(FIRST % ("cifar10", tmp_path / "empty"))
+    proc = hpcdl("run", "-s", "local", "bad.yaml", "-o", "r", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+    assert "data_batch" in (tmp_path / "r" / "output.log").read_text()

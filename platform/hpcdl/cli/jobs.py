@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -21,7 +22,7 @@ from hpcdl.render import JobOptions, render_job_script
 from hpcdl.render.jobscript import DEFAULT_WARNING_SECONDS, _ranges, slug
 from hpcdl.render.shell import join, quote
 from hpcdl.sites import load_site
-from hpcdl.train.recipe import load_recipe
+from hpcdl.train.recipe import RECIPE_HELP, load_recipe, recipe_file
 
 SITE_HELP = "site profile name (see `hpcdl sites`); default: $HPCDL_SITE, which `module load hpcdl` sets"
 SiteOpt = typer.Option(..., "--site", "-s", envvar="HPCDL_SITE", show_envvar=False, help=SITE_HELP)
@@ -92,7 +93,7 @@ def plan(
     net_plugin: Optional[str] = typer.Option(None, "--net-plugin", help=NET_PLUGIN_HELP),
     as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
     picture: Optional[Path] = typer.Option(None, "--picture", help="draw one node's layout to this PNG"),
-    recipe: Optional[Path] = typer.Option(None, "--recipe", help="also predict images/s and efficiency for this recipe"),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="also predict images/s and efficiency for this recipe (a file or a shipped recipe's name)"),
 ) -> None:
     """Show where every rank runs: node map, environment and launch line (before anything is submitted)."""
     s, p = build_plan(site, nodes, framework or "pytorch", ranks_per_node, threads_per_rank, mode, node_kind, dist,
@@ -226,7 +227,7 @@ def _check_launcher_fits(site, scheduler: str | None) -> None:
 @app.command(context_settings=EXTRA)
 def render(
     ctx: typer.Context,
-    recipe: Path = typer.Argument(..., help="training recipe (YAML)"),
+    recipe: Path = typer.Argument(..., help=RECIPE_HELP),
     site: str = SiteOpt, nodes: int = NodesOpt, framework: Optional[str] = FrameworkOpt,
     ranks_per_node: Optional[int] = RpnOpt, threads_per_rank: Optional[int] = ThreadsOpt,
     mode: str = ModeOpt, node_kind: Optional[str] = KindOpt, dist: str = DistOpt,
@@ -264,7 +265,7 @@ def _scheduler_of_script(text: str) -> str:
 @app.command(context_settings=EXTRA)
 def submit(
     ctx: typer.Context,
-    source: Path = typer.Argument(..., help="training recipe (YAML), or a job script rendered before"),
+    source: Path = typer.Argument(..., help=RECIPE_HELP + ", or a job script rendered before"),
     site: Optional[str] = typer.Option(None, "--site", "-s", envvar="HPCDL_SITE", show_envvar=False,
                                         help="site profile (needed with a recipe); default: $HPCDL_SITE"),
     nodes: int = NodesOpt, framework: Optional[str] = FrameworkOpt,
@@ -283,7 +284,7 @@ def submit(
     from hpcdl.errors import HpcdlError
 
     if not source.is_file():
-        raise HpcdlError(f"{source}: no such file")
+        source = recipe_file(source)  # a shipped recipe's name, or one line saying neither is there
     head = source.read_text(errors="replace")
     if head.startswith("#!"):
         text, job_name = head, name or source.stem
@@ -439,7 +440,7 @@ def stage(
 @app.command(context_settings=EXTRA)
 def run(
     ctx: typer.Context,
-    recipe: Path = typer.Argument(..., help="training recipe (YAML)"),
+    recipe: Path = typer.Argument(..., help=RECIPE_HELP),
     site: str = SiteOpt, nodes: int = NodesOpt, framework: Optional[str] = FrameworkOpt,
     ranks_per_node: Optional[int] = RpnOpt, threads_per_rank: Optional[int] = ThreadsOpt,
     mode: str = ModeOpt, node_kind: Optional[str] = KindOpt, dist: str = DistOpt,
@@ -450,7 +451,7 @@ def run(
     """Plan, render and run a job with the site's executor, here and now (local sites).
 
     Arguments after `--` go to the trainer: hpcdl run -s local r.yaml -- --max-iter 60
-    Exits with the job's status (1 when it ended without a final result).
+    Exits 1 when the job fails or ends without a final result (its own status is in the last line).
     """
     import sys
 
@@ -460,6 +461,10 @@ def run(
         from hpcdl.errors import HpcdlError
 
         raise HpcdlError(f"site {s.name!r} uses {s.scheduler}; use `hpcdl submit` there, `hpcdl run` is for local sites")
+    from hpcdl.train.preflight import check_before_launch
+
+    env = {**os.environ, **{k: str(v) for k, v in p.env.items()}}
+    check_before_launch(r, p.framework, p.distributed, env)  # here, once, not once per rank after the launch
     checked_output(out_dir, "-o")
     job_dir = claim_run_folder(out_dir, "{time}-" + slug(name or r.name))  # unique, and not shared with a run going on
     script = job_dir / "job.sh"
@@ -478,7 +483,7 @@ def run(
                                "output": str(job_dir / "output.log"), "final": final}))
     if status != 0 or final is None:
         console.print(f"job failed with status {status}; output in {job_dir / 'output.log'}", highlight=False)
-        raise typer.Exit(status or 1)
+        raise typer.Exit(1)  # 2 stays the usage-error code, whatever the job's own status was
     console.print(
         f"done: {final['images_per_sec_total']:.1f} images/s total, held-out accuracy {final['accuracy']:.4f}; "
         f"results and script in {job_dir}", highlight=False,

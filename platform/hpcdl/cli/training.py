@@ -13,7 +13,7 @@ from hpcdl.cli import app
 
 @app.command()
 def train(
-    recipe: Path = typer.Argument(..., help="training recipe (YAML or JSON)"),
+    recipe: Path = typer.Argument(..., help="training recipe: a YAML or JSON file, or a shipped recipe's name"),
     plan: Optional[Path] = typer.Option(None, "--plan", help="plan.json from hpcdl render"),
     results: Optional[Path] = typer.Option(None, "--results", help="JSON-lines results (rank 0)"),
     max_iter: Optional[int] = typer.Option(None, "--max-iter", min=1, help="override the recipe's max_iter"),
