@@ -102,3 +102,24 @@ def test_a_job_that_fails_at_start_makes_run_exit_1_not_the_usage_code(tmp_path)
     proc = hpcdl("run", "-s", "local", "bad.yaml", "-o", "r", cwd=tmp_path, timeout=300)
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
     assert "data_batch" in (tmp_path / "r" / "output.log").read_text()
+
+
+# --- item 11: the environment check names the framework that is missing ----------------------------
+
+def test_the_environment_check_names_a_missing_framework_in_its_row(tmp_path):
+    import json
+
+    # Python's own way to make an import fail, as on an install without torch: None in sys.modules
+    (tmp_path / "notorch").mkdir()
+    (tmp_path / "notorch" / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None\n")
+    import os
+
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(tmp_path / "notorch")) if p)
+    proc = hpcdl("validate", "--site", "local", "--checks", "environment", "--no-history", "-o", tmp_path / "v",
+                 env={"PYTHONPATH": path}, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    verdicts = {r["name"]: r for r in map(json.loads, (tmp_path / "v" / "results.jsonl").read_text().splitlines())
+                if r.get("event") == "verdict"}
+    assert "environment/job" not in verdicts  # the job itself ended normally
+    row = verdicts["environment/pytorch"]
+    assert row["result"] == "fail" and "pytorch is not installed" in row["message"] and "torch" in row["message"]

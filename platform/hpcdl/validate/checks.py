@@ -101,7 +101,9 @@ class EnvironmentCheck(Check):
             got = first["frameworks"].get(fw, {})
             name = f"environment/{fw}"
             if "version" not in got:
-                verdicts.append(Verdict(self.name, name, "fail", None, message=f"{fw} does not import: {got.get('error', 'not tried')}", **where))
+                error = got.get("error", "not tried")
+                what = "is not installed where the job ran" if error.startswith("ModuleNotFoundError") else "does not import"
+                verdicts.append(Verdict(self.name, name, "fail", None, message=f"{fw} {what}: {error}", **where))
             elif want and not got["version"].startswith(want):
                 verdicts.append(Verdict(self.name, name, "fail", got["version"], message=f"version {got['version']}, the image should have {want}", **where))
             else:
@@ -134,6 +136,9 @@ class EnvironmentCheck(Check):
         n = len(ranks)
         total = n * (n + 1) / 2
         problems = []
+        if isinstance(ranks[0]["torch_allreduce"], str):  # the probe could not import torch
+            return Verdict(self.name, "environment/launcher", "fail", None, "ranks",
+                           message=f"not judged: {ranks[0]['torch_allreduce']}", **where)
         if n != expected:
             problems.append(f"{n} rank(s) started, {expected} asked for")
         for r in ranks:
