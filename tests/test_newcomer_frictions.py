@@ -123,3 +123,14 @@ def test_the_environment_check_names_a_missing_framework_in_its_row(tmp_path):
     assert "environment/job" not in verdicts  # the job itself ended normally
     row = verdicts["environment/pytorch"]
     assert row["result"] == "fail" and "pytorch is not installed" in row["message"] and "torch" in row["message"]
+
+
+# --- item 17: the tutorial says what good output looks like after its 40 iterations ----------------
+
+def test_the_tutorial_says_what_the_first_runs_output_should_look_like():
+    from conftest import ROOT
+
+    text = (ROOT / "docs" / "tutorial.md").read_text()
+    step5 = text.split("## 5.", 1)[1].split("## 6.", 1)[0]
+    assert "What good output looks like" in step5 and "chance" in step5 and "expected" in step5
+    assert "digits-quick" in step5  # and which shipped recipe shows real learning
