@@ -134,3 +134,42 @@ def test_the_tutorial_says_what_the_first_runs_output_should_look_like():
     step5 = text.split("## 5.", 1)[1].split("## 6.", 1)[0]
     assert "What good output looks like" in step5 and "chance" in step5 and "expected" in step5
     assert "digits-quick" in step5  # and which shipped recipe shows real learning
+
+
+# --- item 15: help and message text -----------------------------------------------------------------
+
+@pytest.mark.parametrize("verb", ["plan", "render", "run", "predict", "validate"])
+def test_an_option_hpcdl_site_can_give_is_not_marked_required(verb):
+    text = hpcdl(verb, "--help", env={"COLUMNS": "80"}, check=True).stdout
+    site = text.split("--site", 1)[1].split("\n  -", 1)[0]
+    assert "HPCDL_SITE" in site and "required" not in site, site
+
+
+def test_a_missing_site_is_still_refused_in_one_line(tmp_path):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "HPCDL_SITE"}
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "hpcdl", "plan"], capture_output=True, text=True, env=env)
+    assert "--site" in one_error_line(proc) and "HPCDL_SITE" in proc.stderr
+
+
+@pytest.mark.parametrize("verb", ["render", "run"])
+def test_the_help_example_is_not_wrapped_inside_a_word(verb):
+    for width in ("60", "80", "120"):
+        text = hpcdl(verb, "--help", env={"COLUMNS": width}, check=True).stdout
+        example = next(line for line in text.splitlines() if "-- --max-iter" in line)
+        assert example.strip().startswith(f"hpcdl {verb} -s "), example
+
+
+def test_one_file_is_one_file(tmp_path):
+    proc = hpcdl("modulefiles", "render", "--site", "summit", "--prefix", "/opt/hpcdl", "--allow-missing-prefix",
+                 "-o", tmp_path, check=True)
+    assert "wrote 1 file to" in proc.stdout
+
+
+def test_a_node_kind_called_node_is_not_named_twice():
+    message = one_error_line(hpcdl("plan", "--site", "local", "-r", "4096"))
+    assert "node node" not in message and "a local node has" in message

@@ -241,7 +241,10 @@ def render(
 ) -> None:
     """Render the job script for a recipe on a site (printed, or written with -o).
 
-    Arguments after `--` go to the trainer: hpcdl render -s summit -N 4 r.yaml -- --max-iter 50
+    Arguments after `--` go to the trainer, for example:
+
+    \b
+      hpcdl render -s summit -N 4 r.yaml -- --max-iter 50
     """
     *_, text = _render(site, nodes, recipe, framework, ranks_per_node, threads_per_rank, mode, node_kind, dist,
                        image, time, account, partition, name, scheduler, constraint, exclusive, requeue, warning,
@@ -450,7 +453,11 @@ def run(
 ) -> None:
     """Plan, render and run a job with the site's executor, here and now (local sites).
 
-    Arguments after `--` go to the trainer: hpcdl run -s local r.yaml -- --max-iter 60
+    Arguments after `--` go to the trainer, for example:
+
+    \b
+      hpcdl run -s local digits-quick -- --max-iter 60
+
     Exits 1 when the job fails or ends without a final result (its own status is in the last line).
     """
     import sys
