@@ -173,3 +173,35 @@ def test_one_file_is_one_file(tmp_path):
 def test_a_node_kind_called_node_is_not_named_twice():
     message = one_error_line(hpcdl("plan", "--site", "local", "-r", "4096"))
     assert "node node" not in message and "a local node has" in message
+
+
+# --- item 16: completion completes values -----------------------------------------------------------
+
+def complete(line: str) -> list[str]:
+    """What `hpcdl --install-completion`'s bash function gets for the last word of `line`."""
+    words = line.split(" ")
+    proc = hpcdl(env={"_HPCDL_COMPLETE": "complete_bash", "COMP_WORDS": line, "COMP_CWORD": str(len(words) - 1)},
+                 check=True)
+    return proc.stdout.split()
+
+
+def test_site_names_complete():
+    names = complete("hpcdl plan --site s")
+    assert {"summit", "stampede2-knl"} <= set(names) and all(n.startswith("s") for n in names)
+    assert "perlmutter" in complete("hpcdl validate -s p") and "local" in complete("hpcdl sites show l")
+
+
+def test_checks_complete_the_last_item_of_the_list():
+    assert complete("hpcdl validate --checks environment,c") == ["environment,collectives", "environment,convergence"]
+
+
+def test_node_kinds_are_those_of_the_site_on_the_line():
+    assert sorted(complete("hpcdl plan --site perlmutter --node-kind ")) == ["cpu", "gpu"]
+    assert complete("hpcdl plan --site nosuchsite --node-kind ") == []
+
+
+def test_recipe_and_image_names_complete():
+    assert complete("hpcdl run -s local digits") == ["digits-quick"]
+    assert complete("hpcdl recipes copy cifar") == ["cifar10-quick"]
+    assert complete("hpcdl images compat hop") == ["hopper-cuda"]
+    assert "volta-cuda" in complete("hpcdl plan --image v")

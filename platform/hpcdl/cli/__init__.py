@@ -96,8 +96,11 @@ def _not_marked_required(option) -> None:
 
 
 def _command():
+    from hpcdl.cli.complete import attach
+
     command = typer.main.get_command(app)
     _plain_metavars(command)
+    attach(command)
     return command
 
 
