@@ -205,3 +205,26 @@ def test_recipe_and_image_names_complete():
     assert complete("hpcdl recipes copy cifar") == ["cifar10-quick"]
     assert complete("hpcdl images compat hop") == ["hopper-cuda"]
     assert "volta-cuda" in complete("hpcdl plan --image v")
+
+
+# --- item 19: the docs say what the program does ----------------------------------------------------
+
+def test_modules_md_names_only_the_wrappers_a_framework_module_has():
+    from conftest import ROOT
+    from hpcdl.modules.generator import FRAMEWORK_COMMANDS
+
+    line = next(l for l in (ROOT / "docs" / "modules.md").read_text().splitlines() if l.startswith("module load pytorch"))
+    said = line.split("#", 1)[1].split("that run")[0]
+    assert set(re.findall(r"\w+", said)) - {"and"} == set(FRAMEWORK_COMMANDS["pytorch"]), line
+
+
+def test_getting_started_names_the_nodes_cluster_up_makes():
+    from conftest import ROOT
+    from hpcdl.cluster import SlurmCluster
+
+    text = (ROOT / "docs" / "getting-started.md").read_text()
+    section = text.split("`hpcdl cluster up` starts", 1)[1].split("on this machine,", 1)[0] + \
+        text.split("`hpcdl cluster up` starts", 1)[1].split("\n\n", 1)[0]
+    for nodes in (1, 2):
+        names = SlurmCluster("/nonexistent", nodes).node_names
+        assert f"--nodes {nodes}" in section and all(f"`{n}`" in section for n in names), (nodes, names)
