@@ -228,3 +228,19 @@ def test_getting_started_names_the_nodes_cluster_up_makes():
     for nodes in (1, 2):
         names = SlurmCluster("/nonexistent", nodes).node_names
         assert f"--nodes {nodes}" in section and all(f"`{n}`" in section for n in names), (nodes, names)
+
+
+# --- item 20: validation job names put their distinguishing part first -------------------------------
+
+@pytest.mark.parametrize("site", ["perlmutter", "summit", "stampede2-knl"])
+def test_squeues_8_character_name_column_tells_the_validation_jobs_apart(site):
+    listed = hpcdl("validate", "--site", site, "--nodes", "1,2", "--list", check=True).stdout.splitlines()[1:]
+    shapes: dict[str, set] = {}
+    for line in listed:
+        name, rest = line.strip().split(": ", 1)
+        assert not name.startswith("validate"), name
+        shape = re.search(r"(\d+) node\(s\) x (\d+) rank\(s\)(?: x (\d+) thread)?", rest).groups()
+        kind = "probe" if rest.startswith(("environment", "collectives")) else "train"
+        shapes.setdefault(name[:8], set()).add((kind, *shape))
+    # one shape per 8 characters: what squeue shows is where and how the job runs
+    assert all(len(s) == 1 for s in shapes.values()), shapes

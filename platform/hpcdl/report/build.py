@@ -74,7 +74,8 @@ def _job_log(results_file: Path, job: str | None, out_dir: Path) -> str | None:
     """The job's log beside its results (DIR/jobs/<job>/output.log), as a link from the report."""
     if not job:
         return None
-    key = job[len("validate-"):] if job.startswith("validate-") else job
+    # the job folder is the job's key: `KEY-validate` now, `validate-KEY` in runs kept from before
+    key = job.removesuffix("-validate").removeprefix("validate-")
     log = Path(results_file).resolve().parent / "jobs" / key / "output.log"
     if not log.is_file():
         return None

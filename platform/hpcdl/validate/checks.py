@@ -85,7 +85,7 @@ class EnvironmentCheck(Check):
         rpn = min(2, ctx.default_plan.ranks_per_node if ctx.uses_gpus else ctx.usable_cores)
         request = JobRequest(nodes=1, ranks_per_node=rpn, threads_per_rank=1 if not ctx.uses_gpus else None)
         payload = {"name": "validate-environment", "probe": {"frameworks": frameworks, "launcher": ctx.site.launcher}}
-        return [ValidationJob(f"environment-1n-{rpn}r", "environment", request, payload)]
+        return [ValidationJob(f"1n{rpn}r-environment", "environment", request, payload)]
 
     def evaluate(self, ctx, outcomes):
         (outcome,) = [outcomes[j.key] for j in self.jobs(ctx)]
@@ -175,10 +175,10 @@ class CollectivesCheck(Check):
         rpn = ctx.default_plan.ranks_per_node
         jobs = []
         if rpn > 1:
-            jobs.append(ValidationJob(f"collectives-1n-{rpn}r", "collectives", JobRequest(nodes=1),
+            jobs.append(ValidationJob(f"1n{rpn}r-collectives", "collectives", JobRequest(nodes=1),
                                       {"name": "validate-collectives", "probe": {**probe, "scope": "intra-node"}}))
         if max(ctx.nodes) > 1:
-            jobs.append(ValidationJob("collectives-2n-1r", "collectives", JobRequest(nodes=2, ranks_per_node=1),
+            jobs.append(ValidationJob("2n1r-collectives", "collectives", JobRequest(nodes=2, ranks_per_node=1),
                                       {"name": "validate-collectives", "probe": {**probe, "scope": "inter-node"}}))
         return jobs
 

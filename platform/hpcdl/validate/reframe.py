@@ -37,6 +37,7 @@ from pathlib import Path
 from hpcdl import __version__
 from hpcdl.errors import HpcdlError
 from hpcdl.files import write_atomically
+from hpcdl.validate.jobs import job_name
 from hpcdl.validate.references import Reference, better_for
 
 # ReFrame's perflog placeholders (reframe docs/config_reference.rst, logging.handlers_perflog)
@@ -528,7 +529,7 @@ def write_perflogs(ctx, selected, outcomes: dict, verdicts, prefix: Path) -> lis
             ref = p.ref_tuple() or (0, None, None, p.unit)
             values.append((p.pvar, value, p.unit, ref[0], ref[1], ref[2]))
         times = [r["time"] for r in records if isinstance(r.get("time"), (int, float))]
-        ok = outcome.ok and f"validate-{job.key}" not in failed_jobs and all(v[1] is not None for v in values)
+        ok = outcome.ok and job_name(job.key) not in failed_jobs and all(v[1] is not None for v in values)
         # the scheduler's nodes: the job folder's nodes/ (train jobs), else what the probe gathered
         nodelist = outcome.nodelist or next((tuple(r["nodelist"]) for r in records if r.get("nodelist")), ())
         line = perflog_line(max(times) if times else time.time(), job.class_name, ctx.site.name,
