@@ -244,3 +244,28 @@ def test_squeues_8_character_name_column_tells_the_validation_jobs_apart(site):
         shapes.setdefault(name[:8], set()).add((kind, *shape))
     # one shape per 8 characters: what squeue shows is where and how the job runs
     assert all(len(s) == 1 for s in shapes.values()), shapes
+
+
+# --- item 8: sites detect names the profile after its file; nets import takes -o/--out -----------------
+
+def test_a_detected_profile_written_to_a_file_loads_under_that_files_name(tmp_path):
+    (tmp_path / "sites").mkdir()
+    hpcdl("sites", "detect", "-o", tmp_path / "sites" / "mybox.yaml", check=True)
+    plan = hpcdl("plan", "--site", "mybox", "--json", env={"HPCDL_SITE_PATH": str(tmp_path / "sites")}, check=True)
+    assert '"site": "mybox"' in plan.stdout
+    message = one_error_line(hpcdl("sites", "detect", "--name", "other", "-o", tmp_path / "sites" / "x.yaml"))
+    assert "x.yaml" in message and not (tmp_path / "sites" / "x.yaml").exists()
+
+
+@pytest.mark.parametrize("verb", [["nets", "import"], ["nets", "export"], ["recipes", "import"]], ids=" ".join)
+def test_the_verbs_that_write_a_file_take_o_out_and_keep_output_hidden(verb):
+    text = hpcdl(*verb, "--help", env={"COLUMNS": "120"}, check=True).stdout
+    assert "-o, --out PATH" in text and "--output" not in text
+
+
+def test_nets_import_writes_with_out_and_with_the_old_output(tmp_path):
+    prototxt = tmp_path / "cifar10_quick.prototxt"
+    hpcdl("nets", "export", "cifar10_quick", "--deploy", "-o", prototxt, check=True)
+    for flag in ("--out", "--output"):
+        proc = hpcdl("nets", "import", prototxt, flag, tmp_path / f"net{flag}.yaml")
+        assert proc.returncode == 0 and (tmp_path / f"net{flag}.yaml").is_file(), proc.stderr
