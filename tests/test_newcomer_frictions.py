@@ -269,3 +269,48 @@ def test_nets_import_writes_with_out_and_with_the_old_output(tmp_path):
     for flag in ("--out", "--output"):
         proc = hpcdl("nets", "import", prototxt, flag, tmp_path / f"net{flag}.yaml")
         assert proc.returncode == 0 and (tmp_path / f"net{flag}.yaml").is_file(), proc.stderr
+
+
+# --- item 6: the heavy parts are extras, and a missing one is one line naming it ----------------------
+
+def test_the_login_node_cli_does_not_pull_in_scikit_learn_or_matplotlib():
+    import tomllib
+
+    from conftest import ROOT
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = " ".join(project["dependencies"])
+    assert "scikit-learn" not in core and "matplotlib" not in core
+    assert project["optional-dependencies"]["digits"] and project["optional-dependencies"]["reports"]
+    makefile = (ROOT / "Makefile").read_text()
+    extras = re.search(r"^PIP_EXTRAS := (.*)$", makefile, flags=re.M).group(1).split(",")
+    assert {"digits", "reports"} <= set(extras)  # make setup still installs what the tests need
+
+
+@pytest.fixture
+def without_heavy_extras(tmp_path):
+    """Python's own way to make an import fail, as on a plain install: None in sys.modules."""
+    import os
+
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "sitecustomize.py").write_text(
+        "import sys\nfor m in ('sklearn', 'matplotlib'):\n    sys.modules[m] = None\n")
+    return {"PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(tmp_path / "plain")) if p)}
+
+
+def test_without_scikit_learn_the_digits_are_one_line_naming_the_extra(without_heavy_extras, tmp_path):
+    proc = hpcdl("run", "-s", "local", "digits-quick", "-o", tmp_path / "r", env=without_heavy_extras)
+    message = one_error_line(proc)
+    assert "scikit-learn" in message and "hpcdl[digits]" in message and not (tmp_path / "r").exists()
+
+
+def test_without_matplotlib_pictures_are_one_line_and_reports_keep_their_tables(without_heavy_extras, tmp_path):
+    from conftest import ROOT
+
+    message = one_error_line(hpcdl("plan", "-s", "local", "--picture", tmp_path / "n.png", env=without_heavy_extras))
+    assert "hpcdl[reports]" in message
+    example = ROOT / "docs" / "validation-example" / "results.jsonl"
+    proc = hpcdl("report", example, "-o", tmp_path / "rep", env={**without_heavy_extras, "HPCDL_HISTORY": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    html = (tmp_path / "rep" / "index.html").read_text()
+    assert "hpcdl[reports]" in html and "<h2>Summary</h2>" in html and not list((tmp_path / "rep").glob("*.png"))

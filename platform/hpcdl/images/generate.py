@@ -261,6 +261,10 @@ def python_environments(spec: ImageSpec, part: str) -> list[str]:
                   requirements=hpcdl_requirements() if part == "deps" else ())
 
 
+#: the extras every image carries (pyproject.toml): the digits the examples train on, the report's plots
+IMAGE_EXTRAS = ("digits", "reports")
+
+
 def hpcdl_requirements() -> tuple[str, ...]:
     """hpcdl's own run-time requirements, as its pyproject.toml names them (the checkout's, which
     the image copies in; an installed hpcdl's metadata where there is no checkout)."""
@@ -268,10 +272,13 @@ def hpcdl_requirements() -> tuple[str, ...]:
     if pyproject.is_file():
         import tomllib
 
-        return tuple(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
+        project = tomllib.loads(pyproject.read_text())["project"]
+        # an image trains and reports: the digits and the plots come along (IMAGE_EXTRAS)
+        return (*project["dependencies"], *(r for e in IMAGE_EXTRAS for r in project["optional-dependencies"][e]))
     from importlib.metadata import requires
 
-    return tuple(r for r in (requires("hpcdl") or ()) if "extra ==" not in r)
+    return tuple(r for r in (requires("hpcdl") or ())
+                 if "extra ==" not in r or any(f'extra == "{e}"' in r for e in IMAGE_EXTRAS))
 
 
 def _cudnn_requirement(spec: ImageSpec) -> str | None:

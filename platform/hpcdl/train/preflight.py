@@ -27,6 +27,11 @@ def check_before_launch(recipe: Recipe, framework: str, distributed: str, env: d
     if distributed == "horovod" and importlib.util.find_spec("horovod") is None:
         raise HpcdlError("distributed: horovod is not installed here (no module 'horovod')")
     data = recipe.data
+    if data.source == "digits":
+        from hpcdl.extras import installed, need
+
+        if not installed("sklearn"):
+            need("sklearn", "data.source digits")
     if data.source in SOURCES_WITH_PATH and data.path:
         path = data.path
         for name, value in env.items():  # the job's environment, as the ranks will expand it
