@@ -93,6 +93,7 @@ def test_a_missing_framework_is_one_line_before_any_rank_starts(tmp_path):
     with pytest.raises(HpcdlError, match="mxnet is not installed here"):
         check_before_launch(recipe, "mxnet", "auto")  # the main venv has no MXNet (it has its own)
     check_before_launch(recipe, "pytorch", "auto")
+    check_before_launch(recipe, "mxnet", "auto", frameworks_here=False)  # ranks in an image: its own MXNet
 
 
 @pytest.mark.slow

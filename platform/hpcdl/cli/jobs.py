@@ -471,7 +471,8 @@ def run(
     from hpcdl.train.preflight import check_before_launch
 
     env = {**os.environ, **{k: str(v) for k, v in p.env.items()}}
-    check_before_launch(r, p.framework, p.distributed, env)  # here, once, not once per rank after the launch
+    # here, once, not once per rank after the launch; a framework inside an image is the image's business
+    check_before_launch(r, p.framework, p.distributed, env, frameworks_here=s.runtime == "none")
     checked_output(out_dir, "-o")
     job_dir = claim_run_folder(out_dir, "{time}-" + slug(name or r.name))  # unique, and not shared with a run going on
     script = job_dir / "job.sh"

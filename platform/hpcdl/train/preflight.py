@@ -16,18 +16,20 @@ FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "m
 SOURCES_WITH_PATH = ("cifar10", "imagefolder", "tar")
 
 
-def check_before_launch(recipe: Recipe, framework: str, distributed: str, env: dict | None = None) -> None:
-    """Raise one HpcdlError for the first thing that would stop every rank at start, here."""
+def check_before_launch(recipe: Recipe, framework: str, distributed: str, env: dict | None = None,
+                        frameworks_here: bool = True) -> None:
+    """Raise one HpcdlError for the first thing that would stop every rank at start, here.
+    `frameworks_here`: the ranks run this Python (runtime none), not an image's."""
     env = os.environ if env is None else env
-    module = FRAMEWORK_MODULES.get(framework)
+    module = FRAMEWORK_MODULES.get(framework) if frameworks_here else None
     if module and importlib.util.find_spec(module) is None:
         raise HpcdlError(f"framework: {framework} is not installed here (no module {module!r}); "
                          f"install it (pip install 'hpcdl[{'torch' if framework == 'pytorch' else framework}]') "
                          "or load the site's framework module")
-    if distributed == "horovod" and importlib.util.find_spec("horovod") is None:
+    if frameworks_here and distributed == "horovod" and importlib.util.find_spec("horovod") is None:
         raise HpcdlError("distributed: horovod is not installed here (no module 'horovod')")
     data = recipe.data
-    if data.source == "digits":
+    if data.source == "digits" and frameworks_here:
         from hpcdl.extras import installed, need
 
         if not installed("sklearn"):
