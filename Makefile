@@ -10,9 +10,10 @@ STAMPS := .stamps
 # Charliecloud builds and runs the local image (no Apptainer in Debian 12): ch-image needs
 # charliecloud-builders, ch-run/ch-convert charliecloud-runtime, SquashFS images squashfs-tools
 # and squashfuse, the registry-free Debian 12 base mmdebstrap; siftool writes SIF files.
+# chromium: the validation report is laid out by a real headless browser in its test (tests/test_report_browser.py).
 APT_PACKAGES := slurm-wlm munge openmpi-bin libopenmpi-dev lmod shellcheck hwloc \
-	charliecloud-builders charliecloud-runtime squashfs-tools squashfuse mmdebstrap siftool
-PIP_EXTRAS := torch,tensorflow,test,mpi,containers
+	charliecloud-builders charliecloud-runtime squashfs-tools squashfuse mmdebstrap siftool chromium
+PIP_EXTRAS := torch,tensorflow,test,mpi,containers,digits,reports
 # MXNet 1.9.1 imports only with numpy < 1.24 (np.bool is gone after), while torch 2.13 and
 # TensorFlow 2.21 use numpy 2: MXNet gets its own venv with hpcdl installed there too.
 MXNET_VENV := .venv-mxnet
@@ -56,7 +57,7 @@ $(STAMPS)/mxnet: pyproject.toml Makefile
 	@mkdir -p $(STAMPS)
 	test -x $(MXNET_VENV)/bin/python || $(PYTHON) -m venv $(MXNET_VENV)
 	$(MXNET_VENV)/bin/python -m pip install -q --upgrade pip setuptools wheel
-	$(MXNET_VENV)/bin/python -m pip install -q $(MXNET_PINS) -e '.[test]'
+	$(MXNET_VENV)/bin/python -m pip install -q $(MXNET_PINS) -e '.[test,digits,reports]'
 	$(MXNET_VENV)/bin/python -c 'import mxnet, hpcdl; print("mxnet", mxnet.__version__)'
 	@touch $@
 

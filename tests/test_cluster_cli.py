@@ -59,8 +59,19 @@ def test_cluster_up_runs_a_validation_job_and_down_stops_it(tmp_path, tmp_path_f
         suite = json.loads((out / "results.jsonl").read_text().splitlines()[0])
         assert suite["scheduler"] == "slurm" and suite["site"] == "local-slurm"
         assert "#SBATCH --partition=debug" in next((out / "jobs").glob("*/job.sh")).read_text()
+        # once, at start: the pretend nodes run unbound (task/none), not a warning per job only
+        assert proc.stderr.count("cpu binding") == 1 and "--nodes 1 binds them" in proc.stderr
+        assert f"cluster down --dir {folder}" in proc.stderr
+        # `down` without --dir names the cluster that runs elsewhere instead of saying none runs
+        elsewhere = {"HPCDL_CLUSTER_DIR": str(tmp_path / "no-cluster-here"), "SLURM_CONF": ""}
+        lost = hpcdl("cluster", "down", env=elsewhere, timeout=60)
+        assert lost.returncode == 2 and str(folder) in lost.stderr, lost.stdout + lost.stderr
     finally:
-        down = hpcdl("cluster", "down", "--dir", folder, timeout=120)
-    assert down.returncode == 0 and "stopped the cluster" in down.stdout
+        # without --dir, the cluster SLURM_CONF points at (what `cluster up` exported) is the one stopped
+        down = hpcdl("cluster", "down", env={"HPCDL_CLUSTER_DIR": str(tmp_path / "no-cluster-here"),
+                                             "SLURM_CONF": str(folder / "slurm.conf")}, timeout=120)
+        if down.returncode != 0:
+            hpcdl("cluster", "down", "--dir", folder, timeout=120)
+    assert down.returncode == 0 and "stopped the cluster" in down.stdout and str(folder) in down.stdout
     assert not any(folder.glob("*.pid"))
     assert "no cluster was running" in hpcdl("cluster", "down", "--dir", folder, timeout=60).stdout

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -77,7 +78,7 @@ def test_hpcdls_references_become_reframe_reference_tables(tmp_path):
     lat = refs["collectives/gloo/*/latency_us"]
     assert f"({float(lat['value'])}, None, {lat['tolerance']}, 'us')" in text
     # the 2-node job's efficiencies depend on the 1-node jobs that give X(1)
-    assert "'hpcdl_train_cifar10_quick_pytorch_1n_2x1_b32_i150'" in text
+    assert "'hpcdl_1n2x1_b32_i150_cifar10_quick_pytorch_train'" in text
     assert "self.depends_on(baseline)" in text
 
 
@@ -88,7 +89,27 @@ def test_reframe_lists_the_exported_tests(tmp_path):
                           cwd=tmp_path, env=env_for_jobs())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Found 9 check(s)" in proc.stdout, proc.stdout
-    assert "hpcdl_collectives_2n_1r" in proc.stdout
+    assert "hpcdl_2n1r_collectives" in proc.stdout
+
+
+def test_a_check_kind_is_a_reframe_tag_and_each_test_says_what_it_is(tmp_path):
+    out = export(tmp_path, "--site", "ci-slurm", "--nodes", "1,2")
+    text = (out / "hpcdl_ci_slurm.py").read_text()
+    assert "descr = 'hpcdl collectives: 2 node(s) x 1 rank(s) x 2 thread(s)'" in text
+    assert "maintainers = HPCDL_MAINTAINERS" in text
+    settings = (out / "settings.py").read_text()
+    assert "'.*'" not in settings  # merged into a centre's configuration, it claims no other host
+    listed = {}
+    for tag in ("collectives", "scaling", "hpcdl"):
+        proc = subprocess.run([reframe_exe(), "-C", out / "settings.py", "-c", out / "hpcdl_ci_slurm.py", "-l",
+                               "-t", f"^{tag}$", "--prefix", tmp_path / "rfm-run"], capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path, env=env_for_jobs())
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        listed[tag] = sorted(set(re.findall(r"^\s*(?:- |\^)(hpcdl_\w+)", proc.stdout, flags=re.M)))
+    assert listed["collectives"] == ["hpcdl_1n2r_collectives", "hpcdl_2n1r_collectives"]
+    assert "hpcdl_2n2x1_b32_i150_cifar10_quick_pytorch_train" in listed["scaling"]
+    assert not any("collectives" in t or "environment" in t for t in listed["scaling"])
+    assert len(listed["hpcdl"]) == 9
 
 
 def test_a_node_kind_is_exported_as_its_reframe_partition(tmp_path):
@@ -97,8 +118,10 @@ def test_a_node_kind_is_exported_as_its_reframe_partition(tmp_path):
     assert "hpcdl_system = variable(str, value='perlmutter:cpu')" in tests
     settings = (out / "settings.py").read_text()
     assert "'name': 'cpu'" in settings
+    # its configuration claims no host (hostnames: []): the centre names the system, or adds its hosts
+    assert "'hostnames': []" in settings and "'.*'" not in settings
     proc = subprocess.run([reframe_exe(), "-C", out / "settings.py", "-c", out / "hpcdl_perlmutter.py", "-l",
-                           "--prefix", tmp_path / "rfm-run"], capture_output=True, text=True, timeout=300,
+                           "--system", "perlmutter:cpu", "--prefix", tmp_path / "rfm-run"], capture_output=True, text=True, timeout=300,
                           cwd=tmp_path, env=env_for_jobs())
     assert proc.returncode == 0 and "Found 1 check(s)" in proc.stdout, proc.stdout + proc.stderr
 
@@ -132,7 +155,7 @@ def test_reframe_runs_the_exported_suite_on_slurm_and_hpcdl_writes_the_same_perf
     assert "'scheduler': 'squeue'" in (out / "settings.py").read_text()  # the test Slurm keeps no accounting
     prefix = tmp_path / "rfm-run"
     proc = subprocess.run([reframe_exe(), "-C", out / "settings.py", "-c", out / "hpcdl_ci_slurm.py", "-r",
-                           "-x", "hpcdl_collectives_1n_2r", "--prefix", prefix],
+                           "-x", "hpcdl_1n2r_collectives", "--prefix", prefix],
                           capture_output=True, text=True, timeout=1200, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert "Ran 5/5 test case(s)" in proc.stdout and "0 failure(s)" in proc.stdout, proc.stdout[-3000:]
@@ -142,11 +165,11 @@ def test_reframe_runs_the_exported_suite_on_slurm_and_hpcdl_writes_the_same_perf
 
     logs = prefix / "perflogs" / "ci-slurm" / "node"
     theirs = {p.stem: p.read_text().splitlines() for p in logs.glob("*.log")}
-    assert set(theirs) == {"hpcdl_environment_1n_2r", "hpcdl_collectives_2n_1r",
-                           "hpcdl_train_cifar10_quick_pytorch_1n_2x1_b32_i150",
-                           "hpcdl_train_cifar10_quick_pytorch_1n_2x1_b64_i150",
-                           "hpcdl_train_cifar10_quick_pytorch_2n_2x1_b32_i150"}
-    two = theirs["hpcdl_train_cifar10_quick_pytorch_2n_2x1_b32_i150"][1].split("|")
+    assert set(theirs) == {"hpcdl_1n2r_environment", "hpcdl_2n1r_collectives",
+                           "hpcdl_1n2x1_b32_i150_cifar10_quick_pytorch_train",
+                           "hpcdl_1n2x1_b64_i150_cifar10_quick_pytorch_train",
+                           "hpcdl_2n2x1_b32_i150_cifar10_quick_pytorch_train"}
+    two = theirs["hpcdl_2n2x1_b32_i150_cifar10_quick_pytorch_train"][1].split("|")
     assert two[6] == "n1,n2" and two[7] == "pass"
 
     # hpcdl's own perflog writer, on the results.jsonl ReFrame kept for each test

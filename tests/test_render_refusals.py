@@ -30,7 +30,7 @@ def test_tensorflow_with_horovod_is_refused_before_anything_runs(verb, tmp_path)
     args = [verb, "-s", "summit", "-f", "tensorflow", "--dist", "horovod"]
     if verb == "render":
         args.append(RECIPES / "digits-quick.yaml")
-    one_line(hpcdl(*args), "horovod#4290", "mwms")
+    one_line(hpcdl(*args), "horovod#4290", "--dist auto")
 
 
 @pytest.mark.parametrize("site, scheduler", [("volta-x86", "lsf"), ("summit", "slurm"), ("perlmutter", "pbs")])

@@ -67,7 +67,7 @@ def test_each_row_links_to_its_jobs_log(tmp_path):
     run = a_run(tmp_path / "run", "2026-11-20T10:00:00+00:00")
     verdict = next(json.loads(line) for line in run.read_text().splitlines() if '"verdict"' in line
                    and json.loads(line).get("job"))
-    key = verdict["job"][len("validate-"):]
+    key = verdict["job"].removesuffix("-validate").removeprefix("validate-")
     log = tmp_path / "run" / "jobs" / key / "output.log"
     log.parent.mkdir(parents=True)
     log.write_text("trained\n")

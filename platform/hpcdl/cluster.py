@@ -280,6 +280,7 @@ class SlurmCluster:
             ]
             # pretend nodes share the real cores, which task/affinity refuses to lay out twice
             task_plugin, part_nodes = "task/none", f"n[1-{self.nodes}]"
+        self.task_plugin = task_plugin  # `cluster up` says once when ranks cannot be bound
         r = self.root
         partition = self.shape.partition if self.shape else "debug"
         max_time = self.shape.max_time if self.shape else "INFINITE"
@@ -510,6 +511,22 @@ def cluster_up(folder: Path, nodes: int = 1) -> SlurmCluster:
     atexit.unregister(cluster.down)  # it stays up until `down`
     write_atomically(folder / "sites" / f"{SITE_NAME}.yaml", site_profile(nodes), mode=0o644)
     return cluster
+
+
+def running_clusters() -> list[Path]:
+    """The folders of the clusters started here (by `cluster up` or a test) whose slurmctld still
+    runs, read from each slurmctld's `-f FOLDER/slurm.conf`."""
+    found = set()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"/slurmctld") and b"-f" in argv[:-1]:
+            conf = Path(os.fsdecode(argv[argv.index(b"-f") + 1]))
+            if conf.name == "slurm.conf" and (conf.parent / "slurmctld.pid").exists():
+                found.add(conf.parent)
+    return sorted(found)
 
 
 def cluster_down(folder: Path) -> bool:

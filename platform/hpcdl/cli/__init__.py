@@ -55,6 +55,8 @@ def _plain_metavars(command) -> None:
     not typer's Python type names (<str>, <int range>, <list[Path]>)."""
     for param in getattr(command, "params", ()):
         if param.param_type_name == "option":
+            if param.required and param.envvar:
+                _not_marked_required(param)
             if getattr(param, "is_flag", False) or param.metavar is not None:
                 continue
             desc = getattr(param, "type_descriptor", None)
@@ -78,9 +80,27 @@ def _plain_metavars(command) -> None:
         _plain_metavars(sub)
 
 
+def _not_marked_required(option) -> None:
+    """An option the environment can give (--site from $HPCDL_SITE) is not `[required]` on the
+    command line; its help says so, and click still reports it missing when neither gives it."""
+    help_record = option.get_help_record
+
+    def record(ctx):
+        option.required = False
+        try:
+            return help_record(ctx)
+        finally:
+            option.required = True
+
+    option.get_help_record = record
+
+
 def _command():
+    from hpcdl.cli.complete import attach
+
     command = typer.main.get_command(app)
     _plain_metavars(command)
+    attach(command)
     return command
 
 

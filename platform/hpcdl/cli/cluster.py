@@ -41,17 +41,36 @@ def up(
     typer.echo(f"export SLURM_CONF={cluster.conf}")
     typer.echo(f"export HPCDL_SITE_PATH={where / 'sites'}${{HPCDL_SITE_PATH:+:$HPCDL_SITE_PATH}}")
     typer.echo(f"# {nodes} node(s): {', '.join(cluster.node_names)}, partition debug; site profile {SITE_NAME}; "
-               "stop it with `hpcdl cluster down`", err=True)
+               f"stop it with `hpcdl cluster down{'' if folder is None else f' --dir {where}'}`", err=True)
+    if cluster.task_plugin == "task/none":
+        typer.echo(f"# the {nodes} pretend nodes share this machine's cores, which Slurm's task/affinity will not "
+                   "lay out twice: ranks are not bound here (srun's --cpu-bind is ignored, and each job step says "
+                   "'cluster configuration lacks support for cpu binding'); --nodes 1 binds them", err=True)
 
 
 @cluster_app.command("down")
 def down(
     folder: Optional[Path] = typer.Option(None, "--dir", help="the folder `hpcdl cluster up` used"),
 ) -> None:
-    """Stop the cluster `hpcdl cluster up` started (its daemons and its munged)."""
-    from hpcdl.cluster import cluster_down
+    """Stop the cluster `hpcdl cluster up` started (its daemons and its munged).
+
+    Without --dir: the cluster $SLURM_CONF points at (what `cluster up` exported), else the one
+    in the default folder; when neither runs but one runs elsewhere, it is named, not left behind.
+    """
+    import os
+
+    from hpcdl.cluster import cluster_down, running_clusters
+    from hpcdl.errors import HpcdlError
 
     where = _folder(folder)
+    if folder is None:
+        running = running_clusters()
+        pointed = Path(os.environ["SLURM_CONF"]).resolve().parent if os.environ.get("SLURM_CONF") else None
+        if pointed in running:
+            where = pointed
+        elif where not in running and running:
+            raise HpcdlError(f"cluster down: none runs in {where}, but `hpcdl cluster up` clusters run in "
+                             f"{', '.join(map(str, running))}; stop one with `hpcdl cluster down --dir DIR`")
     if cluster_down(where):
         typer.echo(f"stopped the cluster in {where}")
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -22,7 +23,7 @@ from hpcdl.render import JobOptions, render_job_script
 from hpcdl.render.jobscript import DEFAULT_WARNING_SECONDS, _ranges, slug
 from hpcdl.shell import join, quote
 from hpcdl.sites import load_site
-from hpcdl.train.recipe import load_recipe
+from hpcdl.train.recipe import RECIPE_HELP, load_recipe, recipe_file
 
 NodesOpt = typer.Option(1, "--nodes", "-N", min=1, help="number of nodes")
 FrameworkOpt = typer.Option(None, "--framework", "-f", help="pytorch, tensorflow or mxnet (default: the recipe's, else pytorch)")
@@ -91,7 +92,7 @@ def plan(
     net_plugin: Optional[str] = typer.Option(None, "--net-plugin", help=NET_PLUGIN_HELP),
     as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
     picture: Optional[Path] = typer.Option(None, "--picture", help="draw one node's layout to this PNG"),
-    recipe: Optional[Path] = typer.Option(None, "--recipe", help="also predict images/s and efficiency for this recipe"),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="also predict images/s and efficiency for this recipe (a file or a shipped recipe's name)"),
 ) -> None:
     """Show where every rank runs: node map, environment and launch line (before anything is submitted)."""
     s, p = build_plan(site, nodes, framework or "pytorch", ranks_per_node, threads_per_rank, mode, node_kind, dist,
@@ -229,7 +230,7 @@ def _check_launcher_fits(site, scheduler: str | None) -> None:
 @app.command(context_settings=EXTRA)
 def render(
     ctx: typer.Context,
-    recipe: Path = typer.Argument(..., help="training recipe (YAML)"),
+    recipe: Path = typer.Argument(..., help=RECIPE_HELP),
     site: str = SiteOpt, nodes: int = NodesOpt, framework: Optional[str] = FrameworkOpt,
     ranks_per_node: Optional[int] = RpnOpt, threads_per_rank: Optional[int] = ThreadsOpt,
     mode: str = ModeOpt, node_kind: Optional[str] = KindOpt, dist: str = DistOpt,
@@ -243,7 +244,10 @@ def render(
 ) -> None:
     """Render the job script for a recipe on a site (printed, or written with -o).
 
-    Arguments after `--` go to the trainer: hpcdl render -s summit -N 4 r.yaml -- --max-iter 50
+    Arguments after `--` go to the trainer, for example:
+
+    \b
+      hpcdl render -s summit -N 4 r.yaml -- --max-iter 50
     """
     *_, text = _render(site, nodes, recipe, framework, ranks_per_node, threads_per_rank, mode, node_kind, dist,
                        image, time, account, partition, name, scheduler, constraint, exclusive, requeue, warning,
@@ -267,7 +271,7 @@ def _scheduler_of_script(text: str) -> str:
 @app.command(context_settings=EXTRA)
 def submit(
     ctx: typer.Context,
-    source: Path = typer.Argument(..., help="training recipe (YAML), or a job script rendered before"),
+    source: Path = typer.Argument(..., help=RECIPE_HELP + ", or a job script rendered before"),
     site: Optional[str] = typer.Option(None, "--site", "-s", envvar="HPCDL_SITE", show_envvar=False,
                                         help="site profile (needed with a recipe); default: $HPCDL_SITE"),
     nodes: int = NodesOpt, framework: Optional[str] = FrameworkOpt,
@@ -286,7 +290,7 @@ def submit(
     from hpcdl.errors import HpcdlError
 
     if not source.is_file():
-        raise HpcdlError(f"{source}: no such file")
+        source = recipe_file(source)  # a shipped recipe's name, or one line saying neither is there
     head = source.read_text(errors="replace")
     if head.startswith("#!"):
         text, job_name = head, name or source.stem
@@ -443,7 +447,7 @@ def stage(
 @app.command(context_settings=EXTRA)
 def run(
     ctx: typer.Context,
-    recipe: Path = typer.Argument(..., help="training recipe (YAML)"),
+    recipe: Path = typer.Argument(..., help=RECIPE_HELP),
     site: str = SiteOpt, nodes: int = NodesOpt, framework: Optional[str] = FrameworkOpt,
     ranks_per_node: Optional[int] = RpnOpt, threads_per_rank: Optional[int] = ThreadsOpt,
     mode: str = ModeOpt, node_kind: Optional[str] = KindOpt, dist: str = DistOpt,
@@ -453,8 +457,12 @@ def run(
 ) -> None:
     """Plan, render and run a job with the site's executor, here and now (local sites).
 
-    Arguments after `--` go to the trainer: hpcdl run -s local r.yaml -- --max-iter 60
-    Exits with the job's status (1 when it ended without a final result).
+    Arguments after `--` go to the trainer, for example:
+
+    \b
+      hpcdl run -s local digits-quick -- --max-iter 60
+
+    Exits 1 when the job fails or ends without a final result (its own status is in the last line).
     """
     import sys
 
@@ -464,6 +472,11 @@ def run(
         from hpcdl.errors import HpcdlError
 
         raise HpcdlError(f"site {s.name!r} uses {s.scheduler}; use `hpcdl submit` there, `hpcdl run` is for local sites")
+    from hpcdl.train.preflight import check_before_launch
+
+    env = {**os.environ, **{k: str(v) for k, v in p.env.items()}}
+    # here, once, not once per rank after the launch; a framework inside an image is the image's business
+    check_before_launch(r, p.framework, p.distributed, env, frameworks_here=s.runtime == "none")
     checked_output(out_dir, "-o")
     job_dir = claim_run_folder(out_dir, "{time}-" + slug(name or r.name))  # unique, and not shared with a run going on
     script = job_dir / "job.sh"
@@ -482,7 +495,7 @@ def run(
                                "output": str(job_dir / "output.log"), "final": final}))
     if status != 0 or final is None:
         console.print(f"job failed with status {status}; output in {job_dir / 'output.log'}", highlight=False)
-        raise typer.Exit(status or 1)
+        raise typer.Exit(1)  # 2 stays the usage-error code, whatever the job's own status was
     console.print(
         f"done: {final['images_per_sec_total']:.1f} images/s total, held-out accuracy {final['accuracy']:.4f}; "
         f"results and script in {job_dir}", highlight=False,

@@ -57,7 +57,7 @@ def modulefiles_render(
                              f"or pass --allow-missing-prefix to render for an install that comes later")
     for name, files in rendered.items():
         write_tree(files, out / name)
-        typer.echo(f"wrote {len(files)} files to {out / name}/  (module use {(out / name).resolve()})")
+        typer.echo(f"wrote {len(files)} file{'s' if len(files) != 1 else ''} to {out / name}/  (module use {(out / name).resolve()})")
 
 
 def _this_install() -> str | None:

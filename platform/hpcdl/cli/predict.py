@@ -39,7 +39,7 @@ def prediction_table(prediction, title: str | None = None) -> Table:
 
 @app.command()
 def predict(
-    recipe: Path = typer.Argument(..., help="training recipe (YAML): its net, batch per rank, precision, framework"),
+    recipe: Path = typer.Argument(..., help="training recipe, a YAML file or a shipped recipe's name: its net, batch per rank, precision, framework"),
     site: str = SiteOpt,
     nodes: str = typer.Option("1,2,4,8,16,32,64", "--nodes", "-N", help="node counts, e.g. 1,2,4,...,1024"),
     scaling: str = typer.Option("weak", "--scaling", help="weak (batch per rank fixed) or strong (global batch fixed)"),

@@ -11,16 +11,11 @@ import typer
 from hpcdl.cli import app
 from hpcdl.cli.output import checked_output, write_atomically
 from hpcdl.errors import HpcdlError
+from hpcdl.train.recipe import shipped_recipes
 
 recipes_app = typer.Typer(help="Training recipes: list the shipped ones, copy one out to edit, import a Caffe solver.",
                           invoke_without_command=True)
 app.add_typer(recipes_app, name="recipes")
-
-
-def shipped_recipes() -> dict[str, Path]:
-    """Recipe name (file stem) -> its file inside the installed package (hpcdl/recipes/*.yaml)."""
-    folder = Path(__file__).resolve().parent.parent / "recipes"
-    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
 
 
 def _summary(path: Path) -> dict:
@@ -42,9 +37,12 @@ def _summary(path: Path) -> dict:
 @recipes_app.callback()
 def recipes_list(ctx: typer.Context,
                  as_json: bool = typer.Option(False, "--json", help="machine-readable list")) -> None:
-    """List the shipped recipes (copy one with `hpcdl recipes copy NAME`)."""
-    if ctx.invoked_subcommand is not None:
-        return
+    """The shipped recipes: run one by name (hpcdl run -s local digits-quick), or copy it out to edit."""
+    if ctx.invoked_subcommand is None:
+        _print_list(as_json)
+
+
+def _print_list(as_json: bool) -> None:
     rows = [_summary(p) for p in shipped_recipes().values()]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -53,6 +51,12 @@ def recipes_list(ctx: typer.Context,
         length = f"{r['max_iter']} iter" if r["max_iter"] else f"{r['epochs']} epochs"
         about = r["description"] if len(r["description"]) <= 60 else r["description"][:59].rstrip() + "…"
         typer.echo(f"{r['name']:<18} {r['net']:<14} batch {r['batch_size']:<4} {length:<13} {about}")
+
+
+@recipes_app.command("list")
+def recipes_list_verb(as_json: bool = typer.Option(False, "--json", help="machine-readable list")) -> None:
+    """List the shipped recipes (the same as `hpcdl recipes`)."""
+    _print_list(as_json)
 
 
 @recipes_app.command("copy")

@@ -101,10 +101,25 @@ def sites_detect(
                                         "e.g. what `hpcdl images build local-cpu` printed"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="local, or slurm: jobs go to the Slurm "
                                             "this node submits to (default: $HPCDL_LOCAL_SCHEDULER, else local)"),
+    name: Optional[str] = typer.Option(None, "--name", help="the profile's name (default: the -o file's name, "
+                                       "e.g. mybox for -o sites/mybox.yaml; else local)"),
 ) -> None:
-    """Describe this node as a site profile (YAML)."""
+    """Describe this node as a site profile (YAML), named after the file it is written to."""
+    from hpcdl.errors import HpcdlError
+
     output = checked_output(output or output_alias, "-o")
-    text = site_to_yaml(detect_local_site(runtime, image, scheduler))
+    site = detect_local_site(runtime, image, scheduler)
+    # a profile is found by its file name, and refused when its `name:` says another one
+    name = name or (output.stem if output else site.name)
+    if output and output.stem != name:
+        raise HpcdlError(f"--name: {name!r}, but a profile in {output.name} must be named {output.stem!r} "
+                         "(sites are found by file name); drop --name or name the file after it")
+    try:
+        site = type(site).model_validate({**site.model_dump(), "name": name})
+    except ValueError:  # pydantic's ValidationError: the schema's pattern for names
+        raise HpcdlError(f"name: {name!r} is not a site name (lower-case letters, digits, '.', '_' or '-', "
+                         "starting with a letter or digit)") from None
+    text = site_to_yaml(site)
     if output:
         write_atomically(output, text)
         typer.echo(f"wrote {output}")

@@ -13,7 +13,7 @@ from hpcdl.cli import app
 
 @app.command()
 def train(
-    recipe: Path = typer.Argument(..., help="training recipe (YAML or JSON)"),
+    recipe: Path = typer.Argument(..., help="training recipe: a YAML or JSON file, or a shipped recipe's name"),
     plan: Optional[Path] = typer.Option(None, "--plan", help="plan.json from hpcdl render"),
     results: Optional[Path] = typer.Option(None, "--results", help="JSON-lines results (rank 0)"),
     max_iter: Optional[int] = typer.Option(None, "--max-iter", min=1, help="override the recipe's max_iter"),
@@ -86,11 +86,13 @@ def nets(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help=
 @nets_app.command("import")
 def nets_import(
     prototxt: Path = typer.Argument(..., help="Caffe net: train_val.prototxt or deploy.prototxt"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="net YAML to write (default: print it)"),
+    output: Optional[Path] = typer.Option(None, "-o", "--out", help="net YAML to write (default: print it)"),
+    output_alias: Optional[Path] = typer.Option(None, "--output", hidden=True),  # the name before 0.1.0
     input_size: Optional[int] = typer.Option(None, "--input-size", min=1, help="input side when the file has no crop_size or Input shape"),
     channels: Optional[int] = typer.Option(None, "--channels", min=1, help="input channels (default: from the file, else 3)"),
 ) -> None:
     """Turn a Caffe prototxt into an hpcdl net definition (a YAML net file)."""
+    output = output or output_alias
     from hpcdl.caffe.nets import import_net
     from hpcdl.caffe.yamlout import net_yaml
     from hpcdl.files import write_atomically
@@ -114,12 +116,14 @@ def nets_import(
 @nets_app.command("export")
 def nets_export(
     net: str = typer.Argument(..., help="a bundled net's name or a net YAML file"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="prototxt to write (default: print it)"),
+    output: Optional[Path] = typer.Option(None, "-o", "--out", help="prototxt to write (default: print it)"),
+    output_alias: Optional[Path] = typer.Option(None, "--output", hidden=True),  # the name before 0.1.0
     deploy: bool = typer.Option(False, "--deploy", help="deploy form: an Input layer, no losses, no auxiliary heads"),
     weights: Optional[Path] = typer.Option(None, "--weights", help="a trained snapshot (PyTorch) whose weights to export"),
     caffemodel: Optional[Path] = typer.Option(None, "--caffemodel", help="write the weights as this .caffemodel"),
 ) -> None:
     """Write an hpcdl net as a Caffe prototxt (and its weights as a .caffemodel)."""
+    output = output or output_alias
     import yaml
 
     from hpcdl.caffe.nets import export_net
@@ -152,7 +156,8 @@ def nets_export(
 @recipes_app.command("import")
 def recipes_import(
     solvers: list[Path] = typer.Argument(..., help="Caffe solver prototxt; several: a chain, each resuming the last"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="recipe YAML to write (default: print it)"),
+    output: Optional[Path] = typer.Option(None, "-o", "--out", help="recipe YAML to write (default: print it)"),
+    output_alias: Optional[Path] = typer.Option(None, "--output", hidden=True),  # the name before 0.1.0
     net: Optional[str] = typer.Option(None, "--net", help="hpcdl net (name or YAML) instead of importing the solver's net"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="images per rank (default: the net's TRAIN data layer)"),
     name: Optional[str] = typer.Option(None, "--name", help="recipe name (default: the first solver's file name)"),
@@ -168,6 +173,7 @@ def recipes_import(
     (RECIPE.net.yaml) and gives the batch sizes, crop and mirror; with --net, an imported
     net file's own `caffe.data` gives them.
     """
+    output = output or output_alias
     import yaml
 
     from hpcdl.caffe.nets import import_net

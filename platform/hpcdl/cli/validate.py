@@ -53,7 +53,7 @@ def validate(
         from hpcdl.validate.reframe import export_reframe as export
 
         written = export(ctx, selected, export_reframe, "hpcdl " + " ".join(sys.argv[1:]))
-        typer.echo(f"wrote {len(written)} files into {export_reframe}: {written[0].name} (the tests), "
+        typer.echo(f"wrote {len(written)} file{'s' if len(written) != 1 else ''} into {export_reframe}: {written[0].name} (the tests), "
                    f"settings.py (a ReFrame configuration), jobs/ (the job scripts)")
         typer.echo(f"run: reframe -C {export_reframe / 'settings.py'} -c {written[0]} -r")
         return

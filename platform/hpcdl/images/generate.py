@@ -301,6 +301,10 @@ def python_environments(spec: ImageSpec, part: str) -> list[str]:
                   requirements=hpcdl_requirements() if part == "deps" else ())
 
 
+#: the extras every image carries (pyproject.toml): the digits the examples train on, the report's plots
+IMAGE_EXTRAS = ("digits", "reports")
+
+
 def hpcdl_requirements() -> tuple[str, ...]:
     """hpcdl's own run-time requirements, as its pyproject.toml names them (the checkout's, which
     the image copies in; an installed hpcdl's metadata where there is no checkout).
@@ -313,20 +317,27 @@ def hpcdl_requirements() -> tuple[str, ...]:
     if pyproject.is_file():
         import tomllib
 
-        found = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+        project = tomllib.loads(pyproject.read_text())["project"]
+        # an image trains and reports: the digits and the plots come along (IMAGE_EXTRAS)
+        found = [*project["dependencies"], *(r for e in IMAGE_EXTRAS for r in project["optional-dependencies"][e])]
     else:
         from importlib.metadata import requires
 
-        found = [r for r in (requires("hpcdl") or ()) if "extra ==" not in r]
+        found = [r for r in (requires("hpcdl") or ())
+                 if "extra ==" not in r or any(f'extra == "{e}"' in r for e in IMAGE_EXTRAS)]
     return normalised_requirements(found)
 
 
 def normalised_requirements(requirements) -> tuple[str, ...]:
-    """Each requirement in packaging's canonical spelling (specifiers sorted), sorted by name."""
+    """Each requirement in packaging's canonical spelling (specifiers sorted), sorted by name; an
+    installed hpcdl's extras carry their `extra == ...` marker, which the image does not need."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
     reqs = [Requirement(r) for r in requirements]
+    for r in reqs:
+        if r.marker is not None and "extra" in str(r.marker):
+            r.marker = None
     return tuple(str(r) for r in sorted(reqs, key=lambda r: (canonicalize_name(r.name), str(r))))
 
 

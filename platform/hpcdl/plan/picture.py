@@ -31,7 +31,9 @@ def rank_colours(count: int) -> list[tuple[float, float, float, float]]:
 
 def draw_node(site: Site, plan: Plan, path: Path) -> Path:
     """Draw node 0 of `plan` to a PNG at `path`, written atomically."""
-    import matplotlib
+    from hpcdl.extras import need
+
+    matplotlib = need("matplotlib", "--picture")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

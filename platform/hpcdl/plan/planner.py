@@ -150,7 +150,7 @@ def _spatial_layout(site: Site, kind_name: str, request: JobRequest, ranks: tupl
     if ranks_per_node % ways:
         raise HpcdlError(
             f"spatial_ways: {ways} ranks share a sample (--spatial-ways, or the recipe's spatial.ways) but a "
-            f"{site.name} {kind_name} node runs {ranks_per_node} rank(s); a spatial group must fit inside one node, "
+            f"{_node_of(site.name, kind_name)} runs {ranks_per_node} rank(s); a spatial group must fit inside one node, "
             f"so ask for ways that divide {ranks_per_node}, or a multiple of {ways} ranks per node"
         )
     from hpcdl.train.slabs import Grid
@@ -250,7 +250,7 @@ def _slots(
         rpn = asked or len(node.gpus)
         if rpn > len(node.gpus):
             raise HpcdlError(
-                f"ranks_per_node: {rpn} ranks do not fit one rank per GPU on a {site.name} {kind_name} node with "
+                f"ranks_per_node: {rpn} ranks do not fit one rank per GPU on a {_node_of(site.name, kind_name)} with "
                 f"{len(node.gpus)} GPUs; ask for at most {len(node.gpus)} ranks per node, or --mode per-socket"
             )
         notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, spread evenly over the sockets")
@@ -263,7 +263,7 @@ def _slots(
         rpn = asked or len(node.nics)
         if rpn > len(node.nics):
             raise HpcdlError(
-                f"ranks_per_node: {rpn} ranks do not fit one rank per NIC on a {site.name} {kind_name} node with "
+                f"ranks_per_node: {rpn} ranks do not fit one rank per NIC on a {_node_of(site.name, kind_name)} with "
                 f"{len(node.nics)} NIC ports; ask for at most {len(node.nics)}, or --mode per-gpu"
             )
         notes.append(f"one rank per NIC port: {rpn} ranks per node (hybrid: NCCL inside the node, MPI across nodes)")
@@ -288,7 +288,7 @@ def _slots(
     usable = node.sockets * node.usable_cores_per_socket
     if rpn > usable:
         raise HpcdlError(
-            f"ranks_per_node: {rpn} ranks need a core each but a {site.name} {kind_name} node has {usable} usable "
+            f"ranks_per_node: {rpn} ranks need a core each but a {_node_of(site.name, kind_name)} has {usable} usable "
             f"cores; ask for at most {usable}"
         )
     # ranks spread evenly over the sockets, socket-major (ranks 0..k-1 on socket 0, ...)
@@ -458,11 +458,16 @@ def _threads_per_rank(node: NodeKind, request: JobRequest, cores_per_rank: int, 
     return threads
 
 
+def _node_of(site_name: str, kind_name: str) -> str:
+    """'local node', 'perlmutter gpu node': a kind called `node` is not named twice."""
+    return f"{site_name} node" if kind_name == "node" else f"{site_name} {kind_name} node"
+
+
 def _resolve_distributed(request: JobRequest, use_gpus: bool) -> str:
     if request.framework == "tensorflow" and request.distributed == "horovod":
-        from hpcdl.train.backends import HOROVOD_TF_PROBLEM  # the trainer says the same, later
+        from hpcdl.train.backends import HOROVOD_TF_INSTEAD_PLAN, HOROVOD_TF_PROBLEM  # the trainer says it later
 
-        raise HpcdlError(f"distributed: {HOROVOD_TF_PROBLEM}")
+        raise HpcdlError(f"distributed: {HOROVOD_TF_PROBLEM}; {HOROVOD_TF_INSTEAD_PLAN}")
     if request.distributed != "auto":
         if request.distributed == "nccl" and not use_gpus:
             raise HpcdlError("distributed: nccl needs GPUs; use gloo or mpi on CPU nodes")

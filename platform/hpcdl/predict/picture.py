@@ -8,7 +8,9 @@ from pathlib import Path
 def draw_prediction(prediction, path: Path) -> Path:
     import io
 
-    import matplotlib
+    from hpcdl.extras import need
+
+    matplotlib = need("matplotlib", "--picture")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

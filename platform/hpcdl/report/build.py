@@ -15,6 +15,7 @@ from pathlib import Path
 import jinja2
 
 from hpcdl.errors import HpcdlError
+from hpcdl.extras import installed
 from hpcdl.files import write_atomically
 from hpcdl.report import plots
 from hpcdl.validate.references import Verdict
@@ -74,7 +75,8 @@ def _job_log(results_file: Path, job: str | None, out_dir: Path) -> str | None:
     """The job's log beside its results (DIR/jobs/<job>/output.log), as a link from the report."""
     if not job:
         return None
-    key = job[len("validate-"):] if job.startswith("validate-") else job
+    # the job folder is the job's key: `KEY-validate` now, `validate-KEY` in runs kept from before
+    key = job.removesuffix("-validate").removeprefix("validate-")
     log = Path(results_file).resolve().parent / "jobs" / key / "output.log"
     if not log.is_file():
         return None
@@ -108,6 +110,28 @@ _env = jinja2.Environment(
 )
 
 
+def _figures(results: Results, trend_runs: list, out_dir: Path) -> tuple[list[dict], bool]:
+    """The plots, drawn where matplotlib (the `reports` extra) is installed; without it the
+    report is its tables, and says how to get the plots."""
+    if not installed("matplotlib"):
+        return [], False
+    from hpcdl.report import plots
+
+    figures = []
+    for name, title, draw, series in (
+        ("scaling.png", "Throughput and scaling efficiency against node (or rank) count", plots.scaling_plot, "scaling"),
+        ("threads.png", "Thread sweep: ranks per node x OpenMP threads per rank", plots.thread_sweep_plot, "thread_sweep"),
+        ("collectives.png", "Allreduce bandwidth and time against message size", plots.collectives_plot, "collective"),
+        ("throughput.png", "Single-node throughput per net and framework", plots.throughput_plot, "throughput"),
+    ):
+        if draw(results.series(series), out_dir / name, results.verdicts):
+            figures.append({"file": name, "title": title})
+    trend = plots.trend_plot(trend_runs, out_dir / "trend.png")
+    if trend:
+        figures.append({"file": "trend.png", "title": "Each judged value over the runs (reference and bound dashed)"})
+    return figures, bool(trend)
+
+
 def build_report(paths: list[Path], out_dir: Path, history: list[Path] = ()) -> Path:
     """The report of `paths`; `history` (earlier runs' results files) adds the trend of each judged value."""
     results = load_results(paths)
@@ -123,20 +147,8 @@ def build_report(paths: list[Path], out_dir: Path, history: list[Path] = ()) -> 
         earlier.verdicts += one.verdicts
         earlier.verdict_runs += one.verdict_runs
     combined = len(results.suites) > 1
-    verdicts = results.verdicts
-    figures = []
-    for name, title, draw, series in (
-        ("scaling.png", "Throughput and scaling efficiency against node (or rank) count", plots.scaling_plot, "scaling"),
-        ("threads.png", "Thread sweep: ranks per node x OpenMP threads per rank", plots.thread_sweep_plot, "thread_sweep"),
-        ("collectives.png", "Allreduce bandwidth and time against message size", plots.collectives_plot, "collective"),
-        ("throughput.png", "Single-node throughput per net and framework", plots.throughput_plot, "throughput"),
-    ):
-        if draw(results.series(series), out_dir / name, verdicts):
-            figures.append({"file": name, "title": title})
     trend_runs = [*zip(earlier.verdict_runs, earlier.verdicts), *zip(results.verdict_runs, results.verdicts)]
-    trend = plots.trend_plot(trend_runs, out_dir / "trend.png")
-    if trend:
-        figures.append({"file": "trend.png", "title": "Each judged value over the runs (reference and bound dashed)"})
+    figures, trend = _figures(results, trend_runs, out_dir)
     from hpcdl.validate.suite import format_value
 
     counts = {k: sum(v.result == k for v in results.verdicts) for k in ("pass", "fail", "info", "n/a")}
@@ -167,7 +179,8 @@ def build_report(paths: list[Path], out_dir: Path, history: list[Path] = ()) -> 
     html = _env.get_template("report.html.j2").render(summary=summary, rows=rows, figures=figures, suites=results.suites,
                                                       predictions=predictions, agreement=f"{_agreement():.0%}",
                                                       combined=combined, system=summary["system"],
-                                                      per_node=summary["per_node"])
+                                                      per_node=summary["per_node"],
+                                                      plots_installed=installed("matplotlib"))
     write_atomically(out_dir / "index.html", html, mode=0o644)
     return out_dir
 

@@ -40,7 +40,8 @@ def scaling_plot(points: list[dict], path: Path, verdicts=()) -> Path | None:
         return None
     fig, (ax_x, ax_e) = plt.subplots(1, 2, figsize=(10, 4))
     unit = points[0].get("unit", "node")
-    for mode, marker in (("weak", "o"), ("strong", "s")):
+    # weak labels above their points, strong below: the two often meet at the same p
+    for mode, marker, label_at in (("weak", "o", (0, 6)), ("strong", "s", (0, -13))):
         mine = sorted((p for p in points if p["mode"] == mode), key=lambda p: p["p"])
         if not mine:
             continue
@@ -53,7 +54,7 @@ def scaling_plot(points: list[dict], path: Path, verdicts=()) -> Path | None:
         if eff:
             ax_e.plot(*zip(*eff), marker=marker, label=mode)
             for x, e in eff:
-                ax_e.annotate(f"{e:.0%}", (x, e), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+                ax_e.annotate(f"{e:.0%}", (x, e), textcoords="offset points", xytext=label_at, ha="center", fontsize=8)
     for v in _judged(verdicts, "scaling/")[:1]:  # one efficiency reference serves all points (patterns)
         if v.name.endswith("/efficiency"):
             _ref_lines(ax_e, v.reference, v.bound)
@@ -79,7 +80,7 @@ def thread_sweep_plot(points: list[dict], path: Path, verdicts=()) -> Path | Non
     for bar, p in zip(bars, points):
         ax.annotate(f"{p['images_per_sec']:,.0f}" + (" (best)" if p.get("best") else ""),
                     (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
-    for v in _judged(verdicts, "threads/best/"):
+    for v in _judged(verdicts, "threads/best/")[:1]:  # one pair of lines, one pair of legend entries
         _ref_lines(ax, v.reference, v.bound, " (best)")
         ax.legend(fontsize=8)
     ax.set(xlabel="ranks per node x OpenMP threads per rank", ylabel="images/s", title="Thread sweep on one node")
@@ -98,13 +99,20 @@ def collectives_plot(points: list[dict], path: Path, verdicts=()) -> Path | None
         mine.sort(key=lambda p: p["bytes"])
         sizes = [p["bytes"] for p in mine]
         name = f"{backend}, {scope}, {ranks} ranks"
-        line = ax_bw.plot(sizes, [p["busbw_GBps"] for p in mine], marker="o", ms=3, label=f"{name}: busbw")[0]
-        ax_bw.plot(sizes, [p["algbw_GBps"] for p in mine], ls="--", color=line.get_color(), alpha=0.6, label=f"{name}: algbw")
+        busbw, algbw = [p["busbw_GBps"] for p in mine], [p["algbw_GBps"] for p in mine]
+        # busbw = algbw x 2(n-1)/n: on 2 ranks the two are one line, said once rather than hidden
+        same = all(abs(b - a) <= 1e-9 * max(abs(a), 1e-30) for a, b in zip(algbw, busbw))
+        line = ax_bw.plot(sizes, busbw, marker="o", ms=3,
+                          label=f"{name}: busbw" + (" = algbw" if same else ""))[0]
+        if not same:
+            ax_bw.plot(sizes, algbw, ls="--", color=line.get_color(), alpha=0.6, label=f"{name}: algbw")
         ax_t.plot(sizes, [p["time_us"] for p in mine], marker="o", ms=3, color=line.get_color(), label=name)
         # the judged points: busbw at the largest message, time at the smallest, against their bounds
         for v in _judged(verdicts, f"collectives/{backend}/{scope}/"):
             ax, x = (ax_bw, sizes[-1]) if v.name.endswith("busbw_GBps") else (ax_t, sizes[0])
             ax.plot([x], [v.bound], marker="_", ms=18, mew=2, color="tab:red")
+            ax.annotate(f"bound {v.bound:.3g}", (x, v.bound), textcoords="offset points", xytext=(0, 4),
+                        ha="right" if x == sizes[-1] else "left", fontsize=7, color="tab:red")
     ax_bw.set(xscale="log", yscale="log", xlabel="message size (bytes)", ylabel="GB/s",
               title="Allreduce bandwidth (nccl-tests definitions)")
     ax_t.set(xscale="log", yscale="log", xlabel="message size (bytes)", ylabel="time per allreduce (us)",
@@ -131,8 +139,10 @@ def throughput_plot(points: list[dict], path: Path, verdicts=()) -> Path | None:
             x0, w = bar.get_x(), bar.get_width()
             ax.hlines(v.reference, x0, x0 + w, colors="grey", linestyles=":", lw=1.5)
             ax.hlines(v.bound, x0, x0 + w, colors="tab:red", linestyles="--", lw=1.5)
-            ax.annotate(f"bound {v.bound:,.0f}", (x0 + w, v.bound), fontsize=7, color="tab:red", va="bottom")
-    ax.set(ylabel="images/s", title="Single-node training throughput (dotted: reference, dashed: bound)")
+            # inside the bar's span, right-aligned: past its edge the label leaves the axes
+            ax.annotate(f"bound {v.bound:,.0f}", (x0 + w, v.bound), fontsize=7, color="tab:red", va="bottom",
+                        ha="right")
+    ax.set(ylabel="images/s", title="Single-node training throughput\n(dotted: reference, dashed: bound)")
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
 
@@ -144,6 +154,9 @@ def trend_plot(runs: list[tuple[str, object]], path: Path, most: int = 12) -> Pa
         return None
     series: dict[str, list] = defaultdict(list)
     for run, v in runs:
+        # performance over time; the environment's rank count is a yes/no fact, a flat line
+        if v.name.startswith("environment/"):
+            continue
         if v.result in ("pass", "fail") and isinstance(v.value, (int, float)) and not isinstance(v.value, bool):
             series[v.name].append((labels.index(run), v))
     names = [n for n in sorted(series) if len({i for i, _ in series[n]}) >= 2][:most]
@@ -165,9 +178,15 @@ def trend_plot(runs: list[tuple[str, object]], path: Path, most: int = 12) -> Pa
         ax.set_title(name, fontsize=8)
         ax.set_ylabel(last.unit or "", fontsize=7)
         ax.set_xticks(range(len(labels)))
-        ax.set_xticklabels([lab[5:16] for lab in labels], rotation=45, ha="right", fontsize=6)
+        ax.set_xticklabels([_run_label(lab, labels) for lab in labels], rotation=45, ha="right", fontsize=6)
         ax.tick_params(axis="y", labelsize=7)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
     return _save(fig, path)
+
+
+def _run_label(label: str, labels: list[str]) -> str:
+    """'11-27 02:26' for a run started 2026-11-27 02:26:14; with its seconds when two runs share the minute."""
+    minute = label[5:16]
+    return minute if sum(lab[5:16] == minute for lab in labels) == 1 else label[5:19]

@@ -154,9 +154,9 @@ def _in_memory(name, x, y, classes, spec: DataSpec, seed: int) -> Dataset:
 
 def _digits(spec: DataSpec, shape, seed) -> Dataset:
     """scikit-learn's 1,797 real 8x8 handwritten digits, scaled up to the net's input size."""
-    from sklearn.datasets import load_digits
+    from hpcdl.extras import need
 
-    digits = load_digits()
+    digits = need("sklearn.datasets", "data.source digits").load_digits()
     c, h, w = shape
     size = spec.image_size or h
     if getattr(spec, "transform", "normalise") == "caffe":  # 0..255 pixels; _in_memory subtracts the mean

@@ -251,10 +251,34 @@ class Recipe(_Strict):
         return 0.001 if self.type == "LARS" else 0.02
 
 
+#: the example recipes installed with hpcdl (`hpcdl recipes` lists them)
+SHIPPED_RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+
+
+#: how every verb that takes a recipe describes its argument
+RECIPE_HELP = "training recipe: a YAML file, or a shipped recipe's name (`hpcdl recipes` lists them)"
+
+
+def shipped_recipes() -> dict[str, Path]:
+    """Recipe name (file stem) -> its file inside the installed package (hpcdl/recipes/*.yaml)."""
+    return {p.stem: p for p in sorted(SHIPPED_RECIPES.glob("*.yaml"))}
+
+
+def recipe_file(given: str | Path) -> Path:
+    """The file a recipe argument means: a file that is there, else a shipped recipe of that name
+    (as Spack and conda take a package's name where they take a file)."""
+    path = Path(given)
+    if path.is_file():
+        return path
+    shipped = shipped_recipes()
+    if path.name == str(given) and path.stem in shipped and path.suffix in ("", ".yaml"):
+        return shipped[path.stem]
+    raise HpcdlError(f"recipe {given}: no such file, and no shipped recipe of that name "
+                     f"(shipped: {', '.join(shipped)}; `hpcdl recipes` lists them)")
+
+
 def load_recipe(path: str | Path) -> Recipe:
-    path = Path(path)
-    if not path.is_file():
-        raise HpcdlError(f"recipe {path}: no such file")
+    path = recipe_file(path)
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:

@@ -85,7 +85,7 @@ class EnvironmentCheck(Check):
         rpn = min(2, ctx.default_plan.ranks_per_node if ctx.uses_gpus else ctx.usable_cores)
         request = JobRequest(nodes=1, ranks_per_node=rpn, threads_per_rank=1 if not ctx.uses_gpus else None)
         payload = {"name": "validate-environment", "probe": {"frameworks": frameworks, "launcher": ctx.site.launcher}}
-        return [ValidationJob(f"environment-1n-{rpn}r", "environment", request, payload)]
+        return [ValidationJob(f"1n{rpn}r-environment", "environment", request, payload)]
 
     def evaluate(self, ctx, outcomes):
         (outcome,) = [outcomes[j.key] for j in self.jobs(ctx)]
@@ -101,7 +101,9 @@ class EnvironmentCheck(Check):
             got = first["frameworks"].get(fw, {})
             name = f"environment/{fw}"
             if "version" not in got:
-                verdicts.append(Verdict(self.name, name, "fail", None, message=f"{fw} does not import: {got.get('error', 'not tried')}", **where))
+                error = got.get("error", "not tried")
+                what = "is not installed where the job ran" if error.startswith("ModuleNotFoundError") else "does not import"
+                verdicts.append(Verdict(self.name, name, "fail", None, message=f"{fw} {what}: {error}", **where))
             elif want and not got["version"].startswith(want):
                 verdicts.append(Verdict(self.name, name, "fail", got["version"], message=f"version {got['version']}, the image should have {want}", **where))
             else:
@@ -134,6 +136,9 @@ class EnvironmentCheck(Check):
         n = len(ranks)
         total = n * (n + 1) / 2
         problems = []
+        if isinstance(ranks[0]["torch_allreduce"], str):  # the probe could not import torch
+            return Verdict(self.name, "environment/launcher", "fail", None, "ranks",
+                           message=f"not judged: {ranks[0]['torch_allreduce']}", **where)
         if n != expected:
             problems.append(f"{n} rank(s) started, {expected} asked for")
         for r in ranks:
@@ -170,10 +175,10 @@ class CollectivesCheck(Check):
         rpn = ctx.default_plan.ranks_per_node
         jobs = []
         if rpn > 1:
-            jobs.append(ValidationJob(f"collectives-1n-{rpn}r", "collectives", JobRequest(nodes=1),
+            jobs.append(ValidationJob(f"1n{rpn}r-collectives", "collectives", JobRequest(nodes=1),
                                       {"name": "validate-collectives", "probe": {**probe, "scope": "intra-node"}}))
         if max(ctx.nodes) > 1:
-            jobs.append(ValidationJob("collectives-2n-1r", "collectives", JobRequest(nodes=2, ranks_per_node=1),
+            jobs.append(ValidationJob("2n1r-collectives", "collectives", JobRequest(nodes=2, ranks_per_node=1),
                                       {"name": "validate-collectives", "probe": {**probe, "scope": "inter-node"}}))
         return jobs
 

@@ -47,6 +47,12 @@ SUITES = {
 }
 
 
+def job_name(key: str) -> str:
+    """The scheduler's name of a validation job: its shape and check first, since squeue's NAME
+    column shows 8 characters (`1n2r-env`, `1n4x16-b`, `2n1r-col`), and what made it last."""
+    return f"{key}-validate"
+
+
 @dataclass(frozen=True)
 class ValidationJob:
     key: str
@@ -56,7 +62,7 @@ class ValidationJob:
 
     @property
     def name(self) -> str:
-        return f"validate-{self.key}"
+        return job_name(self.key)
 
     def program(self) -> list[str]:
         argv = ["hpcdl", "probe", self.kind, "recipe.json", "--results", "results.jsonl"]
@@ -114,8 +120,8 @@ def train_job(
     if net != recipe["net"]:
         # other nets measure speed on synthetic images at their own input size
         recipe.update(net=net, data={"source": "synthetic", "synthetic_samples": max(256, 4 * batch)})
-    key = f"{tag}-{net}-{framework}-{nodes}n-{rpn}x{threads}-b{batch}-i{iters}"
-    recipe["name"] = f"validate-{key}"
+    key = f"{nodes}n{rpn}x{threads}-b{batch}-i{iters}-{net}-{framework}-{tag}"
+    recipe["name"] = job_name(key)
     return ValidationJob(key, "train", JobRequest(**{**request.model_dump(), "threads_per_rank": threads}), recipe)
 
 

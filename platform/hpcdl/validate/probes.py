@@ -105,13 +105,18 @@ def probe_environment(params: dict, results: str | None) -> None:
     mine["math"] = _math_libraries(frameworks)
     mine["system"] = system_facts()
 
-    import torch
-
-    dist = _init_torch_distributed(me, "gloo") if me.world_size > 1 else None
-    t = torch.tensor([float(me.rank + 1)])
-    if dist:
-        dist.all_reduce(t)
-    mine["torch_allreduce"] = float(t.item())
+    try:
+        import torch
+    except ImportError as exc:
+        # no torch.distributed to gather the ranks' facts over: each rank keeps its own, rank 0
+        # writes its record, and the check names the framework that did not import
+        torch, mine["torch_allreduce"] = None, f"torch.distributed not available ({type(exc).__name__}: {exc})"
+    dist = _init_torch_distributed(me, "gloo") if torch is not None and me.world_size > 1 else None
+    if torch is not None:
+        t = torch.tensor([float(me.rank + 1)])
+        if dist:
+            dist.all_reduce(t)
+        mine["torch_allreduce"] = float(t.item())
     everyone = [mine]
     if dist:
         everyone = [None] * me.world_size

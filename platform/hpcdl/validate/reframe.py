@@ -31,12 +31,14 @@ import inspect
 import json
 import pprint
 import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcdl import __version__
 from hpcdl.errors import HpcdlError
 from hpcdl.files import write_atomically
+from hpcdl.validate.jobs import job_name
 from hpcdl.validate.references import Reference, better_for
 
 # ReFrame's perflog placeholders (reframe docs/config_reference.rst, logging.handlers_perflog)
@@ -150,6 +152,17 @@ class ExportedJob:
     script: str
     perf: list[PerfVar] = field(default_factory=list)
     environment: dict | None = None  # {"frameworks": {...}, "ranks": n} for the environment job
+    checks: list[str] = field(default_factory=list)  # the checks that read it: its ReFrame tags
+
+    @property
+    def tags(self) -> set[str]:
+        """`reframe -t collectives` selects an area, `-t hpcdl` the whole suite."""
+        return {"hpcdl", *self.checks}
+
+    @property
+    def descr(self) -> str:
+        return (f"hpcdl {', '.join(self.checks) or self.kind}: {self.nodes} node(s) x {self.ranks_per_node} "
+                f"rank(s) x {self.threads_per_rank} thread(s)")
 
     @property
     def class_name(self) -> str:
@@ -196,6 +209,10 @@ def exported_jobs(ctx, selected) -> list[ExportedJob]:
     def var(key, pvar, name, unit, how, default=None, baseline=None):
         _add(jobs, key, PerfVar(pvar, name, unit, how, refs.lookup(name) or default, baseline))
 
+    for check in selected:
+        for job in check.jobs(ctx):
+            if check.name not in jobs[job.key].checks:
+                jobs[job.key].checks.append(check.name)
     for check in selected:
         if check.name == "environment":
             for job in check.jobs(ctx):
@@ -307,13 +324,17 @@ def test_file(ctx, jobs: list[ExportedJob], command: str) -> str:
         "",
         _extract_source(),
         "",
+        "# who answers for these tests at your centre: put your team's contact here",
+        f"HPCDL_MAINTAINERS = [{ctx.site.name + ' HPC staff'!r}]",
+        "",
+        "",
         "class HpcdlValidationJob(rfm.RunOnlyRegressionTest):",
         '    """One hpcdl validation job: the script hpcdl rendered, run inside ReFrame\'s allocation."""',
         "",
         f"    hpcdl_system = variable(str, value={system!r})",
         "    valid_prog_environs = ['*']",
         "    sourcesdir = 'jobs'",
-        "    tags = {'hpcdl'}",
+        "    maintainers = HPCDL_MAINTAINERS",
         "    keep_files = ['results.jsonl']  # the evidence the values were read from",
         "    hpcdl_key = ''",
         "    hpcdl_perf = []  # (pvar, hpcdl name, unit, how, reference tuple or None, baseline test or None)",
@@ -371,9 +392,10 @@ def test_file(ctx, jobs: list[ExportedJob], command: str) -> str:
             "",
             "@rfm.simple_test",
             f"class {job.class_name}(HpcdlValidationJob):",
-            f'    """{job.kind}: {job.nodes} node(s) x {job.ranks_per_node} rank(s) x {job.threads_per_rank} '
-            f'thread(s)."""',
+            f'    """{job.descr}."""',
             "",
+            f"    descr = {job.descr!r}",
+            "    tags = {" + ", ".join(map(repr, sorted(job.tags))) + "}",
             f"    hpcdl_key = {job.key!r}",
             f"    num_tasks = {job.nodes * job.ranks_per_node}",
             f"    num_tasks_per_node = {job.ranks_per_node}",
@@ -426,7 +448,9 @@ def settings_file(ctx, command: str) -> str:
         "systems": [{
             "name": site.name,
             "descr": site.description or site.name,
-            "hostnames": [".*"],
+            # this host where the jobs run on it; elsewhere none: a centre adds its login nodes' names
+            # or runs `reframe --system NAME`, and a merged configuration claims no other machine
+            "hostnames": [f"^{re.escape(socket.gethostname())}$"] if jobs_run_on_this_host(site) else [],
             "modules_system": "nomod",
             "partitions": [{
                 "name": ctx.node_kind_name,
@@ -527,7 +551,7 @@ def write_perflogs(ctx, selected, outcomes: dict, verdicts, prefix: Path) -> lis
             ref = p.ref_tuple() or (0, None, None, p.unit)
             values.append((p.pvar, value, p.unit, ref[0], ref[1], ref[2]))
         times = [r["time"] for r in records if isinstance(r.get("time"), (int, float))]
-        ok = outcome.ok and f"validate-{job.key}" not in failed_jobs and all(v[1] is not None for v in values)
+        ok = outcome.ok and job_name(job.key) not in failed_jobs and all(v[1] is not None for v in values)
         # the scheduler's nodes: the job folder's nodes/ (train jobs), else what the probe gathered
         nodelist = outcome.nodelist or next((tuple(r["nodelist"]) for r in records if r.get("nodelist")), ())
         line = perflog_line(max(times) if times else time.time(), job.class_name, ctx.site.name,

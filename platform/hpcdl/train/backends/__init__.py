@@ -29,12 +29,16 @@ BACKENDS = {
     ("mxnet", None): "hpcdl.train.backends.mxnet.trainer",
 }
 
-# Told by the plan when it is asked for, and by the TensorFlow backend if started anyway.
+# Told by the plan when it is asked for, and by the TensorFlow backend if started anyway; what
+# to do instead is said in the words of the verb that refused: plan/render/run/submit take
+# --dist auto (TensorFlow's ranks then run MultiWorkerMirroredStrategy); only `hpcdl train` takes mwms.
 HOROVOD_TF_PROBLEM = (
     "Horovod with TensorFlow is not available: Horovod 0.28.1, its last release, fails with Keras 3 "
-    "(TensorFlow >= 2.16; horovod#4290, open upstream) and does not build against TensorFlow 2.21's headers; "
-    "use --dist mwms (tf.distribute.MultiWorkerMirroredStrategy), or Horovod with PyTorch"
+    "(TensorFlow >= 2.16; horovod#4290, open upstream) and does not build against TensorFlow 2.21's headers"
 )
+HOROVOD_TF_INSTEAD_PLAN = ("use --dist auto (TensorFlow's ranks run tf.distribute.MultiWorkerMirroredStrategy) "
+                           "and drop `distributed: horovod` from the recipe, or use Horovod with -f pytorch")
+HOROVOD_TF_INSTEAD_TRAIN = "use --dist mwms (tf.distribute.MultiWorkerMirroredStrategy), or Horovod with PyTorch"
 
 
 def backend_for(framework: str, distributed: str | None):

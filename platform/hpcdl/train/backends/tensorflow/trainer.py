@@ -18,7 +18,7 @@ import socket
 import numpy as np
 
 from hpcdl.errors import HpcdlError
-from hpcdl.train.backends import HOROVOD_TF_PROBLEM
+from hpcdl.train.backends import HOROVOD_TF_INSTEAD_TRAIN, HOROVOD_TF_PROBLEM
 from hpcdl.train.ranks import RankInfo, gpu_index
 from hpcdl.train.recipe import Recipe
 from hpcdl.train.results import ResultsWriter
@@ -356,7 +356,7 @@ class KerasTrainer:
 
 def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -> dict:
     if context.get("distributed") == "horovod":
-        raise HpcdlError(HOROVOD_TF_PROBLEM)
+        raise HpcdlError(f"{HOROVOD_TF_PROBLEM}; {HOROVOD_TF_INSTEAD_TRAIN}")
     if me.world_size > 1:
         os.environ["TF_CONFIG"] = json.dumps(tf_config(os.environ, me, _mpi_hosts(me)))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep the rank's log to hpcdl's lines
