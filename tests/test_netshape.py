@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -63,11 +64,14 @@ def _rate(net: ShapedNetwork, megabytes: int) -> float:
 def test_a_shaped_link_carries_the_rate_it_was_given_and_names_resolve_per_node(tools):
     net = ShapedNetwork("hdt1", ["n1", "n2"], gbit_s=0.2, index=251).up()
     try:
-        # 25 MB at 0.2 Gbit/s: 1 s
-        assert _rate(net, 25) == pytest.approx(0.2, rel=0.15)
+        # 25 MB at 0.2 Gbit/s: 1 s; never above the rate, below it only by what a busy host takes
+        rate = _rate(net, 25)
+        assert 0.2 * 0.7 <= rate <= 0.2 * 1.1, rate
+        before = socket.gethostname()
         who = subprocess.run(net.exec_argv("n2", ["sh", "-c", "hostname; getent hosts n1"]), capture_output=True,
                              text=True, timeout=30)
         assert who.stdout.split()[:3] == ["n2", net.address("n1"), "n1"]
+        assert socket.gethostname() == before  # the node's own UTS namespace: the host keeps its name
     finally:
         net.down()
     names = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
@@ -83,7 +87,9 @@ def test_the_rate_follows_the_setting(tools):
             rates[gbit] = _rate(net, int(gbit * 1000 / 8 * 0.8))  # 0.8 s at the rate
         finally:
             net.down()
-    assert rates[0.1] == pytest.approx(0.1, rel=0.15) and rates[0.4] == pytest.approx(0.4, rel=0.15)
+    # never above the setting (the token bucket); below it only by what a busy shared host takes from the sender
+    assert rates[0.1] <= 0.1 * 1.1 and rates[0.4] <= 0.4 * 1.1, rates
+    assert rates[0.1] >= 0.1 * 0.7 and rates[0.4] >= 0.4 * 0.6 and rates[0.4] > 2.5 * rates[0.1], rates
 
 
 def test_a_delay_is_refused_in_one_line_where_the_kernel_has_no_netem(tools):
