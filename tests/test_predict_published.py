@@ -11,9 +11,15 @@ import os
 import pytest
 
 from conftest import ROOT
-from hpcdl.predict.published import CASES, TOLERANCE, compare, markdown
+from hpcdl.predict.published import CASES, TOLERANCE, all_points, compare, draw_comparison, markdown, median_errors
 
 DOC = ROOT / "docs" / "predict.md"
+PICTURE = ROOT / "docs" / "predict-published.png"
+# what the model must reach over every published point (median absolute error), and its margin over the
+# constant-efficiency baseline; the bandwidth-only ring is held to below, on the whole set's tail
+MEDIAN_EFFICIENCY_POINTS = 0.05
+MEDIAN_IMAGES = 0.15
+MARGIN_OVER_CONSTANT = 0.05
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.key for c in CASES])
@@ -26,6 +32,45 @@ def test_the_published_efficiency_is_predicted_within_the_stated_tolerance(case)
         return
     for point in points:
         assert point["within"], f"{case.key}: {point}"
+
+
+def test_every_published_point_states_images_and_efficiency_beside_both_baselines():
+    for point in all_points():
+        for name in ("predicted", "constant", "ring"):
+            assert 0 < point[name] <= 1.2 and point[f"{name}_error"] == pytest.approx(point[name] - point["published"])
+            if point["published_images"]:
+                assert point[f"{name}_images_error"] is not None
+    text = markdown()
+    assert text.count("| published images/s |") == len(CASES) and "not published" in text
+
+
+def test_over_every_published_point_the_model_is_within_the_stated_medians():
+    m = median_errors(all_points())
+    assert m["predicted"]["efficiency"] <= MEDIAN_EFFICIENCY_POINTS, m
+    assert m["predicted"]["images"] <= MEDIAN_IMAGES, m
+    assert m["predicted"]["images_points"] >= 20  # absolute throughput is judged, not only efficiency
+
+
+def test_the_model_beats_a_constant_efficiency_clearly_and_the_bandwidth_ring_where_the_network_matters():
+    pts = all_points()
+    m = median_errors(pts)
+    assert m["predicted"]["efficiency"] <= m["constant"]["efficiency"] - MARGIN_OVER_CONSTANT, m
+    assert m["predicted"]["images"] <= m["constant"]["images"] - MARGIN_OVER_CONSTANT, m
+    # the bandwidth-only ring is as close as the model, or closer, at the median: on most points (one server's
+    # GPUs over NVLink) its unhidden allreduce happens to cost what the publications lost. Where it is wrong
+    # it is far wrong (latency-bound rings, networks that backward hides): the model's worst decile of errors
+    # is at least 3 points smaller
+    assert decile(pts, "predicted") <= decile(pts, "ring") - 0.03
+
+
+def decile(pts, name):
+    errors = sorted(abs(p[f"{name}_error"]) for p in pts)
+    return errors[int(0.9 * len(errors))]
+
+
+def test_more_than_half_of_the_points_were_not_used_while_building_the_model():
+    pts = all_points()
+    assert sum(p["held_out"] for p in pts) * 2 > len(pts)
 
 
 def test_most_cases_are_predicted_within_the_tolerance_and_every_miss_says_why():
@@ -74,4 +119,17 @@ def test_the_guide_shows_every_case_as_the_model_predicts_it_now():
         start, end = text.index("<!-- published:begin -->"), text.index("<!-- published:end -->")
         DOC.write_text(text[:start] + "<!-- published:begin -->\n\n" + generated + "\n" + text[end:])
         text = DOC.read_text()
+        draw_comparison(PICTURE)
+    assert PICTURE.is_file() and "predict-published.png" in text
     assert generated in text, "docs/predict.md is stale: HPCDL_UPDATE_GOLDEN=1 pytest tests/test_predict_published.py"
+
+
+def test_a_study_is_predicted_from_its_own_single_device_rate_where_it_publishes_one():
+    # Goyal et al.: 29 hours for 90 epochs on one server of 8 P100, one hour on 256 (the abstract); from
+    # tensorflow.org's synthetic-data P100 rate the 256 GPUs came out 55 % faster than published
+    from hpcdl.predict.published import points, run_case
+
+    case = next(c for c in CASES if c.key == "goyal-resnet50-8k")
+    (point,) = points(case)
+    assert abs(point["predicted_images_error"]) < 0.10, point
+    assert "measured in the study itself" in next(n for n in run_case(case).notes if n.startswith("compute:"))

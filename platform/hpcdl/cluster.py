@@ -13,6 +13,9 @@ starts its job ids at a random number (jobs derive MASTER_PORT from the job id).
   nodes=1  one node `localhost`, TaskPlugin task/affinity (the measured single-node set-up);
   nodes=2  two pretend nodes n1, n2, both slurmd on 127.0.0.1 with their own ports, each
            with its own TmpFS (PMIx step launch fails on a shared one) and TaskPlugin task/none;
+  link_gbit_s=G  pretend nodes n1..nN each in a network namespace of its own on one bridge, each
+           node's link shaped to G Gbit/s by tc (hpcdl.netshape): traffic between nodes crosses a
+           link, and a job's MASTER_ADDR=$(hostname) resolves to the batch node's own address;
   shape=NodeShape(...)  pretend nodes n1..nN shaped like a machine's node (NodeShape.from_site):
            its sockets, cores, hardware threads, the CPUs Slurm counts, core specialisation
            (CpuSpecList), GPUs as GRES over stand-in character devices, memory, features,
@@ -188,10 +191,14 @@ def _slurm_minutes(text: str) -> str:
 
 
 class SlurmCluster:
-    def __init__(self, root: Path, nodes: int = 1, shape: NodeShape | None = None):
+    def __init__(self, root: Path, nodes: int = 1, shape: NodeShape | None = None, link_gbit_s: float | None = None):
         self.root = Path(root)
         self.nodes = nodes
         self.shape = shape
+        # link_gbit_s: each pretend node in its own network namespace, its link shaped to this rate
+        # (hpcdl.netshape); None (the default): every slurmd on 127.0.0.1, as before
+        self.link_gbit_s = link_gbit_s
+        self.network = None
         self.conf = self.root / "slurm.conf"
         self.running = False
         self.ctld_port = 0
@@ -199,7 +206,9 @@ class SlurmCluster:
 
     @property
     def node_names(self) -> list[str]:
-        return ["localhost"] if self.nodes == 1 and self.shape is None else [f"n{i}" for i in range(1, self.nodes + 1)]
+        if self.nodes == 1 and self.shape is None and self.link_gbit_s is None:
+            return ["localhost"]
+        return [f"n{i}" for i in range(1, self.nodes + 1)]
 
     @property
     def env(self) -> dict[str, str]:
@@ -225,16 +234,34 @@ class SlurmCluster:
             self.root.mkdir(parents=True, exist_ok=True)
             self._start_munge()
             with _bring_up_lock():
+                if self.link_gbit_s is not None:
+                    self._start_network()
                 self._write_conf()
                 _run(["/usr/sbin/slurmctld", "-i", "-f", str(self.conf)], env=self.env)
                 self.running = True
                 for name in self.node_names:
-                    _run(["/usr/sbin/slurmd", "-N", name, "-f", str(self.conf)], env=self.env)
+                    argv = ["/usr/sbin/slurmd", "-N", name, "-f", str(self.conf)]
+                    _run(self.network.exec_argv(name, argv) if self.network else argv, env=self.env)
                 self._wait_idle()
         except BaseException:
             self.down()
             raise
         return self
+
+    def _start_network(self) -> None:
+        """Each node in a network namespace of its own on one bridge, its link shaped (hpcdl.netshape);
+        written to network.json so `down` from another process removes it."""
+        from hpcdl.netshape import ShapedNetwork
+
+        taken = {p.name for p in Path("/sys/class/net").iterdir()} if Path("/sys/class/net").is_dir() else set()
+        while True:
+            tag = f"hd{random.randrange(16**4):04x}"
+            if f"{tag}br" not in taken:
+                break
+        self.network = ShapedNetwork(tag, self.node_names, gbit_s=self.link_gbit_s or None,
+                                     index=random.randrange(1, 250))
+        (self.root / "network.json").write_text(self.network.to_json())
+        self.network.up()
 
     def _start_munge(self) -> None:
         """A munged of our own: its own key, socket and pid file (AuthInfo=socket=... in slurm.conf)."""
@@ -264,7 +291,17 @@ class SlurmCluster:
         self.ctld_port, *ports = free_ports(1 + len(self.node_names))
         self.node_ports = dict(zip(self.node_names, ports))
         gres_lines: list[str] = []
-        if self.shape is not None:
+        ctld_host = "localhost"
+        if self.network is not None:
+            # the nodes reach slurmctld at the bridge's address; each slurmd listens on its own
+            ctld_host = f"localhost({self.network.host_address})"
+            node_lines = [
+                f"NodeName={name} NodeHostname={name} NodeAddr={self.network.address(name)} Port={port} "
+                f"CPUs={cpus} RealMemory={mem // self.nodes} State=UNKNOWN"
+                for name, port in self.node_ports.items()
+            ]
+            task_plugin, part_nodes = "task/none", f"n[1-{self.nodes}]"
+        elif self.shape is not None:
             node_lines, gres_lines = self._shaped_nodes(self.shape)
             task_plugin, part_nodes = "task/none", f"n[1-{self.nodes}]"
         elif self.nodes == 1:
@@ -287,7 +324,7 @@ class SlurmCluster:
         (self.root / "gres.conf").write_text("\n".join([*gres_lines, ""]))
         self.conf.write_text("\n".join([
             "ClusterName=hpcdltest",
-            "SlurmctldHost=localhost",
+            f"SlurmctldHost={ctld_host}",
             f"SlurmctldPort={self.ctld_port}",
             "SlurmUser=root",
             "SlurmdUser=root",
@@ -380,7 +417,19 @@ class SlurmCluster:
             _run(["scontrol", "shutdown"], env=self.env, check=False)  # stops slurmctld and every slurmd
             self.running = False
         self._wait_for_pidfiles()
+        self._stop_network()
         self._stop_munge()
+
+    def _stop_network(self) -> None:
+        record = self.root / "network.json"
+        if self.network is None and record.exists():
+            from hpcdl.netshape import ShapedNetwork
+
+            self.network = ShapedNetwork.from_json(record.read_text())
+        if self.network is not None:
+            self.network.down()
+            self.network = None
+        record.unlink(missing_ok=True)
 
     def _stop_munge(self) -> None:
         folder = self.munge_dir
@@ -499,14 +548,14 @@ def default_folder() -> Path:
     return Path(os.environ.get("HPCDL_CLUSTER_DIR") or "~/.cache/hpcdl/cluster").expanduser()
 
 
-def cluster_up(folder: Path, nodes: int = 1) -> SlurmCluster:
+def cluster_up(folder: Path, nodes: int = 1, link_gbit_s: float | None = None) -> SlurmCluster:
     """Start the cluster and leave it running (until cluster_down); write its site profile beside it."""
     from hpcdl.files import write_atomically
 
     folder = Path(folder).resolve()
     if (folder / "slurm.conf").exists() and any(_alive(p) for p in folder.glob("*.pid")):
         raise SlurmError(f"a cluster is already running in {folder}: `hpcdl cluster down` first")
-    cluster = SlurmCluster(folder, nodes)
+    cluster = SlurmCluster(folder, nodes, link_gbit_s=link_gbit_s)
     cluster.up()
     atexit.unregister(cluster.down)  # it stays up until `down`
     write_atomically(folder / "sites" / f"{SITE_NAME}.yaml", site_profile(nodes), mode=0o644)

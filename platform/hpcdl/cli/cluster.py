@@ -25,6 +25,9 @@ def up(
     nodes: int = typer.Option(1, "--nodes", "-N", min=1, max=8, help="pretend nodes (they share this machine)"),
     folder: Optional[Path] = typer.Option(None, "--dir", help="its configuration, state and logs "
                                           "(default $HPCDL_CLUSTER_DIR or ~/.cache/hpcdl/cluster)"),
+    link_gbit: Optional[float] = typer.Option(None, "--link-gbit", min=0.001, max=400,
+                                              help="put each node in a network namespace of its own, its link "
+                                                   "shaped to this many Gbit/s (tc); default: all on 127.0.0.1"),
 ) -> None:
     """Start a Slurm cluster on this machine and print the two lines that point hpcdl and Slurm at it.
 
@@ -35,8 +38,8 @@ def up(
 
     where = _folder(folder)
     try:
-        cluster = cluster_up(where, nodes)
-    except (SlurmError, OSError) as exc:
+        cluster = cluster_up(where, nodes, link_gbit)
+    except (SlurmError, OSError, RuntimeError) as exc:
         raise HpcdlError(f"cluster up: {exc}") from None
     typer.echo(f"export SLURM_CONF={cluster.conf}")
     typer.echo(f"export HPCDL_SITE_PATH={where / 'sites'}${{HPCDL_SITE_PATH:+:$HPCDL_SITE_PATH}}")

@@ -89,9 +89,10 @@ def predict(
     notes = ()
     if ways > 1:
         # the ranks of a spatial group share each sample, one slab each: a rank does 1/ways of the
-        # group's work; the halo exchange between slabs is not modelled
+        # group's work, at the rate a device reaches with that much, plus the halo exchange between slabs
         notes = (f"spatial parallelism: {ways} ranks share each sample, one slab each; batch/rank is the batch of "
-                 "its group; the halo exchange between slabs is not modelled",)
+                 "its group; each slab's halo rows travel on the node's link forward and backward (halo_s, counted "
+                 "in full: the overlap with the interior is not credited)",)
     options = Options(bucket_mb=bucket_mb, fp16_allreduce=fp16_allreduce, overlap=not no_overlap, notes=notes,
                       spatial_ways=ways)
     result = run_prediction(s, r.net, r.batch_size * r.iter_size, counts, scaling, request, cal, options, global_batch)

@@ -56,7 +56,13 @@ def predict(site: Site, net: str, batch_per_rank: int, nodes: list[int], mode: s
                 f"{work.cycle_s * 1e3:g} ms cycle)" if work.cycle_s else
                 f"buckets of {work.bucket_bytes / 2**20:g} MiB" if work.bucket_bytes else "one allreduce per layer")
              + ("" if work.overlap else ", not overlapped with backward"),
-             "data: assumed prefetched from node-local storage and hidden behind compute", *options.notes]
+             "data: assumed prefetched from node-local storage and hidden behind compute",
+             f"wait for the slowest rank: {machine.jitter_source}",
+             ("fabric: past " f"{machine.leaf_nodes} nodes (one leaf switch) the bytes cross uplinks tapered "
+              f"{machine.taper:g}:1 (the site profile)" if machine.leaf_nodes and machine.taper > 1 else
+              "fabric: no leaf size or taper in the profile (nics[].leaf_nodes, nics[].taper): no contention "
+              "between nodes counted"),
+             *options.notes]
     limit = site.defaults.max_nodes
     if limit and max(nodes) > limit:
         notes.append(f"site {site.name} allows {limit} nodes in one job; larger counts need a reservation")

@@ -42,6 +42,10 @@ class MeasuredCompute:
     cpu_share: float  # of a core per thread during that job (1: cores to itself)
     flops_per_s: float  # training FLOP/s of one rank with the host to itself, at a large batch
     source: str
+    precision: str = "fp32"
+    # spread of the rank's time per display window (stdev / mean) in that job: a lower bound of the
+    # per-iteration jitter the wait for the slowest rank is computed from; 0: not measured
+    iteration_jitter: float = 0.0
 
     def batch_half(self, threads: int) -> float:
         return 5.0 if self.gpu else max(1.0, threads / 4)
@@ -59,8 +63,15 @@ class Calibration:
         wanted = {"horovod": "nccl"}.get(library, library)
         return {m.scope: m.link() for m in self.links if m.library == wanted}
 
-    def compute_for(self, gpu: bool) -> MeasuredCompute | None:
-        return next((c for c in self.compute if c.gpu == gpu), None)
+    def compute_for(self, gpu: bool, net: str | None = None, precision: str | None = None) -> MeasuredCompute | None:
+        """The measured rate for this kind of rank: the same net and precision first, then the same precision
+        (another net's FLOP rate), then any; None where nothing was measured for this kind of rank."""
+        kind = [c for c in self.compute if c.gpu == gpu]
+        for wanted in ((net, precision), (None, precision), (None, None)):
+            for c in kind:
+                if (wanted[0] is None or c.net == wanted[0]) and (wanted[1] is None or c.precision == wanted[1]):
+                    return c
+        return None
 
     def to_yaml(self) -> str:
         data = {"site": self.site, "source": self.source, "notes": list(self.notes),
@@ -107,7 +118,7 @@ def calibrate(records: list[dict], site: str, source: str) -> Calibration:
         if not (r.get("event") == "measurement" and r.get("series") == "scaling" and r.get("p") == 1
                 and r.get("mode") == "weak"):
             continue
-        net = r.get("net", "cifar10_quick")
+        net = r.get("net") or "cifar10_quick"
         ranks = int(r["ranks"])
         threads = int(r.get("threads_per_rank") or 1)
         batch = int(r["global_batch"]) // ranks
@@ -117,7 +128,8 @@ def calibrate(records: list[dict], site: str, source: str) -> Calibration:
         half = 5.0 if gpu else max(1.0, threads / 4)
         flops = per_rank * net_cost(load_net(net)).train_flops * (batch + half) / batch / share
         compute.append(MeasuredCompute(net, gpu, threads, batch, per_rank, share, flops,
-                                       f"{source}: {r.get('job', 'scaling')} ({ranks} rank(s) x {threads} thread(s))"))
+                                       f"{source}: {r.get('job', 'scaling')} ({ranks} rank(s) x {threads} thread(s))",
+                                       r.get("precision") or "fp32", float(r.get("window_jitter") or 0.0)))
     if not links and not compute:
         raise HpcdlError(f"{source}: no collectives or one-node scaling measurements to calibrate from "
                          "(run hpcdl validate with the collectives and scaling checks)")

@@ -23,6 +23,9 @@ class LayerCost:
     name: str
     forward_flops: float  # per image
     parameters: int
+    # spatial parallelism: bytes of the rows one slab needs from one neighbour for this layer, per image
+    # (kernel // 2 rows of the input, fp32), where the layer reads a window across the slab's edge
+    halo_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -79,5 +82,16 @@ def layer_forward_flops(layer: Layer) -> float:
     return 0.0
 
 
+def layer_halo_bytes(layer: Layer) -> float:
+    """Rows a slab borrows from a neighbour: kernel // 2 rows of the layer's input (C x W floats each)."""
+    if layer.type not in ("Convolution", "Pooling") or not layer.in_shape or len(layer.in_shape) < 3:
+        return 0.0
+    if layer.params.get("global_pooling"):
+        return 0.0
+    rows = _pair(layer.params["kernel_size"])[0] // 2
+    return 4.0 * rows * layer.in_shape[0] * layer.in_shape[2]
+
+
 def net_cost(spec: NetSpec) -> NetCost:
-    return NetCost(spec.name, tuple(LayerCost(l.name, layer_forward_flops(l), l.parameter_count) for l in spec.layers))
+    return NetCost(spec.name, tuple(LayerCost(l.name, layer_forward_flops(l), l.parameter_count, layer_halo_bytes(l))
+                                    for l in spec.layers))

@@ -35,6 +35,19 @@ ROCE_LATENCY = (2.0, "RoCE: MPI latency about 2 us, as InfiniBand verbs plus an 
                 "micro-benchmarks over RoCE on ConnectX-4/5: 1-2 us)")
 # inside a node, when the profile names no intra_node_link
 NVLINK_DEFAULT = (50.0, 5.0, "NVLink 2: two 25 GB/s bricks between neighbouring V100s (NVIDIA Volta white paper)")
+# NVLink by GPU generation, where the profile names no intra_node_link: a ring's hop uses the links
+# between two neighbouring GPUs. Boards of up to 4 GPUs join every pair directly (the links split
+# between the 3 peers); 8-GPU boards put NVSwitch between them (all of a GPU's links on every hop).
+# Each is a fallback the output says it used; a profile's intra_node_link replaces it.
+NVLINK_BY_GPU = (
+    ("h100", (150.0, 5.0, "NVLink 4 default: 18 links of 25 GB/s per H100 (H100 data sheet: 900 GB/s both ways), "
+              "6 between each pair of a 4-GPU board"),
+     (450.0, 5.0, "NVLink 4 default: all 18 links of an H100 through NVSwitch (8-GPU HGX board)")),
+    ("a100", (100.0, 5.0, "NVLink 3 default: 12 links of 25 GB/s per A100 (A100 data sheet: 600 GB/s both ways), "
+              "4 between each pair of a 4-GPU board"),
+     (300.0, 5.0, "NVLink 3 default: all 12 links of an A100 through NVSwitch (8-GPU HGX board)")),
+    ("v100", NVLINK_DEFAULT, NVLINK_DEFAULT),
+)
 PCIE_DEFAULT = (12.0, 10.0, "PCIe Gen3 x16: about 12 GB/s per direction")
 SHARED_MEMORY_DEFAULT = (5.0, 0.5, "MPI shared memory: a copy-in/copy-out at a few GB/s per core, under 1 us")
 # NICs whose transfers a host core drives (copies every byte): Omni-Path's PSM2 is an onload
@@ -79,9 +92,8 @@ def fabric_of(node: NodeKind) -> Fabric:
         link = node.intra_node_link
         intra, intra_source = Link.of(link.latency_us, link.gbyte_s), f"the site profile (intra_node_link: {link.kind})"
     else:
-        gbyte, latency, intra_source = (NVLINK_DEFAULT if any("v100" in g.model.lower() or "a100" in g.model.lower()
-                                                              or "h100" in g.model.lower() for g in node.gpus)
-                                        else PCIE_DEFAULT if node.gpus else SHARED_MEMORY_DEFAULT)
+        gbyte, latency, intra_source = nvlink_default(node) or (PCIE_DEFAULT if node.gpus else SHARED_MEMORY_DEFAULT)
+        intra_source = f"no intra_node_link in the profile: {intra_source}"
         intra = Link.of(latency, gbyte)
     if node.nics:
         rdma = node.nics[0].rdma
@@ -89,6 +101,15 @@ def fabric_of(node: NodeKind) -> Fabric:
     else:
         onload = True
     return Fabric(intra, inter, max(1, len(node.nics)), intra_source, source, onload)
+
+
+def nvlink_default(node: NodeKind) -> tuple[float, float, str] | None:
+    """The NVLink of the node's GPU generation (NVLINK_BY_GPU), or None for GPUs without a row."""
+    models = " ".join(g.model.lower() for g in node.gpus)
+    for word, board, switched in NVLINK_BY_GPU:
+        if word in models:
+            return switched if len(node.gpus) >= 8 else board
+    return None
 
 
 def host_limited(fabric: Fabric, core_gbyte_s: float, cpu_reduces: bool) -> Fabric:

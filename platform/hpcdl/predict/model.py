@@ -5,8 +5,10 @@ node) and the workload (net costs, batch, how gradients are bucketed). No I/O.
 
     time per iteration = data (the part prefetching does not hide)
                        + forward + backward (slowed while an allreduce shares the GPU with it)
+                       + halo exchange (spatial parallelism)
                        + exposed communication (what is left of the allreduce after backward ends)
                        + optimizer update
+                       + the wait for the slowest rank (expected maximum of the ranks' measured jitter)
 
 Backward produces gradients from the last layer to the first; the framework packs them into
 buckets (PyTorch DDP, 25 MiB) or fusion buffers (Horovod, HOROVOD_FUSION_THRESHOLD) or
@@ -26,7 +28,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
+from statistics import NormalDist
 
+from hpcdl.errors import HpcdlError
 from hpcdl.predict.collectives import LIBRARY_ALGORITHMS, Link, Topology, best_allreduce
 from hpcdl.predict.costs import NetCost
 
@@ -40,6 +44,10 @@ HOROVOD_FUSION_BYTES = 128 * 2**20  # HOROVOD_FUSION_THRESHOLD default (horovod/
 # communication ran on average 18.9 % slower (40 % at most) than alone. Their average, not fitted here.
 OVERLAP_SLOWDOWN_GPU = 0.189
 UPDATE_BYTES_PER_PARAMETER = 20  # SGD with momentum: read w, g, v and write w, v, fp32
+
+
+class BatchTooSmall(HpcdlError, ValueError):
+    """Strong scaling asked for more ranks (spatial groups) than the fixed global batch has samples."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,19 @@ class Machine:
     # how much slower backward runs while a collective shares the device with it (its kernels take
     # SMs and memory bandwidth): 0.189 = 18.9 % slower on GPUs (OVERLAP_SLOWDOWN_GPU), 0 on CPU ranks
     overlap_slowdown: float = 0.0
+    # the spread of one rank's time per iteration, as a fraction of it (standard deviation / mean), measured
+    # by the validation suite's scaling check on the site; 0 where nothing was measured (no wait counted)
+    iteration_jitter: float = 0.0
+    jitter_source: str = ""
+    # the fabric above the node: nodes under one leaf switch and the leaf's taper (downlink : uplink
+    # bandwidth; 1 = non-blocking). A job wider than one leaf sends its inter-node bytes through the
+    # uplinks at 1/taper of the NIC rate. 0 nodes: not known, no contention counted
+    leaf_nodes: int = 0
+    taper: float = 1.0
+    # decode and augment rate of one host core (images/s) and the cores a node gives the data pipeline;
+    # 0: not known, the input assumed hidden behind compute
+    decode_images_per_core_s: float = 0.0
+    data_cores_per_node: int = 0
 
 
 @dataclass(frozen=True)
@@ -97,15 +118,66 @@ class Iteration:
     algorithm: str
     efficiency: float | None = None
     contention_s: float = 0.0  # what collectives sharing the device added to backward (part of compute_s)
+    straggler_s: float = 0.0  # the wait for the slowest rank (expected maximum of the ranks' jitter)
+    halo_s: float = 0.0  # spatial parallelism: the halo exchange between the slabs of a sample, forward and backward
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def compute_time(machine: Machine, net: NetCost, batch: int, nodes: int, ranks_per_node: int) -> float:
-    at_batch = batch / (batch + machine.batch_half)
-    t = batch * net.train_flops / (machine.rank_flops_per_s * at_batch)
+def compute_time(machine: Machine, net: NetCost, batch: int, nodes: int, ranks_per_node: int,
+                 ways: int = 1) -> float:
+    """Forward + backward of `batch` samples, each cut into `ways` slabs of which this rank computes one.
+
+    A rank's rate depends on how much parallel work fills the device: `batch / ways` samples' worth
+    (a slab is 1/ways of a sample), at `b / (b + batch_half)` of the large-batch rate (slab efficiency).
+    """
+    work = batch / ways
+    at_batch = work / (work + machine.batch_half)
+    t = work * net.train_flops / (machine.rank_flops_per_s * at_batch)
     return t / cpu_share(machine, nodes, ranks_per_node)
+
+
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normals], Blom's approximation Phi^-1((n - 0.375) / (n + 0.25)):
+    0 for one rank, 0.59 for 2 (exactly 1/sqrt(pi) = 0.56), 1.43 for 8, 3.03 for 512; never falls with n."""
+    if n <= 1:
+        return 0.0
+    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
+
+
+def slowest_rank_wait(jitter: float, iteration_s: float, ranks: int) -> float:
+    """What a synchronous step waits beyond the mean rank: the expected maximum of `ranks` iteration
+    times of spread `jitter` x `iteration_s` (every rank waits at the allreduce for the last one)."""
+    return jitter * iteration_s * expected_max_normal(ranks)
+
+
+def leaf_limited(link: Link, nodes: int, leaf_nodes: int, taper: float) -> Link:
+    """The inter-node link of a job spanning `nodes`: past one leaf switch of `leaf_nodes` its bytes share
+    the leaf's uplinks, 1/taper of the nodes' injection bandwidth (never faster than within the leaf)."""
+    if not leaf_nodes or nodes <= leaf_nodes or taper <= 1.0:
+        return link
+    return Link(link.alpha_s, link.beta_s_per_byte * taper, link.gamma_s_per_byte)
+
+
+def halo_time(link: Link, net: NetCost, samples: int, ways: int) -> float:
+    """Spatial parallelism: per layer with a halo, a slab sends its edge rows to each of its (up to two)
+    neighbours and receives theirs, forward and again for the gradient in backward (Dryden et al.,
+    IPDPS 2019). Counted in full: the trainer's overlap of the interior is not credited."""
+    if ways <= 1:
+        return 0.0
+    neighbours = 2 if ways > 2 else 1
+    return sum(2 * neighbours * (link.alpha_s + samples * layer.halo_bytes * link.beta_s_per_byte)
+               for layer in net.layers if layer.halo_bytes)
+
+
+def data_time(machine: Machine, images_per_node: float, compute_s: float) -> float:
+    """The input pipeline's part of an iteration that prefetching cannot hide: the node's images at the
+    data cores' decode rate, beyond the compute it overlaps."""
+    if not machine.decode_images_per_core_s or not machine.data_cores_per_node:
+        return 0.0
+    decode = images_per_node / (machine.decode_images_per_core_s * machine.data_cores_per_node)
+    return max(0.0, decode - compute_s)
 
 
 def cpu_share(machine: Machine, nodes: int, ranks_per_node: int) -> float:
@@ -172,12 +244,14 @@ def advance(clock: float, work: float, busy: list[tuple[float, float]], slowdown
 
 def predict_iteration(machine: Machine, work: Workload, nodes: int, ranks_per_node: int) -> Iteration:
     ranks = nodes * ranks_per_node
-    # a spatial group's ranks each compute one slab of every sample: 1/ways of the work, on a
-    # device still filled by whole samples' worth of parallel work (the halo exchange between
-    # slabs is not modelled)
-    compute = compute_time(machine, work.net, work.batch_per_rank, nodes, ranks_per_node) / work.spatial_ways
+    # a spatial group's ranks each compute one slab of every sample: 1/ways of the work, at the rate a
+    # device reaches with that much work (slab efficiency), and exchange halo rows with their neighbours
+    ways = work.spatial_ways
+    compute = compute_time(machine, work.net, work.batch_per_rank, nodes, ranks_per_node, ways)
+    halo = halo_time(machine.intra, work.net, work.batch_per_rank, ways)
     backward = compute * 2 / 3
-    topo = Topology(nodes, ranks_per_node, machine.intra, machine.inter, machine.rails)
+    inter = leaf_limited(machine.inter, nodes, machine.leaf_nodes, machine.taper)
+    topo = Topology(nodes, ranks_per_node, machine.intra, inter, machine.rails)
     algorithms = tuple(a for a in LIBRARY_ALGORITHMS[work.library] if work.algorithms is None or a in work.algorithms)
     comm_end, comm_total, chosen = 0.0, 0.0, {}
     cycle = work.cycle_s / backward if work.cycle_s and backward else 0.0
@@ -205,14 +279,17 @@ def predict_iteration(machine: Machine, work: Workload, nodes: int, ranks_per_no
     contention = backward_end - backward
     exposed = max(0.0, comm_end - backward_end) if plan else 0.0
     update = work.net.parameters * UPDATE_BYTES_PER_PARAMETER / (machine.memory_gbyte_s * 1e9)
+    global_batch = ranks * work.batch_per_rank // ways
+    data = work.data_s + data_time(machine, global_batch / nodes, compute)
+    straggler = slowest_rank_wait(machine.iteration_jitter, compute, ranks)
     compute += contention
-    total = work.data_s + compute + exposed + update
-    global_batch = ranks * work.batch_per_rank // work.spatial_ways
+    total = data + compute + halo + exposed + update + straggler
     return Iteration(
         nodes=nodes, ranks=ranks, ranks_per_node=ranks_per_node, batch_per_rank=work.batch_per_rank,
-        global_batch=global_batch, compute_s=compute, comm_s=comm_total, exposed_comm_s=exposed, data_s=work.data_s,
+        global_batch=global_batch, compute_s=compute, comm_s=comm_total, exposed_comm_s=exposed, data_s=data,
         update_s=update, time_per_iter_s=total, images_per_sec=global_batch / total, buckets=len(plan),
         algorithm=max(chosen, key=chosen.get) if chosen else "none", contention_s=contention,
+        straggler_s=straggler, halo_s=halo,
     )
 
 
@@ -223,16 +300,28 @@ def scaling(machine: Machine, work: Workload, ranks_per_node: int, nodes: list[i
     Efficiency is per node against the smallest node count: E(N) = (X(N)/N) / (X(N0)/N0),
     with N0 = 1 when it is in the list (the validation suite's and the papers' definition).
     Strong scaling keeps the global batch of the smallest count (or `global_batch`) and splits
-    it over the ranks, at least one image each.
+    it over the ranks (over the spatial groups, where a group's ranks share each sample). A count
+    whose groups outnumber the batch's samples is refused (BatchTooSmall), never given a larger
+    batch; where the batch does not divide evenly, each group gets the floor and the global
+    batch the row shows is what was split (never more than asked).
     """
     if mode not in ("weak", "strong"):
         raise ValueError(f"scaling mode {mode!r}: weak or strong")
     nodes = sorted(set(nodes))
     base_nodes = nodes[0]
-    total = global_batch or work.batch_per_rank * base_nodes * ranks_per_node
+    ways = work.spatial_ways
+    total = global_batch or work.batch_per_rank * base_nodes * ranks_per_node // ways
+    if mode == "strong":
+        too_many = [n for n in nodes if n * ranks_per_node // ways > total]
+        if too_many:
+            unit = f"{ways}-way spatial group" if ways > 1 else "rank"
+            raise BatchTooSmall(f"strong scaling: the global batch of {total} cannot give each {unit} one sample "
+                                f"on {', '.join(str(n) for n in too_many)} node(s) of {ranks_per_node} rank(s); "
+                                "drop those counts or raise --global-batch")
     out = []
     for n in nodes:
-        w = work if mode == "weak" else replace(work, batch_per_rank=max(1, total // (n * ranks_per_node)))
+        groups = n * ranks_per_node // ways
+        w = work if mode == "weak" else replace(work, batch_per_rank=total // groups)
         out.append(predict_iteration(machine, w, n, ranks_per_node))
     base = out[0].images_per_sec / base_nodes
     return [replace(it, efficiency=(it.images_per_sec / it.nodes) / base) for it in out]

@@ -27,8 +27,8 @@ def draw_prediction(prediction, path: Path) -> Path:
     ax_e.plot(nodes, [r.efficiency for r in rows], marker="o")
     ax_e.set(xscale="log", xlabel="nodes", ylabel="E(N)", title=f"{prediction.mode} scaling efficiency", ylim=(0, 1.05))
     bottom = [0.0] * len(rows)
-    for label, part in (("compute", "compute_s"), ("exposed comm", "exposed_comm_s"), ("data", "data_s"),
-                        ("update", "update_s")):
+    for label, part in (("compute", "compute_s"), ("halo", "halo_s"), ("exposed comm", "exposed_comm_s"),
+                        ("data", "data_s"), ("update", "update_s"), ("wait for slowest", "straggler_s")):
         values = [getattr(r, part) * 1e3 for r in rows]
         ax_t.bar([str(n) for n in nodes], values, bottom=bottom, label=label)
         bottom = [b + v for b, v in zip(bottom, values)]

@@ -42,6 +42,10 @@ class Options:
     # February 2019, had its ring only: the double binary tree came with 2.4)
     algorithms: tuple[str, ...] | None = None
     cycle_ms: float | None = None  # HOROVOD_CYCLE_TIME where not today's 1 ms default (5 ms in the 2018 releases)
+    # the study's own single-device training rate, where it publishes one: (images/s, per-device batch,
+    # where it was published). It stands in for the reference table, so a study's absolute images/s is
+    # predicted from the setup it ran (its framework, data path and precision), not from another benchmark's
+    device_rate: tuple[float, int, str] | None = None
     notes: tuple[str, ...] = field(default=())
 
 
@@ -85,7 +89,8 @@ def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, 
     threads = plan.threads_per_rank
     host_cores = node.sockets * node.usable_cores_per_socket
     gpu = gpu_rate(node.gpus[rank.gpus[0]].model, plan.precision) if rank.gpus else None
-    compute = calibration.compute_for(bool(rank.gpus)) if calibration else None
+    compute = (calibration.compute_for(bool(rank.gpus), net.name if net else None, plan.precision)
+               if calibration else None)
     if cpu is None and not rank.gpus and compute is None:
         raise NoReferenceRate(f"no reference rate for CPU: cpu_target {node.cpu_target!r} (cpu_model {node.cpu_model!r}) "
                          f"of node kind {kind!r}; run `hpcdl validate` on the site and predict with --calibration")
@@ -95,6 +100,15 @@ def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, 
         # measured per rank of `threads` threads (CPU) or per GPU: the same work per thread or GPU here
         scale = 1.0 if rank.gpus else threads / compute.threads_per_rank
         flops, half, source = compute.flops_per_s * scale, compute.batch_half(threads), compute.source
+        if net is not None and compute.net != net.name:
+            source += f" (measured on {compute.net}; {net.name} taken at the same FLOP rate)"
+        if compute.precision != plan.precision:
+            source += f" (measured at {compute.precision}, not {plan.precision})"
+    elif options.device_rate and net is not None:
+        images, batch, where = options.device_rate
+        half = gpu.batch_half if gpu else (5.0 if rank.gpus else max(1.0, threads / 4))
+        flops = images * net.train_flops / (batch / (batch + half)) * max(1, len(rank.gpus))
+        source = f"measured in the study itself: {images:g} images/s on one device at batch {batch} ({where})"
     elif rank.gpus:
         if gpu is None:
             model = node.gpus[rank.gpus[0]].model
@@ -110,12 +124,19 @@ def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, 
         half = max(1.0, threads / 4)
         source = f"{cpu.key}: {cpu.source} x {cores} core(s)"
     shared = node.nodes_per_host > 1
+    jitter = compute.iteration_jitter if compute is not None else 0.0
+    jitter_source = (f"{jitter:.1%} spread of a rank's time per iteration ({compute.source})" if jitter else
+                     "not counted: no per-iteration spread measured for this site (hpcdl validate's scaling check "
+                     "measures it; predict with --calibration)")
+    nic = node.nics[0] if node.nics else None
     return Machine(
         rank_flops_per_s=flops, batch_half=half, memory_gbyte_s=memory, intra=intra, inter=inter,
         rails=fabric.rails, host_cores=host_cores if shared and not rank.gpus else 0,
         nodes_per_host=node.nodes_per_host, threads_per_rank=threads, measured_cpu_share=options.cpu_share,
         compute_source=source, network_source=network_source, per_collective_s=per_collective,
         overlap_slowdown=OVERLAP_SLOWDOWN_GPU if rank.gpus else 0.0,
+        iteration_jitter=jitter, jitter_source=jitter_source,
+        leaf_nodes=(nic.leaf_nodes or 0) if nic else 0, taper=(nic.taper or 1.0) if nic else 1.0,
     )
 
 

@@ -157,6 +157,16 @@ class Nic(_Strict):
         description="the NIC moves the bytes itself (RDMA: InfiniBand verbs, RoCE or iWARP on Ethernet) rather than "
         "a host core copying them (TCP, Omni-Path PSM2); default by kind: Ethernet and Omni-Path copy (hpcdl predict)",
     )
+    leaf_nodes: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description="nodes under one leaf (edge) switch of this fabric; a job wider than that crosses the uplinks "
+        "(hpcdl predict; unset: no contention counted)",
+    )
+    taper: float | None = Field(
+        default=None, ge=1, le=100,
+        description="the leaf switch's downlink to uplink bandwidth ratio (1: non-blocking fat tree, 2: 2:1 "
+        "oversubscribed); past one leaf a node's bytes get 1/taper of its NIC (hpcdl predict)",
+    )
 
 
 class IntraNodeLink(_Strict):

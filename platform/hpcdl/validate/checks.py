@@ -70,6 +70,19 @@ def _where(outcome: JobOutcome, record: dict | None = None) -> dict:
     return {"nodes": nodes, "nodelist": nodelist, "job": outcome.job.name}
 
 
+def window_jitter(records: list[dict]) -> float | None:
+    """The spread of one rank's time per image between the trainer's display windows (standard deviation
+    over mean), the first window (warm-up) left out; None with fewer than 3 windows. Windows average
+    `display` iterations, so this is a lower bound of the spread of a single iteration's time."""
+    import statistics
+
+    rates = [r["images_per_sec_rank"] for r in records if r.get("event") == "step" and r.get("images_per_sec_rank")]
+    times = [1.0 / x for x in rates[1:] if x > 0]
+    if len(times) < 3:
+        return None
+    return statistics.stdev(times) / statistics.mean(times)
+
+
 def _measurement(check: str, series: str, outcome: JobOutcome, record: dict | None = None, **fields) -> dict:
     where = _where(outcome, record)
     return {"event": "measurement", "check": check, "series": series, **fields,
@@ -324,6 +337,8 @@ class ScalingCheck(Check):
                     cpu_share=outcome.host_cpu_share, core_scaling=outcome.host_core_scaling, global_batch=final.get("global_batch"),
                     images_per_sec=x, time_to_solution_s=final["time_to_solution_s"], efficiency=efficiency,
                     baseline_images_per_sec=baseline, baseline_from=where_from,
+                    net=job.payload.get("net"), precision=job.request.precision,
+                    window_jitter=window_jitter(outcome.records),
                 ))
                 if unit == "node" and (spread := _spread(self.name, f"scaling/{mode}/{p}/nodes", outcome,
                                                          job.request.nodes)):
