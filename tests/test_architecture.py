@@ -73,6 +73,16 @@ def test_one_backend_importing_another_breaks_the_contract(package_copy):
     assert "hpcdl.train.backends.mxnet is not allowed to import hpcdl.train.backends.pytorch" in proc.stdout
 
 
+def test_every_module_of_the_package_has_its_layer():
+    """A new top-level module or folder joins a layer of the contract: one outside every layer could
+    import anything, and nothing would say so."""
+    layered = {name.strip() for line in contract_layers() for name in line.split("|")}
+    package = ROOT / "platform" / "hpcdl"
+    found = {f"hpcdl.{p.stem if p.is_file() else p.name}" for p in package.iterdir()
+             if (p.suffix == ".py" and p.stem not in ("__init__", "__main__")) or (p / "__init__.py").is_file()}
+    assert found - layered == set(), "not in any layer of pyproject.toml's contract"
+
+
 def test_the_architecture_page_draws_the_contract_layers():
     page = (ROOT / "docs" / "architecture.md").read_text()
     drawing = re.search(r"<!-- layers: the contract in pyproject.toml -->\n```\n(.*?)```", page, re.S)

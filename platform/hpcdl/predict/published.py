@@ -506,8 +506,7 @@ def draw_comparison(path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hpcdl.cli.output import write_atomically
-    from hpcdl.report.plots import PNG_METADATA
+    from hpcdl.files import PNG_METADATA, write_atomically
 
     pts = all_points()
     fig, (ax_e, ax_x) = plt.subplots(1, 2, figsize=(12, 5))
