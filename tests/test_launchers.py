@@ -98,7 +98,8 @@ def test_srun_takes_the_sites_own_mpi_plugin_instead_of_pmix():
 def _pals_site(**node):
     from hpcdl.sites.schema import Site
 
-    kind = {"sockets": 1, "cores_per_socket": 32, "threads_per_core": 2, "memory_gb": 512,
+    kind = {"sockets": 1, "cores_per_socket": 32, "threads_per_core": 2,
+            "scheduler_cpus_per_core": 2, "memory_gb": 512,
             "gpus": [{"model": "A100", "socket": 0}] * 4, **node}
     return Site.model_validate({"name": "pals-test", "scheduler": "pbs", "launcher": "pals", "mpi": "cray-mpich",
                                 "node_kinds": {"n": kind}})

@@ -167,7 +167,9 @@ def launcher_needs(site: Site) -> tuple[str | None, str | None, str]:
         from hpcdl.launchers.mpi import srun_mpi_plugin
 
         pmi = srun_mpi_plugin(site)
-        return None, pmi, f"srun --mpi={pmi}"
+        if pmi is None and site.launch.srun_mpi != "default":
+            pmi = "pmi2"  # Slurm's own default plugin for the MPICH family
+        return None, pmi, f"srun --mpi={pmi}" if pmi else "srun with the site's Slurm MpiDefault (launch.srun_mpi: default)"
     if site.launcher == "jsrun":
         return "openmpi", "pmix", "jsrun starts ranks through Spectrum MPI's PMIx"
     if site.launcher == "mpirun":
