@@ -44,14 +44,13 @@ class HydraLauncher(Launcher):
     binds_cores = True
 
     def command(self, plan: Plan, site: Site) -> list[str]:
-        return [
-            "mpiexec",
-            "-n", str(plan.world_size),
-            "-ppn", str(plan.ranks_per_node),
-            "-bind-to", f"core:{cores_per_rank(plan)}",
-            "-genvlist", ",".join(sorted({*plan.env, *plan.env_paths, *RENDEZVOUS_ENV})),
-            *site.launch.args,
-        ]
+        argv = ["mpiexec", "-n", str(plan.world_size), "-ppn", str(plan.ranks_per_node)]
+        if site.mpi != "intel-mpi":
+            # MPICH's Hydra binds with -bind-to; Intel MPI documents its pinning as I_MPI_PIN_* variables
+            # (I_MPI_PIN_DOMAIN, set by the plan), one binding language per MPI, never both
+            argv += ["-bind-to", f"core:{cores_per_rank(plan)}"]
+        argv += ["-genvlist", ",".join(sorted({*plan.env, *plan.env_paths, *RENDEZVOUS_ENV}))]
+        return argv + list(site.launch.args)
 
 
 @launchers.register("srun")

@@ -53,6 +53,11 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     slots = _slots(site, kind_name, node, request, mode, use_gpus, notes)
     cores = _cores_of_slots(site, node, slots, notes)
     slots = [_with_nearest_nic(node, slots, i) for i in range(len(slots))]
+    if site.launch.rank_order == "cores":
+        # local rank i on the i-th block of cores, with the devices nearest it (NERSC: --cpu-bind=cores and the
+        # GPU order reversed against the NUMA domains); the pairs themselves do not change
+        order = sorted(range(len(slots)), key=lambda i: min(cores[i]))
+        slots, cores = [slots[i] for i in order], [cores[i] for i in order]
     if node.cpus_per_core < node.threads_per_core:
         notes.append(
             f"the scheduler counts {node.cpus_per_core} of each core's {node.threads_per_core} hardware threads as "

@@ -504,6 +504,14 @@ class Launch(_Strict):
             "which sets each rank's CUDA_VISIBLE_DEVICES from its local rank)"
         ),
     )
+    rank_order: Literal["devices", "cores"] = Field(
+        default="devices",
+        description=(
+            "how a node's local ranks are numbered: devices (local rank i drives GPU i, or sits on NIC/socket i) or "
+            "cores (local rank i sits on the i-th block of cores and drives the GPU nearest it: NERSC's Perlmutter "
+            "staff scripts, --cpu-bind=cores with CUDA_VISIBLE_DEVICES=$((3-SLURM_LOCALID)))"
+        ),
+    )
     master_addr: Literal["host-name", "host-ip"] = Field(
         default="host-name",
         description=(
