@@ -49,10 +49,7 @@ def sites_list(ctx: typer.Context, as_json: bool = typer.Option(False, "--json",
         )
         service = f"retired {row['retired']['date']}" if row["retired"] else "in service"
         table.add_row(row["name"], row["scheduler"], row["launcher"], row["runtime"], kinds, service, row["from"])
-    make_console().print(table)
-    retired = [row for row in rows if row["retired"]]
-    if retired:  # where each retirement is said, so the table's word can be checked
-        make_console().print("retired: " + "; ".join(f"{r['name']} {r['retired']['source']}" for r in retired))
+    make_console().print(table)  # (the page that says a machine was retired: --json, or `hpcdl sites show NAME`)
 
 
 def _origin(origin: str) -> str:
