@@ -288,3 +288,11 @@ def test_the_rendezvous_address_and_port_follow_the_centre(tmp_path):
     assert "MASTER_ADDR=$(hostname)" in lines and "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))" in lines
     with pytest.raises(HpcdlError, match=r"launch.master_addr: a Slurm setting .* but the scheduler is pbs"):
         _profile(tmp_path, GADI, **{"launch.master_addr": "host-ip"})
+
+
+def test_a_pbs_plan_says_its_cpu_unit_in_pbs_words():
+    notes = make_plan(load_site("derecho"), JobRequest(nodes=2, node_kind="gpu")).notes
+    note = next(n for n in notes if "scheduler_cpus_per_core" in n)
+    assert "ncpus 16 per rank is 16 cores" in note and "-c " not in note
+    notes = make_plan(load_site("frontier"), JobRequest(nodes=2)).notes
+    assert any("-c 7 is 7 cores" in n for n in notes)
