@@ -182,7 +182,8 @@ def test_gpus_that_come_with_the_node_are_not_requested_on_any_scheduler(tmp_pat
     select = next(line for line in text.splitlines() if line.startswith("#PBS -l select="))
     assert "ngpus" not in select
     plan = make_plan(site, JobRequest(nodes=1))
-    assert [r.env["CUDA_VISIBLE_DEVICES"] for r in plan.ranks] == ["0", "1", "2", "3"]
+    # every GPU still goes to one rank (Polaris numbers ranks by their cores: local rank 0 drives GPU 3)
+    assert [r.env["CUDA_VISIBLE_DEVICES"] for r in plan.ranks] == ["3", "2", "1", "0"]
     with pytest.raises(HpcdlError, match="defaults.gpu_request: rusage is an LSF setting, but the scheduler is pbs"):
         _profile(tmp_path, POLARIS, **{"defaults.gpu_request": "rusage"})
 
