@@ -130,10 +130,11 @@ def test_stampede2_skx_runs_one_rank_per_socket_with_24_threads():
     assert [(r.socket, r.omp_num_threads) for r in plan.local_ranks()] == [(0, 24), (1, 24)]
 
 
-def test_cori_knl_is_srun_with_64_cores_bound_and_cray_mpich_thread_multiple_for_horovod():
+def test_cori_knl_is_srun_with_66_cores_bound_and_cray_mpich_thread_multiple_for_horovod():
+    # NERSC's Gordon Bell Cori script: -S 2 keeps two cores, srun -c 264 on the other 66 (4 threads each)
     plan = plan_for("cori-knl", nodes=8, distributed="horovod")
     assert list(plan.launcher_argv) == [
-        "srun", "--nodes=8", "--ntasks=8", "--ntasks-per-node=1", "--cpus-per-task=256", "--cpu-bind=cores"]
+        "srun", "--nodes=8", "--ntasks=8", "--ntasks-per-node=1", "--cpus-per-task=264", "--cpu-bind=cores"]
     assert plan.env["MPICH_MAX_THREAD_SAFETY"] == "multiple"
     assert plan.env["HDF5_USE_FILE_LOCKING"] == "FALSE"
 
