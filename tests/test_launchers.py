@@ -33,8 +33,13 @@ def test_mpirun_maps_ranks_per_node_with_cores_per_rank_and_exports_the_plan_env
 
 def test_mpiexec_hydra_gives_ranks_per_node_and_a_core_domain_per_rank():
     site, plan = _plan("stampede2-skx", nodes=3)
-    argv = launcher_for("mpiexec").command(plan, site)
+    mpich = site.model_copy(update={"mpi": "mpich"})
+    argv = launcher_for("mpiexec").command(plan, mpich)
     assert argv[:7] == ["mpiexec", "-n", "6", "-ppn", "2", "-bind-to", "core:24"]
+    # Intel MPI pins by its own variables (I_MPI_PIN_DOMAIN, in the plan), never also by Hydra's -bind-to
+    argv = launcher_for("mpiexec").command(plan, site)
+    assert argv[:5] == ["mpiexec", "-n", "6", "-ppn", "2"] and "-bind-to" not in argv
+    assert plan.env["I_MPI_PIN_DOMAIN"] == "omp"
 
 
 def test_srun_uses_cpus_per_task_when_ranks_sit_on_consecutive_cores():
@@ -98,7 +103,8 @@ def test_srun_takes_the_sites_own_mpi_plugin_instead_of_pmix():
 def _pals_site(**node):
     from hpcdl.sites.schema import Site
 
-    kind = {"sockets": 1, "cores_per_socket": 32, "threads_per_core": 2, "memory_gb": 512,
+    kind = {"sockets": 1, "cores_per_socket": 32, "threads_per_core": 2,
+            "scheduler_cpus_per_core": 2, "memory_gb": 512,
             "gpus": [{"model": "A100", "socket": 0}] * 4, **node}
     return Site.model_validate({"name": "pals-test", "scheduler": "pbs", "launcher": "pals", "mpi": "cray-mpich",
                                 "node_kinds": {"n": kind}})

@@ -130,10 +130,11 @@ def test_stampede2_skx_runs_one_rank_per_socket_with_24_threads():
     assert [(r.socket, r.omp_num_threads) for r in plan.local_ranks()] == [(0, 24), (1, 24)]
 
 
-def test_cori_knl_is_srun_with_64_cores_bound_and_cray_mpich_thread_multiple_for_horovod():
+def test_cori_knl_is_srun_with_66_cores_bound_and_cray_mpich_thread_multiple_for_horovod():
+    # NERSC's Gordon Bell Cori script: -S 2 keeps two cores, srun -c 264 on the other 66 (4 threads each)
     plan = plan_for("cori-knl", nodes=8, distributed="horovod")
     assert list(plan.launcher_argv) == [
-        "srun", "--nodes=8", "--ntasks=8", "--ntasks-per-node=1", "--cpus-per-task=256", "--cpu-bind=cores"]
+        "srun", "--nodes=8", "--ntasks=8", "--ntasks-per-node=1", "--cpus-per-task=264", "--cpu-bind=cores"]
     assert plan.env["MPICH_MAX_THREAD_SAFETY"] == "multiple"
     assert plan.env["HDF5_USE_FILE_LOCKING"] == "FALSE"
 
@@ -143,15 +144,22 @@ def test_cori_knl_is_srun_with_64_cores_bound_and_cray_mpich_thread_multiple_for
 def test_perlmutter_binds_each_gpu_rank_to_the_numa_domain_nearest_its_a100():
     plan = plan_for("perlmutter", nodes=2)
     local = plan.local_ranks()
-    # GPU 0 is nearest NUMA domain 3 (cores 48-63), GPU 3 nearest domain 0 (cores 0-15)
+    # GPU 0 is nearest NUMA domain 3 (cores 48-63), GPU 3 nearest domain 0 (cores 0-15); NERSC staff number
+    # the ranks by their cores (launch.rank_order: cores), so local rank 0 is on cores 0-15 with GPU 3
     assert [(r.gpus, r.cores[0], r.cores[-1]) for r in local] == [
-        ((0,), 48, 63), ((1,), 32, 47), ((2,), 16, 31), ((3,), 0, 15)]
+        ((3,), 0, 15), ((2,), 16, 31), ((1,), 32, 47), ((0,), 48, 63)]
+    assert "--cpu-bind=cores" in plan.launcher_argv
     # no per-task GPU binding (it broke CUDA IPC there, E3SM issue 4834): each rank picks its own
     assert "--gpu-bind=none" in plan.launcher_argv and "--gpus-per-node=4" in plan.launcher_argv
-    assert [r.env["HPCDL_GPU"] for r in local] == ["0", "1", "2", "3"]
+    assert [r.env["HPCDL_GPU"] for r in local] == ["3", "2", "1", "0"]
     assert plan.env["FI_PROVIDER"] == "cxi" and plan.env["MPICH_GPU_SUPPORT_ENABLED"] == "1"
     assert plan.modules == ("craype-accel-nvidia80",)  # the GTL goes with MPICH_GPU_SUPPORT_ENABLED
-    assert plan.env["NCCL_SOCKET_IFNAME"] == "hsn0,hsn1,hsn2,hsn3"
+    assert plan.env["NCCL_SOCKET_IFNAME"] == "hsn"  # NERSC's prefix form, from the profile's env
+    # numbered by GPU instead, the same pairs: GPU 0 on cores 48-63
+    by_gpu = load_site("perlmutter")
+    by_gpu = by_gpu.model_copy(update={"launch": by_gpu.launch.model_copy(update={"rank_order": "devices"})})
+    local = make_plan(by_gpu, JobRequest(nodes=2)).local_ranks()
+    assert [(r.gpus, r.cores[0]) for r in local] == [((0,), 48), ((1,), 32), ((2,), 16), ((3,), 0)]
 
 
 def test_frontier_style_node_matches_the_published_map_cpu_49_57_17_25_1_9_33_41():

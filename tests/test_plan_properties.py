@@ -28,7 +28,9 @@ def nodes(draw) -> NodeKind:
     reserved = draw(st.integers(0, min(2, cores_per_socket - 1)))
     threads = draw(st.sampled_from([1, 2, 4]))
     # the CPUs the batch system counts per core: all hardware threads (Slurm's default) or fewer
-    counted = draw(st.one_of(st.none(), st.sampled_from([t for t in (1, 2, 4) if t <= threads])))
+    # (a Slurm profile must say which on an SMT node; unset is Slurm's default on a node without SMT)
+    counted = draw(st.sampled_from([t for t in (1, 2, 4) if t <= threads]) if threads > 1
+                   else st.one_of(st.none(), st.just(1)))
 
     def device_place():
         return st.integers(0, sockets - 1).flatmap(

@@ -18,9 +18,8 @@ from hpcdl.predict.devices import CPU_TABLE, GPU_TABLE, TABLE, cpu_rate, gpu_rat
 from hpcdl.sites.registry import load_site_file
 
 PROFILES = sorted([*(ROOT / "platform" / "hpcdl" / "sites" / "profiles").glob("*.yaml"),
-                   *(ROOT / "tests" / "published" / "profiles").glob("*.yaml"),
                    *(ROOT / "tests" / "fixtures" / "sites").glob("*.yaml")])
-PUBLISHED = ROOT / "tests" / "published" / "profiles"
+PUBLISHED = ROOT / "platform" / "hpcdl" / "sites" / "profiles"  # the machines written from their centres' guides
 
 
 def _node_kinds():

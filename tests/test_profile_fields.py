@@ -20,7 +20,7 @@ from hpcdl.render.jobscript import JobOptions, render_job_script
 from hpcdl.sites import load_site
 from hpcdl.sites.registry import SHIPPED, load_site_file
 
-POLARIS = Path(__file__).parent / "published" / "profiles" / "polaris.yaml"
+POLARIS = Path(__file__).parents[1] / "platform" / "hpcdl" / "sites" / "profiles" / "polaris.yaml"
 
 
 def _render(site, tmp_path, nodes=2, image=None, net_plugin=None, **options) -> str:
@@ -190,6 +190,118 @@ def test_gpus_that_come_with_the_node_are_not_requested_on_any_scheduler(tmp_pat
     select = next(line for line in text.splitlines() if line.startswith("#PBS -l select="))
     assert "ngpus" not in select
     plan = make_plan(site, JobRequest(nodes=1))
-    assert [r.env["CUDA_VISIBLE_DEVICES"] for r in plan.ranks] == ["0", "1", "2", "3"]
-    with pytest.raises(HpcdlError, match="defaults.gpu_request: an LSF setting, but the scheduler is pbs"):
+    # every GPU still goes to one rank (Polaris numbers ranks by their cores: local rank 0 drives GPU 3)
+    assert [r.env["CUDA_VISIBLE_DEVICES"] for r in plan.ranks] == ["3", "2", "1", "0"]
+    with pytest.raises(HpcdlError, match="defaults.gpu_request: rusage is an LSF setting, but the scheduler is pbs"):
         _profile(tmp_path, POLARIS, **{"defaults.gpu_request": "rusage"})
+
+
+# --- what a profile can say about charging, requesting and launching (issue 26) ---------------------
+
+GADI = SHIPPED / "gadi.yaml"
+PERLMUTTER = SHIPPED / "perlmutter.yaml"
+
+
+def test_pbs_job_wide_totals_grow_with_the_nodes_and_the_project_fills_the_storage_list(tmp_path):
+    site = load_site_file(GADI)
+    text = _render(site, tmp_path, nodes=3, account="a00")
+    lines = text.splitlines()
+    for line in ("#PBS -P a00", "#PBS -l ncpus=144", "#PBS -l ngpus=12", "#PBS -l mem=1146GB", "#PBS -l jobfs=600GB",
+                 "#PBS -l storage=gdata/dk92+scratch/a00+gdata/a00"):
+        assert line in lines, line
+    assert not any(line.startswith(("#PBS -l select", "#PBS -l place", "#PBS -A")) for line in lines)
+    with pytest.raises(HpcdlError, match=r"^account: site 'gadi' names its filesystems.scratch by project"):
+        _render(site, tmp_path)
+    with pytest.raises(HpcdlError, match=r"^account: site 'gadi' names its project in defaults.job_resources.storage "
+                                         r"\(gdata/dk92\+scratch/\{project\}\+gdata/\{project\}\); give the project"):
+        _render(_profile(tmp_path, GADI, **{"filesystems.scratch": "/scratch/$USER"}), tmp_path)
+    # a select site puts a node's own resources into its chunk, as they are
+    chunked = _profile(tmp_path, GADI, **{"defaults.pbs_request": "select"})
+    lines = _render(chunked, tmp_path, nodes=2, account="a00").splitlines()
+    assert "#PBS -l select=2:ncpus=48:mpiprocs=4:ompthreads=12:ngpus=4:jobfs=200GB:mem=382GB" in lines  # (the copy sorts keys)
+    assert "#PBS -l ncpus=96" not in lines
+
+
+def test_an_account_per_node_kind_takes_the_kinds_suffix(tmp_path):
+    site = _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.account_suffix": "_g"})
+    assert "#SBATCH --account=m1234_g" in _render(site, tmp_path, account="m1234").splitlines()
+    assert "#SBATCH --account=m1234_g" in _render(site, tmp_path, account="m1234_g").splitlines()
+    both = _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.account_suffix": "-gpu",
+                                              "node_kinds.cpu.defaults.account_suffix": "-cpu"})
+    with pytest.raises(HpcdlError, match=r"^account: 'm1234-cpu' is the account of node kind 'cpu'"):
+        _render(both, tmp_path, account="m1234-cpu")
+
+
+def test_qos_is_given_at_render_and_only_slurm_takes_it(tmp_path):
+    site = load_site_file(PERLMUTTER)
+    assert "#SBATCH --qos=debug" in _render(site, tmp_path, qos="debug").splitlines()
+    assert "#SBATCH --qos=regular" in _render(site, tmp_path).splitlines()
+    with pytest.raises(HpcdlError, match=r"^qos: 'debug' is a Slurm quality of service; pbs jobs have none"):
+        _render(load_site_file(GADI), tmp_path, qos="debug", account="a00")
+
+
+@pytest.mark.parametrize("style,directive,srun", [
+    ("gres", "#SBATCH --gres=gpu:4", "--gres=gpu:4"),
+    ("gpus-per-task", "#SBATCH --gpus-per-task=1", "--gpus-per-task=1"),
+    ("gpus-per-node", "#SBATCH --gpus-per-node=4", "--gpus-per-node=4"),
+])
+def test_the_gpu_request_takes_the_form_the_centre_counts(tmp_path, style, directive, srun):
+    site = _profile(tmp_path, PERLMUTTER, **{"defaults.gpu_request": style})
+    text = _render(site, tmp_path)
+    assert directive in text.splitlines()
+    launch = next(line for line in text.splitlines() if line.startswith("srun "))
+    assert f" {srun} " in launch
+    assert sum(w.startswith(("--gres", "--gpus-per-")) for w in launch.split()) == 1
+
+
+def test_slurm_gpu_request_styles_are_refused_elsewhere(tmp_path):
+    with pytest.raises(HpcdlError, match=r"defaults.gpu_request: gres is a Slurm setting, but the scheduler is pbs"):
+        _profile(tmp_path, GADI, **{"defaults.gpu_request": "gres"})
+
+
+def test_a_centres_launcher_wrapper_and_mpi_plugin(tmp_path):
+    site = _profile(tmp_path, GADI, **{"launch.command": ["/apps/site/bin/mpirun"], "launch.wrapper": ["numa-wrap"]})
+    line = next(line for line in _render(site, tmp_path, account="a00").splitlines() if " hpcdl train " in line)
+    assert line.startswith("/apps/site/bin/mpirun -np 8 --map-by ppr:4:node:PE=12 --bind-to core ")
+    assert " numa-wrap hpcdl train " in line
+    # srun: the centre's PMI plugin, or none at all where its line is a plain srun
+    volta = SHIPPED / "volta-x86.yaml"
+    assert "--mpi=pmix" in make_plan(load_site_file(volta), JobRequest()).launcher_argv
+    plain = _profile(tmp_path, volta, **{"launch.srun_mpi": "default"})
+    assert not any(w.startswith("--mpi") for w in make_plan(plain, JobRequest()).launcher_argv)
+    pmi2 = _profile(tmp_path, volta, **{"launch.srun_mpi": "pmi2"})
+    assert "--mpi=pmi2" in make_plan(pmi2, JobRequest()).launcher_argv
+    with pytest.raises(HpcdlError, match=r"launch.srun_mpi: launch.args name a --mpi too"):
+        _profile(tmp_path, volta, **{"launch.srun_mpi": "pmi2", "launch.args": ["--mpi=pmix"]})
+
+
+def test_a_job_goes_to_the_queue_that_takes_its_size_and_a_larger_one_is_refused(tmp_path):
+    site = load_site_file(SHIPPED / "frontera.yaml")
+    assert "#SBATCH --partition=small" in _render(site, tmp_path, nodes=2).splitlines()
+    assert "#SBATCH --partition=normal" in _render(site, tmp_path, nodes=3).splitlines()
+    assert "#SBATCH --partition=flex" in _render(site, tmp_path, nodes=3, partition="flex").splitlines()
+    big = _profile(tmp_path, SHIPPED / "frontera.yaml", **{"defaults.max_time": None})
+    with pytest.raises(HpcdlError, match=r"^nodes: 600 is more than any queue of site 'frontera' takes "
+                                         r"\(defaults.partition_by_nodes: at most 512 in normal\)"):
+        render_job_script(big, make_plan(big, JobRequest(nodes=600)), {}, JobOptions())
+    with pytest.raises(HpcdlError, match=r"defaults.partition_by_nodes: list the queues from the smallest jobs up"):
+        _profile(tmp_path, SHIPPED / "frontera.yaml", **{"defaults.partition_by_nodes": [
+            {"max_nodes": 512, "partition": "normal"}, {"max_nodes": 2, "partition": "small"}]})
+
+
+def test_the_rendezvous_address_and_port_follow_the_centre(tmp_path):
+    frontier = load_site_file(SHIPPED / "frontier.yaml")
+    lines = _render(frontier, tmp_path).splitlines()
+    assert "MASTER_ADDR=$(hostname -i)" in lines and "export MASTER_PORT=3442" in lines
+    lines = _render(load_site_file(PERLMUTTER), tmp_path).splitlines()
+    assert "MASTER_ADDR=$(hostname)" in lines and "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))" in lines
+    with pytest.raises(HpcdlError, match=r"launch.master_addr: a Slurm setting .* but the scheduler is pbs"):
+        _profile(tmp_path, GADI, **{"launch.master_addr": "host-ip"})
+
+
+def test_a_pbs_plan_says_its_cpu_unit_in_pbs_words():
+    notes = make_plan(load_site("derecho"), JobRequest(nodes=2, node_kind="gpu")).notes
+    note = next(n for n in notes if "scheduler_cpus_per_core" in n)
+    assert "ncpus 16 per rank is 16 cores" in note and "-c " not in note
+    notes = make_plan(load_site("frontier"), JobRequest(nodes=2)).notes
+    assert any("-c 7 is 7 cores" in n for n in notes)

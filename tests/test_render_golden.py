@@ -60,7 +60,10 @@ def render_for(site, scheduler=None, requeue=False, nodes=2) -> str:
     # a site naming folders by project (Frontier's /lustre/orion/{project}) takes the project from the
     # account; only Slurm sets the charged one in the job ($SLURM_JOB_ACCOUNT), so other schedulers need it
     needs_project = "{project}" in f"{site.filesystems.scratch}{site.filesystems.node_local}"
-    account = "prj123" if needs_project and (scheduler or site.scheduler) != "slurm" else None
+    # a centre that runs no job without a project (Minerva, NCI Gadi's -P) is rendered with one too
+    needs_project |= any("{project}" in v for v in site.defaults.job_resources.values())
+    account = ("prj123" if (needs_project and (scheduler or site.scheduler) != "slurm")
+               or site.defaults.account_required else None)
     options = JobOptions(name=recipe.name, requeue=requeue, account=account)
     return render_job_script(site, plan, recipe.model_dump(mode="json"), options, scheduler=scheduler)
 

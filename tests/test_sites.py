@@ -226,5 +226,70 @@ def test_a_directive_must_be_one_plain_scheduler_option(tmp_path, directive):
 def test_pbs_job_resources_and_lsf_account_flag_belong_to_their_schedulers(tmp_path):
     with pytest.raises(HpcdlError, match=r"defaults.job_resources: PBS job-wide resources, but the scheduler is slurm"):
         _load(tmp_path, _site_data(**{"defaults.job_resources": {"filesystems": "home:eagle"}}))
-    with pytest.raises(HpcdlError, match=r"defaults.account_flag: an LSF setting"):
+    # Slurm names the account with --account only; PBS takes -A or -P (NCI Gadi), LSF -P or -G
+    with pytest.raises(HpcdlError, match=r"defaults.account_flag: -G names no account under slurm .*--account"):
         _load(tmp_path, _site_data(**{"defaults.account_flag": "-G"}))
+    pbs = {"scheduler": "pbs", "launcher": "mpirun"}
+    with pytest.raises(HpcdlError, match=r"defaults.account_flag: -G names no account under pbs \(pbs takes -A or -P"):
+        _load(tmp_path, _site_data(**pbs, **{"defaults.account_flag": "-G"}))
+    assert _load(tmp_path, _site_data(**pbs, **{"defaults.account_flag": "-P"})).defaults.account_flag == "-P"
+    with pytest.raises(HpcdlError, match=r"defaults.job_resources_per_node: PBS resources, but the scheduler is slurm"):
+        _load(tmp_path, _site_data(**{"defaults.job_resources_per_node": {"mem": "382GB"}}))
+    with pytest.raises(HpcdlError, match=r"defaults.job_resources_per_node.mem: '3.5TB' is not a whole number"):
+        _load(tmp_path, _site_data(**pbs, **{"defaults.job_resources_per_node": {"mem": "3.5TB"}}))
+
+
+# --- the machines people use today, and the ones retired -------------------------------------------
+
+RETIRED = {"summit", "cori-knl", "stampede2-knl", "stampede2-skx"}
+
+
+def test_hpcdl_sites_marks_the_retired_machines_and_lists_at_least_15_in_service_beside_the_seeds():
+    import json
+
+    rows = {r["name"]: r for r in json.loads(hpcdl("sites", "--json", check=True).stdout)}
+    assert {n for n, r in rows.items() if r["retired"]} == RETIRED
+    for name in RETIRED:
+        assert rows[name]["retired"]["source"].startswith("https://") and rows[name]["retired"]["date"][:2] == "20"
+    in_service = {n for n, r in rows.items() if not r["retired"] and r["from"] == "shipped"} - set(SEED_SITES)
+    assert len(in_service) >= 15, sorted(in_service)
+    table = hpcdl("sites", check=True, env={"COLUMNS": "250"}).stdout
+    assert "retired 2024-11" in table and "in service" in table
+
+
+def test_a_retired_site_still_plans_and_says_it_is_retired():
+    from hpcdl.plan import JobRequest, make_plan
+
+    notes = make_plan(load_site("summit"), JobRequest(nodes=2)).notes
+    assert any(n.startswith("site summit was retired (2024-11, https://") for n in notes)
+    assert not any("retired" in n for n in make_plan(load_site("frontier"), JobRequest(nodes=2)).notes)
+
+
+def test_a_retirement_names_its_date_and_page(tmp_path):
+    with pytest.raises(HpcdlError, match=r"retired.source"):
+        _load(tmp_path, _site_data(**{"retired": {"date": "2024", "source": "olcf said so"}}))
+    with pytest.raises(HpcdlError, match=r"retired.date"):
+        _load(tmp_path, _site_data(**{"retired": {"date": "Nov 2024", "source": "https://example.org/"}}))
+
+
+def test_an_smt_node_under_slurm_or_pbs_must_say_what_a_cpu_is(tmp_path):
+    data = _site_data()
+    del data["node_kinds"]["v100"]["scheduler_cpus_per_core"]
+    with pytest.raises(HpcdlError, match=r"node_kinds.v100.scheduler_cpus_per_core: the node has 2 hardware threads per "
+                                         r"core, so say whether slurm counts a core as 2 CPUs \(write 2\) or as 1 "
+                                         r"\(write 1\); `scontrol show node <node>`: CPUTot equal to the node's 40 cores"):
+        _load(tmp_path, data)
+    data["node_kinds"]["v100"]["threads_per_core"] = 1  # no SMT: nothing to say
+    assert _load(tmp_path, data).node_kinds["v100"].cpus_per_core == 1
+
+
+def test_a_cpu_profile_naming_an_undeclared_scratch_variable_is_told_the_one_line_fix(tmp_path):
+    # a CPU machine's profile written before `provides_env` existed: refused, with the fix in the message
+    data = _site_data(**{"filesystems.scratch": "$SCRATCH/runs"})
+    data["node_kinds"]["v100"].pop("gpus")
+    with pytest.raises(HpcdlError) as err:
+        _load(tmp_path, data)
+    assert "filesystems.scratch: $SCRATCH is set neither by slurm nor by the login" in str(err.value)
+    assert "add `provides_env: [SCRATCH]` to the profile" in str(err.value)
+    data["provides_env"] = ["SCRATCH"]
+    assert _load(tmp_path, data).filesystems.scratch == "$SCRATCH/runs"

@@ -62,6 +62,7 @@ node_kinds:
     sockets: 2
     cores_per_socket: 16
     threads_per_core: 4
+    scheduler_cpus_per_core: 4
     cpu_numbering: core-major
     memory_gb: 256
     gpus:
@@ -96,11 +97,10 @@ def _slurm_site_kinds() -> list[tuple[str, str]]:
     from hpcdl.sites.registry import SHIPPED
 
     found = []
-    # the shipped profiles, the fixtures, the profiles written from centres' guides for machines hpcdl
-    # does not ship (tests/published/profiles: LUMI-G, JUWELS Booster, Quartz ...), and the ones above
-    unseen = Path(__file__).parent / "published" / "profiles"
+    # the shipped profiles (the seeds and the machines written from their centres' guides: LUMI-G,
+    # JUWELS Booster, Quartz ...), the fixtures, and the ones above
     for source in [*map(str, sorted(SHIPPED.glob("*.yaml"))), *map(str, sorted(FIXTURE_SITES.glob("*.yaml"))),
-                   *map(str, sorted(unseen.glob("*.yaml"))), *UNSHIPPED]:
+                   *UNSHIPPED]:
         site = _load(source)
         if site.scheduler == "slurm":
             found += [(source, kind) for kind in site.node_kinds]

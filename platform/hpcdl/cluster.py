@@ -161,7 +161,10 @@ class NodeShape:
             sockets=node.sockets, cores_per_socket=node.cores_per_socket, threads_per_core=node.threads_per_core,
             cpus_per_core=node.scheduler_cpus_per_core, spec_cores=reserved, gpus=len(node.gpus),
             gpu_vendor=node.gpus[0].vendor if node.gpus else "nvidia", memory_mb=int(node.memory_gb * 1024),
-            features=features, partition=defaults.partition or "debug",
+            # a site that routes jobs to queues by size: the queue that takes the two nodes posed here
+            features=features, partition=next((p.partition for p in defaults.partition_by_nodes
+                                               if p.max_nodes is None or p.max_nodes >= 2),
+                                              defaults.partition or "debug"),
             max_time=_slurm_minutes(site.defaults.max_time) if site.defaults.max_time else "INFINITE",
         )
 
@@ -530,6 +533,9 @@ def site_profile(nodes: int) -> str:
     node = local["node_kinds"][kind]
     node["nodes_per_host"] = nodes
     node["count"] = nodes
+    # the Slurm started here counts every hardware thread as a CPU (slurm.conf's default): a Slurm
+    # profile says so on an SMT node
+    node.setdefault("scheduler_cpus_per_core", node.get("threads_per_core", 1))
     node.pop("gpus", None) if not node.get("gpus") else None
     profile = {
         "name": SITE_NAME,

@@ -6,7 +6,6 @@ container images, a distributed trainer and validation jobs).
 
 First try:  hpcdl plan --site cori-knl      (the node map of a one-node job)
 Then:       hpcdl sites show cori-knl; module avail pytorch tensorflow mxnet
-No framework module: no hpcdl image runs pytorch on node kind knl of site cori-knl (closest: knl-mkldnn: the image's MPI is openmpi (openmpi ABI) but site cori-knl expects the mpich ABI: Cray MPICH is swapped in at run time and needs an MPICH-ABI image); what would serve: the centre's own environment (profile field environment, docs/sites.md) or an image that fits, named with --image
 ]])
 whatis("Name: hpcdl")
 whatis("Version: 0.1.0")

@@ -6,7 +6,6 @@ container images, a distributed trainer and validation jobs).
 
 First try:  hpcdl plan --site stampede2-skx      (the node map of a one-node job)
 Then:       hpcdl sites show stampede2-skx; module avail pytorch tensorflow mxnet
-No framework module: no hpcdl image runs pytorch on node kind skx of site stampede2-skx (closest: local-cpu: the image's MPI is openmpi (openmpi ABI) but site stampede2-skx expects the mpich ABI: ibrun of the host's intel-mpi (hybrid model)); what would serve: the centre's own environment (profile field environment, docs/sites.md) or an image that fits, named with --image
 ]])
 whatis("Name: hpcdl")
 whatis("Version: 0.1.0")

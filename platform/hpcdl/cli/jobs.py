@@ -182,6 +182,7 @@ PartitionOpt = typer.Option(None, "--partition", "-p", help="partition (Slurm) o
 NameOpt = typer.Option(None, "--name", "-J", help="job name (default: the recipe's name)")
 SchedulerOpt = typer.Option(None, "--scheduler", help="slurm, lsf, pbs or local (default: the site's)")
 ConstraintOpt = typer.Option(None, "--constraint", "-C", help="node features, e.g. quad,cache on KNL")
+QosOpt = typer.Option(None, "--qos", help="Slurm quality of service (default: the site's)")
 ExclusiveOpt = typer.Option(None, "--exclusive/--shared", help="whole nodes or shared (default: the site's)")
 RequeueOpt = typer.Option(False, "--requeue", help="warn before the time limit, checkpoint and requeue")
 WarningOpt = typer.Option(DEFAULT_WARNING_SECONDS, "--warning", min=1,
@@ -192,7 +193,7 @@ EXTRA = {"allow_extra_args": True}  # trainer arguments after `--`, e.g. -- --ma
 
 def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_kind, dist, image, time, account,
             partition, name, scheduler=None, constraint=None, exclusive=None, requeue=False,
-            warning=DEFAULT_WARNING_SECONDS, output_dir=None, extra_args=(), net_plugin=None) -> tuple:
+            warning=DEFAULT_WARNING_SECONDS, output_dir=None, extra_args=(), net_plugin=None, qos=None) -> tuple:
     from hpcdl.nets.spec import net_path
 
     r = load_recipe(recipe)
@@ -207,7 +208,7 @@ def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_
     options = JobOptions(
         name=name or r.name, time=time, account=account, partition=partition, image=image,
         constraint=constraint, exclusive=exclusive, requeue=requeue, warning_seconds=warning,
-        output_dir=output_dir, extra_args=tuple(extra_args),
+        output_dir=output_dir, extra_args=tuple(extra_args), qos=qos,
     )
     text = render_job_script(s, p, r.model_dump(mode="json"), options, scheduler=scheduler)
     _check_launcher_fits(s, scheduler)
@@ -239,6 +240,7 @@ def render(
     scheduler: Optional[str] = SchedulerOpt, constraint: Optional[str] = ConstraintOpt,
     exclusive: Optional[bool] = ExclusiveOpt, requeue: bool = RequeueOpt, warning: int = WarningOpt,
     output_dir: Optional[str] = OutputDirOpt, net_plugin: Optional[str] = NetPluginOpt,
+    qos: Optional[str] = QosOpt,
     output: Optional[Path] = typer.Option(None, "-o", "--out", help="write the script here"),
     output_alias: Optional[Path] = typer.Option(None, "--output", hidden=True),  # the name before 0.1.0
 ) -> None:
@@ -251,7 +253,7 @@ def render(
     """
     *_, text = _render(site, nodes, recipe, framework, ranks_per_node, threads_per_rank, mode, node_kind, dist,
                        image, time, account, partition, name, scheduler, constraint, exclusive, requeue, warning,
-                       output_dir, ctx.args, net_plugin)
+                       output_dir, ctx.args, net_plugin, qos)
     output = checked_output(output or output_alias, "-o")
     if output:
         write_atomically(output, text, mode=0o755)
@@ -282,6 +284,7 @@ def submit(
     scheduler: Optional[str] = SchedulerOpt, constraint: Optional[str] = ConstraintOpt,
     exclusive: Optional[bool] = ExclusiveOpt, requeue: bool = RequeueOpt, warning: int = WarningOpt,
     output_dir: Optional[str] = OutputDirOpt, net_plugin: Optional[str] = NetPluginOpt,
+    qos: Optional[str] = QosOpt,
     job_dir: Optional[Path] = typer.Option(None, "-o", "--out", help="job folder (default runs/<time>-<name>)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="write the script and show the submit command only"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable: job id, scheduler, job folder, script"),
@@ -302,7 +305,7 @@ def submit(
             raise HpcdlError("site: give --site to submit a recipe (or pass a rendered job script)")
         s, _, r, text = _render(site, nodes, source, framework, ranks_per_node, threads_per_rank, mode, node_kind,
                                 dist, image, time, account, partition, name, scheduler, constraint, exclusive,
-                                requeue, warning, output_dir, ctx.args, net_plugin)
+                                requeue, warning, output_dir, ctx.args, net_plugin, qos)
         scheduler, job_name = scheduler or s.scheduler, name or r.name
     executor = executor_for(scheduler)
     checked_output(job_dir, "-o")

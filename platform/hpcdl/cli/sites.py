@@ -31,7 +31,8 @@ def sites_list(ctx: typer.Context, as_json: bool = typer.Option(False, "--json",
                   "gpus": len(n.gpus), "gpu_model": n.gpus[0].model if n.gpus else None}
                  for k, n in site.node_kinds.items()]
         rows.append({"name": name, "scheduler": site.scheduler, "launcher": site.launcher, "runtime": site.runtime,
-                     "node_kinds": kinds, "from": _origin(origin)})
+                     "node_kinds": kinds, "retired": site.retired.model_dump() if site.retired else None,
+                     "from": _origin(origin)})
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -39,14 +40,16 @@ def sites_list(ctx: typer.Context, as_json: bool = typer.Option(False, "--json",
     for column in ("site", "scheduler", "launcher", "runtime"):
         table.add_column(column, no_wrap=True)  # names a user types again are never cut
     table.add_column("node kinds")
+    table.add_column("service", no_wrap=True)
     table.add_column("from")
     for row in rows:
         kinds = "; ".join(
             f"{k['name']} {k['sockets']}x{k['cores_per_socket']}c" + (f" {k['gpus']} {k['gpu_model']}" if k["gpus"] else "")
             for k in row["node_kinds"]
         )
-        table.add_row(row["name"], row["scheduler"], row["launcher"], row["runtime"], kinds, row["from"])
-    make_console().print(table)
+        service = f"retired {row['retired']['date']}" if row["retired"] else "in service"
+        table.add_row(row["name"], row["scheduler"], row["launcher"], row["runtime"], kinds, service, row["from"])
+    make_console().print(table)  # (the page that says a machine was retired: --json, or `hpcdl sites show NAME`)
 
 
 def _origin(origin: str) -> str:

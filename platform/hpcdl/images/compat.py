@@ -168,11 +168,14 @@ def launcher_needs(site: Site) -> tuple[str | None, str | None, str]:
         from hpcdl.launchers.mpi import srun_mpi_plugin
 
         pmi = srun_mpi_plugin(site)
+        if pmi is None and site.launch.srun_mpi != "default":
+            pmi = "pmi2"  # Slurm's own default plugin for the MPICH family
+        how = f"srun --mpi={pmi}" if pmi else "srun with the site's Slurm MpiDefault (launch.srun_mpi: default)"
         if abi == "mpich":
             # an Intel MPI, MVAPICH or ParaStation site reaches its fabric through its own libmpi,
             # bound into the image in place of the image's (the hybrid model): MPICH ABI only
-            return abi, pmi, f"srun --mpi={pmi} with the host's {site.mpi} bound in (hybrid model)"
-        return None, pmi, f"srun --mpi={pmi}"
+            return abi, pmi, f"{how} with the host's {site.mpi} bound in (hybrid model)"
+        return None, pmi, how
     if site.launcher == "jsrun":
         return "openmpi", "pmix", "jsrun (Spectrum MPI's PMIx)"
     if site.launcher == "mpirun":

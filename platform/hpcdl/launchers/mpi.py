@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpcdl.launchers.base import Launcher, cores_per_rank, launchers
+from hpcdl.launchers.base import Launcher, cores_per_rank, gpus_per_rank, launchers
 from hpcdl.sites.schema import Site
 
 if TYPE_CHECKING:  # the plan calls a launcher for its argv: the launcher only reads it
@@ -48,14 +48,13 @@ class HydraLauncher(Launcher):
     binds_cores = True
 
     def command(self, plan: Plan, site: Site) -> list[str]:
-        return [
-            "mpiexec",
-            "-n", str(plan.world_size),
-            "-ppn", str(plan.ranks_per_node),
-            "-bind-to", f"core:{cores_per_rank(plan)}",
-            "-genvlist", ",".join(sorted({*plan.env, *plan.env_paths, *RENDEZVOUS_ENV})),
-            *site.launch.args,
-        ]
+        argv = ["mpiexec", "-n", str(plan.world_size), "-ppn", str(plan.ranks_per_node)]
+        if site.mpi != "intel-mpi":
+            # MPICH's Hydra binds with -bind-to; Intel MPI documents its pinning as I_MPI_PIN_* variables
+            # (I_MPI_PIN_DOMAIN, set by the plan), one binding language per MPI, never both
+            argv += ["-bind-to", f"core:{cores_per_rank(plan)}"]
+        argv += ["-genvlist", ",".join(sorted({*plan.env, *plan.env_paths, *RENDEZVOUS_ENV}))]
+        return argv + list(site.launch.args)
 
 
 @launchers.register("srun")
@@ -94,13 +93,21 @@ class SrunLauncher(Launcher):
             argv.append("--cpu-bind=cores")
         else:
             argv.append("--cpu-bind=mask_cpu:" + ",".join(_hex_mask(r.cpus) for r in local))
-        if site.mpi == "openmpi" and _site_mpi(site) is None:  # a site's own --mpi= wins
-            argv.append("--mpi=pmix")
+        plugin = srun_mpi_plugin(site)
+        if plugin and _site_mpi(site) is None:  # a --mpi= in the site's own launch.args is written there
+            argv.append(f"--mpi={plugin}")
         gpus_used = sorted({g for r in local for g in r.gpus})
         if gpus_used and site.defaults.gpu_request != "none":
             # (where the GPUs come with the node, defaults.gpu_request: none, Slurm has no GPU GRES to
             # bind: each rank takes its GPU from plan.json)
-            argv.append(f"--gpus-per-node={len(gpus_used)}")
+            # in the style the centre's submit filter counts (defaults.gpu_request)
+            style = site.defaults.gpu_request if site.scheduler == "slurm" else None
+            if style == "gres":
+                argv.append(f"--gres=gpu:{len(gpus_used)}")
+            elif style == "gpus-per-task":
+                argv.append(f"--gpus-per-task={gpus_per_rank(plan)}")
+            else:
+                argv.append(f"--gpus-per-node={len(gpus_used)}")
             if site.launch.gpu_visibility == "node":
                 # every task sees the node's GPUs: NERSC's Perlmutter examples ask --gpus-per-node
                 # with no per-task binding; per-task map binding broke CUDA IPC there (E3SM issue
@@ -126,10 +133,15 @@ def _site_mpi(site: Site) -> str | None:
 
 
 def srun_mpi_plugin(site: Site) -> str | None:
-    """The PMI plugin srun starts ranks with: the site's own `--mpi=` in `launch.args` where it
-    names one (SDSC's Expanse guide starts Open MPI with `srun --mpi=pmi2`), else `pmix` for
-    Open MPI (hpcdl adds `--mpi=pmix`) and Slurm's default, taken as pmi2, otherwise."""
-    return _site_mpi(site) or ("pmix" if site.mpi == "openmpi" else "pmi2")
+    """The PMI plugin srun is told to start ranks with (`--mpi=`), None where it is told none.
+
+    The centre's own choice first: `launch.srun_mpi` (`default`: a plain srun, the site's Slurm
+    MpiDefault, which hpcdl cannot know) or a `--mpi=` in `launch.args` (SDSC's Expanse guide:
+    `srun --mpi=pmi2`); else `pmix` for Open MPI, whose ranks need a PMI Slurm was built with, and
+    none for the others (Slurm's default, MPICH's pmi2)."""
+    if site.launch.srun_mpi:
+        return None if site.launch.srun_mpi == "default" else site.launch.srun_mpi
+    return _site_mpi(site) or ("pmix" if site.mpi == "openmpi" else None)
 
 
 def _hex_mask(ids) -> str:

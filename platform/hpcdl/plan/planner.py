@@ -48,13 +48,22 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         )
     mode = _resolve_mode(site, kind_name, node, request.mode, use_gpus)
     notes: list[str] = []
+    if site.retired:  # the profile stays for the published runs made on it; a user should know it no longer runs jobs
+        notes.append(f"site {site.name} was retired ({site.retired.date}, {site.retired.source}): "
+                     "this plan reproduces how jobs ran there")
     slots = _slots(site, kind_name, node, request, mode, use_gpus, notes)
     cores = _cores_of_slots(site, node, slots, notes)
     slots = [_with_nearest_nic(node, slots, i) for i in range(len(slots))]
+    if site.launch.rank_order == "cores":
+        # local rank i on the i-th block of cores, with the devices nearest it (NERSC: --cpu-bind=cores and the
+        # GPU order reversed against the NUMA domains); the pairs themselves do not change
+        order = sorted(range(len(slots)), key=lambda i: min(cores[i]))
+        slots, cores = [slots[i] for i in order], [cores[i] for i in order]
     if node.cpus_per_core < node.threads_per_core:
         notes.append(
             f"the scheduler counts {node.cpus_per_core} of each core's {node.threads_per_core} hardware threads as "
-            f"CPUs (scheduler_cpus_per_core): -c {len(cores[0]) * node.cpus_per_core} is {len(cores[0])} cores"
+            f"CPUs (scheduler_cpus_per_core): {_cpu_request_words(site.scheduler, len(cores[0]) * node.cpus_per_core)} "
+            f"is {len(cores[0])} cores"
         )
     threads = _threads_per_rank(node, request, len(cores[0]), notes)
     distributed = _resolve_distributed(request, use_gpus)
@@ -132,7 +141,12 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     plan = replace(plan, notes=tuple(notes))
     from hpcdl.launchers import launcher_for
 
-    return replace(plan, launcher_argv=tuple(launcher_for(site.launcher).command(plan, site)))
+    argv = launcher_for(site.launcher).command(plan, site)
+    if site.launch.command:  # the centre's own launcher taking the same options (a site mpirun wrapper)
+        argv = [*site.launch.command, *argv[1:]]
+    # the centre's per-rank wrapper runs between the launcher and the program, on the host (NCAR's set_gpu_rank)
+    wrapper = [*site.launch.wrapper, *(site.launch.gpu_wrapper if any(r.gpus for r in plan.ranks) else ())]
+    return replace(plan, launcher_argv=(*argv, *wrapper))
 
 
 def _spatial_layout(site: Site, kind_name: str, request: JobRequest, ranks: tuple[RankPlacement, ...],
@@ -167,6 +181,12 @@ def _spatial_layout(site: Site, kind_name: str, request: JobRequest, ranks: tupl
     if any(len({socket_of[m] for m in group}) > 1 for group in groups):
         notes.append("a spatial group spans both sockets: its halos cross the inter-socket link")
     return SpatialLayout(ways, request.spatial_split, (grid.rows, grid.cols), groups)
+
+
+def _cpu_request_words(scheduler: str, cpus: int) -> str:
+    """A rank's CPUs as its scheduler writes them: Slurm -c, PBS ncpus (a chunk's share), LSF slots."""
+    return {"slurm": f"-c {cpus}", "pbs": f"ncpus {cpus} per rank", "lsf": f"{cpus} slots per rank"}.get(
+        scheduler, f"{cpus} CPUs per rank")
 
 
 def _plan_modules(site: Site, use_gpus: bool, env: dict[str, str], notes: list[str]) -> tuple[str, ...]:

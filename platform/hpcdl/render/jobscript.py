@@ -62,6 +62,7 @@ class JobOptions:
     output_dir: where the scheduler writes the job's output file (default: the submit folder).
     extra_args: appended to the trainer's command line, e.g. ("--max-iter", "5").
     requeue: warn the job `warning_seconds` before its limit, checkpoint and requeue it.
+    qos: Slurm quality of service (default: the site's, or the node kind's).
     """
 
     name: str = "hpcdl"
@@ -75,6 +76,7 @@ class JobOptions:
     constraint: str | None = None
     exclusive: bool | None = None
     warning_seconds: int = DEFAULT_WARNING_SECONDS
+    qos: str | None = None
 
 
 def _one_line_only(value):
@@ -140,7 +142,7 @@ def render_job_script(
     scheduler = scheduler or site.scheduler
     if scheduler not in SCHEDULERS:
         raise HpcdlError(f"scheduler: unknown {scheduler!r}; known: {', '.join(SCHEDULERS)}")
-    for field in ("name", "account", "partition", "time", "constraint", "image", "output_dir"):
+    for field in ("name", "account", "partition", "time", "constraint", "image", "output_dir", "qos"):
         one_line(field, getattr(options, field))
     for i, arg in enumerate(options.extra_args):
         if "\0" in arg:
@@ -256,9 +258,12 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # from plan.json (hpcdl.train.binding)
         "gpus_per_node": 0 if site.defaults.gpu_request == "none" else gpus_per_rank * plan.ranks_per_node,
         "seconds": seconds,
-        "account": options.account or site.defaults.account,
-        "partition": options.partition or defaults.partition,
-        "qos": defaults.qos,
+        "account": job_account(site, plan, options.account or site.defaults.account),
+        "partition": options.partition or partition_for(site, plan, defaults),
+        "qos": options.qos or defaults.qos,
+        # how the GPUs are asked: the style the centre's submit filter counts (Slurm: --gpus-per-node,
+        # --gres=gpu:N or --gpus-per-task; LSF: -gpu or rusage)
+        "gpu_style": site.defaults.gpu_request or "gpus-per-node",
         "constraint": options.constraint if options.constraint is not None else defaults.constraint,
         "exclusive": exclusive,
         "requeue": options.requeue,
@@ -266,8 +271,11 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "output_dir": options.output_dir,
         # the profile's extra directives are written for its own scheduler
         "directives": list(defaults.directives) if scheduler == site.scheduler else [],
-        "account_flag": site.defaults.account_flag or "-P",
-        "job_resources": [f"{k}={v}" for k, v in site.defaults.job_resources.items()] if scheduler == "pbs" else [],
+        # LSF: -P project unless the profile says -G; PBS: -A account unless it says -P (NCI Gadi);
+        # a profile's flag is for its own scheduler
+        "account_flag": (site.defaults.account_flag if scheduler == site.scheduler and site.defaults.account_flag
+                         else {"lsf": "-P", "pbs": "-A"}.get(scheduler)),
+        "job_resources": [],
         "job_id_var": {"slurm": "SLURM_JOB_ID", "lsf": "LSB_JOBID", "pbs": "PBS_JOBID", "local": "HPCDL_JOB_ID"}[scheduler],
     }
     for field in ("account", "partition", "constraint", "qos"):
@@ -277,8 +285,12 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         raise HpcdlError(
             f"time: the warning {options.warning_seconds} s before the limit needs a limit longer than {seconds} s"
         )
+    if options.qos and scheduler != "slurm":  # (a profile's own qos is for its Slurm; other templates leave it out)
+        raise HpcdlError(f"qos: {options.qos!r} is a Slurm quality of service; {scheduler} jobs have none")
     if scheduler == "slurm":
         job["time"] = slurm_time(seconds)
+        if job["gpu_style"] not in ("gpus-per-node", "gres", "gpus-per-task"):
+            job["gpu_style"] = "gpus-per-node"  # a profile's LSF style, rendered for Slurm
     elif scheduler == "lsf":
         minutes = -(-seconds // 60)  # -W [hours:]minutes, rounded up
         job["time"] = f"{minutes // 60}:{minutes % 60:02d}"
@@ -313,10 +325,18 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
                 plain_word(field, "PBS", job[field])
         if options.output_dir:
             plain_word("output_dir", "PBS", options.output_dir)
+        job["job_resources"] = pbs_job_resources(site, plan, job, defaults, scheduler)
+        if scheduler == site.scheduler and site.defaults.pbs_request == "job-wide":
+            # the job's totals, no chunks (NCI Gadi: -l ncpus=96 -l ngpus=8 for two 4-GPU nodes); the
+            # centre places whole nodes itself, and a constraint has no chunk to go in
+            job["select"] = job["place"] = None
+            return job
         select = (f"select={plan.nodes}:ncpus={plan.ranks_per_node * job['cpus_per_rank']}"
                   f":mpiprocs={plan.ranks_per_node}:ompthreads={plan.threads_per_rank}")
         if job["gpus_per_node"]:
             select += f":ngpus={job['gpus_per_node']}"
+        for name, value in (defaults.job_resources_per_node if scheduler == site.scheduler else {}).items():
+            select += f":{name}={value}"  # a chunk is one node: its own share, as the profile gives it
         if job["constraint"]:
             # PBS Pro has no node features, only host resources: a Slurm-style feature list
             # "quad,cache" becomes the boolean resources quad=True:cache=True in the chunk.
@@ -326,6 +346,60 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         job["select"] = select
         job["place"] = "scatter:excl" if exclusive else "scatter"
     return job
+
+
+def partition_for(site: Site, plan: Plan, defaults) -> str | None:
+    """The queue a job of the plan's size goes to: the first of the profile's queues by size that takes
+    its nodes (TACC Frontera: small for one or two nodes, normal from three), else the one partition."""
+    sizes = defaults.partition_by_nodes
+    if not sizes:
+        return defaults.partition
+    for size in sizes:
+        if size.max_nodes is None or plan.nodes <= size.max_nodes:
+            return size.partition
+    raise HpcdlError(f"nodes: {plan.nodes} is more than any queue of site {site.name!r} takes "
+                     f"(defaults.partition_by_nodes: at most {sizes[-1].max_nodes} in {sizes[-1].partition})")
+
+
+def job_account(site: Site, plan: Plan, account: str | None) -> str | None:
+    """The account a job is charged to: the project, with the node kind's own suffix where the centre keeps
+    an account per node kind (NCSA Delta: <project>-gpu). A project already carrying the suffix is kept;
+    one carrying another kind's suffix is refused, since the centre would charge the wrong allocation."""
+    suffix = site.node_kinds[plan.node_kind].defaults.account_suffix
+    if not account or not suffix or account.endswith(suffix):
+        return account
+    for kind, node in site.node_kinds.items():
+        other = node.defaults.account_suffix
+        if other and account.endswith(other):
+            raise HpcdlError(f"account: {account!r} is the account of node kind {kind!r} (suffix {other}), but the job "
+                             f"runs on {plan.node_kind!r}; give the project without the suffix, and hpcdl adds {suffix}")
+    return account + suffix
+
+
+def pbs_job_resources(site: Site, plan: Plan, job: dict, defaults, scheduler: str) -> list[str]:
+    """The #PBS -l name=value lines outside the select chunk: the profile's own, its project filled in,
+    and, where the centre asks the job's totals (pbs_request: job-wide), CPUs, GPUs and the per-node
+    resources times the node count (NCI Gadi: -l ncpus=96 -l ngpus=8 -l mem=764GB -l jobfs=800GB)."""
+    from hpcdl.sites.schema import PROJECT_PLACEHOLDER
+
+    if scheduler != site.scheduler:
+        return []
+    lines = []
+    if site.defaults.pbs_request == "job-wide":
+        lines.append(f"ncpus={plan.nodes * plan.ranks_per_node * job['cpus_per_rank']}")
+        if job["gpus_per_node"]:
+            lines.append(f"ngpus={plan.nodes * job['gpus_per_node']}")
+        for name, value in defaults.job_resources_per_node.items():
+            number = re.match(r"[0-9]+", value).group()
+            lines.append(f"{name}={plan.nodes * int(number)}{value[len(number):]}")
+    for name, value in site.defaults.job_resources.items():
+        if PROJECT_PLACEHOLDER in value:
+            if not job["account"]:
+                raise HpcdlError(f"account: site {site.name!r} names its project in defaults.job_resources.{name} "
+                                 f"({value}); give the project with --account")
+            value = value.replace(PROJECT_PLACEHOLDER, plain_word("account", "PBS", job["account"]))
+        lines.append(f"{name}={value}")
+    return lines
 
 
 def directive_name(name: str) -> str:

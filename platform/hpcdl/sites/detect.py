@@ -186,14 +186,20 @@ def slurm_facts() -> dict:
             default, count = name.rstrip("*"), int(n or 0)
     hosts: dict[str, int] = {}
     memory: list[int] = []
+    per_core: list[int] = []
     for line in nodes.splitlines():
         fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
         host = fields.get("NodeHostName") or fields.get("NodeAddr") or fields.get("NodeName", "")
         hosts[host] = hosts.get(host, 0) + 1
         if fields.get("RealMemory", "").isdigit():
             memory.append(int(fields["RealMemory"]))
+        # what Slurm counts as a CPU: CPUTot against the node's cores (docs/sites.md, scheduler_cpus_per_core)
+        cores = [fields.get(k, "") for k in ("Sockets", "CoresPerSocket")]
+        if fields.get("CPUTot", "").isdigit() and all(c.isdigit() and int(c) for c in cores):
+            per_core.append(max(1, int(fields["CPUTot"]) // (int(cores[0]) * int(cores[1]))))
     return {"partition": default, "nodes": count or sum(hosts.values()),
-            "nodes_per_host": max(hosts.values()) if hosts else 1, "memory_mb": min(memory) if memory else None}
+            "nodes_per_host": max(hosts.values()) if hosts else 1, "memory_mb": min(memory) if memory else None,
+            "cpus_per_core": min(per_core) if per_core else None}
 
 
 def detect_local_site(runtime: str | None = None, image: str | None = None, scheduler: str | None = None) -> Site:
@@ -223,7 +229,11 @@ def detect_local_site(runtime: str | None = None, image: str | None = None, sche
     if scheduler == "slurm":
         facts = slurm_facts()
         launcher, partition = "srun", facts["partition"]
-        update: dict = {"count": facts["nodes"], "nodes_per_host": facts["nodes_per_host"]}
+        update: dict = {"count": facts["nodes"], "nodes_per_host": facts["nodes_per_host"],
+                        # a Slurm profile says what a CPU is on an SMT node: read from scontrol, else
+                        # Slurm's own default (every hardware thread)
+                        "scheduler_cpus_per_core": min(node.threads_per_core,
+                                                       facts.get("cpus_per_core") or node.threads_per_core)}
         if facts["memory_mb"]:
             update["memory_gb"] = round(facts["memory_mb"] / 1024, 1)
         node = node.model_copy(update=update)

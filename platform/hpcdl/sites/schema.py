@@ -76,6 +76,7 @@ _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_
 PROJECT_PLACEHOLDER = "{project}"
 _DIRECTIVE = re.compile(r"^--?[A-Za-z][A-Za-z0-9_-]*(?:[ =][A-Za-z0-9._:+=,@/%\[\]-]+)?$")
 _WORD = re.compile(r"^[A-Za-z0-9._:+=,@/%-]+$")
+_PER_NODE = re.compile(r"^[1-9][0-9]{0,8}[A-Za-z]{0,3}$")
 
 
 def variables_in(text: str) -> list[str]:
@@ -177,6 +178,27 @@ class IntraNodeLink(_Strict):
     latency_us: float = Field(gt=0, description="latency of one step of a collective inside the node")
 
 
+class SizedPartition(_Strict):
+    """One queue of a site that routes jobs by their node count (TACC Frontera: small for 1-2 nodes,
+    normal from 3): jobs up to `max_nodes` nodes go to `partition`; the last may leave max_nodes out."""
+
+    max_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES, description="the largest job this queue takes")
+    partition: SchedulerWord
+
+
+def _sizes_in_order(sizes: tuple[SizedPartition, ...]) -> tuple[SizedPartition, ...]:
+    bounds = [s.max_nodes for s in sizes]
+    if None in bounds[:-1] or bounds[:-1] != sorted(bounds[:-1]) or len(set(bounds)) != len(bounds):
+        raise ValueError("list the queues from the smallest jobs up, each max_nodes larger than the one before; "
+                         "only the last may leave max_nodes out")
+    if len(bounds) > 1 and bounds[-1] is not None and bounds[-1] <= bounds[-2]:
+        raise ValueError("list the queues from the smallest jobs up, each max_nodes larger than the one before")
+    return sizes
+
+
+PartitionsBySize = Annotated[tuple[SizedPartition, ...], AfterValidator(_sizes_in_order)]
+
+
 class NodeKindDefaults(_Strict):
     """What a job on this node kind asks the scheduler for, where it differs from the site's `defaults`.
 
@@ -188,8 +210,21 @@ class NodeKindDefaults(_Strict):
     partition: SchedulerWord | None = Field(default=None, description="Slurm partition, or LSF/PBS queue, of this kind")
     qos: SchedulerWord | None = None
     constraint: SchedulerWord | None = Field(default=None, description="Slurm --constraint (PBS chunk resources) of this kind")
+    account_suffix: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+$", max_length=64)] | None = Field(
+        default=None,
+        description=(
+            "added to the account of a job on this kind, where the centre keeps an account per node kind "
+            "(NCSA Delta: <project>-gpu for GPU nodes, <project>-cpu for CPU nodes)"
+        ),
+    )
     directives: tuple[str, ...] | None = Field(
         default=None, description="further scheduler options for jobs on this kind, in place of the site's"
+    )
+    job_resources_per_node: dict[str, str] | None = Field(
+        default=None, description="PBS per-node resources of this kind (mem, jobfs), in place of the site's"
+    )
+    partition_by_nodes: PartitionsBySize | None = Field(
+        default=None, description="the queue by job size for this kind, in place of the site's"
     )
 
 
@@ -382,6 +417,14 @@ class Defaults(_Strict):
     """What a job asks the scheduler for unless the user says otherwise."""
 
     partition: SchedulerWord | None = Field(default=None, description="Slurm partition, or the LSF/PBS queue")
+    partition_by_nodes: PartitionsBySize = Field(
+        default=(),
+        description=(
+            "where the centre routes jobs to a queue by their node count: [{max_nodes: 2, partition: small}, "
+            "{max_nodes: 512, partition: normal}] (TACC Frontera); a job goes to the first that takes its nodes, "
+            "in place of `partition`, and a job larger than the last is refused"
+        ),
+    )
     account: SchedulerWord | None = None
     qos: SchedulerWord | None = Field(default=None, description="Slurm quality of service, e.g. NERSC's regular")
     time: str = "00:30:00"
@@ -390,8 +433,12 @@ class Defaults(_Strict):
         default=(), description="LSF -alloc_flags, e.g. smt4 and nvme on Summit"
     )
     exclusive: bool = True
-    account_flag: Literal["-P", "-G"] | None = Field(
-        default=None, description="LSF: -P project (the default) or -G user group (LLNL banks: #BSUB -G)"
+    account_flag: Literal["-P", "-G", "-A"] | None = Field(
+        default=None,
+        description=(
+            "the option that names the account: LSF -P project (the default) or -G user group (LLNL banks: "
+            "#BSUB -G); PBS -A account (the default) or -P project (NCI Gadi: #PBS -P a00)"
+        ),
     )
     directives: tuple[str, ...] = Field(
         default=(),
@@ -401,18 +448,36 @@ class Defaults(_Strict):
         default=False,
         description="the centre refuses or ends jobs that name no account/project (Minerva: 'All jobs must specify project')",
     )
-    gpu_request: Literal["gpu", "rusage", "none"] | None = Field(
+    gpu_request: Literal["gpu", "rusage", "gpus-per-node", "gres", "gpus-per-task", "none"] | None = Field(
         default=None,
         description=(
-            "LSF without CSM: GPUs per node by -gpu \"num=N:mode=exclusive_process\" (gpu, the default) or "
-            "-R \"rusage[ngpus_excl_p=N]\" (rusage), as the centre documents; any scheduler: none, where a "
-            "node's GPUs come with the node and the batch system takes no GPU request (TACC: \"--gres: TACC "
-            "does not support this option\")"
+            "how the job asks for GPUs, as the centre's submit filter counts them. Slurm: --gpus-per-node=N "
+            "(gpus-per-node, the default), --gres=gpu:N (gres: IDRIS, JSC) or --gpus-per-task=G (gpus-per-task: "
+            "CSCS). LSF without CSM: -gpu \"num=N:mode=exclusive_process\" (gpu, the default) or "
+            "-R \"rusage[ngpus_excl_p=N]\" (rusage). Any scheduler: none, where a node's GPUs come with the "
+            "node and the batch system takes no GPU request (TACC: \"--gres: TACC does not support this option\")"
         ),
     )
     job_resources: dict[str, str] = Field(
         default_factory=dict,
-        description="PBS job-wide resources (-l name=value, outside the select chunk): filesystems: home:eagle",
+        description=(
+            "PBS job-wide resources (-l name=value, outside the select chunk): filesystems: home:eagle; "
+            "{project} in a value takes the account (NCI Gadi: storage: scratch/{project}+gdata/{project})"
+        ),
+    )
+    job_resources_per_node: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "PBS job-wide resources that grow with the node count, given per node as a whole number and a "
+            "unit: mem: 382GB, jobfs: 400GB are asked as -l mem=764GB, -l jobfs=800GB on two nodes (NCI Gadi)"
+        ),
+    )
+    pbs_request: Literal["select", "job-wide"] = Field(
+        default="select",
+        description=(
+            "PBS: how CPUs and GPUs are asked: select (-l select=N:ncpus=..:mpiprocs=..:ngpus=.., PBS Pro's "
+            "chunks; ALCF, NCAR) or job-wide (-l ncpus=<total> -l ngpus=<total>, the job's totals; NCI Gadi)"
+        ),
     )
     max_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES)
     max_time: str | None = None
@@ -432,6 +497,54 @@ class Launch(_Strict):
     """How the launcher starts ranks beyond what the plan decides."""
 
     args: tuple[str, ...] = Field(default=(), description="further launcher arguments, word by word")
+    command: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "the centre's own launcher, in place of the launcher's command word where it takes the same options "
+            "(a site mpirun wrapper); the launcher's options follow it"
+        ),
+    )
+    wrapper: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "a command the centre puts between the launcher and each rank's program, word by word "
+            "(a site's binding or environment script); it runs on the host, before any container"
+        ),
+    )
+    gpu_wrapper: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "as wrapper, for GPU jobs only, after wrapper's words (NCAR Derecho: mpiexec ... set_gpu_rank ./app, "
+            "which sets each rank's CUDA_VISIBLE_DEVICES from its local rank)"
+        ),
+    )
+    rank_order: Literal["devices", "cores"] = Field(
+        default="devices",
+        description=(
+            "how a node's local ranks are numbered: devices (local rank i drives GPU i, or sits on NIC/socket i) or "
+            "cores (local rank i sits on the i-th block of cores and drives the GPU nearest it: NERSC's Perlmutter "
+            "staff scripts, --cpu-bind=cores with CUDA_VISIBLE_DEVICES=$((3-SLURM_LOCALID)))"
+        ),
+    )
+    master_addr: Literal["host-name", "host-ip"] = Field(
+        default="host-name",
+        description=(
+            "how a Slurm job names its rendezvous host (MASTER_ADDR, the batch host): its name, $(hostname), or "
+            "its address, $(hostname -i), where the centre asks for it (OLCF Frontier: export MASTER_ADDR=$(hostname -i))"
+        ),
+    )
+    master_port: int | None = Field(
+        default=None, ge=1024, le=65535,
+        description="the rendezvous port the centre recommends (OLCF: 3442); default 20000 + the job id mod 20000",
+    )
+    srun_mpi: Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]+$", max_length=32)] | None = Field(
+        default=None,
+        description=(
+            "the PMI plugin srun starts ranks with, as the centre writes it: pmix, pmi2, cray_shasta ..., or "
+            "default (no --mpi: the site's Slurm MpiDefault, where the centre's line is a plain srun); unset, "
+            "Open MPI gets --mpi=pmix"
+        ),
+    )
     gpu_visibility: Literal["per-rank", "node"] = Field(
         default="per-rank",
         description=(
@@ -513,10 +626,19 @@ class Citation(_Strict):
     says: str = Field(min_length=1, description="what it says, quoted or in short")
 
 
+class Retired(_Strict):
+    """The machine has left service. Its profile stays (published runs were made on it, and their plans are
+    reproduced from it); `hpcdl sites` and every plan for it say so."""
+
+    date: str = Field(pattern=r"^[0-9]{4}(-[0-9]{2}(-[0-9]{2})?)?$", description="when: 2024, 2024-11 or 2024-11-15")
+    source: str = Field(pattern=r"^https://[^\s]+$", description="URL of the page that says the machine was retired")
+
+
 class Site(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
     description: Text = ""
     sources: tuple[str, ...] = Field(default=(), description="where the profile's facts come from")
+    retired: Retired | None = Field(default=None, description="when the machine left service, and the page that says so")
     scheduler: Scheduler
     launcher: Launcher
     runtime: Runtime = "none"
@@ -571,13 +693,43 @@ class Site(_Strict):
         for k, v in self.defaults.job_resources.items():
             if self.scheduler != "pbs":
                 raise ValueError(f"defaults.job_resources: PBS job-wide resources, but the scheduler is {self.scheduler}")
-            if not (_WORD.match(k) and _WORD.match(v)) or "=" in k:
+            if not (_WORD.match(k) and _WORD.match(v.replace(PROJECT_PLACEHOLDER, "p"))) or "=" in k:
                 raise ValueError(f"defaults.job_resources.{k}: {v!r} is not a plain name=value a #PBS -l line carries")
+        per_node = [("defaults.job_resources_per_node", self.defaults.job_resources_per_node)]
+        per_node += [(f"node_kinds.{k}.defaults.job_resources_per_node", n.defaults.job_resources_per_node or {})
+                     for k, n in self.node_kinds.items()]
+        for where, resources in per_node:
+            for k, v in resources.items():
+                if self.scheduler != "pbs":
+                    raise ValueError(f"{where}: PBS resources, but the scheduler is {self.scheduler}")
+                if not _WORD.match(k) or "=" in k or not _PER_NODE.match(v):
+                    raise ValueError(f"{where}.{k}: {v!r} is not a whole number with a unit (382GB, 400GB, 4)")
+        if self.defaults.pbs_request != "select" and self.scheduler != "pbs":
+            raise ValueError(f"defaults.pbs_request: a PBS setting, but the scheduler is {self.scheduler}")
         if self.defaults.gpu_request in ("gpu", "rusage") and self.scheduler != "lsf":
-            raise ValueError(f"defaults.gpu_request: an LSF setting, but the scheduler is {self.scheduler}")
-        if self.defaults.account_flag and self.scheduler != "lsf":
-            raise ValueError(f"defaults.account_flag: an LSF setting, but the scheduler is {self.scheduler}")
-        for what, words in (("launch.args", self.launch.args), ("container.args", self.container.args),
+            raise ValueError(f"defaults.gpu_request: {self.defaults.gpu_request} is an LSF setting, but the scheduler "
+                             f"is {self.scheduler}")
+        if self.defaults.gpu_request in ("gpus-per-node", "gres", "gpus-per-task") and self.scheduler != "slurm":
+            raise ValueError(f"defaults.gpu_request: {self.defaults.gpu_request} is a Slurm setting, but the scheduler "
+                             f"is {self.scheduler}")
+        suffixes = {k: n.defaults.account_suffix for k, n in self.node_kinds.items() if n.defaults.account_suffix}
+        if suffixes and self.defaults.account and any(self.defaults.account.endswith(x) for x in suffixes.values()):
+            raise ValueError("defaults.account: give the project without a node kind's account_suffix; the job adds it")
+        flags = {"lsf": ("-P", "-G"), "pbs": ("-A", "-P")}.get(self.scheduler, ())
+        if self.defaults.account_flag and self.defaults.account_flag not in flags:
+            known = f"{self.scheduler} takes {' or '.join(flags)}" if flags else f"{self.scheduler} has no such option"
+            raise ValueError(f"defaults.account_flag: {self.defaults.account_flag} names no account under "
+                             f"{self.scheduler} ({known}; Slurm's is always --account)")
+        if self.launch.master_addr != "host-name" and self.scheduler != "slurm":
+            raise ValueError(f"launch.master_addr: a Slurm setting (the batch host's address), but the scheduler is "
+                             f"{self.scheduler}, whose jobs name the first host of their node file")
+        if self.launch.srun_mpi and self.launcher != "srun":
+            raise ValueError(f"launch.srun_mpi: an srun setting, but the launcher is {self.launcher}")
+        if self.launch.srun_mpi and any(a == "--mpi" or a.startswith("--mpi=") for a in self.launch.args):
+            raise ValueError("launch.srun_mpi: launch.args name a --mpi too; keep one (launch.srun_mpi)")
+        for what, words in (("launch.args", self.launch.args), ("launch.command", self.launch.command),
+                            ("launch.wrapper", self.launch.wrapper), ("launch.gpu_wrapper", self.launch.gpu_wrapper),
+                            ("container.args", self.container.args),
                             ("container.modules", self.container.modules),
                             ("container.gpu_modules", self.container.gpu_modules or ())):
             for i, w in enumerate(words):
@@ -600,7 +752,23 @@ class Site(_Strict):
             raise ValueError(
                 f"launcher: {self.launcher} runs under {' or '.join(needs)}, not under scheduler {self.scheduler}"
             )
+        self._cpu_counting_stated()
         return self
+
+    def _cpu_counting_stated(self) -> None:
+        """On an SMT node the unit of Slurm's -c and PBS ncpus (a core or a hardware thread) decides every CPU
+        request, and no default is right everywhere (NERSC counts threads, OLCF and NCAR cores): say it."""
+        if self.scheduler not in ("slurm", "pbs"):
+            return
+        look = {"slurm": "`scontrol show node <node>`: CPUTot", "pbs": "`pbsnodes <node>`: resources_available.ncpus"}
+        for name, node in self.node_kinds.items():
+            if node.threads_per_core > 1 and node.scheduler_cpus_per_core is None:
+                raise ValueError(
+                    f"node_kinds.{name}.scheduler_cpus_per_core: the node has {node.threads_per_core} hardware threads "
+                    f"per core, so say whether {self.scheduler} counts a core as {node.threads_per_core} CPUs "
+                    f"(write {node.threads_per_core}) or as 1 (write 1); {look[self.scheduler]} equal to the node's "
+                    f"{node.cores} cores means 1 (docs/sites.md)"
+                )
 
     def _only_guaranteed_variables(self) -> None:
         """A script may use only variables the scheduler, the login or the profile guarantees: under
@@ -617,9 +785,11 @@ class Site(_Strict):
                 if var not in known and not var.startswith(prefix) and not var.startswith("DW_JOB_"):
                     hint = (f"; for the project write {PROJECT_PLACEHOLDER}, which takes the account at render time"
                             if "PROJ" in var.upper() or "ACCOUNT" in var.upper() else "")
+                    # (profiles written before this check loaded; the message says the one-line fix)
                     raise ValueError(
-                        f"{field}: ${var} is set neither by {self.scheduler} nor by the login; list it under "
-                        f"provides_env if the centre sets it in every job{hint}"
+                        f"{field}: ${var} is set neither by {self.scheduler} nor by the login, and under set -u an "
+                        f"unset variable stops the job; if the centre sets it in every job shell (TACC's and NERSC's "
+                        f"$SCRATCH), add `provides_env: [{var}]` to the profile, else write the path without it{hint}"
                     )
 
     def job_defaults(self, kind: str | None = None) -> Defaults:
