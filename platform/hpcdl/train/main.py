@@ -8,6 +8,7 @@ import os
 import sys
 
 from hpcdl.errors import HpcdlError
+from hpcdl.train import checkpoint
 from hpcdl.train.binding import apply_plan, load_plan
 from hpcdl.train.ranks import rank_info
 from hpcdl.train.recipe import load_recipe
@@ -40,7 +41,9 @@ def run_training(recipe_path: str, plan_path: str | None = None, results_path: s
 
     writer = ResultsWriter(results_path, enabled=me.rank == 0)
     try:
-        summary = train(recipe, me, writer, context)
+        # rank 0 writes the snapshots, so it alone holds the prefix (ranks may share one node)
+        with checkpoint.prefix_locked(recipe.snapshot_prefix if me.rank == 0 else None):
+            summary = train(recipe, me, writer, context)
     finally:
         writer.close()
     status = int(summary.get("exit_status", 0))

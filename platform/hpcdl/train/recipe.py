@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hpcdl.errors import HpcdlError, validation_message
+from hpcdl.files import load_yaml_text, read_text
 from hpcdl.train.update_rule import SOLVER_FIELDS, SOLVERS  # Caffe's solver types, SGD first
 
 class _Strict(BaseModel):
@@ -243,13 +243,10 @@ def load_recipe(path: str | Path) -> Recipe:
     if not path.is_file():
         raise HpcdlError(f"recipe {path}: no such file")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise HpcdlError(f"recipe {path}: not valid YAML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise HpcdlError(f"recipe {path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
-    except OSError as exc:
-        raise HpcdlError(f"recipe {path}: cannot read: {exc.strerror}") from None
+        text = read_text(path)  # a regular file of a sane size: not a FIFO, not /dev/zero
+    except HpcdlError as exc:
+        raise HpcdlError(f"recipe {exc}") from None
+    data = load_yaml_text(text, f"recipe {path}")
     return recipe_from_dict(data, str(path), default_name=path.stem)
 
 
