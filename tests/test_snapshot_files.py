@@ -227,3 +227,48 @@ def test_a_second_training_on_the_same_snapshot_prefix_is_refused(tmp_path):
     assert not checkpoint.list_snapshots(prefix)
     with checkpoint.prefix_locked(prefix):  # released when the first one ends
         pass
+
+
+def test_a_folder_named_like_a_snapshot_is_refused_before_training(tmp_path):
+    """It was skipped on resume, and training then stopped when it reached that iteration, losing
+    the work since the last snapshot."""
+    prefix = tmp_path / "snap" / "s"
+    checkpoint.snapshot_path(prefix, 20).mkdir(parents=True)
+    with pytest.raises(HpcdlError, match="s_iter_20.ckpt is a folder named like a snapshot"):
+        checkpoint.check_folder(prefix)
+
+
+def test_a_link_named_like_the_next_snapshot_is_replaced_not_written_through(tmp_path):
+    """Written through, a link would let whoever made it choose which of our files a snapshot overwrites."""
+    victim = tmp_path / "precious.txt"
+    victim.write_text("mine")
+    path = checkpoint.snapshot_path(tmp_path / "s", 10)
+    os.symlink(victim, path)
+    save(tmp_path / "s", 10)
+    assert victim.read_text() == "mine" and not path.is_symlink() and checkpoint.load(path)["iter"] == 10
+
+
+@pytest.mark.slow
+def test_the_surviving_rank_says_in_one_line_that_its_peer_is_gone(tmp_path):
+    """When one rank of two dies, the other printed gloo's multi-line RuntimeError traceback."""
+    import time
+
+    from hpcdl.launch import free_port
+    from test_train import records
+
+    recipe = write_recipe(tmp_path, "r", max_iter=100_000, display=1, collective_timeout_s=30)
+    env = {**os.environ, **THREADS, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2"}
+    ranks = [subprocess.Popen([sys.executable, "-m", "hpcdl", "train", str(recipe), "--results", str(tmp_path / f"{r}.jsonl")],
+                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    results = tmp_path / "0.jsonl"
+    deadline = time.monotonic() + 240
+    while not (results.exists() and any(r["event"] == "step" for r in records(results))):
+        assert ranks[0].poll() is None and time.monotonic() < deadline, ranks[0].communicate()
+        time.sleep(0.2)
+    ranks[1].kill()
+    ranks[1].communicate()
+    _, err = ranks[0].communicate(timeout=120)
+    lines = [line for line in err.splitlines() if line.strip() and "step" not in line and "iter" not in line]
+    assert ranks[0].returncode == 1 and "Traceback" not in err, err
+    assert [line for line in lines if "another rank is gone" in line] and len(lines) == 1, err

@@ -106,14 +106,20 @@ def read_yaml_mapping(path: Path, what: str, empty_ok: bool = False) -> dict:
     return data
 
 
-def write_atomically(path: Path, content: str | bytes, mode: int | None = None, durable: bool = False) -> None:
+def write_atomically(path: Path, content: str | bytes, mode: int | None = None, durable: bool = False,
+                     follow_links: bool = True) -> None:
     """Write `content` to `path` whole or not at all; `durable` also fsyncs before the rename.
 
-    A symbolic link is written through (the file it names is replaced, the link stays); a path
-    that is not a regular file (a device such as /dev/full, a FIFO, a folder) is refused, never
-    replaced. Errors are one line naming the path.
+    A symbolic link is written through (the file it names is replaced, the link stays), unless
+    `follow_links` is False (snapshots: a link someone else put there is replaced by the file,
+    and what it pointed to is left alone); a path that is not a regular file (a device such as
+    /dev/full, a FIFO, a folder) is refused, never replaced. Errors are one line naming the path.
     """
     path = Path(path)
+    if not follow_links and os.path.islink(path):
+        path = path.absolute()
+        _replace_with(path, path, content, mode, durable)
+        return
     try:
         st = os.stat(path)  # follows links, /proc/self/fd/1 included
     except FileNotFoundError:
@@ -123,7 +129,11 @@ def write_atomically(path: Path, content: str | bytes, mode: int | None = None, 
     if st is not None and not stat.S_ISREG(st.st_mode):
         kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a device, a FIFO or a socket)"
         raise HpcdlError(f"{path}: is {kind}; hpcdl writes only regular files and will not replace it")
-    target = Path(os.path.realpath(path))  # through symbolic links, dangling ones too
+    _replace_with(path, Path(os.path.realpath(path)), content, mode, durable)  # through links, dangling ones too
+
+
+def _replace_with(path: Path, target: Path, content: str | bytes, mode: int | None, durable: bool) -> None:
+    """A temporary file beside `target`, renamed over it; errors name `path`, as the user gave it."""
     tmp = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

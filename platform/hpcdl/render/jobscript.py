@@ -363,7 +363,12 @@ def parse_time(text: str) -> int:
         seconds = int(a) * 60
     if seconds <= 0:
         raise HpcdlError(f"time: {text!r} is not a positive time limit")
+    if seconds > MAX_TIME:
+        raise HpcdlError(f"time: {text!r} is longer than a year; no batch queue runs a job that long")
     return seconds
+
+
+MAX_TIME = 366 * 86400
 
 
 def slurm_time(seconds: int) -> str:

@@ -65,7 +65,7 @@ def save(state: dict, path: Path) -> Path:
     payload = buffer.getvalue()
     header = HEADER.pack(MAGIC, len(payload), hashlib.sha256(payload).digest())
     path = Path(path)
-    write_atomically(path, header + payload, durable=True)
+    write_atomically(path, header + payload, durable=True, follow_links=False)  # a link there is replaced, not written through
     _fsync_dir(path.parent)
     return path
 
@@ -318,6 +318,7 @@ def check_folder(prefix: str | Path, need_bytes: int = 0) -> None:
     import shutil
     import tempfile
 
+    refuse_folders_named_like_snapshots(path for _, path in list_snapshots(prefix))
     folder = Path(prefix).parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -330,6 +331,15 @@ def check_folder(prefix: str | Path, need_bytes: int = 0) -> None:
     if need_bytes and free < need_bytes:
         raise HpcdlError(f"snapshot_prefix: {folder} has {free / 2**20:.1f} MiB free, "
                          f"less than one snapshot needs ({need_bytes / 2**20:.1f} MiB)")
+
+
+def refuse_folders_named_like_snapshots(paths) -> None:
+    """A folder named like a snapshot cannot be replaced by one: training would stop when it
+    reached that iteration, losing the work since the last snapshot. Said before training."""
+    for path in paths:
+        if os.path.isdir(path) and not os.path.islink(path):
+            raise HpcdlError(f"snapshot_prefix: {path} is a folder named like a snapshot; a snapshot could not be "
+                             "written there: move it away")
 
 
 def snapshot_bytes(*modules_or_tensors) -> int:

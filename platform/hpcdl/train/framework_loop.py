@@ -296,6 +296,7 @@ def restore_snapshot(recipe: Recipe, trainer: FrameworkTrainer, start_over: bool
          if (m := pattern.search(p))),
         reverse=True,
     )
+    checkpoint.refuse_folders_named_like_snapshots(path for _, path in found)
     if not found:
         return None
     checkpoint.warn_if_others_can_write(recipe.snapshot_prefix)
