@@ -74,6 +74,8 @@ def test_a_fifo_named_like_a_snapshot_is_skipped_not_waited_on(tmp_path):
     with within(20):
         (state, _), messages = resume(prefix)
     assert state["iter"] == 10 and "FIFO" in messages[0]
+    with pytest.raises(HpcdlError, match="s_iter_20.ckpt is a FIFO"):  # and refused before training reaches it
+        checkpoint.check_folder(prefix)
 
 
 def test_a_snapshot_renamed_to_look_newer_is_skipped(tmp_path):
@@ -171,7 +173,6 @@ CRAFTED = {
     "beyond max_iter": lambda p: npz(p, 500),
     "NaN weights": lambda p: npz(p, 20, w0=np.full((3, 2), np.nan)),
     "an array this net has not": lambda p: npz(p, 20, extra=np.ones(2)),
-    "a FIFO": lambda p: os.mkfifo(f"{p}_tensorflow_iter_20.npz"),
     "a link to a good one": lambda p: os.symlink(npz(f"{p}_other", 15), f"{p}_tensorflow_iter_20.npz"),
 }
 
@@ -198,6 +199,18 @@ def test_a_crafted_npz_snapshot_is_skipped_for_the_older_good_one(tmp_path, caps
     assert trainer.w.sum() == 12
     assert peak < 8 * 2**20, f"{peak / 2**20:.0f} MiB read for a file that should be judged by its headers"
     assert "skipping snapshot" in capsys.readouterr().err
+
+
+def test_a_fifo_named_like_an_npz_snapshot_is_refused_at_once_not_waited_on(tmp_path):
+    from hpcdl.train.framework_loop import restore_snapshot
+    from hpcdl.train.recipe import load_recipe
+
+    prefix = tmp_path / "s"
+    recipe = load_recipe(write_recipe(tmp_path, "r", snapshot=1, snapshot_prefix=str(prefix)))
+    npz(prefix, 10)
+    os.mkfifo(f"{prefix}_tensorflow_iter_20.npz")
+    with within(20), pytest.raises(HpcdlError, match="is a FIFO, a device or a socket named like a snapshot"):
+        restore_snapshot(recipe, Trainer(), max_iter=100)
 
 
 def test_a_finished_npz_training_is_refused_not_reported_as_nan(tmp_path):

@@ -334,11 +334,17 @@ def check_folder(prefix: str | Path, need_bytes: int = 0) -> None:
 
 
 def refuse_folders_named_like_snapshots(paths) -> None:
-    """A folder named like a snapshot cannot be replaced by one: training would stop when it
-    reached that iteration, losing the work since the last snapshot. Said before training."""
+    """A folder (or a FIFO, a device, a socket) named like a snapshot cannot be replaced by one:
+    training would stop when it reached that iteration, losing the work since the last snapshot.
+    Said before training. (A link there is replaced by the snapshot, see save.)"""
     for path in paths:
-        if os.path.isdir(path) and not os.path.islink(path):
-            raise HpcdlError(f"snapshot_prefix: {path} is a folder named like a snapshot; a snapshot could not be "
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO, a device or a socket"
+            raise HpcdlError(f"snapshot_prefix: {path} is {kind} named like a snapshot; a snapshot could not be "
                              "written there: move it away")
 
 
