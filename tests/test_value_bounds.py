@@ -138,10 +138,11 @@ def test_the_cluster_bring_up_lock_is_never_another_users_file(tmp_path, monkeyp
     assert not (tmp_path / "elsewhere").exists()  # the link was not followed
 
 
-def test_weights_that_are_not_there_are_refused_at_render(tmp_path):
+@pytest.mark.parametrize("name", ["none.caffemodel", "A" * 10_000])
+def test_weights_that_are_not_there_are_refused_at_render(tmp_path, name):
     """Refused only by `train` on the compute node before, after the queue wait."""
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(yaml.safe_dump({**BASE_RECIPE, "weights": str(tmp_path / "none.caffemodel")}))
+    recipe.write_text(yaml.safe_dump({**BASE_RECIPE, "weights": str(tmp_path / name)}))
     proc = hpcdl("render", str(recipe), "-s", "local", "-o", str(tmp_path / "j.sh"))
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "weights:" in lines[0], proc.stderr

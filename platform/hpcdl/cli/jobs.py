@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -194,7 +195,7 @@ def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_
 
     r = load_recipe(recipe)
     net_path(r.net)  # a net file the recipe names must be there now, not only on the compute node
-    if r.weights and not Path(r.weights).is_file():  # and so must the weights it starts from
+    if r.weights and not os.path.isfile(r.weights):  # and so must the weights it starts from (False on any OSError)
         raise HpcdlError(f"recipe {recipe}: weights: {r.weights}: no such file (a .caffemodel the job starts from "
                          "must be there when the job is rendered, not only after its queue wait)")
     # the recipe says which framework and distribution it was written for; the command line wins
