@@ -122,7 +122,7 @@ def test_staging_without_a_data_path_or_node_local_storage_is_refused(fixture_si
 
 def test_the_lmod_init_is_sourced_before_module_load_and_only_where_the_site_has_modules(fixture_sites):
     text = render("test-pbs-xeon")
-    assert text.index("source /usr/share/lmod/lmod/init/bash") < text.index("module load openmpi/4.1 apptainer")
+    assert text.index("source -- /usr/share/lmod/lmod/init/bash") < text.index("module load openmpi/4.1 apptainer")
     assert "module load" not in render("ci-slurm")
 
 

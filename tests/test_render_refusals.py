@@ -53,4 +53,4 @@ def test_the_module_comment_claims_a_source_line_only_where_there_is_one(fixture
     assert "source " not in knl and "comes from\n# the init script" not in knl
     assert "inherits from the submitting shell" in knl
     pbs = hpcdl("render", "-s", "test-pbs-xeon", RECIPES / "digits-quick.yaml", check=True).stdout
-    assert "from\n# the init script" in pbs and "source /usr/share/lmod/lmod/init/bash" in pbs
+    assert "from\n# the init script" in pbs and "source -- /usr/share/lmod/lmod/init/bash" in pbs

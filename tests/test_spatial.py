@@ -95,7 +95,7 @@ def run_ranks(world: int, cases: list[dict], tmp_path: Path) -> Path:
     spec.write_text(json.dumps(cases))
     out = tmp_path / "out"
     out.mkdir()
-    argv = [sys.executable, "-m", "hpcdl", "launch", "-n", str(world), "--",
+    argv = [sys.executable, "-m", "hpcdl", "launch", "-n", str(world), "--oversubscribe", "--",
             sys.executable, str(HERE / "spatial_worker.py"), str(spec), str(out)]
     env = {**os.environ, **THREADS, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "platform"), str(HERE)])}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)

@@ -29,7 +29,7 @@ def mesh_recipe(folder: Path, name: str, **fields) -> Path:
 
 def train(ranks: int, recipe: Path, results: Path) -> subprocess.CompletedProcess:
     trainer = [sys.executable, "-m", "hpcdl.train", str(recipe), "--results", str(results)]
-    argv = trainer if ranks == 1 else [sys.executable, "-m", "hpcdl", "launch", "-n", str(ranks), "--", *trainer]
+    argv = trainer if ranks == 1 else [sys.executable, "-m", "hpcdl", "launch", "-n", str(ranks), "--oversubscribe", "--", *trainer]
     env = {**os.environ, **THREADS, "PYTHONPATH": PLATFORM}
     return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
 

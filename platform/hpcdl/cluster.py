@@ -99,12 +99,40 @@ def free_ports(count: int, exclude=()) -> list[int]:
 @contextlib.contextmanager
 def _bring_up_lock():
     """One cluster at a time picks its ports and starts its daemons, so two never pick the same port."""
-    with open(BRING_UP_LOCK, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    fd = _own_lock_file(BRING_UP_LOCK)
+    if fd is None:  # another user's file, a link or a FIFO under the shared name: use our own name
+        fd = _own_lock_file(BRING_UP_LOCK.with_name(f"hpcdl-slurm-harness-{os.geteuid()}.lock"))
+    if fd is None:
+        raise SlurmError(f"{BRING_UP_LOCK}: neither it nor our own lock file there is a regular file of ours")
+    try:
+        deadline = time.monotonic() + 600  # a bring-up takes seconds; a lock held longer is stuck
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise SlurmError(f"{BRING_UP_LOCK}: held by another process for 10 minutes") from None
+                time.sleep(0.5)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _own_lock_file(path: Path) -> int | None:
+    """A descriptor of `path`, created if need be, only if it is a regular file this user owns.
+
+    The temporary folder is shared: opened without following a link, and without blocking on a
+    FIFO someone else put there under this name."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        return None
+    return fd
 
 
 @dataclass(frozen=True)

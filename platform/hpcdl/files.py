@@ -7,6 +7,7 @@ the same folder, renamed over the target), so an error never leaves a partial fi
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import os
 import stat
 import tempfile
@@ -17,16 +18,87 @@ import yaml
 from hpcdl.errors import HpcdlError
 
 
-def read_yaml_mapping(path: Path, what: str, empty_ok: bool = False) -> dict:
-    """A YAML file that must hold a mapping; `what` names it in errors ('a site profile')."""
+# The largest file hpcdl reads whole as text (a site profile, a recipe, a plan): the shipped
+# profiles are under 10 KiB; a shared site folder's entry that is larger is not a profile.
+TEXT_LIMIT = 4 * 2**20
+
+
+class NotAPlainFile(HpcdlError):
+    """A path that is not a regular file of the expected owner and size (one line, the path named)."""
+
+
+def open_regular(path: str | Path, *, owner: int | None = None, follow_links: bool = True,
+                 limit: int | None = None) -> tuple[int, os.stat_result]:
+    """(descriptor, its stat) of `path`, opened for reading only if it is a regular file.
+
+    A FIFO, a device (/dev/zero), a socket or a folder is refused before a byte is read: opened
+    with O_NONBLOCK, so a FIFO with no writer cannot hang the open, and judged by fstat of the
+    descriptor itself, so nothing can be swapped in between the check and the read.
+    `follow_links` False adds O_NOFOLLOW (a symbolic link is refused: the file must be the one
+    named, not one another user points it at); `owner` is the uid it must belong to; `limit`
+    the most bytes it may hold.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_links:
+        flags |= os.O_NOFOLLOW
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as exc:
-        raise HpcdlError(f"{path}: not valid YAML: {exc}") from None
+        fd = os.open(path, flags)
     except OSError as exc:
-        raise HpcdlError(f"{path}: cannot read: {exc.strerror}") from None
+        if exc.errno == errno.ELOOP and not follow_links:
+            raise NotAPlainFile(f"{path}: is a symbolic link; not followed") from None
+        raise NotAPlainFile(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a device, a FIFO or a socket)"
+            raise NotAPlainFile(f"{path}: is {kind}; hpcdl reads only regular files")
+        if owner is not None and st.st_uid != owner:
+            raise NotAPlainFile(f"{path}: belongs to uid {st.st_uid}, not to uid {owner} who is training; not trusted")
+        if limit is not None and st.st_size > limit:
+            raise NotAPlainFile(f"{path}: holds {st.st_size:,} bytes, more than the {limit:,} such a file may hold")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_regular(path: str | Path, *, owner: int | None = None, follow_links: bool = True,
+                 limit: int | None = TEXT_LIMIT) -> bytes:
+    """The whole of a regular file (open_regular's checks), never more than `limit` bytes."""
+    fd, st = open_regular(path, owner=owner, follow_links=follow_links, limit=limit)
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(st.st_size + 1 if limit is None else limit + 1)
+        except OSError as exc:
+            raise NotAPlainFile(f"{path}: cannot read: {exc.strerror}") from None
+    if limit is not None and len(data) > limit:  # it grew since fstat
+        raise NotAPlainFile(f"{path}: holds more than the {limit:,} bytes such a file may hold")
+    return data
+
+
+def read_text(path: str | Path, what: str = "") -> str:
+    """A regular text file of at most TEXT_LIMIT bytes, as UTF-8; errors are one line naming it."""
+    data = read_regular(path)
+    try:
+        return data.decode()
     except UnicodeDecodeError as exc:
         raise HpcdlError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
+
+
+def load_yaml_text(text: str, where: str):
+    """yaml.safe_load with its failures as one line: bad YAML, and nesting too deep for the parser."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise HpcdlError(f"{where}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise HpcdlError(f"{where}: not valid YAML: nested too deep") from None
+
+
+def read_yaml_mapping(path: Path, what: str, empty_ok: bool = False) -> dict:
+    """A YAML file that must hold a mapping; `what` names it in errors ('a site profile')."""
+    data = load_yaml_text(read_text(path), str(path))
     if data is None and empty_ok:
         return {}
     if not isinstance(data, dict):
@@ -34,14 +106,20 @@ def read_yaml_mapping(path: Path, what: str, empty_ok: bool = False) -> dict:
     return data
 
 
-def write_atomically(path: Path, content: str | bytes, mode: int | None = None, durable: bool = False) -> None:
+def write_atomically(path: Path, content: str | bytes, mode: int | None = None, durable: bool = False,
+                     follow_links: bool = True) -> None:
     """Write `content` to `path` whole or not at all; `durable` also fsyncs before the rename.
 
-    A symbolic link is written through (the file it names is replaced, the link stays); a path
-    that is not a regular file (a device such as /dev/full, a FIFO, a folder) is refused, never
-    replaced. Errors are one line naming the path.
+    A symbolic link is written through (the file it names is replaced, the link stays), unless
+    `follow_links` is False (snapshots: a link someone else put there is replaced by the file,
+    and what it pointed to is left alone); a path that is not a regular file (a device such as
+    /dev/full, a FIFO, a folder) is refused, never replaced. Errors are one line naming the path.
     """
     path = Path(path)
+    if not follow_links and os.path.islink(path):
+        path = path.absolute()
+        _replace_with(path, path, content, mode, durable)
+        return
     try:
         st = os.stat(path)  # follows links, /proc/self/fd/1 included
     except FileNotFoundError:
@@ -51,7 +129,11 @@ def write_atomically(path: Path, content: str | bytes, mode: int | None = None, 
     if st is not None and not stat.S_ISREG(st.st_mode):
         kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a device, a FIFO or a socket)"
         raise HpcdlError(f"{path}: is {kind}; hpcdl writes only regular files and will not replace it")
-    target = Path(os.path.realpath(path))  # through symbolic links, dangling ones too
+    _replace_with(path, Path(os.path.realpath(path)), content, mode, durable)  # through links, dangling ones too
+
+
+def _replace_with(path: Path, target: Path, content: str | bytes, mode: int | None, durable: bool) -> None:
+    """A temporary file beside `target`, renamed over it; errors name `path`, as the user gave it."""
     tmp = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

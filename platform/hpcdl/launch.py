@@ -26,6 +26,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its affinity (a Slurm or cgroup allocation's), else the node's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def launch(nproc: int, argv: list[str], grace: float = 10.0) -> int:
     base = dict(os.environ)
     base.setdefault("MASTER_ADDR", "127.0.0.1")

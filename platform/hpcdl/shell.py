@@ -65,9 +65,24 @@ def env_name(name: str) -> str:
 
 
 def one_line(field: str, value: str | None) -> str | None:
-    """Refuse values a scheduler directive cannot carry at all (a newline ends the directive)."""
-    if value is not None and any(c in str(value) for c in "\n\r\0"):
+    """Refuse values a scheduler directive cannot carry at all (a newline ends the directive), and
+    characters that make the line look other than it is.
+
+    U+2028 and U+2029 show as line breaks in editors and web views, and the bidirectional
+    overrides (U+202E ...) reverse the text after them ("Trojan Source", CVE-2021-42574):
+    neither bash nor sbatch treats them specially, so a reviewed script could ask for more than
+    its reviewer saw. Comments print them escaped (comment_text); directive values refuse them,
+    as they refuse any other character that is not printable except a tab.
+    """
+    if value is None:
+        return value
+    text = str(value)
+    if any(c in text for c in "\n\r\0"):
         raise HpcdlError(f"{field}: contains a newline or NUL, which no batch directive can carry")
+    hidden = next((c for c in text if not c.isprintable() and c != "\t"), None)
+    if hidden is not None:
+        raise HpcdlError(f"{field}: contains U+{ord(hidden):04X}, a control, line-separator or text-direction "
+                         "character that would show the job script other than it runs")
     return value
 
 

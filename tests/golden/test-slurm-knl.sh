@@ -29,7 +29,7 @@ export HPCDL_JOB_ID HPCDL_JOB_NAME
 # the init script; module scripts read unset variables, hence set +u around them.
 set +u
 # shellcheck disable=SC1090,SC1091
-source /usr/share/lmod/lmod/init/bash
+source -- /usr/share/lmod/lmod/init/bash
 module load intel/18.0.2 impi/18.0.2 tacc-singularity
 set -u
 

@@ -5,6 +5,7 @@ Exit status: 0 done, 1 a check or job failed (validate, report, run), 2 bad inpu
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -111,6 +112,9 @@ def _usage_hint(exc: cx.UsageError) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the command line; click's usage errors get the same one-line style as hpcdl's own."""
+    # never world-writable, whatever the umask: run folders, the validation history `report`
+    # reads back, and what the job shells hpcdl starts write (a group keeps what umask gives it)
+    os.umask(os.umask(0) | 0o002)
     try:
         status = _command().main(args=argv, prog_name="hpcdl", standalone_mode=False)
     except HpcdlError as exc:
@@ -131,4 +135,8 @@ def main(argv: list[str] | None = None) -> None:
     except (typer.Abort, KeyboardInterrupt):
         print("hpcdl: interrupted", file=sys.stderr)
         sys.exit(130)
+    except MemoryError as exc:  # numpy's _ArrayMemoryError too: what was asked for does not fit this node
+        detail = " ".join(str(exc).split())
+        print(f"hpcdl: error: out of memory on {os.uname().nodename}{': ' + detail if detail else ''}", file=sys.stderr)
+        sys.exit(1)
     sys.exit(status if isinstance(status, int) else 0)

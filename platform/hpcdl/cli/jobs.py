@@ -194,10 +194,14 @@ EXTRA = {"allow_extra_args": True}  # trainer arguments after `--`, e.g. -- --ma
 def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_kind, dist, image, time, account,
             partition, name, scheduler=None, constraint=None, exclusive=None, requeue=False,
             warning=DEFAULT_WARNING_SECONDS, output_dir=None, extra_args=(), net_plugin=None, qos=None) -> tuple:
+    from hpcdl.errors import HpcdlError
     from hpcdl.nets.spec import net_path
 
     r = load_recipe(recipe)
     net_path(r.net)  # a net file the recipe names must be there now, not only on the compute node
+    if r.weights and not os.path.isfile(r.weights):  # and so must the weights it starts from (False on any OSError)
+        raise HpcdlError(f"recipe {recipe}: weights: {r.weights}: no such file (a .caffemodel the job starts from "
+                         "must be there when the job is rendered, not only after its queue wait)")
     # the recipe says which framework and distribution it was written for; the command line wins
     framework = framework or r.framework
     if dist == "auto" and r.distributed != "auto":

@@ -28,6 +28,7 @@ def checked_output(path, option: str):
     hpcdl creates the file, or the one folder named, but never a chain of parent folders a
     typo made up (`-o /nonexistent/job.sh` would otherwise create /nonexistent).
     """
+    import os
     from pathlib import Path
 
     from hpcdl.errors import HpcdlError
@@ -36,6 +37,12 @@ def checked_output(path, option: str):
         return None
     path = Path(path)
     parent = path.absolute().parent
-    if not parent.is_dir():
+    try:
+        parent_is_folder = parent.is_dir()
+    except OSError as exc:  # a name longer than the system takes (ENAMETOOLONG), a loop of links
+        raise HpcdlError(f"{option}: {str(path)[:80]}...: {exc.strerror}") from None
+    if len(str(path.absolute())) >= os.pathconf("/", "PC_PATH_MAX"):
+        raise HpcdlError(f"{option}: {str(path)[:80]}...: File name too long")
+    if not parent_is_folder:
         raise HpcdlError(f"{option}: folder {parent} does not exist; create it first (hpcdl makes no parent folders)")
     return path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -42,14 +43,21 @@ def train(
 def launch(
     ctx: typer.Context,
     nproc: int = typer.Option(..., "--nproc", "-n", min=1, help="processes (ranks) to start on this node"),
+    oversubscribe: bool = typer.Option(False, "--oversubscribe",
+                                       help="start more ranks than the cores this process may use"),
 ) -> None:
     """Start ranks on this node (hpcdl's own launcher): hpcdl launch -n 2 -- PROGRAM ARGS..."""
     from hpcdl.errors import HpcdlError
-    from hpcdl.launch import launch as run_ranks
+    from hpcdl.launch import launch as run_ranks, usable_cores
 
     argv = [a for a in ctx.args if a != "--"] if ctx.args[:1] == ["--"] else list(ctx.args)
     if not argv:
         raise HpcdlError("launch: give the program to start after --")
+    # Open MPI's mpirun: as many slots as cores unless told to oversubscribe; one typo (-n 100000)
+    # on a login node would otherwise start a hundred thousand processes
+    if nproc > usable_cores() and not oversubscribe:
+        raise HpcdlError(f"--nproc: {nproc} ranks, more than the {usable_cores()} core(s) this process may use on "
+                         f"{os.uname().nodename}; ask for fewer, or pass --oversubscribe")
     raise typer.Exit(run_ranks(nproc, argv))
 
 

@@ -20,9 +20,12 @@ The trainer's `data.shuffle: node` then shuffles within the node's copy each epo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
+import stat
 import time
 from pathlib import Path
 
@@ -115,10 +118,18 @@ def parse_shard(text: str | None, environ=None) -> tuple[int, int] | None:
     return (node_index(environ) if node == "auto" else int(node)), int(nodes)
 
 
+def _copy_regular(src: str, dst: str) -> str:
+    """shutil.copy2 of a regular file only: a FIFO never ends its read, /dev/zero never ends its data."""
+    if not stat.S_ISREG(os.stat(src).st_mode):
+        raise HpcdlError(f"stage: {src} is not a regular file (a device, a FIFO or a socket); hpcdl copies only "
+                         "regular files and folders")
+    return shutil.copy2(src, dst)
+
+
 def _copy_shard(source: Path, partial: Path, files: list[str]) -> None:
     for rel in files:
         (partial / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source / rel, partial / rel)
+        _copy_regular(source / rel, partial / rel)
     train = source / "train" if (source / "train").is_dir() else source
     for cls in (p for p in train.iterdir() if p.is_dir()):  # every class, even one this node holds no image of
         (partial / cls.relative_to(source)).mkdir(parents=True, exist_ok=True)
@@ -128,6 +139,11 @@ def stage(source: str | Path, dest: str | Path, shard: tuple[int, int] | None = 
     source, dest = Path(source), Path(dest)
     if not source.exists():
         raise HpcdlError(f"data.path: {source} does not exist on {os.uname().nodename}")
+    if not (source.is_dir() or stat.S_ISREG(source.stat().st_mode)):
+        raise HpcdlError(f"stage: {source} is not a regular file or a folder (a device, a FIFO or a socket); "
+                         "it would be copied without end")
+    if dest.exists() and not dest.is_dir():
+        raise HpcdlError(f"stage: {dest} is a file; the destination must be a folder to copy into")
     target = staged_path(source, dest)
     started = time.monotonic()
     files_wanted = shard_files(source, *shard) if shard and shard[1] > 1 else None
@@ -138,20 +154,59 @@ def stage(source: str | Path, dest: str | Path, shard: tuple[int, int] | None = 
             return target
         except HpcdlError:
             shutil.rmtree(target) if target.is_dir() else target.unlink()
-    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HpcdlError(f"stage: cannot create {dest}: {exc.strerror}") from None
+    need = sum((source / rel).stat().st_size for rel in files_wanted) if files_wanted is not None \
+        else sum(_inventory(source).values())
+    free = shutil.disk_usage(dest).free
+    if need > free:
+        raise HpcdlError(f"stage: {source} needs {need / 1e6:.1f} MB, {dest} has {free / 1e6:.1f} MB free")
     partial = dest / f".{source.name}.partial-{os.getpid()}"
-    if files_wanted is not None:
-        _copy_shard(source, partial, files_wanted)
-    elif source.is_dir():
-        shutil.copytree(source, partial)
-    else:
-        shutil.copy2(source, partial)
-    os.replace(partial, target)  # a half-written copy never carries the final name
+    with _removed_if_stopped(partial):
+        try:
+            if files_wanted is not None:
+                _copy_shard(source, partial, files_wanted)
+            elif source.is_dir():
+                shutil.copytree(source, partial, copy_function=_copy_regular)
+            else:
+                _copy_regular(source, partial)
+        except shutil.Error as exc:  # copytree gathers each file's error
+            first = exc.args[0][0] if exc.args and isinstance(exc.args[0], list) and exc.args[0] else exc
+            raise HpcdlError(f"stage: cannot copy {source}: {first[-1] if isinstance(first, tuple) else first}") from None
+        except OSError as exc:
+            raise HpcdlError(f"stage: cannot copy {source} into {dest}: {exc.strerror or exc}") from None
+        os.replace(partial, target)  # a half-written copy never carries the final name
     files, size = check_copy(source, target, files_wanted)
     part = f" (shard {shard[0]} of {shard[1]})" if files_wanted is not None else ""
     print(f"hpcdl stage: copied {files} file(s){part}, {size / 1e6:.1f} MB to {target} on {os.uname().nodename} "
           f"in {time.monotonic() - started:.1f} s", flush=True)
     return target
+
+
+@contextlib.contextmanager
+def _removed_if_stopped(partial: Path):
+    """Remove the half-written copy when the copy fails or the job is stopped (SIGTERM, SIGINT, SIGHUP).
+
+    A stopped stage must not leave gigabytes behind on the node's disk; SIGKILL alone cannot be
+    caught, and its partial copy keeps the dot-name with the pid, never the final name.
+    """
+    def stop(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        yield
+    except BaseException:
+        if partial.is_dir() and not partial.is_symlink():
+            shutil.rmtree(partial, ignore_errors=True)
+        elif partial.exists() or partial.is_symlink():
+            partial.unlink()
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def point_recipe_at(recipe_file: str | Path, source: str | Path, dest: str | Path) -> None:

@@ -10,6 +10,7 @@ Values reach the script three ways, each safe on its own terms:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -189,8 +190,12 @@ def render_job_script(
                 raise HpcdlError(f"{what}: a word of {len(str(word))} characters is longer than a command "
                                  f"line may carry ({MAX_WORD}): {str(word)[:40]!r}...")
     job = batch_request(site, plan, options, scheduler)
+    # the plan's JSON travels in the script and grows with every rank: judged from one rank's share
+    # first, before the whole of it is built (minutes for 100,000 nodes)
+    _fits_the_scheduler(len(json.dumps(dataclasses.asdict(plan.ranks[0]))) * len(plan.ranks), plan, scheduler)
+    plan_json = json.dumps(plan.to_dict(), sort_keys=True)
     template = _env.get_template(f"{scheduler}.sh.j2")
-    return template.render(
+    text = template.render(
         version=__version__,
         site=site,
         plan=plan,
@@ -201,7 +206,7 @@ def render_job_script(
         modules=module_lines(site, plan),
         activate=activate_lines(site, plan),
         runtime_files=runtime_files,
-        plan_json=json.dumps(plan.to_dict(), sort_keys=True),
+        plan_json=plan_json,
         recipe_json=_heredoc_safe(json.dumps(recipe, sort_keys=True)),
         launch=[*plan.launcher_argv, *runtime_argv, *program],
         image_from_module="${HPCDL_IMAGE_DIR}" in str(image or ""),
@@ -210,6 +215,21 @@ def render_job_script(
         job_slug=slug(options.name),
         name_comment=comment_text(options.name),
     )
+    _fits_the_scheduler(len(text.encode()), plan, scheduler)
+    return text
+
+
+# Slurm's slurm.conf(5), SchedulerParameters: "max_script_size=# Specify the maximum size of a batch
+# script, in bytes. The default value is 4 megabytes." (https://slurm.schedmd.com/slurm.conf.html)
+SBATCH_MAX_SCRIPT_SIZE = 4 * 2**20
+
+
+def _fits_the_scheduler(size: int, plan: Plan, scheduler: str) -> None:
+    """Refuse a Slurm job script sbatch would refuse: the plan it carries grows with every rank."""
+    if scheduler == "slurm" and size > SBATCH_MAX_SCRIPT_SIZE:
+        raise HpcdlError(f"nodes: {plan.nodes} nodes of {plan.ranks_per_node} rank(s) make a job script of "
+                         f"{size / 2**20:.1f} MiB or more, over the 4 MiB sbatch takes (Slurm's max_script_size "
+                         "default); ask for fewer nodes")
 
 
 def _heredoc_safe_lines(text: str, end: str) -> str:
@@ -449,7 +469,12 @@ def parse_time(text: str) -> int:
         seconds = int(a) * 60
     if seconds <= 0:
         raise HpcdlError(f"time: {text!r} is not a positive time limit")
+    if seconds > MAX_TIME:
+        raise HpcdlError(f"time: {text!r} is longer than a year; no batch queue runs a job that long")
     return seconds
+
+
+MAX_TIME = 366 * 86400
 
 
 def slurm_time(seconds: int) -> str:

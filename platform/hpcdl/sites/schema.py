@@ -107,7 +107,7 @@ class Gpu(_Strict):
         description="NUMA domain (numbered across the node) the GPU is nearest, when a socket has several",
     )
     vendor: GpuVendor = "nvidia"
-    memory_gb: float | None = Field(default=None, gt=0)
+    memory_gb: float | None = Field(default=None, gt=0, le=4096, allow_inf_nan=False)
 
     @field_validator("vendor", mode="before")
     @classmethod
@@ -143,7 +143,7 @@ class Nic(_Strict):
 
     kind: NicKind
     device: DeviceName = Field(description="verbs/HFI/CXI device name, e.g. mlx5_0, hfi1_0, cxi0, eth0")
-    port: int = Field(default=1, ge=1)
+    port: int = Field(default=1, ge=1, le=255)  # a verbs port number is 8 bits (ibv_query_port)
     socket: int = Field(ge=0)
     domain: int | None = Field(
         default=None, ge=0, description="NUMA domain (numbered across the node) the NIC is nearest"
@@ -235,9 +235,9 @@ class NodeKind(_Strict):
     count: int | None = Field(default=None, ge=1, le=MAX_NODES, description="nodes of this kind in the machine")
     cpu_model: Text = ""
     cpu_target: DeviceName = Field(default="x86_64", description="archspec name: knl, skylake_avx512, power9le, zen3 ...")
-    sockets: int = Field(ge=1, le=64)  # the largest shared-memory nodes (HPE Superdome Flex) have 32
-    cores_per_socket: int = Field(ge=1, le=1024)  # today's most: 192 (AMD Zen 5c), 260 (Sunway SW26010)
-    threads_per_core: int = Field(default=1, ge=1, le=8)  # POWER8/9 SMT8
+    sockets: int = Field(ge=1, le=64, strict=True)  # the largest shared-memory nodes (HPE Superdome Flex) have 32
+    cores_per_socket: int = Field(ge=1, le=1024, strict=True)  # today's most: 192 (AMD Zen 5c), 260 (Sunway SW26010)
+    threads_per_core: int = Field(default=1, ge=1, le=8, strict=True)  # POWER8/9 SMT8
     scheduler_cpus_per_core: int | None = Field(
         default=None, ge=1,
         description=(
@@ -255,7 +255,7 @@ class NodeKind(_Strict):
             "or core-major (POWER: cpu = core*threads + thread)"
         ),
     )
-    memory_gb: float = Field(gt=0)
+    memory_gb: float = Field(gt=0, le=2**16, allow_inf_nan=False)  # 64 TB: above the largest shared-memory node
     hbm_gb: float = Field(default=0, ge=0, description="on-package memory: KNL MCDRAM, V100/A100 HBM counts under gpus")
     gpus: tuple[Gpu, ...] = Field(default=(), max_length=64)
     gpu_driver: str | None = Field(
@@ -281,7 +281,7 @@ class NodeKind(_Strict):
     )
     intra_node_link: IntraNodeLink | None = Field(default=None, description="for hpcdl predict; default by GPU/CPU kind")
     nodes_per_host: int = Field(
-        default=1, ge=1,
+        default=1, ge=1, le=MAX_NODES,
         description="nodes sharing one physical machine (a test cluster's pretend nodes): they share its cores",
     )
     defaults: NodeKindDefaults = Field(
@@ -365,6 +365,10 @@ class NodeKind(_Strict):
                 raise ValueError(f"reserved_cores: core {core} is not on the node (cores 0..{self.cores - 1})")
         if self.reserved_cores_per_socket >= self.cores_per_socket:
             raise ValueError("reserved_cores_per_socket: must leave at least one core per socket")
+        cpus = self.sockets * self.cores_per_socket * self.threads_per_core
+        if self.default_threads_per_rank is not None and self.default_threads_per_rank > cpus:
+            raise ValueError(f"default_threads_per_rank: {self.default_threads_per_rank} is more than the node's "
+                             f"{cpus} hardware threads")
         for s in range(self.sockets):
             if not self.usable_cores_of_socket(s):
                 raise ValueError(f"reserved_cores: socket {s} is left without a usable core")
@@ -398,6 +402,14 @@ class Filesystems(_Strict):
 class Modules(_Strict):
     system: Literal["lmod", "tcl", "none"] = "lmod"
     init: SitePath | None = Field(default=None, description="script to source so `module` exists in batch jobs")
+
+    @field_validator("init")
+    @classmethod
+    def _init_absolute(cls, init: str | None) -> str | None:
+        # a job script runs in its job folder: a relative path would be sourced from wherever that is
+        if init is not None and not init.startswith(("/", "$")):
+            raise ValueError(f"{init!r} must be an absolute path (or start with a $VARIABLE such as $LMOD_PKG)")
+        return init
     use: tuple[SitePath, ...] = Field(default=(), description="module folders to `module use` before loading")
     load: tuple[ModuleName, ...] = Field(default=(), description="modules every hpcdl job loads")
     gpu_mpi: tuple[ModuleName, ...] = Field(

@@ -21,10 +21,13 @@ refuses to start unless asked to start over.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import io
 import os
 import re
+import stat
 import struct
 import sys
 from pathlib import Path
@@ -62,7 +65,7 @@ def save(state: dict, path: Path) -> Path:
     payload = buffer.getvalue()
     header = HEADER.pack(MAGIC, len(payload), hashlib.sha256(payload).digest())
     path = Path(path)
-    write_atomically(path, header + payload, durable=True)
+    write_atomically(path, header + payload, durable=True, follow_links=False)  # a link there is replaced, not written through
     _fsync_dir(path.parent)
     return path
 
@@ -85,27 +88,70 @@ def this_user() -> int | None:
     return os.geteuid() if hasattr(os, "geteuid") else None
 
 
+def open_snapshot(path: str | Path, owner: int | None = -1):
+    """A snapshot file opened for reading (a binary file object) after the checks of who and what it is.
+
+    The one gate for the PyTorch (.ckpt) and the TensorFlow/MXNet/Horovod (.npz) snapshots: opened
+    with O_NOFOLLOW (a symbolic link, whoever made it and wherever it points, is not a snapshot),
+    judged by fstat of the open descriptor (a regular file, owned by `owner`: by default the user
+    training; None: anyone), so a FIFO or a device is refused before a byte is read.
+    """
+    from hpcdl.files import NotAPlainFile, open_regular
+
+    owner = this_user() if owner == -1 else owner
+    try:
+        fd, _ = open_regular(path, owner=owner, follow_links=False, limit=None)
+    except NotAPlainFile as exc:
+        raise CorruptCheckpoint(str(exc)) from None
+    return os.fdopen(fd, "rb")
+
+
+def iteration_in_name(path: str | Path) -> int | None:
+    """The N of `..._iter_N.ckpt` / `..._iter_N.npz`: the file's content must say the same."""
+    m = re.search(r"_iter_(\d+)\.(?:ckpt|npz)$", str(path))
+    return int(m.group(1)) if m else None
+
+
+def warn_if_others_can_write(prefix: str | Path, log=None) -> None:
+    """Say so when the snapshot folder is group- or world-writable (docs/security.md).
+
+    Whoever can write the folder can replace the snapshots there; hpcdl refuses their files
+    and links, but cannot stop them from deleting or renaming ours.
+    """
+    folder = Path(prefix).parent
+    try:
+        mode = os.stat(folder).st_mode
+    except OSError:
+        return
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        who = "everyone" if mode & stat.S_IWOTH else "its group"
+        (log or (lambda msg: print(msg, file=sys.stderr)))(
+            f"hpcdl train: warning: the snapshot folder {folder} can be written by {who} (mode {stat.S_IMODE(mode):04o}); "
+            "keep snapshot_prefix in a folder only you can write")
+
+
 def load(path: Path, owner: int | None = -1) -> dict:
     """The snapshot's state: tensors and plain data, read without running any code.
 
     `owner`: the uid the file must belong to (default: the user running this; None: any).
+    The header's length must match the file's size before the payload is read: a file
+    claiming more than it holds is refused without allocating for it.
     """
     import pickle
 
     import torch
 
-    owner = this_user() if owner == -1 else owner
-    if owner is not None:
-        uid = os.stat(path).st_uid
-        if uid != owner:
-            raise CorruptCheckpoint(f"{path}: belongs to uid {uid}, not to uid {owner} who is training; not trusted")
-    data = Path(path).read_bytes()
-    if len(data) < HEADER.size:
-        raise CorruptCheckpoint(f"{path}: shorter than its header ({len(data)} bytes)")
-    magic, length, digest = HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise CorruptCheckpoint(f"{path}: not an hpcdl snapshot")
-    payload = data[HEADER.size:]
+    with open_snapshot(path, owner) as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(HEADER.size)
+        if len(head) < HEADER.size:
+            raise CorruptCheckpoint(f"{path}: shorter than its header ({len(head)} bytes)")
+        magic, length, digest = HEADER.unpack_from(head)
+        if magic != MAGIC:
+            raise CorruptCheckpoint(f"{path}: not an hpcdl snapshot")
+        if length != size - HEADER.size:
+            raise CorruptCheckpoint(f"{path}: truncated ({size - HEADER.size} of {length} bytes)")
+        payload = f.read(length + 1)
     if len(payload) != length:
         raise CorruptCheckpoint(f"{path}: truncated ({len(payload)} of {length} bytes)")
     if hashlib.sha256(payload).digest() != digest:
@@ -140,11 +186,13 @@ def resume(prefix: str | Path, fits, start_over: bool = False, log=None, owner: 
     """
     log = log or (lambda msg: print(msg, file=sys.stderr))
     found = list_snapshots(prefix)
+    if found:
+        warn_if_others_can_write(prefix, log)
     last = None
-    for _, path in found:
+    for number, path in found:
         try:
             state = load(path, owner)
-            problem = fits(state)
+            problem = named_iteration_problem(state.get("iter"), number) or fits(state)
         except (CorruptCheckpoint, OSError, EOFError, RuntimeError) as exc:
             problem = str(exc).removeprefix(f"{path}: ")
         if problem is None:
@@ -161,13 +209,37 @@ def resume(prefix: str | Path, fits, start_over: bool = False, log=None, owner: 
     return None
 
 
-def state_fits(state: dict, net, optimizer=None) -> str | None:
-    """None when `state` is a snapshot of this net (and optimizer), else what does not fit."""
+def named_iteration_problem(inside, named: int) -> str | None:
+    """Why a snapshot's own iteration disagrees with the N of its name, or None when they agree.
+
+    A file renamed (or linked) to look newer than it is would otherwise be resumed as the newer one.
+    """
+    if isinstance(inside, int) and not isinstance(inside, bool) and inside != named:
+        return f"holds iteration {inside}, not the {named} of its name"
+    return None
+
+
+def refuse_finished(iteration: int, max_iter: int | None, path) -> None:
+    """A snapshot at max_iter means the training is done: say so, rather than "train" 0 iterations
+    and print a held-out accuracy of nan at 0.0 img/s with exit 0."""
+    if max_iter is not None and iteration >= max_iter:
+        raise HpcdlError(f"snapshot_prefix: {path} is at iteration {iteration}, this recipe's max_iter: the training "
+                         "has finished; raise max_iter to train on, or pass --start-over to train again")
+
+
+def state_fits(state: dict, net, optimizer=None, max_iter: int | None = None) -> str | None:
+    """None when `state` is a snapshot of this net (and optimizer), else what does not fit.
+
+    Impossible content does not fit either: an iteration beyond `max_iter`, or weights that
+    are not finite numbers (a NaN snapshot would train on to NaN results and exit 0).
+    """
     import torch
 
     it = state.get("iter")
     if not isinstance(it, int) or isinstance(it, bool) or it < 0:
         return "no iteration number"
+    if max_iter is not None and it > max_iter:
+        return f"iteration {it} is beyond this recipe's max_iter {max_iter}"
     model = state.get("model")
     if not isinstance(model, dict):
         return "no model weights"
@@ -180,6 +252,8 @@ def state_fits(state: dict, net, optimizer=None) -> str | None:
         if not torch.is_tensor(theirs) or theirs.shape != tensor.shape:
             shape = tuple(theirs.shape) if torch.is_tensor(theirs) else type(theirs).__name__
             return f"weights of another net ({name}: {shape}, this net's is {tuple(tensor.shape)})"
+        if theirs.is_floating_point() and not bool(torch.isfinite(theirs).all()):
+            return f"weights that are not finite numbers ({name} holds NaN or infinity)"
     if optimizer is not None:
         saved = (state.get("optimizer") or {}).get("velocity") if isinstance(state.get("optimizer"), dict) else None
         if not isinstance(saved, dict):
@@ -193,6 +267,47 @@ def state_fits(state: dict, net, optimizer=None) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def prefix_locked(prefix: str | Path | None):
+    """Hold an exclusive lock on `<prefix>.lock` while one training writes snapshots under `prefix`.
+
+    Two trainings with one snapshot_prefix would interleave their snapshots, and a requeued job
+    would resume its twin's weights; the second one is refused in one line, as a second run in
+    one run folder is (files.claim_run_folder). The lock file is opened without following a
+    link and must be ours and regular. A folder that cannot be created is left to check_folder
+    to report.
+    """
+    import fcntl
+
+    if not prefix:
+        yield
+        return
+    lock = Path(f"{prefix}.lock")
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise HpcdlError(f"snapshot_prefix: {lock} is a symbolic link; not followed") from None
+        yield  # an unwritable folder: check_folder says so in its own line
+        return
+    st, me = os.fstat(fd), this_user()
+    if not stat.S_ISREG(st.st_mode) or (me is not None and st.st_uid != me):
+        os.close(fd)
+        raise HpcdlError(f"snapshot_prefix: {lock} is not a regular file of uid {me}; not used as this training's "
+                         "lock (remove it)")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise HpcdlError(f"snapshot_prefix: another training is writing snapshots at {prefix} now ({lock} is "
+                         "locked); give this one its own snapshot_prefix") from None
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
 def check_folder(prefix: str | Path, need_bytes: int = 0) -> None:
     """Refuse, in one line and before any training, a snapshot folder that cannot take a snapshot.
 
@@ -203,6 +318,7 @@ def check_folder(prefix: str | Path, need_bytes: int = 0) -> None:
     import shutil
     import tempfile
 
+    refuse_folders_named_like_snapshots(path for _, path in list_snapshots(prefix))
     folder = Path(prefix).parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -215,6 +331,21 @@ def check_folder(prefix: str | Path, need_bytes: int = 0) -> None:
     if need_bytes and free < need_bytes:
         raise HpcdlError(f"snapshot_prefix: {folder} has {free / 2**20:.1f} MiB free, "
                          f"less than one snapshot needs ({need_bytes / 2**20:.1f} MiB)")
+
+
+def refuse_folders_named_like_snapshots(paths) -> None:
+    """A folder (or a FIFO, a device, a socket) named like a snapshot cannot be replaced by one:
+    training would stop when it reached that iteration, losing the work since the last snapshot.
+    Said before training. (A link there is replaced by the snapshot, see save.)"""
+    for path in paths:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO, a device or a socket"
+            raise HpcdlError(f"snapshot_prefix: {path} is {kind} named like a snapshot; a snapshot could not be "
+                             "written there: move it away")
 
 
 def snapshot_bytes(*modules_or_tensors) -> int:

@@ -117,7 +117,7 @@ def run_loop(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict
     iters_per_epoch = max(1, n_train // (recipe.batch_size * me.world_size))
     rate = schedule(recipe, max_iter, global_batch, iters_per_epoch)
     start_iter, epoch, cursor = 0, 0, 0
-    resumed = restore_snapshot(recipe, trainer, start_over=bool(context.get("start_over")))
+    resumed = restore_snapshot(recipe, trainer, start_over=bool(context.get("start_over")), max_iter=max_iter)
     if resumed:
         start_iter, epoch, cursor = resumed
     results.record(
@@ -272,16 +272,23 @@ def solver_of(recipe) -> str:
     return getattr(recipe, "solver", "SGD")
 
 
-def restore_snapshot(recipe: Recipe, trainer: FrameworkTrainer, start_over: bool = False) -> tuple[int, int, int] | None:
+_COUNTERS = ("__iter", "__epoch", "__cursor", "__solver")  # scalars write_snapshot adds to the arrays
+
+
+def restore_snapshot(recipe: Recipe, trainer: FrameworkTrainer, start_over: bool = False,
+                     max_iter: int | None = None) -> tuple[int, int, int] | None:
     """(iteration, epoch, cursor) of the newest snapshot that reads back, is ours and fits the net.
 
-    Arrays only (np.load refuses pickled objects); a file another user owns, or one whose arrays
-    differ in name or shape from this net's, is reported and the older one tried; when snapshots
-    exist and none can be used, training refuses unless `start_over` (checkpoint.resume's rules).
+    Arrays only (np.load refuses pickled objects); a file another user owns, a symbolic link, a
+    FIFO, one whose arrays differ in name or shape from this net's, one whose iteration is not
+    its name's or beyond `max_iter`, or whose weights are not finite, is reported and the older
+    one tried; when snapshots exist and none can be used, training refuses unless `start_over`
+    (checkpoint.resume's rules). Sizes are checked from the zip directory and each array's npy
+    header before anything is decompressed or allocated.
     """
     if not (recipe.snapshot and recipe.snapshot_prefix):
         return None
-    from hpcdl.train.checkpoint import this_user
+    from hpcdl.train import checkpoint
 
     pattern = re.compile(re.escape(f"{recipe.snapshot_prefix}_{trainer.framework}_iter_") + r"(\d+)\.npz$")
     found = sorted(
@@ -289,34 +296,85 @@ def restore_snapshot(recipe: Recipe, trainer: FrameworkTrainer, start_over: bool
          if (m := pattern.search(p))),
         reverse=True,
     )
-    fresh, owner, last = None, this_user(), None
-    for _, path in found:
+    checkpoint.refuse_folders_named_like_snapshots(path for _, path in found)
+    if not found:
+        return None
+    checkpoint.warn_if_others_can_write(recipe.snapshot_prefix)
+    fresh = {k: np.asarray(v) for k, v in trainer.state().items()}  # every rank is here: some gather collectively
+    last = None
+    for number, path in found:
         try:
-            if owner is not None and os.stat(path).st_uid != owner:
-                raise ValueError(f"belongs to uid {os.stat(path).st_uid}, not to uid {owner} who is training; not trusted")
-            with np.load(path) as z:  # allow_pickle=False: arrays only
-                arrays = {k: z[k] for k in z.files}
-            if not {"__iter", "__epoch", "__cursor"} <= set(arrays):
-                raise ValueError("not an hpcdl snapshot (no iteration)")
+            arrays = read_npz_snapshot(path, fresh)
+            it, epoch, cursor = (int(arrays[k]) for k in ("__iter", "__epoch", "__cursor"))
+            problem = checkpoint.named_iteration_problem(it, number)
+            if problem:
+                raise ValueError(problem)
+            if it < 0 or epoch < 0 or cursor < 0:
+                raise ValueError("a negative iteration, epoch or data position")
+            if max_iter is not None and it > max_iter:
+                raise ValueError(f"iteration {it} is beyond this recipe's max_iter {max_iter}")
             number = int(arrays["__solver"]) if "__solver" in arrays else 0  # older snapshots: SGD's
             theirs = SOLVERS[number] if 0 <= number < len(SOLVERS) else f"number {number}"
             if theirs != solver_of(recipe):
                 raise ValueError(f"optimizer state of solver type {theirs}, not {solver_of(recipe)}")
-            if fresh is None:
-                fresh = trainer.state()  # every rank is here: some frameworks gather state collectively
-            clash = [k for k, v in arrays.items() if k in fresh and np.shape(fresh[k]) != v.shape]
-            if clash:
-                raise ValueError(f"arrays of another net ({clash[0]}: {arrays[clash[0]].shape}, "
-                                 f"this net's is {np.shape(fresh[clash[0]])})")
-            trainer.load_state({k: v for k, v in arrays.items() if not k.startswith("__")})
-        except (OSError, ValueError, KeyError, IndexError, TypeError, zipfile.BadZipFile, EOFError) as exc:
-            last = str(exc)
-            print(f"hpcdl train: skipping snapshot {path}: {exc}", file=sys.stderr)
-            continue  # truncated, corrupt, foreign or another net's: fall back to the one before
-        return int(arrays["__iter"]), int(arrays["__epoch"]), int(arrays["__cursor"])
-    if found and not start_over:
+            bad = next((k for k, v in arrays.items() if v.dtype.kind in "fc" and not np.isfinite(v).all()), None)
+            if bad:
+                raise ValueError(f"weights that are not finite numbers ({bad} holds NaN or infinity)")
+        except (checkpoint.CorruptCheckpoint, OSError, ValueError, KeyError, IndexError, TypeError,
+                zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
+            last = str(exc).removeprefix(f"{path}: ")
+            print(f"hpcdl train: skipping snapshot {path}: {last}", file=sys.stderr)
+            continue  # truncated, corrupt, foreign, crafted or another net's: fall back to the one before
+        checkpoint.refuse_finished(it, max_iter, path)
+        trainer.load_state({k: v for k, v in arrays.items() if not k.startswith("__")})
+        return it, epoch, cursor
+    if not start_over:
         raise HpcdlError(
             f"snapshot_prefix: none of the {len(found)} snapshot(s) at {recipe.snapshot_prefix} can be used "
             f"(the last: {last}); move them away, or pass --start-over to train from iteration 0"
         )
     return None
+
+
+def read_npz_snapshot(path: str, expected: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The arrays of an .npz snapshot whose every member is one of `expected` (same shape) or a counter.
+
+    Judged before anything is read: the zip directory's sizes (a 2 GiB member in a 2 MiB file
+    is a zip bomb) and each member's npy header (a shape claiming 2^40 elements), so a crafted
+    file costs no more memory than a good one.
+    """
+    from numpy.lib import format as npy
+
+    from hpcdl.train import checkpoint
+
+    with checkpoint.open_snapshot(path) as f, zipfile.ZipFile(f) as z:
+        members = z.infolist()
+        names = [m.filename.removesuffix(".npy") for m in members]
+        unknown = [n for n in names if n not in expected and n not in _COUNTERS]
+        if unknown:
+            raise ValueError(f"arrays of another net ({unknown[0]!r} is not one of this net's)")
+        budget = sum(v.nbytes for v in expected.values()) + 4096 * (len(expected) + len(_COUNTERS))
+        if sum(m.file_size for m in members) > budget:
+            raise ValueError(f"holds {sum(m.file_size for m in members):,} bytes of arrays, more than this net's "
+                             f"{budget:,}")
+        arrays = {}
+        for member, name in zip(members, names):
+            with z.open(member) as m:
+                version = npy.read_magic(m)
+                header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+                shape, _, dtype = header(m)
+            want = expected.get(name)
+            if dtype.hasobject:
+                raise ValueError(f"{name}: holds objects, not numbers")
+            if want is None and (shape != () or dtype.kind not in "iu"):
+                raise ValueError(f"{name}: not a whole number ({dtype}, shape {shape})")
+            if want is not None and tuple(shape) != want.shape:
+                raise ValueError(f"arrays of another net ({name}: {tuple(shape)}, this net's is {want.shape})")
+            with z.open(member) as m:
+                arrays[name] = npy.read_array(m, allow_pickle=False)
+    if not set(_COUNTERS[:3]) <= set(arrays):
+        raise ValueError("not an hpcdl snapshot (no iteration)")
+    missing = sorted(set(expected) - set(arrays))
+    if missing:
+        raise ValueError(f"arrays of another net (no {missing[0]!r})")
+    return arrays

@@ -8,6 +8,7 @@ import sys
 
 from hpcdl.errors import HpcdlError
 from hpcdl.launch import PREEMPTED_EXIT
+from hpcdl.train import checkpoint
 from hpcdl.train.backends import backend_for
 from hpcdl.train.binding import apply_plan, load_plan
 from hpcdl.train.ranks import rank_info
@@ -41,7 +42,15 @@ def run_training(recipe_path: str, plan_path: str | None = None, results_path: s
 
     writer = ResultsWriter(results_path, enabled=me.rank == 0)
     try:
-        summary = train(recipe, me, writer, context)
+        # rank 0 writes the snapshots, so it alone holds the prefix (ranks may share one node)
+        with checkpoint.prefix_locked(recipe.snapshot_prefix if me.rank == 0 else None):
+            summary = train(recipe, me, writer, context)
+    except RuntimeError as exc:
+        if me.world_size == 1 or not _a_peer_is_gone(exc):
+            raise
+        # the rank that died says why; the survivors say so in one line, not gloo's stack of C++ frames
+        raise PeerGone(f"rank {me.rank}: another rank is gone, ending this one too "
+                       f"({_first_line(exc)})") from None
     finally:
         writer.close()
     status = int(summary.get("exit_status", 0))
@@ -55,6 +64,27 @@ def run_training(recipe_path: str, plan_path: str | None = None, results_path: s
     if me.world_size > 1 and exit_ranks:
         exit_rank(status)
     return summary
+
+
+class PeerGone(HpcdlError):
+    """A collective failed because a peer rank died or stopped answering: the job has failed (1),
+    it was not asked for anything impossible (2)."""
+
+    exit_code = 1
+
+
+def _a_peer_is_gone(exc: BaseException) -> bool:
+    """torch.distributed's errors when a peer is gone: DistError and its kinds (NCCL, timeouts),
+    and gloo's RuntimeError ("[.../gloo/transport/tcp/pair.cc:...] Connection closed by peer")."""
+    module = type(exc).__module__ or ""
+    text = str(exc)
+    return module.startswith("torch.distributed") or "gloo" in text or "Connection closed by peer" in text \
+        or "NCCL" in text
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0][:300] if lines else type(exc).__name__
 
 
 #: the file rank 0 leaves in $HPCDL_JOB_DIR then, for the job script (render/templates/_body.sh.j2)

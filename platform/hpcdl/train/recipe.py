@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hpcdl.caffe.solver_types import SOLVER_FIELDS, SOLVERS  # Caffe's solver types, SGD first
 from hpcdl.errors import HpcdlError, validation_message
+from hpcdl.files import load_yaml_text, read_text
 
 
 class _Strict(BaseModel):
@@ -21,6 +21,16 @@ class _Strict(BaseModel):
 #: than any GPU holds for a batch of a few (spatial parallelism splits larger samples into slabs
 #: of one image, which this bounds too)
 MAX_IMAGE_SIZE = 8192
+#: Caffe's SolverParameter counts (max_iter, test_iter, iter_size, snapshot, display, stepsize ...)
+#: are int32 in caffe.proto; a larger value is a typo that would only fail, or never end, later
+INT32 = 2**31 - 1
+#: more images per rank than any accelerator holds for one step
+MAX_BATCH = 2**20
+#: more classes than any data set: ImageNet-21k has 21,841 (the last layer of a net with 10^5
+#: classes and 4096 inputs is already 1.6 GB of weights)
+MAX_CLASSES = 100_000
+#: synthetic samples are generated whole in memory (N x 3 x side^2 float32)
+MAX_SYNTHETIC_BYTES = 2**37
 
 
 class DataSpec(_Strict):
@@ -31,14 +41,14 @@ class DataSpec(_Strict):
     image_size: int | None = Field(default=None, ge=4, le=MAX_IMAGE_SIZE, description="side the images are resized to")
     crop: int | None = Field(default=None, ge=4, le=MAX_IMAGE_SIZE, description="Caffe crop_size: random crop in training, centre crop in test")
     mirror: bool = Field(default=False, description="Caffe mirror: random horizontal flips in training")
-    num_classes: int | None = Field(default=None, ge=2)
+    num_classes: int | None = Field(default=None, ge=2, le=MAX_CLASSES)
     holdout_fraction: float = Field(default=0.2, gt=0, lt=1)
-    synthetic_samples: int = Field(default=1024, ge=1)
+    synthetic_samples: int = Field(default=1024, ge=1, le=INT32)
     stage: bool = Field(default=False, description="copy the data set to node-local storage first")
     # global: one shuffle of the whole set each epoch, dealt to all ranks; node: each node
     # shuffles the shard it staged (executors/staging.py) and deals it to its own ranks
     shuffle: Literal["global", "node"] = Field(default="global", description="shuffle the whole set, or each node's shard")
-    workers: int | None = Field(default=None, ge=0, description="decode processes per rank; default: the rank's cores - 1 on a GPU, 0 on a CPU")
+    workers: int | None = Field(default=None, ge=0, le=4096, description="decode processes per rank; default: the rank's cores - 1 on a GPU, 0 on a CPU")
     loader: Literal["hpcdl", "dali"] = Field(
         default="hpcdl", description="hpcdl: Pillow in worker processes; dali: NVIDIA DALI decodes JPEGs on the GPU "
                                      "(PyTorch on CUDA, image files; pip install nvidia-dali-cuda120 or -cuda130)")
@@ -66,6 +76,15 @@ class DataSpec(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _synthetic_fits_a_node(self) -> "DataSpec":
+        side = self.image_size or 224
+        need = self.synthetic_samples * 3 * side * side * 4
+        if self.source == "synthetic" and need > MAX_SYNTHETIC_BYTES:
+            raise ValueError(f"data.synthetic_samples: {self.synthetic_samples} images of {side}x{side} are "
+                             f"{need / 2**30:,.0f} GiB in memory, more than {MAX_SYNTHETIC_BYTES // 2**30} GiB")
+        return self
+
+    @model_validator(mode="after")
     def _files_need_a_path(self) -> "DataSpec":
         if self.source in ("cifar10", "imagefolder", "tar") and not self.path:
             raise ValueError(f"data.source {self.source} reads files: give data.path")
@@ -86,26 +105,27 @@ class Recipe(_Strict):
     name: str
     net: str
     data: DataSpec = DataSpec()
-    batch_size: int = Field(ge=1, description="images per rank per iteration")
-    test_batch_size: int | None = Field(default=None, ge=1)
+    batch_size: int = Field(ge=1, le=MAX_BATCH, description="images per rank per iteration")
+    test_batch_size: int | None = Field(default=None, ge=1, le=MAX_BATCH)
     # Caffe solver (caffe.proto SolverParameter)
     base_lr: float = Field(gt=0)
     lr_policy: Literal["fixed", "step", "multistep", "exp", "inv", "poly", "sigmoid", "cosine"] = "fixed"
     gamma: float = 0.1
     power: float = 1.0
-    stepsize: int | None = Field(default=None, ge=1)
+    stepsize: int | None = Field(default=None, ge=1, le=INT32)
     stepvalue: tuple[int, ...] = ()
     momentum: float = Field(default=0.9, ge=0, lt=1)
     weight_decay: float = Field(default=0.0, ge=0)
-    max_iter: int | None = Field(default=None, ge=1)
+    max_iter: int | None = Field(default=None, ge=1, le=INT32)
     epochs: float | None = Field(default=None, gt=0)
-    iter_size: int = Field(default=1, ge=1)
-    test_interval: int | None = Field(default=None, ge=1)
-    test_iter: int | None = Field(default=None, ge=1)
-    snapshot: int | None = Field(default=None, ge=1)
+    iter_size: int = Field(default=1, ge=1, le=INT32)
+    test_interval: int | None = Field(default=None, ge=1, le=INT32)
+    test_iter: int | None = Field(default=None, ge=1, le=INT32)
+    snapshot: int | None = Field(default=None, ge=1, le=INT32)
     snapshot_prefix: str | None = None
-    display: int = Field(default=20, ge=1)
-    random_seed: int = 1
+    display: int = Field(default=20, ge=1, le=INT32)
+    # torch.manual_seed takes [-2^63, 2^64): Caffe's random_seed is an int64
+    random_seed: int = Field(default=1, ge=-(2**63), lt=2**64)
     # Caffe clips the gradient summed over iter_size before dividing by it (ApplyUpdate:
     # ClipGradients, then Normalize); hpcdl does the same (update_rule.caffe_clip_bound).
     clip_gradients: float | None = Field(default=None, ge=0, description="Caffe: bound on the L2 norm of the gradient summed over iter_size")
@@ -157,17 +177,30 @@ class Recipe(_Strict):
     compile: Literal["none", "default", "reduce-overhead", "max-autotune"] = Field(
         default="none", description="PyTorch: torch.compile the training step's forward and backward in this mode")
     # Gradients on the wire (hpcdl.train.backends.pytorch.gradients)
-    bucket_cap_mb: float | None = Field(default=None, gt=0, description="DDP bucket size in MB (default DDP's 25)")
+    bucket_cap_mb: float | None = Field(default=None, gt=0, le=2**18, description="DDP bucket size in MB (default DDP's 25)")
     gradient_as_bucket_view: bool = Field(default=True, description="DDP: gradients are views into its buckets")
     gradient_compression: Literal["none", "fp16", "bf16"] = Field(default="none", description="cast gradients for the allreduce")
     # a stale gradient adds implicit momentum (Mitliagkas et al. 2016, arXiv:1605.09774): with
     # gradient_lag lower `momentum` (cifar10_quick on digits: 0.5 at base_lr 0.04, not 0.9 at 0.01)
     gradient_lag: bool = Field(default=False, description="apply step t-1's averaged gradients at step t (Kurth et al. 2018)")
-    snapshot_keep: int = Field(default=3, ge=1, description="snapshots kept on disk (older ones are removed)")
+    snapshot_keep: int = Field(default=3, ge=1, le=INT32, description="snapshots kept on disk (older ones are removed)")
     snapshot_failure: Literal["stop", "continue"] = Field(
         default="stop", description="a snapshot that cannot be written (disk full) stops training, or is reported "
         "and training goes on to the next one")
-    collective_timeout_s: float = Field(default=300, gt=0, description="a rank waiting longer than this on a peer fails")
+    # at most a week: longer than any centre's batch wall-time limit (and inside timedelta's range)
+    collective_timeout_s: float = Field(default=300, gt=0, le=7 * 24 * 3600,
+                                        description="a rank waiting longer than this on a peer fails")
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_a_file(cls, weights: str | None) -> str | None:
+        # a path that is there and is a device, a FIFO or a folder is refused at render, not on
+        # the compute node after the queue wait (one that is not there may live on the cluster only)
+        import os
+
+        if weights and os.path.exists(weights) and not os.path.isfile(weights):
+            raise ValueError(f"{weights} is not a regular file (a .caffemodel)")
+        return weights
 
     @field_validator("net")
     @classmethod
@@ -280,13 +313,10 @@ def recipe_file(given: str | Path) -> Path:
 def load_recipe(path: str | Path) -> Recipe:
     path = recipe_file(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise HpcdlError(f"recipe {path}: not valid YAML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise HpcdlError(f"recipe {path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
-    except OSError as exc:
-        raise HpcdlError(f"recipe {path}: cannot read: {exc.strerror}") from None
+        text = read_text(path)  # a regular file of a sane size: not a FIFO, not /dev/zero
+    except HpcdlError as exc:
+        raise HpcdlError(f"recipe {exc}") from None
+    data = load_yaml_text(text, f"recipe {path}")
     return recipe_from_dict(data, str(path), default_name=path.stem)
 
 

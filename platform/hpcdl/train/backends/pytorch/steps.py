@@ -244,18 +244,20 @@ def caffe_sgd(net, recipe: Recipe) -> CaffeSGD:
 
 
 def resume(recipe: Recipe, net, optimizer: CaffeSGD, precision: "Precision", schedule: Schedule,
-           results: ResultsWriter, context: dict) -> int:
+           results: ResultsWriter, context: dict, schedule_end: int | None = None) -> int:
     """The iteration to start from: 0, or the newest usable snapshot's, its weights, velocities and
     loss scale loaded (checkpoint.resume's rules for which one is usable)."""
     if not recipe.snapshot_prefix:
         return 0
     # a read-only or full folder is said now, not at the first snapshot an interval of work later
     checkpoint.check_folder(recipe.snapshot_prefix, 2 * checkpoint.snapshot_bytes(net))
-    resumed = checkpoint.resume(recipe.snapshot_prefix, lambda s: checkpoint.state_fits(s, net, optimizer),
+    resumed = checkpoint.resume(recipe.snapshot_prefix,
+                                lambda s: checkpoint.state_fits(s, net, optimizer, max_iter=schedule_end),
                                 start_over=bool(context.get("start_over")))
     if not resumed:
         return 0
     state, path = resumed
+    checkpoint.refuse_finished(state["iter"], schedule_end, path)
     net.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     precision.load_state_dict(state.get("precision", {}))

@@ -96,7 +96,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     schedule = Schedule.from_recipe(recipe, max_iter, global_batch, iters_per_epoch)
 
     workers = default_workers(recipe.data.workers, device)
-    first_iter = resume(recipe, net, optimizer, precision, schedule, results, context)
+    first_iter = resume(recipe, net, optimizer, precision, schedule, results, context, max_iter)
 
     results.record(
         "start", net=spec.name, parameters=spec.parameter_count, data=data.name, ranks=me.world_size,

@@ -86,7 +86,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     iters_per_epoch = max(1, data.batches.per_epoch // recipe.iter_size)
     max_iter = recipe.max_iter or max(1, math.ceil(recipe.epochs * iters_per_epoch))
     schedule = Schedule.from_recipe(recipe, max_iter, global_batch, iters_per_epoch)
-    first_iter = resume(recipe, net, optimizer, precision, schedule, results, context)
+    first_iter = resume(recipe, net, optimizer, precision, schedule, results, context, max_iter)
 
     results.record(
         "start", net=spec.name, parameters=spec.parameter_count, data=recipe.data.source, ranks=me.world_size,
