@@ -11,8 +11,11 @@ STAMPS := .stamps
 # charliecloud-builders, ch-run/ch-convert charliecloud-runtime, SquashFS images squashfs-tools
 # and squashfuse, the registry-free Debian 12 base mmdebstrap; siftool writes SIF files.
 # chromium: the validation report is laid out by a real headless browser in its test (tests/test_report_browser.py).
+# iproute2 (ip netns, veth, tc) and util-linux (unshare, nsenter): `hpcdl cluster up --link-gbit` puts each
+# pretend node in a network namespace of its own behind a shaped link (hpcdl.netshape).
 APT_PACKAGES := slurm-wlm munge openmpi-bin libopenmpi-dev lmod shellcheck hwloc \
-	charliecloud-builders charliecloud-runtime squashfs-tools squashfuse mmdebstrap siftool chromium
+	charliecloud-builders charliecloud-runtime squashfs-tools squashfuse mmdebstrap siftool chromium \
+	iproute2 util-linux
 PIP_EXTRAS := torch,tensorflow,test,mpi,containers,digits,reports
 # MXNet 1.9.1 imports only with numpy < 1.24 (np.bool is gone after), while torch 2.13 and
 # TensorFlow 2.21 use numpy 2: MXNet gets its own venv with hpcdl installed there too.
