@@ -222,15 +222,14 @@ def test_a_job_runs_the_image_of_the_node_kind_it_was_planned_for_not_the_defaul
 
     site = load_site("perlmutter")
     assert image_name_for_site(site) == image_name_for_site(site, "gpu") == "ampere-cuda"
-    # the CPU kind: no CPU image the check accepts (knl-mkldnn is -march=knl with Open MPI, Perlmutter's
-    # CPUs are Milan under Cray MPICH), so nothing is picked, and never the GPU kind's CUDA image
-    assert image_name_for_site(site, "cpu") is None
-    # so a CPU job there runs NERSC's own pytorch module natively (modules.frameworks)
+    # the CPU kind: the CPU image the check accepts there (Milan is x86-64-v3, Cray MPICH keeps the
+    # MPICH ABI), never the GPU kind's CUDA image (knl-mkldnn, -march=knl with Open MPI, is refused)
+    assert image_name_for_site(site, "cpu") == "cpu-x86-64-v3-mpich"
     plan = make_plan(site, JobRequest(nodes=1, framework="pytorch", node_kind="cpu", use_gpus=False))
-    assert plan.runtime.kind == "modules" and plan.runtime.modules == ("pytorch",)
     script = render_job_script(site, plan, {}, JobOptions(account="m0000"))
-    assert "module load pytorch" in script and "podman-hpc" not in script and "ampere-cuda" not in script
-    # a framework no module of the centre's holds is refused, naming why
+    assert "cpu-x86-64-v3-mpich" in script and "ampere-cuda" not in script
+    # a framework that no image the check accepts holds, and no module of the centre's, is refused,
+    # naming why: the CPU image holds PyTorch only, NERSC's module is pytorch
     plan = make_plan(site, JobRequest(nodes=1, framework="mxnet", node_kind="cpu", use_gpus=False))
     with pytest.raises(HpcdlError, match="^runtime: no hpcdl image runs mxnet on node kind cpu"):
         render_job_script(site, plan, {}, JobOptions(account="m0000"))

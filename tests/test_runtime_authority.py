@@ -137,7 +137,7 @@ def test_a_named_image_the_compat_check_refuses_is_refused_at_render():
 
 
 def test_the_centres_environment_states_its_pieces_and_a_host_module_name_says_nothing():
-    site = load_site_file(PUBLISHED_PROFILES / "polaris.yaml")
+    site = load_site("polaris")
     plan = make_plan(site, JobRequest(nodes=2))
     assert plan.runtime.kind == "conda" and plan.runtime.modules == ("conda",)
     assert "LD_LIBRARY_PATH" in plan.runtime.net_plugin_from
@@ -169,7 +169,7 @@ def test_modules_for_a_site_without_containers_need_the_framework_in_the_prefix(
 def _alps_with(environment: dict, runtime: str = "none"):
     from hpcdl.sites.schema import SiteEnvironment
 
-    site = load_site_file(PUBLISHED_PROFILES / "alps-gh200.yaml")
+    site = load_site("alps-gh200")
     return site.model_copy(update={"runtime": runtime, "environment": SiteEnvironment(**environment)})
 
 

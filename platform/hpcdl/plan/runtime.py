@@ -103,11 +103,16 @@ def choose_runtime(site: Site, kind: str, framework: str = "pytorch", use_gpus: 
     elif site.runtime == "none":
         choice = _native_choice(site, framework)
     else:
+        from hpcdl.images.frameworks import image_frameworks
+
         fitting, refused = [], {}
         for name, spec in image_specs().items():
             # a GPU job needs a GPU build; a CPU job takes a CPU build (a CUDA or ROCm stack does not
             # load without the GPU driver)
             if use_gpus != spec.gpu:
+                continue
+            if framework not in image_frameworks(spec).frameworks:
+                refused[name] = f"it holds no {framework}"
                 continue
             problems = compat_problems(spec, site, kind)
             (refused.__setitem__(name, problems[0]) if problems else fitting.append(spec))
