@@ -68,10 +68,12 @@ def _knl_modules(prefix=DEFAULT_PREFIX):
     return site_modules(load_site("stampede2-knl"), prefix, images_table()["knl-mkldnn"])
 
 
-def test_stampede2_knl_gets_no_framework_module_for_an_image_the_check_refuses():
+def test_stampede2_knl_gets_the_module_of_the_image_the_check_accepts_not_the_one_it_refuses():
+    # knl-mkldnn's Open MPI is refused under ibrun's Intel MPI; the MPICH-ABI x86-64-v3 image, whose
+    # libmpi the host's Intel MPI replaces at run time (the hybrid model), is accepted and serves it
     modules = site_modules(load_site("stampede2-knl"))
-    assert modules.frameworks == ()
-    assert "No framework module: no hpcdl image runs pytorch on node kind knl" in modules.hpcdl.help
+    assert [(f.module.name, f.image_name) for f in modules.frameworks] == [("pytorch", "cpu-x86-64-v3-mpich")]
+    assert "knl-mkldnn" not in modules.hpcdl.help
 
 
 def test_stampede2_knl_modules_load_tacc_singularity_and_set_the_knl_openmp_defaults():
@@ -362,8 +364,9 @@ def test_the_image_is_chosen_by_hardware_unless_the_profile_names_one():
 
     assert image_name_for_site(load_site("volta-x86")) == "volta-cuda"  # V100, no defaults.image
     assert image_name_for_site(load_site("summit")) is None  # V100 too, but POWER9: no x86 image runs
-    # CPU only: knl-mkldnn is refused by the compatibility check (Open MPI under Intel MPI's ibrun)
-    assert image_name_for_site(load_site("stampede2-knl")) is None
+    # CPU only: knl-mkldnn is refused by the compatibility check (Open MPI under Intel MPI's ibrun), the
+    # MPICH-ABI x86-64-v3 image is not
+    assert image_name_for_site(load_site("stampede2-knl")) == "cpu-x86-64-v3-mpich"
     # a registry reference with a tag names the image too, and the check judges it
     site = load_site("volta-x86")
     named = site.model_copy(update={"defaults": site.defaults.model_copy(update={"image": "registry.x/hpcdl/volta-cuda:0.1"})})

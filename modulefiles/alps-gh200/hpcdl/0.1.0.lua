@@ -6,6 +6,7 @@ container images, a distributed trainer and validation jobs).
 
 First try:  hpcdl plan --site alps-gh200      (the node map of a one-node job)
 Then:       hpcdl sites show alps-gh200; module avail pytorch tensorflow mxnet
+No framework module: jobs take the framework from the centre's image ${SCRATCH}/ce-images/ngc-pytorch+25.06.sqsh, hpcdl installed into it.
 ]])
 whatis("Name: hpcdl")
 whatis("Version: 0.1.0")

@@ -74,6 +74,11 @@ def compat_problems(spec, site: Site, kind: str) -> list[str]:
     return site_problems(spec, site.model_copy(update={"default_node_kind": kind}))
 
 
+def _claims(spec, site: Site, kind: str) -> bool:
+    """Whether an image spec names this site, or this node kind of it, among those it serves."""
+    return site.name in spec.serves or f"{site.name}:{kind}" in spec.serves
+
+
 def _serves(env, kind: str, framework: str) -> bool:
     return env is not None and (not env.node_kinds or kind in env.node_kinds) and framework in env.frameworks
 
@@ -114,8 +119,14 @@ def choose_runtime(site: Site, kind: str, framework: str = "pytorch", use_gpus: 
             if framework not in image_frameworks(spec).frameworks:
                 refused[name] = f"it holds no {framework}"
                 continue
+            if not _claims(spec, site, kind) and any(e.local_wheels for e in spec.environments.values()):
+                # built from the build machine's own wheel folder: no centre can build it
+                refused[name] = "it is built from one machine's own wheels and serves only the sites it names"
+                continue
             problems = compat_problems(spec, site, kind)
             (refused.__setitem__(name, problems[0]) if problems else fitting.append(spec))
+        # the image meant for this site or node kind (its `serves`) first, then the specs' order
+        fitting.sort(key=lambda spec: not _claims(spec, site, kind))
         if fitting:
             choice = _image_choice(site, fitting[0], fitting[0].name, framework)
         elif env is not None:
