@@ -63,5 +63,5 @@ def test_mxnet_refuses_several_ranks_without_the_parameter_server_roles():
 
     assert kvstore_kind({}, 1) == "local"
     assert kvstore_kind({"DMLC_ROLE": "worker", "DMLC_NUM_WORKER": "2"}, 2) == "dist_sync"
-    with pytest.raises(HpcdlError, match="mxnet_kvstore"):
+    with pytest.raises(HpcdlError, match=r"hpcdl\.train\.backends\.mxnet\.kvstore"):
         kvstore_kind({}, 2)

@@ -105,7 +105,7 @@ def test_a_framework_missing_from_the_environment_fails_the_environment_check(tm
     assert "check(s) failed: environment/mxnet" in proc.stderr
     verdicts = {r["name"]: r for r in map(json.loads, (tmp_path / "out" / "results.jsonl").read_text().splitlines())
                 if r["event"] == "verdict"}
-    assert verdicts["environment/mxnet"]["result"] == "fail" and "does not import" in verdicts["environment/mxnet"]["message"]
+    assert verdicts["environment/mxnet"]["result"] == "fail" and "is not installed where the job ran" in verdicts["environment/mxnet"]["message"]
     assert verdicts["environment/pytorch"]["result"] == "pass"
     assert verdicts["environment/launcher"]["result"] == "pass"
 

@@ -17,7 +17,6 @@ import jinja2
 from hpcdl.errors import HpcdlError
 from hpcdl.extras import installed
 from hpcdl.files import write_atomically
-from hpcdl.report import plots
 from hpcdl.validate.references import Verdict
 
 
