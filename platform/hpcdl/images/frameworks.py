@@ -14,8 +14,9 @@ from pathlib import Path, PurePosixPath
 
 from hpcdl.images.spec import IMAGES_YAML, ImageSpec, load_images
 
-# Where an image's virtual environments live; equals hpcdl.images.generate.ENVS (a test checks),
-# repeated here so rendering modules does not import hpccm.
+# Where an image's virtual environments live: the definitions install them there
+# (hpcdl.images.generate) and the modules' wrappers run them from there; here, so that rendering
+# modules does not import hpccm.
 ENVS = "/opt/envs"
 
 # pip package -> framework module; tensorflow-cpu is the CPU build of the same framework

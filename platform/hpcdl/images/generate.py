@@ -19,6 +19,7 @@ from hpccm.primitives import baseimage, comment, copy, environment, label, raw, 
 
 from hpcdl import __version__
 from hpcdl.images.compat import check_image
+from hpcdl.images.frameworks import ENVS
 from hpcdl.images.spec import ImageSpec, version_tuple
 from hpcdl.shell import quote
 
@@ -28,7 +29,6 @@ FORMATS = {"singularity": ".def", "docker": ".Dockerfile"}
 # multi-section output (repeated %post/%environment) needs Singularity >= 3.1 (hpccm #95);
 # 3.2 also enables multi-stage should an image grow a runtime stage (hpccm #193)
 SINGULARITY_VERSION = "3.10"
-ENVS = "/opt/envs"
 HPCDL_HOME = "/opt/hpcdl"
 # where the build machine's wheel folder is bound for environments with local_wheels
 # (ch-image build -b, apptainer build --bind)

@@ -6,16 +6,12 @@ from pathlib import Path
 
 
 def draw_prediction(prediction, path: Path) -> Path:
-    import io
-
     from hpcdl.extras import need
 
     matplotlib = need("matplotlib", "--picture")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from hpcdl.files import PNG_METADATA, write_atomically
 
     rows = prediction.rows
     nodes = [r.nodes for r in rows]
@@ -39,8 +35,20 @@ def draw_prediction(prediction, path: Path) -> Path:
     ax_t.legend(fontsize=8)
     fig.suptitle(f"{prediction.site}: {prediction.net}, {prediction.plan.ranks_per_node} rank(s) per node")
     fig.tight_layout()
+    return write_png(fig, path, dpi=100)
+
+
+def write_png(fig, path: Path, dpi: int) -> Path:
+    """A matplotlib figure as a PNG, written whole (no half picture on a crash) and without a date, so
+    the same figures give the same bytes; the figure is closed."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    from hpcdl.files import PNG_METADATA, write_atomically
+
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, metadata=PNG_METADATA)
+    fig.savefig(buffer, format="png", dpi=dpi, metadata=PNG_METADATA)
     plt.close(fig)
     write_atomically(Path(path), buffer.getvalue(), mode=0o644)
     return Path(path)

@@ -8,7 +8,6 @@ published, and tests/test_predict_published.py holds the model to the stated tol
 
 from __future__ import annotations
 
-import functools
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -499,14 +498,12 @@ def markdown() -> str:
 
 def draw_comparison(path: Path) -> Path:
     """Predicted (model and both baselines) against published efficiency for every point, and the images/s."""
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hpcdl.files import PNG_METADATA, write_atomically
+    from hpcdl.predict.picture import write_png
 
     pts = all_points()
     fig, (ax_e, ax_x) = plt.subplots(1, 2, figsize=(12, 5))
@@ -528,8 +525,4 @@ def draw_comparison(path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90, metadata=PNG_METADATA)
-    plt.close(fig)
-    write_atomically(Path(path), buffer.getvalue(), mode=0o644)
-    return Path(path)
+    return write_png(fig, path, dpi=90)
