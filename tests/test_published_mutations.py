@@ -42,7 +42,6 @@ CHECKED = [p for p in CASES if not _case(p).get("refused")]
 # (which GPU, cores or HCA a rank gets, hpcdl's own launcher options): a check needs a source that
 # says what it asserts, so these stay below the bar, named, until one is found.
 UNSOURCED = {
-    "alps-gh200": "srun's --gpu-bind=map_gpu:0,1,2,3 is beyond CSCS's line (a known mismatch), so the check pinning the launcher's options cannot count",
     "alps-gh200-container-engine": "a runtime route: its checks judge CSCS's container-engine line; placement is judged by the site's own case (alps-gh200)",
     "derecho": "NCAR's only CPU mpiexec line (mpibind's: -ppn 2 --cpu-bind none with its cpu_bind wrapper) is not the default plan's --depth/--cpu-bind depth",
     "frontera": "TACC's Frontera pages give ibrun only as 'ibrun -np 2 ./run.sh', never which options ibrun may take",
@@ -52,8 +51,6 @@ UNSOURCED = {
     "lassen": "LBANN's launcher gives no per-rank GPU, HCA or core placement",
     "leonardo": "CINECA's pages give no srun line, GPU order or binding",
     "minerva": "Minerva's pages give no mpirun line, nor which cores go with which GPU",
-    "perlmutter-shifter": "a runtime route: its checks judge NERSC's Shifter line; placement is judged by the site's own case (perlmutter)",
-    "polaris-conda": "a runtime route: its checks judge ALCF's conda line; placement is judged by the site's own case (polaris)",
     "volta-x86": "a generic machine: no centre publishes its GPU order or binding",
 }
 

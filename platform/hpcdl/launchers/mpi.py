@@ -108,7 +108,14 @@ class SrunLauncher(Launcher):
                 argv.append(f"--gpus-per-task={gpus_per_rank(plan)}")
             else:
                 argv.append(f"--gpus-per-node={len(gpus_used)}")
-            if site.launch.gpu_visibility == "node":
+            per_task = gpus_per_rank(plan)
+            if style == "gpus-per-task" and all(r.gpus == tuple(range(i * per_task, (i + 1) * per_task))
+                                                for i, r in enumerate(local)):
+                # Slurm hands local task i its own GPUs in order ("--gpus-per-task is equivalent to
+                # setting CUDA_VISIBLE_DEVICES to SLURM_LOCALID", CSCS's GH200 Slurm page): where that
+                # is the plan's map, CSCS's line has no --gpu-bind and neither does this one
+                pass
+            elif site.launch.gpu_visibility == "node":
                 # every task sees the node's GPUs: NERSC's Perlmutter examples ask --gpus-per-node
                 # with no per-task binding; per-task map binding broke CUDA IPC there (E3SM issue
                 # 4834, fixed with --gpu-bind=none, as NERSC staff scripts write it)
