@@ -222,8 +222,8 @@ def judge(check: dict, job: Rendered, where: str = "", named: set[str] = frozens
             wrong.append(f"{where}: module {module} not loaded ({job.modules})")
     for local_rank, env in (check.get("rank_env") or {}).items():
         for rank in (r for r in job.plan["ranks"] if r["local_rank"] == int(local_rank)):
-            for name, value in env.items():
-                if rank["env"].get(name) != str(value):
+            for name, value in env.items():  # a null value: the rank sets no such variable of its own
+                if rank["env"].get(name) != (None if value is None else str(value)):
                     wrong.append(f"{where}: rank {rank['rank']}: {name}={rank['env'].get(name)!r}, not {value!r}")
     for local_rank, want in (check.get("placement") or {}).items():
         assert set(want) <= PLACEMENT_KEYS, f"{where}: placement: {sorted(set(want) - PLACEMENT_KEYS)}"
