@@ -48,7 +48,7 @@ UNSOURCED = {
     "gadi": "NCI's cited scripts run python directly: no mpirun line, GPU order or core binding for Gadi",
     "jean-zay": "IDRIS's pages give no core binding or core-to-GPU pairing for the V100 nodes",
     "juwels-booster": "JSC publishes no GPU-to-NUMA or GPU-to-HCA map for the Booster node",
-    "lassen": "LBANN's launcher gives no per-rank GPU, HCA or core placement",
+    "lassen": "LBANN's LC launcher pins each rank's GPU (GPU index = node rank, now checked) but no HCA or core per rank, and its jsrun line (-n -a --bind packed:8 --smpiargs) comes with further arguments from LBANN's batch-script maker that were not read, so -c and a foreign option stay unjudged",
     "leonardo": "CINECA's pages give no srun line, GPU order or binding",
     "minerva": "Minerva's pages give no mpirun line, nor which cores go with which GPU",
     "volta-x86": "a generic machine: no centre publishes its GPU order or binding",
