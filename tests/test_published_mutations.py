@@ -45,12 +45,11 @@ UNSOURCED = {
     "alps-gh200-container-engine": "the aws_ofi_nccl hook sets CSCS's NCCL variables in the container itself (CSCS nccl.md: 'the container engine sets these automatically when using the NCCL hook'; they must be set by hand only with a uenv), so no CSCS line says the job must export NCCL_NET, NCCL_PROTO, FI_CXI_DEFAULT_TX_SIZE or FI_CXI_RX_MATCH_MODE there, and dropping them survives",
     "derecho": "NCAR's only published CPU mpiexec line is mpibind's (mpiexec -n 4 -ppn 2 --cpu-bind none ... cpu_bind ./app, its own binding wrapper); no NCAR page gives the plan's --depth=64 --cpu-bind depth, so nothing can say that dropping them, or adding a foreign option, is wrong",
     "frontera": "TACC's Frontera pages give ibrun only as 'ibrun -np 2 ./run.sh', never which options ibrun may take",
-    "gadi": "NCI's cited scripts run python directly: no mpirun line, GPU order or core binding for Gadi",
+    "gadi": "NCI's cited scripts run python directly: no mpirun line, rank count or GPU order for Gadi; only the cores each rank gets under the job's own --map-by/--bind-to follow from Open MPI's documentation (checked)",
     "jean-zay": "IDRIS's pages give no core binding or core-to-GPU pairing for the V100 nodes",
     "juwels-booster": "JSC publishes no GPU-to-NUMA or GPU-to-HCA map for the Booster node",
     "lassen": "LBANN's LC launcher pins each rank's GPU (GPU index = node rank, now checked) but no HCA or core per rank, and its jsrun line (-n -a --bind packed:8 --smpiargs) comes with further arguments from LBANN's batch-script maker that were not read, so -c and a foreign option stay unjudged",
     "leonardo": "CINECA's pages give no srun line, GPU order or binding",
-    "minerva": "Minerva's pages give no mpirun line, nor which cores go with which GPU",
     "volta-x86": "a generic machine: no centre publishes its GPU order or binding",
 }
 
