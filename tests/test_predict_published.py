@@ -36,8 +36,11 @@ def test_the_published_efficiency_is_predicted_within_the_stated_tolerance(case)
 
 def test_every_published_point_states_images_and_efficiency_beside_both_baselines():
     for point in all_points():
+        assert point["published"] is not None or point["published_images"]  # a point publishes one or both
         for name in ("predicted", "constant", "ring"):
-            assert 0 < point[name] <= 1.2 and point[f"{name}_error"] == pytest.approx(point[name] - point["published"])
+            assert 0 < point[name] <= 1.2
+            if point["published"] is not None:
+                assert point[f"{name}_error"] == pytest.approx(point[name] - point["published"])
             if point["published_images"]:
                 assert point[f"{name}_images_error"] is not None
     text = markdown()
@@ -64,7 +67,7 @@ def test_the_model_beats_a_constant_efficiency_clearly_and_the_bandwidth_ring_wh
 
 
 def decile(pts, name):
-    errors = sorted(abs(p[f"{name}_error"]) for p in pts)
+    errors = sorted(abs(p[f"{name}_error"]) for p in pts if p[f"{name}_error"] is not None)
     return errors[int(0.9 * len(errors))]
 
 
