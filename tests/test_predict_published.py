@@ -7,6 +7,7 @@ each case in hpcdl/predict/published.py and docs/predict.md; none was fitted to 
 from __future__ import annotations
 
 import os
+import statistics
 
 import pytest
 
@@ -20,6 +21,9 @@ PICTURE = ROOT / "docs" / "predict-published.png"
 MEDIAN_EFFICIENCY_POINTS = 0.05
 MEDIAN_IMAGES = 0.15
 MARGIN_OVER_CONSTANT = 0.05
+# and over the bandwidth-only ring, on every published point: the median and the mean absolute error of efficiency
+# (points) and the median of images/s (fraction) at least this much smaller, the worst decile 3 points smaller
+MARGIN_OVER_RING = 0.0075
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.key for c in CASES])
@@ -44,7 +48,7 @@ def test_every_published_point_states_images_and_efficiency_beside_both_baseline
             if point["published_images"]:
                 assert point[f"{name}_images_error"] is not None
     text = markdown()
-    assert text.count("| published images/s |") == len(CASES) and "not published" in text
+    assert text.count("| published images/s |") == len(CASES) + 1 and "not published" in text  # + the all-points table
 
 
 def test_over_every_published_point_the_model_is_within_the_stated_medians():
@@ -54,16 +58,20 @@ def test_over_every_published_point_the_model_is_within_the_stated_medians():
     assert m["predicted"]["images_points"] >= 20  # absolute throughput is judged, not only efficiency
 
 
-def test_the_model_beats_a_constant_efficiency_clearly_and_the_bandwidth_ring_where_the_network_matters():
+def test_the_model_beats_both_baselines_by_the_stated_margins_over_every_published_point():
     pts = all_points()
     m = median_errors(pts)
     assert m["predicted"]["efficiency"] <= m["constant"]["efficiency"] - MARGIN_OVER_CONSTANT, m
     assert m["predicted"]["images"] <= m["constant"]["images"] - MARGIN_OVER_CONSTANT, m
-    # the bandwidth-only ring is as close as the model, or closer, at the median: on most points (one server's
-    # GPUs over NVLink) its unhidden allreduce happens to cost what the publications lost. Where it is wrong
-    # it is far wrong (latency-bound rings, networks that backward hides): the model's worst decile of errors
-    # is at least 3 points smaller
+    assert m["predicted"]["efficiency"] <= m["ring"]["efficiency"] - MARGIN_OVER_RING, m
+    assert m["predicted"]["images"] <= m["ring"]["images"] - MARGIN_OVER_RING, m
+    assert mean_error(pts, "predicted") <= mean_error(pts, "ring") - MARGIN_OVER_RING
+    # where the ring is wrong it is far wrong (latency-bound rings, networks that backward hides)
     assert decile(pts, "predicted") <= decile(pts, "ring") - 0.03
+
+
+def mean_error(pts, name):
+    return statistics.mean(abs(p[f"{name}_error"]) for p in pts if p[f"{name}_error"] is not None)
 
 
 def decile(pts, name):
