@@ -577,7 +577,7 @@ def markdown() -> str:
              "images/s in percent of the published figure (where the study published images/s):\n\n"
              + summary_markdown(pts) + "\n\nEvery point, predicted beside published and both baselines (errors in "
              "points of efficiency and in percent of images/s; \"held out\": added after the model was built, "
-             "nothing changed for it):\n\n" + points_table(pts, with_case=True) + "\n"]
+             "no value in the model set from it):\n\n" + points_table(pts, with_case=True) + "\n"]
     for case in CASES:
         pts = points(case)
         verdict = ", ".join(f"{p['count']}: predicted {p['predicted']:.0%}, published {p['published']:.0%} "
