@@ -233,7 +233,8 @@ def test_every_shipped_site_predicts_from_its_profile_and_efficiency_never_excee
     assert [r.nodes for r in p.rows] == [1, 2, 8, 64, 512]
     for r in p.rows:
         assert 0 < r.efficiency <= 1 + 1e-9 and r.time_per_iter_s > 0 and math.isfinite(r.images_per_sec)
-        assert r.time_per_iter_s == pytest.approx(r.compute_s + r.exposed_comm_s + r.data_s + r.update_s)
+        assert r.time_per_iter_s == pytest.approx(r.compute_s + r.exposed_comm_s + r.data_s + r.update_s + r.straggler_s
+                                                  + r.halo_s)
     assert [r.efficiency for r in p.rows] == sorted((r.efficiency for r in p.rows), reverse=True)
 
 

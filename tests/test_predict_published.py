@@ -7,6 +7,7 @@ each case in hpcdl/predict/published.py and docs/predict.md; none was fitted to 
 from __future__ import annotations
 
 import os
+import statistics
 
 import pytest
 
@@ -20,6 +21,9 @@ PICTURE = ROOT / "docs" / "predict-published.png"
 MEDIAN_EFFICIENCY_POINTS = 0.05
 MEDIAN_IMAGES = 0.15
 MARGIN_OVER_CONSTANT = 0.05
+# and over the bandwidth-only ring, on every published point: the median and the mean absolute error of efficiency
+# (points) and the median of images/s (fraction) at least this much smaller, the worst decile 3 points smaller
+MARGIN_OVER_RING = 0.0075
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.key for c in CASES])
@@ -36,12 +40,15 @@ def test_the_published_efficiency_is_predicted_within_the_stated_tolerance(case)
 
 def test_every_published_point_states_images_and_efficiency_beside_both_baselines():
     for point in all_points():
+        assert point["published"] is not None or point["published_images"]  # a point publishes one or both
         for name in ("predicted", "constant", "ring"):
-            assert 0 < point[name] <= 1.2 and point[f"{name}_error"] == pytest.approx(point[name] - point["published"])
+            assert 0 < point[name] <= 1.2
+            if point["published"] is not None:
+                assert point[f"{name}_error"] == pytest.approx(point[name] - point["published"])
             if point["published_images"]:
                 assert point[f"{name}_images_error"] is not None
     text = markdown()
-    assert text.count("| published images/s |") == len(CASES) and "not published" in text
+    assert text.count("| published images/s |") == len(CASES) + 1 and "not published" in text  # + the all-points table
 
 
 def test_over_every_published_point_the_model_is_within_the_stated_medians():
@@ -51,20 +58,24 @@ def test_over_every_published_point_the_model_is_within_the_stated_medians():
     assert m["predicted"]["images_points"] >= 20  # absolute throughput is judged, not only efficiency
 
 
-def test_the_model_beats_a_constant_efficiency_clearly_and_the_bandwidth_ring_where_the_network_matters():
+def test_the_model_beats_both_baselines_by_the_stated_margins_over_every_published_point():
     pts = all_points()
     m = median_errors(pts)
     assert m["predicted"]["efficiency"] <= m["constant"]["efficiency"] - MARGIN_OVER_CONSTANT, m
     assert m["predicted"]["images"] <= m["constant"]["images"] - MARGIN_OVER_CONSTANT, m
-    # the bandwidth-only ring is as close as the model, or closer, at the median: on most points (one server's
-    # GPUs over NVLink) its unhidden allreduce happens to cost what the publications lost. Where it is wrong
-    # it is far wrong (latency-bound rings, networks that backward hides): the model's worst decile of errors
-    # is at least 3 points smaller
+    assert m["predicted"]["efficiency"] <= m["ring"]["efficiency"] - MARGIN_OVER_RING, m
+    assert m["predicted"]["images"] <= m["ring"]["images"] - MARGIN_OVER_RING, m
+    assert mean_error(pts, "predicted") <= mean_error(pts, "ring") - MARGIN_OVER_RING
+    # where the ring is wrong it is far wrong (latency-bound rings, networks that backward hides)
     assert decile(pts, "predicted") <= decile(pts, "ring") - 0.03
 
 
+def mean_error(pts, name):
+    return statistics.mean(abs(p[f"{name}_error"]) for p in pts if p[f"{name}_error"] is not None)
+
+
 def decile(pts, name):
-    errors = sorted(abs(p[f"{name}_error"]) for p in pts)
+    errors = sorted(abs(p[f"{name}_error"]) for p in pts if p[f"{name}_error"] is not None)
     return errors[int(0.9 * len(errors))]
 
 
@@ -133,3 +144,21 @@ def test_a_study_is_predicted_from_its_own_single_device_rate_where_it_publishes
     (point,) = points(case)
     assert abs(point["predicted_images_error"]) < 0.10, point
     assert "measured in the study itself" in next(n for n in run_case(case).notes if n.startswith("compute:"))
+
+
+def test_wherever_a_publication_falls_with_the_count_the_prediction_falls_too():
+    falls = 0
+    for case in CASES:
+        pts = [p for p in points_of(case) if p["published"] is not None]
+        for before, after in zip(pts, pts[1:]):
+            if after["published"] < before["published"]:
+                falls += 1
+                # a fall the printed efficiency (one decimal) shows, not one in the fourth digit
+                assert after["predicted"] < before["predicted"] - 0.002, (case.key, before, after)
+    assert falls >= 10  # NVIDIA's MXNet 1-16 GPU tables, TACC's Longhorn 1 and 2 nodes
+
+
+def points_of(case):
+    from hpcdl.predict.published import points
+
+    return points(case)

@@ -122,6 +122,25 @@ def test_predict_says_when_no_spread_was_measured_and_uses_it_when_it_was(tmp_pa
     assert measured.rows[-1].straggler_s > 0
 
 
+def test_a_gpu_site_with_nothing_measured_waits_for_the_slowest_gpu_at_the_published_spread():
+    # TACC's TensorFlow guide, one V100, ResNet-50 at batch 32: "images/sec: 343.4 +/- 0.3 (jitter = 3.6)"; the
+    # jitter is a robust standard deviation of single steps, 3.6 / 343.4 = 1.048 % of an iteration
+    from hpcdl.predict import predict
+    from hpcdl.sites import load_site
+
+    summit = predict(load_site("summit"), "resnet50", 32, [1, 64, 4608], "weak")
+    assert summit.machine.iteration_jitter == pytest.approx(0.01048, abs=1e-5)
+    assert any("published (TACC" in n for n in summit.notes)
+    row = summit.rows[1]  # 64 nodes x 6 GPUs: E[max of 384 normals] = Phi^-1(383.625 / 384.25) = 2.9428
+    alone = row.compute_s - row.contention_s
+    assert row.straggler_s == pytest.approx(3.6 / 343.4 * alone * 2.9428, rel=1e-4)
+    effs = [r.efficiency for r in summit.rows]  # the curve falls with every node added
+    assert effs[0] > effs[1] > effs[2]
+    knl = predict(load_site("stampede2-knl"), "resnet50", 32, [1, 8], "weak")  # CPU ranks: nothing published
+    assert knl.machine.iteration_jitter == 0.0 and knl.rows[-1].straggler_s == 0.0
+    assert any("slowest rank: not counted" in n for n in knl.notes)
+
+
 # --- contention past a leaf switch ------------------------------------------------------------------------
 
 def test_past_one_leaf_the_bytes_cross_uplinks_at_one_over_the_taper():

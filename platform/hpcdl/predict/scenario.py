@@ -22,6 +22,19 @@ from hpcdl.nets import load_net
 from hpcdl.sites.schema import Site
 
 
+# The spread of one GPU's time per iteration where the site measured none: a published measurement stands in.
+# TACC's "TensorFlow at TACC" guide (portal.tacc.utexas.edu/software/tensorflow, Longhorn section, run of
+# 2020-06-04) shows tf_cnn_benchmarks training ResNet-50 on one V100 at batch 32: "images/sec: 343.4 +/- 0.3
+# (jitter = 3.6)", where tf_cnn_benchmarks' jitter is 1.4826 x the median absolute deviation of the per-step
+# rate (benchmark_cnn.py): a robust standard deviation of single iterations, 3.6 / 343.4 = 1.05 % of the mean.
+# Every synchronous step waits for the slowest of N such GPUs (hpcdl.predict.model.slowest_rank_wait).
+PUBLISHED_GPU_JITTER = 3.6 / 343.4
+PUBLISHED_GPU_JITTER_SOURCE = (f"{PUBLISHED_GPU_JITTER:.2%} spread of one GPU's time per iteration, published (TACC's "
+                               "TensorFlow guide: one V100, ResNet-50, batch 32, tf_cnn_benchmarks' per-step jitter "
+                               "3.6 at 343.4 images/s), not measured on this site (hpcdl validate's scaling check "
+                               "measures it; predict with --calibration)")
+
+
 class NoReferenceRate(HpcdlError):
     """The device has neither a row in the rate table nor a site calibration: nothing to predict
     from. `hpcdl predict` stops with it; a plan shown with --recipe says it and stands."""
@@ -125,9 +138,13 @@ def machine_for(site: Site, plan: Plan, calibration: Calibration | None = None, 
         source = f"{cpu.key}: {cpu.source} x {cores} core(s)"
     shared = node.nodes_per_host > 1
     jitter = compute.iteration_jitter if compute is not None else 0.0
-    jitter_source = (f"{jitter:.1%} spread of a rank's time per iteration ({compute.source})" if jitter else
-                     "not counted: no per-iteration spread measured for this site (hpcdl validate's scaling check "
-                     "measures it; predict with --calibration)")
+    if jitter:
+        jitter_source = f"{jitter:.1%} spread of a rank's time per iteration ({compute.source})"
+    elif rank.gpus:
+        jitter, jitter_source = PUBLISHED_GPU_JITTER, PUBLISHED_GPU_JITTER_SOURCE
+    else:
+        jitter_source = ("not counted: no per-iteration spread measured for this site (hpcdl validate's scaling check "
+                         "measures it; predict with --calibration)")
     nic = node.nics[0] if node.nics else None
     return Machine(
         rank_flops_per_s=flops, batch_half=half, memory_gbyte_s=memory, intra=intra, inter=inter,
