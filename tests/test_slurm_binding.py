@@ -21,7 +21,9 @@ The rule is written here from those words, not taken from the launcher, and was 
 real slurmd 22.05 laying out a posed two-socket node (2 x 4 cores, task/affinity; its computed
 masks, as slurmd logs them): 4 tasks of -c2 without --distribution got 0x03,0x30,0x0C,0xC0
 (task 1 on socket 1), with --distribution=block:block 0x03,0x0C,0x30,0xC0; two tasks of -c4 got
-0x0F,0xF0 either way. `test_the_rule_is_slurms` repeats that where the host can.
+0x0F,0xF0 either way. `test_the_rule_is_slurms` repeats that where the host can, and
+`test_slurmd_binds_the_rendered_line_as_planned` hands each multi-socket site's rendered CPU
+options to a slurmd posing its published node.
 
 The node is the one its centre publishes (tests/published/<case>.yaml, slurm_nodes) where a case
 has it, else the profile's; the job has the whole node (as hpcdl's plans assume), less the cores
@@ -226,3 +228,53 @@ def test_the_rule_is_slurms(slurm_clusters):
         bound = [tuple(c for c in range(8) if m >> c & 1) for m in masks]
         level = levels_slurm_may_use(argv)[0]
         assert bound == slurm_task_cores(2, 4, set(range(8)), tasks, per_task, level), (argv, bound)
+
+
+def _slurmd_masks(cluster, argv: list[str]) -> list[int]:
+    """Run `argv` on the posed node and return the CPU masks slurmd computed for its tasks."""
+    log = cluster.root / "log" / "slurmd-n1.log"
+    marker = "_lllp_generate_cpu_bind jobid"
+    seen = log.read_text(errors="replace").count(marker)
+    # the tasks on CPUs this host lacks cannot start: the layout is what is judged
+    subprocess.run(argv, env=cluster.env, capture_output=True, text=True, timeout=60)
+    lines = [line for line in log.read_text(errors="replace").splitlines() if marker in line]
+    assert len(lines) == seen + 1, f"{' '.join(argv)}: slurmd laid out no tasks\n{cluster.logs()}"
+    return [int(m, 16) for m in lines[-1].rsplit(" ", 1)[1].split(",")]
+
+
+CPU_OPTIONS = ("--ntasks-per-node", "--cpus-per-task", "--threads-per-core", "--distribution", "--cpu-bind")
+MULTI_SOCKET = [(s, k) for s, k in SITE_KINDS if _load(s).node_kinds[k].sockets > 1]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.parametrize(("source", "kind"), MULTI_SOCKET, ids=[f"{Path(p).stem}-{k}" for p, k in MULTI_SOCKET])
+def test_slurmd_binds_the_rendered_line_as_planned(slurm_clusters, source, kind):
+    """The node its centre publishes, posed to a real slurmd that lays tasks out (task_layout): the
+    CPU options of the rendered srun line, on one whole node, bind each task to the plan's cores."""
+    from slurm_cluster import NodeShape
+
+    site = _load(source)
+    facts = _node_facts(site, kind)
+    cores = facts["sockets"] * facts["cores_per_socket"]
+    shape = NodeShape(sockets=facts["sockets"], cores_per_socket=facts["cores_per_socket"],
+                      threads_per_core=facts["threads_per_core"], cpus_per_core=facts["cpus"] // cores,
+                      spec_cores=tuple(facts.get("spec_cores", ())), memory_mb=4096)
+    cluster = None
+    for request in ({}, {"mode": "per-socket", "ranks_per_node": 2 * facts["sockets"]}):
+        try:
+            plan = make_plan(site, JobRequest(nodes=2, node_kind=kind, **request))
+        except HpcdlError:
+            continue
+        line = list(plan.launcher_argv)
+        if _option(line, "--cpu-bind") != "cores":
+            continue  # explicit masks: Slurm binds each task to its own
+        cluster = cluster or slurm_clusters.ensure(1, shape, task_layout=True)
+        options = [w for w in line[1:] if w.split("=", 1)[0] in CPU_OPTIONS]
+        masks = _slurmd_masks(cluster, ["srun", "-N1", "--exclusive", *options, "true"])
+        # hwloc's synthetic node numbers a core's hardware threads together, as Slurm's abstract CPUs do
+        bound = [tuple(sorted({cpu // shape.threads_per_core for cpu in range(cores * shape.threads_per_core)
+                               if m >> cpu & 1})) for m in masks]
+        planned = [r.cores for r in plan.local_ranks()]
+        assert bound == planned, (f"{request or 'default'}: slurmd binds local tasks to {[_span(b) for b in bound]}, "
+                                  f"the plan means {[_span(p) for p in planned]} ({' '.join(options)})")
