@@ -96,20 +96,22 @@ def levels_slurm_may_use(argv: list[str]) -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def _published_nodes() -> dict[tuple[str, str], dict]:
-    """(site, node kind) -> the node its centre publishes (slurm_nodes of tests/published/<case>.yaml)."""
+    """(profile file, node kind) -> the node its centre publishes (slurm_nodes of tests/published/<case>.yaml,
+    for the shipped site the case names or the profile it carries)."""
     out = {}
     for path in sorted(PUBLISHED.glob("*.yaml")):
         case = yaml.safe_load(path.read_text())
+        profile = SHIPPED / f"{case['site']}.yaml" if case.get("site") else PUBLISHED / case.get("profile", "-")
         for kind, facts in (case.get("slurm_nodes") or {}).items():
-            if case.get("site"):
-                out[(case["site"], kind)] = facts
+            out[(str(profile.resolve()), kind)] = facts
     return out
 
 
-def _node_facts(site, kind: str) -> dict:
+def _node_facts(source: str, site, kind: str) -> dict:
     """The node as its centre publishes it where a case has it, else as the profile says."""
-    if (site.name, kind) in _published_nodes():
-        return _published_nodes()[(site.name, kind)]
+    published = _published_nodes().get((str(Path(source).resolve()), kind))
+    if published:
+        return published
     node = site.node_kinds[kind]
     usable = {c for s in range(node.sockets) for c in node.usable_cores_of_socket(s)}
     return dict(sockets=node.sockets, cores_per_socket=node.cores_per_socket, threads_per_core=node.threads_per_core,
@@ -118,8 +120,9 @@ def _node_facts(site, kind: str) -> dict:
 
 def _srun_site_kinds() -> list[tuple[str, str]]:
     found = []
+    # the shipped profiles, the fixtures, the published cases' own profiles, and test_slurm_shapes' machines
     for source in [*map(str, sorted(SHIPPED.glob("*.yaml"))), *map(str, sorted(FIXTURE_SITES.glob("*.yaml"))),
-                   *UNSHIPPED]:
+                   *map(str, sorted((PUBLISHED / "profiles").glob("*.yaml"))), *UNSHIPPED]:
         site = _load(source)
         if site.launcher == "srun":
             found += [(source, kind) for kind in site.node_kinds]
@@ -134,14 +137,14 @@ def _requests(node) -> list[dict]:
     return out
 
 
-def binding_mismatches(site, kind: str, request: dict) -> list[str]:
+def binding_mismatches(source: str, site, kind: str, request: dict) -> list[str]:
     """How the cores Slurm binds each task to differ from the plan's, for each distribution Slurm
     may use on this line; [] where the launch line gives explicit masks or binds as planned."""
     plan = make_plan(site, JobRequest(nodes=2, node_kind=kind, **request))
     argv = list(plan.launcher_argv)
     if _option(argv, "--cpu-bind") != "cores":
         return []  # mask_cpu: Slurm binds each task to the mask given for it, whatever the distribution
-    facts = _node_facts(site, kind)
+    facts = _node_facts(source, site, kind)
     cores = facts["sockets"] * facts["cores_per_socket"]
     per_core = int(_option(argv, "--threads-per-core") or facts["cpus"] // cores)
     per_task = -(-int(_option(argv, "--cpus-per-task")) // per_core)
@@ -169,7 +172,7 @@ def test_slurm_binds_each_task_to_the_plans_cores(source, kind):
     mismatches = []
     for request in _requests(site.node_kinds[kind]):
         try:
-            mismatches += binding_mismatches(site, kind, request)
+            mismatches += binding_mismatches(source, site, kind, request)
         except HpcdlError:
             continue  # a request this node refuses (more ranks than cores or GPUs)
     assert not mismatches, "\n".join(mismatches)
@@ -197,7 +200,7 @@ def test_a_site_that_names_its_own_distribution_is_bound_as_planned():
         argv = list(make_plan(own, JobRequest(nodes=2)).launcher_argv)
         assert _option(argv, "--cpu-bind").startswith(bind), (args, argv)
         assert sum(w.startswith(("--distribution", "-m")) for w in argv) == 1, argv  # the site's, or hpcdl's
-        assert not binding_mismatches(own, "v100", {}), args
+        assert not binding_mismatches(str(SHIPPED / "jean-zay.yaml"), own, "v100", {}), args
 
 
 # a real slurmd's own layout: (tasks, cores per task, the srun options that choose the distribution)
@@ -255,7 +258,7 @@ def test_slurmd_binds_the_rendered_line_as_planned(slurm_clusters, source, kind)
     from slurm_cluster import NodeShape
 
     site = _load(source)
-    facts = _node_facts(site, kind)
+    facts = _node_facts(source, site, kind)
     cores = facts["sockets"] * facts["cores_per_socket"]
     shape = NodeShape(sockets=facts["sockets"], cores_per_socket=facts["cores_per_socket"],
                       threads_per_core=facts["threads_per_core"], cpus_per_core=facts["cpus"] // cores,
