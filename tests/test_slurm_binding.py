@@ -214,8 +214,8 @@ def test_the_rule_is_slurms(slurm_clusters):
     """slurmd 22.05 (task/affinity) lays tasks out over a posed node of 2 sockets x 4 cores (its
     hardware seen through hwloc's synthetic topology, tests/slurm_cluster.py task_layout): the masks
     it computes, read from its log, are the cores the rule above gives under the distribution asked,
-    the default one being cyclic. (The tasks on cores this host lacks cannot start: only the layout
-    is judged.)"""
+    the default one being cyclic; given `mask_cpu`, it lays nothing out. (The tasks on cores this host
+    lacks cannot start: only the layout is judged.)"""
     from slurm_cluster import NodeShape
 
     shape = NodeShape(sockets=2, cores_per_socket=4, memory_mb=2048)
@@ -226,6 +226,12 @@ def test_the_rule_is_slurms(slurm_clusters):
         bound = [tuple(c for c in range(8) if m >> c & 1) for m in _slurmd_masks(cluster, argv)]
         level = levels_slurm_may_use(argv)[0]
         assert bound == slurm_task_cores(2, 4, set(range(8)), tasks, per_task, level), (argv, bound)
+    # explicit masks: slurmd lays nothing out, whatever the distribution says
+    log = cluster.root / "log" / "slurmd-n1.log"
+    before = log.read_text(errors="replace").count("manual binding")
+    subprocess.run(["srun", "-N1", "-n2", "--cpus-per-task=2", "--exclusive", "--distribution=block:cyclic",
+                    "--cpu-bind=mask_cpu:0x3,0xc", "true"], env=cluster.env, capture_output=True, timeout=60)
+    assert log.read_text(errors="replace").count("manual binding") == before + 1, cluster.logs()
 
 
 def _slurmd_masks(cluster, argv: list[str]) -> list[int]:
