@@ -22,6 +22,10 @@ starts its job ids at a random number (jobs derive MASTER_PORT from the job id).
            partition and time limit.
            `SlurmdParameters=config_overrides` lets this small host pose as the large node;
            slurmctld then judges every request against that node as it would on the machine.
+           With task_layout=True, slurmd also sees the posed node's sockets and cores (hwloc's
+           HWLOC_SYNTHETIC topology) and runs TaskPlugin task/affinity, so it lays a step's tasks
+           out over the posed CPUs and logs each task's mask (`_lllp_generate_cpu_bind`); a task
+           bound to a CPU this host lacks cannot start, so these clusters judge binding, not jobs.
 
 All pretend nodes are this host, so a job's MASTER_ADDR is the batch host's own name
 (`hostname`, which /etc/hosts maps to 127.0.0.1); /etc/hosts is not edited.
@@ -172,6 +176,12 @@ class NodeShape:
         return self.cores * (self.cpus_per_core or self.threads_per_core)
 
     @property
+    def hwloc_synthetic(self) -> str:
+        """The node as an hwloc synthetic topology (HWLOC_SYNTHETIC): hardware threads numbered core
+        by core, as Slurm numbers its abstract CPUs."""
+        return f"package:{self.sockets} core:{self.cores_per_socket} pu:{self.threads_per_core}"
+
+    @property
     def spec_cpu_ids(self) -> list[int]:
         """CpuSpecList: Slurm's abstract CPU ids of the first CPU of each reserved core (Slurm adds
         the core's other CPUs), counted in the node's CPUs (one per core when CPUs = cores)."""
@@ -222,10 +232,14 @@ def _slurm_minutes(text: str) -> str:
 
 
 class SlurmCluster:
-    def __init__(self, root: Path, nodes: int = 1, shape: NodeShape | None = None, link_gbit_s: float | None = None):
+    def __init__(self, root: Path, nodes: int = 1, shape: NodeShape | None = None, link_gbit_s: float | None = None,
+                 task_layout: bool = False):
         self.root = Path(root)
         self.nodes = nodes
         self.shape = shape
+        if task_layout and shape is None:
+            raise ValueError("task_layout: the tasks are laid out over a posed node; give its shape")
+        self.task_layout = task_layout
         # link_gbit_s: each pretend node in its own network namespace, its link shaped to this rate
         # (hpcdl.netshape); None (the default): every slurmd on 127.0.0.1, as before
         self.link_gbit_s = link_gbit_s
@@ -272,7 +286,8 @@ class SlurmCluster:
                 self.running = True
                 for name in self.node_names:
                     argv = ["/usr/sbin/slurmd", "-N", name, "-f", str(self.conf)]
-                    _run(self.network.exec_argv(name, argv) if self.network else argv, env=self.env)
+                    env = {**self.env, "HWLOC_SYNTHETIC": self.shape.hwloc_synthetic} if self.task_layout else self.env
+                    _run(self.network.exec_argv(name, argv) if self.network else argv, env=env)
                 self._wait_idle()
         except BaseException:
             self.down()
@@ -334,7 +349,8 @@ class SlurmCluster:
             task_plugin, part_nodes = "task/none", f"n[1-{self.nodes}]"
         elif self.shape is not None:
             node_lines, gres_lines = self._shaped_nodes(self.shape)
-            task_plugin, part_nodes = "task/none", f"n[1-{self.nodes}]"
+            task_plugin = "task/affinity" if self.task_layout else "task/none"
+            part_nodes = f"n[1-{self.nodes}]"
         elif self.nodes == 1:
             node_lines = [f"NodeName=localhost NodeAddr=127.0.0.1 Port={ports[0]} CPUs={cpus} RealMemory={mem} "
                           "State=UNKNOWN"]
@@ -525,15 +541,17 @@ class SlurmClusters:
         self.root = Path(root)
         self.current: SlurmCluster | None = None
 
-    def ensure(self, nodes: int, shape: NodeShape | None = None) -> SlurmCluster:
-        """A cluster of `nodes` nodes, shaped like `shape` when given; the one up is reused when it fits."""
+    def ensure(self, nodes: int, shape: NodeShape | None = None, task_layout: bool = False) -> SlurmCluster:
+        """A cluster of `nodes` nodes, shaped like `shape` when given (laying tasks out over it with
+        task_layout); the one up is reused when it fits."""
         current = self.current
-        if current is not None and current.nodes == nodes and current.shape == shape:
+        if current is not None and current.nodes == nodes and current.shape == shape and \
+                current.task_layout == task_layout:
             return current
         self.down()
         self.count = getattr(self, "count", 0) + 1
         folder = f"{nodes}-node" if shape is None else f"{nodes}-shaped-{self.count}"
-        cluster = SlurmCluster(self.root / folder, nodes, shape)
+        cluster = SlurmCluster(self.root / folder, nodes, shape, task_layout=task_layout)
         self.current = cluster.up()
         return cluster
 

@@ -62,7 +62,9 @@ class SrunLauncher(Launcher):
     """Slurm srun: tasks per node, CPUs per task, and the plan's cores and GPUs for each task.
 
     When the plan's ranks sit on consecutive blocks of cores from core 0 (KNL, Perlmutter),
-    `--cpus-per-task` with `--cpu-bind=cores` gives exactly them (NERSC affinity guide). Otherwise
+    `--cpus-per-task` with `--cpu-bind=cores` gives exactly them (NERSC affinity guide), with
+    `--distribution=block:block` where two ranks share a socket of a multi-socket node (Slurm's
+    default hands consecutive tasks cores on alternating sockets). Otherwise
     (reserved cores in the middle, GPUs nearest other cores: Frontier) the plan's own masks are
     passed with `--cpu-bind=mask_cpu:`, as the LUMI-G/Frontier guides do. GPUs are bound by the
     plan's map with `--gpu-bind=map_gpu:`/`mask_gpu:`, so Slurm gives each task the GPU the plan
@@ -89,7 +91,22 @@ class SrunLauncher(Launcher):
             # beside --cpu-bind
             argv.append(f"--threads-per-core={node.cpus_per_core}")
         c = cores_per_rank(plan)
-        if all(r.cores == tuple(range(i * c, (i + 1) * c)) for i, r in enumerate(local)):
+        blocks = all(r.cores == tuple(range(i * c, (i + 1) * c)) for i, r in enumerate(local))
+        # Slurm hands a task its cores by the second level of --distribution, whose default is cyclic
+        # across sockets ("Use the default method for distributing CPUs across sockets (cyclic)",
+        # srun(1) 22.05): local task 1 takes socket 1's first cores, not the block after task 0's
+        # (unless the site's slurm.conf says CR_Core_Default_Dist_Block, which hpcdl cannot know).
+        # The same as the plan's blocks only where no socket holds two ranks.
+        shares_a_socket = node.sockets > 1 and len({r.socket for r in local}) < len(local)
+        site_dist = _site_option(site, "--distribution", "-m")
+        if blocks and shares_a_socket and site_dist is not None and _socket_level(site_dist) != "block":
+            blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
+        if blocks:
+            if shares_a_socket and site_dist is None:
+                # consecutive tasks fill a socket before the next, as the plan's blocks do (srun(1): "block
+                # ... distribute allocated CPUs consecutively from the same socket for binding to tasks,
+                # before using the next consecutive socket"); the first level, block, is srun's own default
+                argv.append("--distribution=block:block")
             argv.append("--cpu-bind=cores")
         else:
             argv.append("--cpu-bind=mask_cpu:" + ",".join(_hex_mask(r.cpus) for r in local))
@@ -130,13 +147,29 @@ class SrunLauncher(Launcher):
 def _site_mpi(site: Site) -> str | None:
     """The PMI plugin the site's own `launch.args` give srun (`--mpi=X` or `--mpi X`; "" for a bare
     `--mpi` at the end), None where they give none."""
+    return _site_option(site, "--mpi")
+
+
+def _site_option(site: Site, long: str, short: str | None = None) -> str | None:
+    """The value the site's own `launch.args` give an srun option (`--long=X`, `--long X`, `-sX`,
+    `-s X`; "" where it ends the line bare), None where they do not give it."""
     args = list(site.launch.args)
     for i, a in enumerate(args):
-        if a.startswith("--mpi="):
+        if a.startswith(long + "="):
             return a.split("=", 1)[1]
-        if a == "--mpi":
+        if a == long or (short and a == short):
             return args[i + 1] if i + 1 < len(args) else ""
+        if short and a.startswith(short) and not a.startswith("--"):
+            return a[len(short):]
     return None
+
+
+def _socket_level(distribution: str) -> str:
+    """The second level of an srun --distribution (how a node's CPUs go to its tasks across sockets):
+    `block:cyclic` -> cyclic; `*` where it is not given (Slurm's default, cyclic unless the site's
+    slurm.conf says otherwise)."""
+    levels = distribution.split(",")[0].split(":")
+    return levels[1] if len(levels) > 1 and levels[1] else "*"
 
 
 def srun_mpi_plugin(site: Site) -> str | None:

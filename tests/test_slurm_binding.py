@@ -1,0 +1,284 @@
+"""Where Slurm binds each task under the srun line as rendered, computed by Slurm's own documented
+rule, must be where the plan put the rank: the plan's GPU and NIC choices assume it.
+
+With `--cpu-bind=cores` srun gives each task `--cpus-per-task` CPUs of the node, laid out over the
+sockets by the second level of `--distribution` (srun(1), Slurm 22.05, the version the test
+cluster runs):
+
+  block:  "distribute allocated CPUs consecutively from the same socket for binding to tasks,
+          before using the next consecutive socket";
+  cyclic: "distribute allocated CPUs for binding to a given task consecutively from the same
+          socket, and from the next consecutive socket for the next task, in a round-robin
+          fashion across sockets. Tasks requiring more than one CPU will have all of those CPUs
+          allocated on a single socket if possible";
+  *:      "Use the default method for distributing CPUs across sockets (cyclic)", unless the
+          site's slurm.conf sets SelectTypeParameters=CR_Core_Default_Dist_Block ("Allocate
+          cores within a node using block distribution by default", slurm.conf(5)), which a
+          job script cannot know: LUMI's guide shows block placement where no distribution is
+          given. A line without a distribution must therefore bind as planned under both.
+
+The rule is written here from those words, not taken from the launcher, and was held against a
+real slurmd 22.05 laying out a posed two-socket node (2 x 4 cores, task/affinity; its computed
+masks, as slurmd logs them): 4 tasks of -c2 without --distribution got 0x03,0x30,0x0C,0xC0
+(task 1 on socket 1), with --distribution=block:block 0x03,0x0C,0x30,0xC0; two tasks of -c4 got
+0x0F,0xF0 either way. `test_the_rule_is_slurms` repeats that where the host can, and
+`test_slurmd_binds_the_rendered_line_as_planned` hands each multi-socket site's rendered CPU
+options to a slurmd posing its published node.
+
+The node is the one its centre publishes (tests/published/<case>.yaml, slurm_nodes) where a case
+has it, else the profile's; the job has the whole node (as hpcdl's plans assume), less the cores
+Slurm keeps for the system.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import FIXTURE_SITES
+from test_slurm_shapes import UNSHIPPED, _load
+
+from hpcdl.errors import HpcdlError
+from hpcdl.plan import JobRequest, make_plan
+from hpcdl.sites.registry import SHIPPED
+
+PUBLISHED = Path(__file__).parent / "published"
+
+
+def slurm_task_cores(sockets: int, cores_per_socket: int, free: set[int], tasks: int, per_task: int,
+                     level: str) -> list[tuple[int, ...]]:
+    """The physical cores Slurm binds each local task to (`--cpu-bind=cores`), by the second level of
+    --distribution: `block` or `cyclic` (the words above). `free`: the node's cores the job holds."""
+    by_socket = [[c for c in range(s * cores_per_socket, (s + 1) * cores_per_socket) if c in free]
+                 for s in range(sockets)]
+    if level == "block":
+        pool = [c for on_socket in by_socket for c in on_socket]
+        return [tuple(pool[i * per_task:(i + 1) * per_task]) for i in range(tasks)]
+    assert level == "cyclic", level
+    taken, socket, out = [0] * sockets, 0, []
+    for _ in range(tasks):
+        mine: list[int] = []
+        while len(mine) < per_task:
+            if taken[socket] == len(by_socket[socket]):  # this socket is spent: the task goes on on the next
+                socket = (socket + 1) % sockets
+                assert any(t < len(cs) for t, cs in zip(taken, by_socket)), "more CPUs asked than the node has"
+                continue
+            mine.append(by_socket[socket][taken[socket]])
+            taken[socket] += 1
+        out.append(tuple(mine))
+        socket = (socket + 1) % sockets  # the next task starts on the next socket
+    return out
+
+
+def _option(argv: list[str], long: str, short: str | None = None) -> str | None:
+    for i, word in enumerate(argv):
+        if word.startswith(long + "="):
+            return word.split("=", 1)[1]
+        if word == long or (short and word == short):
+            return argv[i + 1]
+        if short and word.startswith(short) and not word.startswith("--"):
+            return word[len(short):]
+    return None
+
+
+def levels_slurm_may_use(argv: list[str]) -> list[str]:
+    """The socket-level distributions the line may get: the one it names, or either default."""
+    given = _option(argv, "--distribution", "-m")
+    level = (given or "").split(",")[0].split(":")[1:2]
+    if level and level[0] not in ("", "*"):
+        return [level[0]]
+    return ["cyclic", "block"]  # Slurm's default, and CR_Core_Default_Dist_Block's
+
+
+@functools.lru_cache(maxsize=None)
+def _published_nodes() -> dict[tuple[str, str], dict]:
+    """(profile file, node kind) -> the node its centre publishes (slurm_nodes of tests/published/<case>.yaml,
+    for the shipped site the case names or the profile it carries)."""
+    out = {}
+    for path in sorted(PUBLISHED.glob("*.yaml")):
+        case = yaml.safe_load(path.read_text())
+        profile = SHIPPED / f"{case['site']}.yaml" if case.get("site") else PUBLISHED / case.get("profile", "-")
+        for kind, facts in (case.get("slurm_nodes") or {}).items():
+            out[(str(profile.resolve()), kind)] = facts
+    return out
+
+
+def _node_facts(source: str, site, kind: str) -> dict:
+    """The node as its centre publishes it where a case has it, else as the profile says."""
+    published = _published_nodes().get((str(Path(source).resolve()), kind))
+    if published:
+        return published
+    node = site.node_kinds[kind]
+    usable = {c for s in range(node.sockets) for c in node.usable_cores_of_socket(s)}
+    return dict(sockets=node.sockets, cores_per_socket=node.cores_per_socket, threads_per_core=node.threads_per_core,
+                cpus=node.cores * node.cpus_per_core, spec_cores=[c for c in range(node.cores) if c not in usable])
+
+
+def _srun_site_kinds() -> list[tuple[str, str]]:
+    found = []
+    # the shipped profiles, the fixtures, the published cases' own profiles, and test_slurm_shapes' machines
+    for source in [*map(str, sorted(SHIPPED.glob("*.yaml"))), *map(str, sorted(FIXTURE_SITES.glob("*.yaml"))),
+                   *map(str, sorted((PUBLISHED / "profiles").glob("*.yaml"))), *UNSHIPPED]:
+        site = _load(source)
+        if site.launcher == "srun":
+            found += [(source, kind) for kind in site.node_kinds]
+    return found
+
+
+def _requests(node) -> list[dict]:
+    """The default job, and ranks per node that share a socket or not, on CPUs and on GPUs."""
+    out = [{}, {"mode": "per-socket"}]
+    out += [{"mode": "per-socket", "ranks_per_node": node.sockets * k} for k in (2, 4)]
+    out += [{"mode": "per-gpu", "ranks_per_node": n} for n in range(1, len(node.gpus) + 1)]
+    return out
+
+
+def binding_mismatches(source: str, site, kind: str, request: dict) -> list[str]:
+    """How the cores Slurm binds each task to differ from the plan's, for each distribution Slurm
+    may use on this line; [] where the launch line gives explicit masks or binds as planned."""
+    plan = make_plan(site, JobRequest(nodes=2, node_kind=kind, **request))
+    argv = list(plan.launcher_argv)
+    if _option(argv, "--cpu-bind") != "cores":
+        return []  # mask_cpu: Slurm binds each task to the mask given for it, whatever the distribution
+    facts = _node_facts(source, site, kind)
+    cores = facts["sockets"] * facts["cores_per_socket"]
+    per_core = int(_option(argv, "--threads-per-core") or facts["cpus"] // cores)
+    per_task = -(-int(_option(argv, "--cpus-per-task")) // per_core)
+    free = set(range(cores)) - set(facts.get("spec_cores", ()))
+    planned = [r.cores for r in plan.local_ranks()]
+    out = []
+    for level in levels_slurm_may_use(argv):
+        bound = slurm_task_cores(facts["sockets"], facts["cores_per_socket"], free, len(planned), per_task, level)
+        if bound != planned:
+            out.append(f"{request or 'default'}: under {level} Slurm binds local tasks to "
+                       f"{[_span(b) for b in bound]}, the plan means {[_span(p) for p in planned]} ({' '.join(argv)})")
+    return out
+
+
+def _span(cores) -> str:
+    consecutive = list(cores) == list(range(cores[0], cores[-1] + 1))
+    return f"{cores[0]}-{cores[-1]}" if consecutive else ",".join(map(str, cores))
+
+
+SITE_KINDS = _srun_site_kinds()
+
+
+@pytest.mark.parametrize(("source", "kind"), SITE_KINDS, ids=[f"{Path(p).stem}-{k}" for p, k in SITE_KINDS])
+def test_slurm_binds_each_task_to_the_plans_cores(source, kind):
+    site = _load(source)
+    mismatches = []
+    for request in _requests(site.node_kinds[kind]):
+        try:
+            mismatches += binding_mismatches(source, site, kind, request)
+        except HpcdlError:
+            continue  # a request this node refuses (more ranks than cores or GPUs)
+    assert not mismatches, "\n".join(mismatches)
+
+
+def test_the_rule_reads_the_documented_layouts():
+    """The rule itself, on the srun(1) words: 4 tasks of 2 cores on 2 sockets of 4 cores."""
+    free = set(range(8))
+    assert slurm_task_cores(2, 4, free, 4, 2, "block") == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert slurm_task_cores(2, 4, free, 4, 2, "cyclic") == [(0, 1), (4, 5), (2, 3), (6, 7)]
+    # a task takes all its CPUs on one socket where it can: one task per socket either way
+    assert slurm_task_cores(2, 4, free, 2, 4, "cyclic") == slurm_task_cores(2, 4, free, 2, 4, "block")
+    # cores kept for the system are skipped (a node that keeps core 0 of each socket)
+    assert slurm_task_cores(2, 4, free - {0, 4}, 2, 3, "block") == [(1, 2, 3), (5, 6, 7)]
+
+
+def test_a_site_that_names_its_own_distribution_is_bound_as_planned():
+    """A centre whose line carries its own --distribution keeps it; where that lays tasks out across
+    the sockets otherwise than the plan, the plan's masks are given instead of --cpu-bind=cores."""
+    site = _load(str(SHIPPED / "jean-zay.yaml"))
+    for args, bind in (((), "cores"), (("--distribution=block:cyclic",), "mask_cpu:"),
+                       (("-m", "block:block"), "cores"), (("--distribution=block",), "mask_cpu:")):
+        launch = site.launch.model_copy(update={"args": args})
+        own = site.model_copy(update={"launch": launch})
+        argv = list(make_plan(own, JobRequest(nodes=2)).launcher_argv)
+        assert _option(argv, "--cpu-bind").startswith(bind), (args, argv)
+        assert sum(w.startswith(("--distribution", "-m")) for w in argv) == 1, argv  # the site's, or hpcdl's
+        assert not binding_mismatches(str(SHIPPED / "jean-zay.yaml"), own, "v100", {}), args
+
+
+# a real slurmd's own layout: (tasks, cores per task, the srun options that choose the distribution)
+SLURMD_CASES = [(4, 2, ()), (4, 2, ("--distribution=block:block",)), (2, 4, ()), (3, 2, ()),
+                (3, 2, ("--distribution=block:block",)), (2, 1, ()), (2, 1, ("--distribution=block:block",))]
+
+
+@pytest.mark.slurm
+def test_the_rule_is_slurms(slurm_clusters):
+    """slurmd 22.05 (task/affinity) lays tasks out over a posed node of 2 sockets x 4 cores (its
+    hardware seen through hwloc's synthetic topology, tests/slurm_cluster.py task_layout): the masks
+    it computes, read from its log, are the cores the rule above gives under the distribution asked,
+    the default one being cyclic; given `mask_cpu`, it lays nothing out. (The tasks on cores this host
+    lacks cannot start: only the layout is judged.)"""
+    from slurm_cluster import NodeShape
+
+    shape = NodeShape(sockets=2, cores_per_socket=4, memory_mb=2048)
+    cluster = slurm_clusters.ensure(1, shape, task_layout=True)
+    for tasks, per_task, options in SLURMD_CASES:
+        argv = ["srun", "-N1", f"-n{tasks}", f"--cpus-per-task={per_task}", "--exclusive", "--cpu-bind=cores",
+                *options, "true"]
+        bound = [tuple(c for c in range(8) if m >> c & 1) for m in _slurmd_masks(cluster, argv)]
+        level = levels_slurm_may_use(argv)[0]
+        assert bound == slurm_task_cores(2, 4, set(range(8)), tasks, per_task, level), (argv, bound)
+    # explicit masks: slurmd lays nothing out, whatever the distribution says
+    log = cluster.root / "log" / "slurmd-n1.log"
+    before = log.read_text(errors="replace").count("manual binding")
+    subprocess.run(["srun", "-N1", "-n2", "--cpus-per-task=2", "--exclusive", "--distribution=block:cyclic",
+                    "--cpu-bind=mask_cpu:0x3,0xc", "true"], env=cluster.env, capture_output=True, timeout=60)
+    assert log.read_text(errors="replace").count("manual binding") == before + 1, cluster.logs()
+
+
+def _slurmd_masks(cluster, argv: list[str]) -> list[int]:
+    """Run `argv` on the posed node and return the CPU masks slurmd computed for its tasks."""
+    log = cluster.root / "log" / "slurmd-n1.log"
+    marker = "_lllp_generate_cpu_bind jobid"
+    seen = log.read_text(errors="replace").count(marker)
+    # the tasks on CPUs this host lacks cannot start: the layout is what is judged
+    subprocess.run(argv, env=cluster.env, capture_output=True, text=True, timeout=60)
+    lines = [line for line in log.read_text(errors="replace").splitlines() if marker in line]
+    assert len(lines) == seen + 1, f"{' '.join(argv)}: slurmd laid out no tasks\n{cluster.logs()}"
+    return [int(m, 16) for m in lines[-1].rsplit(" ", 1)[1].split(",")]
+
+
+CPU_OPTIONS = ("--ntasks-per-node", "--cpus-per-task", "--threads-per-core", "--distribution", "--cpu-bind")
+MULTI_SOCKET = [(s, k) for s, k in SITE_KINDS if _load(s).node_kinds[k].sockets > 1]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.parametrize(("source", "kind"), MULTI_SOCKET, ids=[f"{Path(p).stem}-{k}" for p, k in MULTI_SOCKET])
+def test_slurmd_binds_the_rendered_line_as_planned(slurm_clusters, source, kind):
+    """The node its centre publishes, posed to a real slurmd that lays tasks out (task_layout): the
+    CPU options of the rendered srun line, on one whole node, bind each task to the plan's cores."""
+    from slurm_cluster import NodeShape
+
+    site = _load(source)
+    facts = _node_facts(source, site, kind)
+    cores = facts["sockets"] * facts["cores_per_socket"]
+    shape = NodeShape(sockets=facts["sockets"], cores_per_socket=facts["cores_per_socket"],
+                      threads_per_core=facts["threads_per_core"], cpus_per_core=facts["cpus"] // cores,
+                      spec_cores=tuple(facts.get("spec_cores", ())), memory_mb=4096)
+    cluster = None
+    for request in ({}, {"mode": "per-socket", "ranks_per_node": 2 * facts["sockets"]}):
+        try:
+            plan = make_plan(site, JobRequest(nodes=2, node_kind=kind, **request))
+        except HpcdlError:
+            continue
+        line = list(plan.launcher_argv)
+        if _option(line, "--cpu-bind") != "cores":
+            continue  # explicit masks: Slurm binds each task to its own
+        cluster = cluster or slurm_clusters.ensure(1, shape, task_layout=True)
+        options = [w for w in line[1:] if w.split("=", 1)[0] in CPU_OPTIONS]
+        masks = _slurmd_masks(cluster, ["srun", "-N1", "--exclusive", *options, "true"])
+        # hwloc's synthetic node numbers a core's hardware threads together, as Slurm's abstract CPUs do
+        bound = [tuple(sorted({cpu // shape.threads_per_core for cpu in range(cores * shape.threads_per_core)
+                               if m >> cpu & 1})) for m in masks]
+        planned = [r.cores for r in plan.local_ranks()]
+        assert bound == planned, (f"{request or 'default'}: slurmd binds local tasks to {[_span(b) for b in bound]}, "
+                                  f"the plan means {[_span(p) for p in planned]} ({' '.join(options)})")
