@@ -97,7 +97,7 @@ RUN mkdir -p /var/tmp && wget -q -nc -P /var/tmp https://github.com/aws/aws-ofi-
 
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
     python3 -m venv /opt/envs/main && \
-    /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
+    /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel 'hatchling>=1.26' && \
     /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu126 torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 nvidia-cudnn-cu12==9.10.2.21
 
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
