@@ -6,6 +6,8 @@ Checks ask for jobs; jobs with the same key are run once and shared (the thread 
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,8 +101,14 @@ class SuiteContext:
         return self.node.sockets * self.node.usable_cores_per_socket
 
 
-def convergence_target() -> dict:
+@functools.cache
+def _convergence_file() -> dict:
     return yaml.safe_load((RECIPES / "convergence.yaml").read_text())
+
+
+def convergence_target() -> dict:
+    # parsed once (every train job of a suite starts from it), handed out as a copy to change freely
+    return copy.deepcopy(_convergence_file())
 
 
 def base_recipe() -> dict:
