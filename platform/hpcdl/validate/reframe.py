@@ -34,6 +34,7 @@ import json
 import pprint
 import re
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,9 +154,13 @@ class Variant:
     nodes: int
     ranks_per_node: int
     threads_per_rank: int
-    script: str
+    render: Callable[[], str] = field(repr=False)  # the job script, rendered when asked for
     perf: list[PerfVar] = field(default_factory=list)  # a baseline here is another variant's label
     environment: dict | None = None  # {"frameworks": {...}, "ranks": n} for the environment job
+
+    @property
+    def script(self) -> str:
+        return self.render()
 
     def descr(self, check: str) -> str:
         return (f"hpcdl {check}: {self.nodes} node(s) x {self.ranks_per_node} rank(s) x "
@@ -207,15 +212,17 @@ def exported_tests(ctx, selected) -> list[ExportedTest]:
     refs = ctx.references
     limit = ctx.settings.job_timeout_s
     time_limit = f"{limit // 3600:02d}:{limit % 3600 // 60:02d}:{limit % 60:02d}"
-    rendered: dict[str, Variant] = {}
+    # the perflogs need each job's shape only; the export renders its script too, once per job
+    scripts: dict[str, str] = {}
 
     def variant(job, label, perf=(), environment=None) -> Variant:
-        if job.key not in rendered:
-            plan = make_plan(ctx.site, job.request)
-            rendered[job.key] = Variant("", job.key, plan.nodes, plan.ranks_per_node, plan.threads_per_rank,
-                                        render_validation_job(ctx.site, job, time_limit))
-        base = rendered[job.key]
-        return Variant(label, job.key, base.nodes, base.ranks_per_node, base.threads_per_rank, base.script,
+        def render() -> str:
+            if job.key not in scripts:
+                scripts[job.key] = render_validation_job(ctx.site, job, time_limit)
+            return scripts[job.key]
+
+        plan = make_plan(ctx.site, job.request)
+        return Variant(label, job.key, plan.nodes, plan.ranks_per_node, plan.threads_per_rank, render,
                        list(perf), environment)
 
     def var(pvar, name, unit, how, default=None, baseline=None, judged=True) -> PerfVar:
