@@ -69,6 +69,27 @@ def test_the_full_suite_measures_throughput_per_framework_and_the_quick_one_the_
     assert {j.request.framework for j in suite_jobs(quick, checks)} == {"pytorch"}
 
 
+def test_the_full_suite_measures_a_further_framework_only_where_the_site_runs_it():
+    """An image without TensorFlow (GH200's) leaves TensorFlow's throughput out; it does not make
+    the whole suite fail to render. The first framework stays, refused or not, so a site that runs
+    none still says why."""
+    from hpcdl.plan import make_plan
+
+    checks = select_checks("throughput")
+    left_out = 0
+    for name in list_sites():
+        site = load_site(name)
+        ctx = SuiteContext(site, "full", (1,), References(name, {}, {}, "none"), SUITES["full"],
+                           frameworks=("pytorch", "tensorflow"))
+        jobs = suite_jobs(ctx, checks)
+        assert "pytorch" in {j.request.framework for j in jobs}
+        for job in jobs:
+            runtime = make_plan(site, job.request).runtime
+            assert job.request.framework == "pytorch" or runtime is None or not runtime.refusal, (name, job.key)
+        left_out += "tensorflow" not in {j.request.framework for j in jobs}
+    assert left_out  # some shipped site's image holds no TensorFlow (alps-gh200's ampere-cuda)
+
+
 def test_one_node_scales_over_its_ranks_and_several_nodes_over_nodes():
     ctx = build_context("local", "quick", None)
     unit, points = scaling_points(ctx)
