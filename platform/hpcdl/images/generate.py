@@ -337,8 +337,8 @@ def hpcdl_requirements() -> tuple[str, ...]:
 
 
 def normalised_requirements(requirements) -> tuple[str, ...]:
-    """Each requirement in packaging's canonical spelling (specifiers sorted), sorted by name; an
-    installed hpcdl's extras carry their `extra == ...` marker, which the image does not need."""
+    """Each requirement in packaging's canonical spelling (name normalised, specifiers sorted), sorted
+    by name; an installed hpcdl's extras carry their `extra == ...` marker, which the image does not need."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
@@ -346,7 +346,9 @@ def normalised_requirements(requirements) -> tuple[str, ...]:
     for r in reqs:
         if r.marker is not None and "extra" in str(r.marker):
             r.marker = None
-    return tuple(str(r) for r in sorted(reqs, key=lambda r: (canonicalize_name(r.name), str(r))))
+        # the name as PEP 503 spells it: hatchling writes `pyyaml` into the metadata for pyproject's `PyYAML`
+        r.name = canonicalize_name(r.name)
+    return tuple(str(r) for r in sorted(reqs, key=lambda r: (r.name, str(r))))
 
 
 def _cudnn_requirement(spec: ImageSpec) -> str | None:
