@@ -97,11 +97,11 @@ RUN mkdir -p /var/tmp && wget -q -nc -P /var/tmp https://github.com/aws/aws-ofi-
 
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
     python3 -m venv /opt/envs/main && \
-    /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
+    /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel 'hatchling>=1.26' && \
     /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu126 torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 nvidia-cudnn-cu12==9.10.2.21
 
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
-    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu126 torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 nvidia-cudnn-cu12==9.10.2.21 'jinja2>=3.1' 'matplotlib>=3.7' 'numpy>=1.23' 'Pillow>=9' 'protobuf>=4.21' 'pydantic<3,>=2.5' 'python-hostlist>=2.0' 'PyYAML>=6.0' 'rich>=13' 'scikit-learn>=1.3' 'typer>=0.12'
+    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cu126 torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 nvidia-cudnn-cu12==9.10.2.21 'jinja2>=3.1' 'matplotlib>=3.7' 'numpy>=1.23' 'pillow>=9' 'protobuf>=4.21' 'pydantic<3,>=2.5' 'python-hostlist>=2.0' 'pyyaml>=6.0' 'rich>=13' 'scikit-learn>=1.3' 'typer>=0.12'
 
 COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
 

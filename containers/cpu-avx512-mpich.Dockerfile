@@ -91,13 +91,13 @@ ENV LD_LIBRARY_PATH=/usr/local/mpich/lib:$LD_LIBRARY_PATH \
 
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
     python3 -m venv /opt/envs/main && \
-    /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
+    /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel 'hatchling>=1.26' && \
     /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cpu torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0
 
 RUN if [ -n "$(ls /var/tmp/horovod-wheels/horovod-0.28.1-*.whl 2>/dev/null)" ] && /opt/envs/main/bin/pip install --no-cache-dir /var/tmp/horovod-wheels/horovod-0.28.1-*.whl; then echo "Horovod 0.28.1: the build machine's wheel"; else mkdir -p /var/tmp/horovod && cd /var/tmp/horovod || exit 1 && /opt/envs/main/bin/pip download --no-deps --no-binary :all: horovod==0.28.1 && tar -xzf horovod-0.28.1.tar.gz && sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' horovod-0.28.1/CMakeLists.txt horovod-0.28.1/horovod/torch/CMakeLists.txt && grep -q 'CMAKE_CXX_STANDARD 17' horovod-0.28.1/horovod/torch/CMakeLists.txt && /opt/envs/main/bin/pip install --no-cache-dir cmake && HOROVOD_WITH_MPI=1 HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_BUILD_ARCH_FLAGS=-march=skylake-avx512 MAKEFLAGS="-j$(nproc)" /opt/envs/main/bin/pip install --no-cache-dir --no-build-isolation ./horovod-0.28.1 && cd / || exit 1 && rm -rf /var/tmp/horovod; fi
 
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
-    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cpu torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 'jinja2>=3.1' 'matplotlib>=3.7' 'numpy>=1.23' 'Pillow>=9' 'protobuf>=4.21' 'pydantic<3,>=2.5' 'python-hostlist>=2.0' 'PyYAML>=6.0' 'rich>=13' 'scikit-learn>=1.3' 'typer>=0.12'
+    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py --extra-index-url https://download.pytorch.org/whl/cpu torch==2.8.0 numpy==2.2.6 mpi4py==4.1.0 'jinja2>=3.1' 'matplotlib>=3.7' 'numpy>=1.23' 'pillow>=9' 'protobuf>=4.21' 'pydantic<3,>=2.5' 'python-hostlist>=2.0' 'pyyaml>=6.0' 'rich>=13' 'scikit-learn>=1.3' 'typer>=0.12'
 
 COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
 

@@ -114,15 +114,16 @@ def test_hpcdl_perflogs_append_one_line_per_run_and_rotate_when_the_columns_chan
 
 def test_write_perflogs_appends_per_run_and_moves_an_old_header_aside(tmp_path):
     from hpcdl.validate.checks import JobOutcome
-    from hpcdl.validate.reframe import exported_jobs, write_perflogs
+    from hpcdl.validate.reframe import exported_tests, write_perflogs
     from hpcdl.validate.suite import build_context, select_checks
 
     ctx = build_context("local", "quick", (1,))
     selected = select_checks("throughput")
-    (job,) = exported_jobs(ctx, selected)
+    (test,) = exported_tests(ctx, selected)
+    (job,) = test.variants
     final = {"event": "final", "time": 1_700_000_000.0, "images_per_sec_total": 800.0}
     outcomes = {job.key: JobOutcome(None, "COMPLETED", 0, [final], ("vm",))}  # type: ignore[arg-type]
-    log = tmp_path / "local" / ctx.node_kind_name / f"{job.class_name}.log"
+    log = tmp_path / "local" / ctx.node_kind_name / f"{test.name}.log"
     log.parent.mkdir(parents=True)
     log.write_text("an|older|header\nold line\n")
     write_perflogs(ctx, selected, outcomes, [], tmp_path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import yaml
 from conftest import hpcdl, shellcheck
@@ -44,6 +46,48 @@ def test_the_local_quick_suite_shares_identical_jobs_between_checks():
     needed = sum(len(c.jobs(ctx)) for c in checks)
     assert len(jobs) < needed  # the sweep's 1-rank and default points are also the scaling points
     assert {j.kind for j in jobs} == {"environment", "collectives", "train"}
+
+
+def test_validation_finds_every_trainer_backend_whose_framework_imports_here():
+    """The throughput check measures each framework the trainer has a backend for: a backend that
+    moved (hpcdl.train.tensorflow_backend became hpcdl.train.backends.tensorflow) must not drop out."""
+    from hpcdl.train.backends import BACKENDS
+    from hpcdl.validate.suite import frameworks_present
+
+    imports_as = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
+    importable = tuple(fw for fw, dist in BACKENDS if dist is None and importlib.util.find_spec(imports_as[fw]))
+    assert frameworks_present() == importable
+
+
+def test_the_full_suite_measures_throughput_per_framework_and_the_quick_one_the_first():
+    checks = select_checks("throughput")
+    ctx = build_context("local", "full", (1,))
+    ctx = SuiteContext(ctx.site, "full", (1,), ctx.references, SUITES["full"], frameworks=("pytorch", "tensorflow"))
+    full = {j.request.framework for j in suite_jobs(ctx, checks)}
+    assert full == {"pytorch", "tensorflow"}
+    quick = SuiteContext(ctx.site, "quick", (1,), ctx.references, SUITES["quick"], frameworks=("pytorch", "tensorflow"))
+    assert {j.request.framework for j in suite_jobs(quick, checks)} == {"pytorch"}
+
+
+def test_the_full_suite_measures_a_further_framework_only_where_the_site_runs_it():
+    """An image without TensorFlow (GH200's) leaves TensorFlow's throughput out; it does not make
+    the whole suite fail to render. The first framework stays, refused or not, so a site that runs
+    none still says why."""
+    from hpcdl.plan import make_plan
+
+    checks = select_checks("throughput")
+    left_out = 0
+    for name in list_sites():
+        site = load_site(name)
+        ctx = SuiteContext(site, "full", (1,), References(name, {}, {}, "none"), SUITES["full"],
+                           frameworks=("pytorch", "tensorflow"))
+        jobs = suite_jobs(ctx, checks)
+        assert "pytorch" in {j.request.framework for j in jobs}
+        for job in jobs:
+            runtime = make_plan(site, job.request).runtime
+            assert job.request.framework == "pytorch" or runtime is None or not runtime.refusal, (name, job.key)
+        left_out += "tensorflow" not in {j.request.framework for j in jobs}
+    assert left_out  # some shipped site's image holds no TensorFlow (alps-gh200's ampere-cuda)
 
 
 def test_one_node_scales_over_its_ranks_and_several_nodes_over_nodes():

@@ -297,8 +297,13 @@ def python_environments(spec: ImageSpec, part: str) -> list[str]:
     """part 'pins': the venvs with their pinned packages; 'deps': hpcdl's requirements into each,
     pins held; 'hpcdl': hpcdl itself (the source with --no-deps, or a released version)."""
     return _lines("environments.sh.j2", spec=spec, envs=ENVS, part=part, wheels=WHEELS,
-                  cudnn=_cudnn_requirement(spec), hpcdl_home=HPCDL_HOME,
+                  cudnn=_cudnn_requirement(spec), hpcdl_home=HPCDL_HOME, build_backend=BUILD_BACKEND,
                   requirements=hpcdl_requirements() if part == "deps" else ())
+
+
+#: what builds hpcdl's source (pyproject.toml's [build-system] requires, which a test holds this to):
+#: written here, not read from pyproject, so an installed hpcdl renders the same definitions
+BUILD_BACKEND = "hatchling>=1.26"
 
 
 #: the extras every image carries (pyproject.toml): the digits the examples train on, the report's plots
@@ -323,14 +328,17 @@ def hpcdl_requirements() -> tuple[str, ...]:
     else:
         from importlib.metadata import requires
 
+        from packaging.requirements import Requirement
+
+        # the metadata's markers are quoted as its build backend writes them: evaluate, never match text
         found = [r for r in (requires("hpcdl") or ())
-                 if "extra ==" not in r or any(f'extra == "{e}"' in r for e in IMAGE_EXTRAS)]
+                 if (m := Requirement(r).marker) is None or any(m.evaluate({"extra": e}) for e in IMAGE_EXTRAS)]
     return normalised_requirements(found)
 
 
 def normalised_requirements(requirements) -> tuple[str, ...]:
-    """Each requirement in packaging's canonical spelling (specifiers sorted), sorted by name; an
-    installed hpcdl's extras carry their `extra == ...` marker, which the image does not need."""
+    """Each requirement in packaging's canonical spelling (name normalised, specifiers sorted), sorted
+    by name; an installed hpcdl's extras carry their `extra == ...` marker, which the image does not need."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
@@ -338,7 +346,9 @@ def normalised_requirements(requirements) -> tuple[str, ...]:
     for r in reqs:
         if r.marker is not None and "extra" in str(r.marker):
             r.marker = None
-    return tuple(str(r) for r in sorted(reqs, key=lambda r: (canonicalize_name(r.name), str(r))))
+        # the name as PEP 503 spells it: hatchling writes `pyyaml` into the metadata for pyproject's `PyYAML`
+        r.name = canonicalize_name(r.name)
+    return tuple(str(r) for r in sorted(reqs, key=lambda r: (r.name, str(r))))
 
 
 def _cudnn_requirement(spec: ImageSpec) -> str | None:

@@ -273,15 +273,30 @@ def _with_message(v: Verdict, extra: str) -> Verdict:
 
 @checks.register("throughput")
 class ThroughputCheck(Check):
-    """Training images/s on one node with the site's default placement, per net and framework present."""
+    """Training images/s on one node with the site's default placement, per net and framework present
+    (the quick suite: its first framework, pytorch where torch imports)."""
 
     def nets(self, ctx) -> list[str]:
         from hpcdl.nets import list_nets
 
         return list_nets() if ctx.settings.all_nets else ["cifar10_quick"]
 
+    def frameworks(self, ctx) -> tuple[str, ...]:
+        """The quick suite: the first framework present. The full suite: each further one too where
+        the site runs it (its image holds it, or the centre's own environment), so an image without
+        TensorFlow leaves TensorFlow out rather than refusing the whole suite."""
+        if not ctx.settings.all_frameworks:
+            return ctx.frameworks[:1]
+        from hpcdl.plan import JobRequest, make_plan
+
+        def runs(fw):
+            runtime = make_plan(ctx.site, JobRequest(nodes=1, framework=fw)).runtime
+            return runtime is None or not runtime.refusal
+
+        return tuple(fw for i, fw in enumerate(ctx.frameworks) if i == 0 or runs(fw))
+
     def jobs(self, ctx):
-        return [train_job(ctx, net=net, framework=fw) for net in self.nets(ctx) for fw in ctx.frameworks]
+        return [train_job(ctx, net=net, framework=fw) for net in self.nets(ctx) for fw in self.frameworks(ctx)]
 
     def evaluate(self, ctx, outcomes):
         measurements, verdicts = [], []

@@ -2,8 +2,8 @@
 
     $HPCDL_HISTORY (default ~/.local/share/hpcdl/history)
       <site>/<node kind>/<start time>/results.jsonl   a copy of each run's results
-      perflogs/<site>/<node kind>/<test>.log          one line appended per job and run, in the
-                                                      ReFrame perflog format (hpcdl.validate.reframe)
+      perflogs/<site>/<node kind>/<class>.log         one line appended per ReFrame test case and run,
+                                                      in the ReFrame perflog format (hpcdl.validate.reframe)
 
 `hpcdl validate` adds each run here (`--no-history` leaves it out) and its report draws the
 trend of every judged value over the site's last runs.

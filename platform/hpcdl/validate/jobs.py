@@ -6,6 +6,8 @@ Checks ask for jobs; jobs with the same key are run once and shared (the thread 
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,9 @@ class SuiteSettings:
     collective_warmup: int
     all_nets: bool
     job_timeout_s: int
+    # throughput per framework present (full), or the first present only (quick): a TensorFlow
+    # job adds about half a minute on a 2-core node, to `make run` and every test that runs the suite
+    all_frameworks: bool
 
 
 def _sizes(first: int, last: int, factor: int) -> tuple[int, ...]:
@@ -42,8 +47,8 @@ def _sizes(first: int, last: int, factor: int) -> tuple[int, ...]:
 
 
 SUITES = {
-    "quick": SuiteSettings(150, 32, _sizes(8, 4 << 20, 4), 10, 2, False, 300),
-    "full": SuiteSettings(200, 32, _sizes(8, 64 << 20, 2), 50, 5, True, 3600),
+    "quick": SuiteSettings(150, 32, _sizes(8, 4 << 20, 4), 10, 2, False, 300, False),
+    "full": SuiteSettings(200, 32, _sizes(8, 64 << 20, 2), 50, 5, True, 3600, True),
 }
 
 
@@ -96,8 +101,14 @@ class SuiteContext:
         return self.node.sockets * self.node.usable_cores_per_socket
 
 
-def convergence_target() -> dict:
+@functools.cache
+def _convergence_file() -> dict:
     return yaml.safe_load((RECIPES / "convergence.yaml").read_text())
+
+
+def convergence_target() -> dict:
+    # parsed once (every train job of a suite starts from it), handed out as a copy to change freely
+    return copy.deepcopy(_convergence_file())
 
 
 def base_recipe() -> dict:

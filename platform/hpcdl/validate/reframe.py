@@ -2,8 +2,10 @@
 
 `hpcdl validate --export-reframe DIR` writes
 
-  DIR/hpcdl_<site>.py   one ReFrame test class per validation job, each with its performance
-                        variables and hpcdl's references as a ReFrame reference table
+  DIR/hpcdl_<site>.py   one ReFrame test class per check, whose `parameter()` runs through the
+                        check's jobs (a thread-sweep placement, a scaling point, a collective
+                        scope), each with its performance variables and hpcdl's references as
+                        a ReFrame reference table
                         (`{'system:partition': {'pvar': (target, lower, upper, unit)}}`, the
                         thresholds fractions of the target: reframe docs/tutorial.rst);
   DIR/jobs/<job>.sh     the job script hpcdl renders for the site, which each test runs
@@ -15,8 +17,8 @@
 A centre runs `reframe -C DIR/settings.py -c DIR/hpcdl_<site>.py -r`, or only the test file
 with its own configuration and `-S hpcdl_system=SYS:PART` to name its system and partition.
 
-hpcdl's own runs append the same lines to perflogs: `<prefix>/<system>/<partition>/<test>.log`,
-one `|`-separated line per job and run under a header row, as ReFrame's filelog handler
+hpcdl's own runs append the same lines to perflogs: `<prefix>/<system>/<partition>/<class>.log`,
+one `|`-separated line per test case (variant) and run under a header row, as ReFrame's filelog handler
 writes them (reframe/core/logging.py, MultiFileHandler), so a dashboard that reads a centre's
 ReFrame perflogs reads hpcdl's results in the same files and columns.
 
@@ -32,6 +34,7 @@ import json
 import pprint
 import re
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -143,124 +146,159 @@ class PerfVar:
 
 
 @dataclass
-class ExportedJob:
+class Variant:
+    """One ReFrame test case: a job of the suite and the values its check reads from it."""
+
+    label: str  # the value of the class's parameter ('' for a class without one)
     key: str
-    kind: str
     nodes: int
     ranks_per_node: int
     threads_per_rank: int
-    script: str
-    perf: list[PerfVar] = field(default_factory=list)
+    render: Callable[[], str] = field(repr=False)  # the job script, rendered when asked for
+    perf: list[PerfVar] = field(default_factory=list)  # a baseline here is another variant's label
     environment: dict | None = None  # {"frameworks": {...}, "ranks": n} for the environment job
-    checks: list[str] = field(default_factory=list)  # the checks that read it: its ReFrame tags
+
+    @property
+    def script(self) -> str:
+        return self.render()
+
+    def descr(self, check: str) -> str:
+        return (f"hpcdl {check}: {self.nodes} node(s) x {self.ranks_per_node} rank(s) x "
+                f"{self.threads_per_rank} thread(s)")
+
+
+@dataclass
+class ExportedTest:
+    """One ReFrame test class: one check, its jobs the values of one `parameter()`.
+
+    ReFrame's perflog handler writes every variant of a class into one file, `<class>.log`,
+    under one header row naming the performance variables, and moves the file aside when a
+    record's header differs (reframe PR #2882; MultiFileHandler.emit names the file
+    `type(check).variant_name()`, the class). So a class holds what carries the
+    same variables: a thread-sweep point, a scaling point of one mode, a collective scope.
+    """
+
+    check: str
+    name: str
+    parameter: str | None  # None: a single job, no parameter
+    variants: list[Variant]
+    about: str  # the class's docstring
 
     @property
     def tags(self) -> set[str]:
         """`reframe -t collectives` selects an area, `-t hpcdl` the whole suite."""
-        return {"hpcdl", *self.checks}
+        return {"hpcdl", self.check}
 
-    @property
-    def descr(self) -> str:
-        return (f"hpcdl {', '.join(self.checks) or self.kind}: {self.nodes} node(s) x {self.ranks_per_node} "
-                f"rank(s) x {self.threads_per_rank} thread(s)")
-
-    @property
-    def class_name(self) -> str:
-        return class_name(self.key)
-
-    @property
-    def depends(self) -> list[str]:
-        return sorted({p.baseline for p in self.perf if p.baseline})
-
-
-def class_name(key: str) -> str:
-    return "hpcdl_" + re.sub(r"\W", "_", key)
+    def display_name(self, variant: Variant) -> str:
+        """ReFrame's name of a variant (its `name` and `display_name`): the perflogs' name column."""
+        return self.name if self.parameter is None else f"{self.name} %{self.parameter}={variant.label}"
 
 
 def system_name(ctx) -> str:
     return f"{ctx.site.name}:{ctx.node_kind_name}"
 
 
-def _add(jobs: dict, key: str, var: PerfVar) -> None:
-    mine = jobs[key].perf
-    for i, old in enumerate(mine):
-        if old.pvar == var.pvar:
-            if old.reference is None and var.reference is not None:
-                mine[i] = var  # a judged name wins over one only logged
-            return
-    mine.append(var)
+def exported_tests(ctx, selected) -> list[ExportedTest]:
+    """Each selected check as a ReFrame test class whose parameter runs through its jobs.
 
-
-def exported_jobs(ctx, selected) -> list[ExportedJob]:
-    """Each job of the suite once, with the performance variables the selected checks read from it."""
+    A job that several checks read (the default placement is a thread-sweep point, the
+    throughput job and a scaling point) is a variant of each of their classes, so each class
+    stands alone (`reframe -t throughput`); hpcdl's own run measures it once.
+    """
     from hpcdl.plan import make_plan
-    from hpcdl.validate.jobs import convergence_target, suite_jobs, thread_sweep_configs
+    from hpcdl.validate.jobs import convergence_target, thread_sweep_configs
     from hpcdl.validate.runner import render_validation_job
 
     refs = ctx.references
     limit = ctx.settings.job_timeout_s
     time_limit = f"{limit // 3600:02d}:{limit % 3600 // 60:02d}:{limit % 60:02d}"
-    jobs: dict[str, ExportedJob] = {}
-    for job in suite_jobs(ctx, selected):
+    # the perflogs need each job's shape only; the export renders its script too, once per job
+    scripts: dict[str, str] = {}
+
+    def variant(job, label, perf=(), environment=None) -> Variant:
+        def render() -> str:
+            if job.key not in scripts:
+                scripts[job.key] = render_validation_job(ctx.site, job, time_limit)
+            return scripts[job.key]
+
         plan = make_plan(ctx.site, job.request)
-        jobs[job.key] = ExportedJob(job.key, job.kind, plan.nodes, plan.ranks_per_node, plan.threads_per_rank,
-                                    render_validation_job(ctx.site, job, time_limit))
+        return Variant(label, job.key, plan.nodes, plan.ranks_per_node, plan.threads_per_rank, render,
+                       list(perf), environment)
 
-    def var(key, pvar, name, unit, how, default=None, baseline=None):
-        _add(jobs, key, PerfVar(pvar, name, unit, how, refs.lookup(name) or default, baseline))
+    def var(pvar, name, unit, how, default=None, baseline=None, judged=True) -> PerfVar:
+        return PerfVar(pvar, name, unit, how, (refs.lookup(name) or default) if judged else None, baseline)
 
-    for check in selected:
-        for job in check.jobs(ctx):
-            if check.name not in jobs[job.key].checks:
-                jobs[job.key].checks.append(check.name)
+    tests = []
     for check in selected:
         if check.name == "environment":
+            frameworks = dict(refs.expect.get("frameworks") or {"pytorch": ""})
             for job in check.jobs(ctx):
-                frameworks = refs.expect.get("frameworks") or {"pytorch": ""}
-                jobs[job.key].environment = {"frameworks": dict(frameworks), "ranks": job.request.ranks_per_node or 1}
+                env = {"frameworks": frameworks, "ranks": job.request.ranks_per_node or 1}
+                tests.append(ExportedTest("environment", "hpcdl_environment", None,
+                                          [variant(job, "", environment=env)],
+                                          "Each framework imports at its version; launcher, MPI and "
+                                          "torch.distributed agree on the ranks."))
         elif check.name == "collectives":
+            variants = []
             for job in check.jobs(ctx):
                 scope = job.payload["probe"]["scope"]
+                perf = []
                 for backend in ("nccl" if ctx.uses_gpus else "gloo", "mpi"):
-                    var(job.key, f"{backend}_latency_us", f"collectives/{backend}/{scope}/latency_us", "us",
-                        ["latency_us", backend])
-                    var(job.key, f"{backend}_busbw_GBps", f"collectives/{backend}/{scope}/busbw_GBps", "GB/s",
-                        ["busbw_GBps", backend])
+                    perf += [var(f"{backend}_latency_us", f"collectives/{backend}/{scope}/latency_us", "us",
+                                 ["latency_us", backend]),
+                             var(f"{backend}_busbw_GBps", f"collectives/{backend}/{scope}/busbw_GBps", "GB/s",
+                                 ["busbw_GBps", backend])]
+                variants.append(variant(job, scope, perf))
+            tests.append(ExportedTest("collectives", "hpcdl_collectives", "scope", variants,
+                                      "Allreduce latency and bus bandwidth inside a node and across two."))
         elif check.name == "threads":
-            for job, (r, t) in zip(check.jobs(ctx), thread_sweep_configs(ctx)):
-                var(job.key, "images_per_sec", f"threads/{r}x{t}/images_per_sec", "images/s",
-                    ["final", "images_per_sec_total"])
+            # which point is best is known only across the variants: each is logged, none judged
+            variants = [variant(job, f"{r}x{t}", [var("images_per_sec", f"threads/{r}x{t}/images_per_sec",
+                                                      "images/s", ["final", "images_per_sec_total"])])
+                        for job, (r, t) in zip(check.jobs(ctx), thread_sweep_configs(ctx))]
+            tests.append(ExportedTest("threads", "hpcdl_threads", "placement", variants,
+                                      "Training images/s on one node per placement: ranks x OpenMP threads per rank."))
         elif check.name == "throughput":
+            variants = []
             for job in check.jobs(ctx):
                 net, fw = job.payload["net"], job.request.framework
-                var(job.key, "images_per_sec", f"throughput/{net}/{fw}/images_per_sec", "images/s",
-                    ["final", "images_per_sec_total"])
+                variants.append(variant(job, f"{net}-{fw}", [var("images_per_sec",
+                                f"throughput/{net}/{fw}/images_per_sec", "images/s", ["final", "images_per_sec_total"])]))
+            tests.append(ExportedTest("throughput", "hpcdl_throughput", "model", variants,
+                                      "Training images/s on one node per net and framework, the default placement."))
         elif check.name == "scaling":
             _, plan = check.plan(ctx)
             for mode in ("weak", "strong"):
                 points = [(p, job) for m, p, _, _, job in plan if m == mode]
-                base = next((job.key for p, job in points if p == 1), None)
+                has_base = any(p == 1 for p, _ in points)
                 stored = refs.lookup(f"scaling/{mode}/1/images_per_sec")
+                variants = []
                 for p, job in points:
-                    var(job.key, "images_per_sec", f"scaling/{mode}/{p}/images_per_sec", "images/s",
-                        ["final", "images_per_sec_total"])
-                    if p == 1:
-                        continue
-                    if base:
-                        var(job.key, f"{mode}_efficiency", f"scaling/{mode}/{p}/efficiency", "", ["efficiency", p],
-                            baseline=base)
+                    perf = [var("images_per_sec", f"scaling/{mode}/{p}/images_per_sec", "images/s",
+                                ["final", "images_per_sec_total"])]
+                    # every variant carries `efficiency`, so all share one perflog header:
+                    # E(1) = X(1) / (1 X(1)) = 1 by definition, logged, not judged
+                    name = f"scaling/{mode}/{p}/efficiency"
+                    if has_base:
+                        perf.append(var("efficiency", name, "", ["efficiency", p], baseline="1", judged=p != 1))
                     elif stored:
-                        var(job.key, f"{mode}_efficiency", f"scaling/{mode}/{p}/efficiency", "",
-                            ["efficiency_stored", p, stored.value])
+                        perf.append(var("efficiency", name, "", ["efficiency_stored", p, stored.value]))
+                    variants.append(variant(job, str(p), perf))
+                tests.append(ExportedTest("scaling", f"hpcdl_{mode}_scaling", "p", variants,
+                                          f"{mode.capitalize()} scaling over p nodes (ranks on one node): "
+                                          "X(p) and E(p) = X(p) / (p X(1))."))
         elif check.name == "convergence":
             target = convergence_target()["target"]
-            for job in check.jobs(ctx):
-                var(job.key, "accuracy", "convergence/cifar10_quick/accuracy", "", ["final", "accuracy"],
-                    Reference(target["accuracy"], target["accuracy_tolerance"], "the suite's stated target"))
-                var(job.key, "time_to_solution_s", "convergence/cifar10_quick/time_to_solution_s", "s",
+            variants = [variant(job, job.payload["net"], [
+                var("accuracy", "convergence/cifar10_quick/accuracy", "", ["final", "accuracy"],
+                    Reference(target["accuracy"], target["accuracy_tolerance"], "the suite's stated target")),
+                var("time_to_solution_s", "convergence/cifar10_quick/time_to_solution_s", "s",
                     ["final", "time_to_solution_s"],
-                    Reference(target["time_to_solution_s"], target["time_tolerance"], "the suite's stated budget"))
-    return list(jobs.values())
+                    Reference(target["time_to_solution_s"], target["time_tolerance"], "the suite's stated budget"))])
+                for job in check.jobs(ctx)]
+            tests.append(ExportedTest("convergence", "hpcdl_convergence", "net", variants,
+                                      "The net reaches the stated accuracy within the stated time."))
+    return [t for t in tests if t.variants]
 
 
 # ---- the test file
@@ -298,7 +336,7 @@ def _extract_source() -> str:
     return text[text.index("\n", begin) + 1:end].strip() + "\n"
 
 
-def test_file(ctx, jobs: list[ExportedJob], command: str) -> str:
+def test_file(ctx, tests: list[ExportedTest], command: str) -> str:
     system = system_name(ctx)
     scheduler = ctx.site.scheduler
     lines = [
@@ -309,8 +347,10 @@ def test_file(ctx, jobs: list[ExportedJob], command: str) -> str:
         "#",
         "# Run: reframe -C settings.py -c THIS_FILE -r    (or with your own configuration:",
         f"#      reframe -c THIS_FILE -r -S hpcdl_system=SYS:PARTITION  where the default is {system})",
-        "# Each test runs the job script hpcdl rendered (jobs/<test>.sh) inside ReFrame's allocation;",
-        "# rank 0 writes results.jsonl in the stage folder, and the performance values are read from it.",
+        "# One class per check; its parameter runs through the check's jobs, each the job script hpcdl",
+        "# rendered (jobs/<job>.sh) run inside ReFrame's allocation. Rank 0 writes results.jsonl in the",
+        "# stage folder, and the performance values are read from it. The variants of a class carry the",
+        "# same performance variables, so ReFrame writes them into one perflog, <class>.log, under one header.",
         "",
         "import json",
         "import os",
@@ -318,7 +358,7 @@ def test_file(ctx, jobs: list[ExportedJob], command: str) -> str:
         "import reframe as rfm",
         "import reframe.utility.sanity as sn",
         "from reframe.core.backends import getlauncher",
-        "from reframe.core.builtins import run_after, run_before, sanity_function, variable",
+        "from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable",
         "from reframe.core.exceptions import SanityError",
         "",
         "",
@@ -328,20 +368,31 @@ def test_file(ctx, jobs: list[ExportedJob], command: str) -> str:
         f"HPCDL_MAINTAINERS = [{ctx.site.name + ' HPC staff'!r}]",
         "",
         "",
-        "class HpcdlValidationJob(rfm.RunOnlyRegressionTest):",
-        '    """One hpcdl validation job: the script hpcdl rendered, run inside ReFrame\'s allocation."""',
+        "class HpcdlValidationTest(rfm.RunOnlyRegressionTest):",
+        '    """One check of hpcdl\'s suite; each variant runs one job script hpcdl rendered, inside ReFrame\'s allocation."""',
         "",
         f"    hpcdl_system = variable(str, value={system!r})",
         "    valid_prog_environs = ['*']",
         "    sourcesdir = 'jobs'",
         "    maintainers = HPCDL_MAINTAINERS",
         "    keep_files = ['results.jsonl']  # the evidence the values were read from",
-        "    hpcdl_key = ''",
-        "    hpcdl_perf = []  # (pvar, hpcdl name, unit, how, reference tuple or None, baseline test or None)",
-        "    hpcdl_environment = None",
+        "    hpcdl_parameter = None  # the name of the class's parameter; None: one job",
+        "    # parameter value -> the job: key (its script is jobs/<key>.sh), shape, batch options, and its",
+        "    # perf: (pvar, hpcdl name, unit, how, reference tuple or None, baseline variant or None)",
+        "    hpcdl_variants = {}",
         "",
         "    @run_after('init')",
         "    def hpcdl_set_up(self):",
+        "        self.hpcdl_label = getattr(self, self.hpcdl_parameter) if self.hpcdl_parameter else ''",
+        "        job = self.hpcdl_variants[self.hpcdl_label]",
+        "        self.hpcdl_key = job['key']",
+        "        self.hpcdl_perf = job['perf']",
+        "        self.hpcdl_environment = job.get('environment')",
+        "        self.hpcdl_options = job.get('options', [])",
+        "        self.descr = job['descr']",
+        "        self.num_tasks = job['num_tasks']",
+        "        self.num_tasks_per_node = job['num_tasks_per_node']",
+        "        self.num_cpus_per_task = job['num_cpus_per_task']",
         "        self.valid_systems = [self.hpcdl_system]",
         "        self.executable = 'bash'",
         "        self.executable_opts = [self.hpcdl_key + '.sh']",
@@ -351,20 +402,32 @@ def test_file(ctx, jobs: list[ExportedJob], command: str) -> str:
         "            pvar: sn.make_performance_function(self.hpcdl_measure, unit, how, baseline)",
         "            for pvar, _, unit, how, _, baseline in self.hpcdl_perf",
         "        }",
-        "        for baseline in sorted({b for *_, b in self.hpcdl_perf if b}):",
-        "            self.depends_on(baseline)",
+        "        # X(1) of a scaling study comes from the class's own p = 1 variant",
+        "        for baseline in sorted({b for *_, b in self.hpcdl_perf if b and b != self.hpcdl_label}):",
+        "            self.depends_on(self.hpcdl_variant_name(baseline))",
+        "",
+        "    @classmethod",
+        "    def hpcdl_variant_name(cls, label):",
+        "        (num,) = cls.get_variant_nums(**{cls.hpcdl_parameter: lambda value: value == label})",
+        "        return cls.variant_name(num)",
         "",
         "    @run_before('run')",
         "    def hpcdl_launch_from_the_script(self):",
         "        # the script carries hpcdl's own launch line (srun, mpirun, jsrun, ibrun ...)",
         "        self.job.launcher = getlauncher('local')()",
+        "        # batch directives of hpcdl's script that ReFrame does not write itself (partition, GPUs ...)",
+        "        self.job.options += self.hpcdl_options",
         "",
         "    def hpcdl_records(self, test=None):",
         "        test = test or self",
         "        return hpcdl_records(os.path.join(test.stagedir, 'results.jsonl'))",
         "",
         "    def hpcdl_measure(self, how, baseline):",
-        "        base = self.hpcdl_records(self.getdep(baseline)) if baseline else None",
+        "        base = None",
+        "        if baseline == self.hpcdl_label:",
+        "            base = self.hpcdl_records()",
+        "        elif baseline:",
+        "            base = self.hpcdl_records(self.getdep(self.hpcdl_variant_name(baseline)))",
         "        value = hpcdl_value(self.hpcdl_records(), how, base)",
         "        if value is None:",
         "            raise SanityError(f'{self.hpcdl_key}: no value for {how} in results.jsonl')",
@@ -385,36 +448,50 @@ def test_file(ctx, jobs: list[ExportedJob], command: str) -> str:
         "        return True",
         "",
     ]
-    for job in jobs:
-        perf = [(p.pvar, p.name, p.unit, p.how, p.ref_tuple(), class_name(p.baseline) if p.baseline else None)
-                for p in job.perf]
+    for test in tests:
+        variants = {}
+        for v in test.variants:
+            job = {"key": v.key, "descr": v.descr(test.check), "num_tasks": v.nodes * v.ranks_per_node,
+                   "num_tasks_per_node": v.ranks_per_node, "num_cpus_per_task": v.threads_per_rank,
+                   "perf": [(p.pvar, p.name, p.unit, p.how, p.ref_tuple(), p.baseline) for p in v.perf]}
+            options = scheduler_options(v.script, scheduler)
+            if options:
+                job["options"] = options
+            if v.environment:
+                job["environment"] = v.environment
+            variants[v.label] = job
         lines += [
             "",
             "@rfm.simple_test",
-            f"class {job.class_name}(HpcdlValidationJob):",
-            f'    """{job.descr}."""',
+            f"class {test.name}(HpcdlValidationTest):",
+            f'    """{test.about}"""',
             "",
-            f"    descr = {job.descr!r}",
-            "    tags = {" + ", ".join(map(repr, sorted(job.tags))) + "}",
-            f"    hpcdl_key = {job.key!r}",
-            f"    num_tasks = {job.nodes * job.ranks_per_node}",
-            f"    num_tasks_per_node = {job.ranks_per_node}",
-            f"    num_cpus_per_task = {job.threads_per_rank}",
+            "    tags = {" + ", ".join(map(repr, sorted(test.tags))) + "}",
             f"    time_limit = '{ctx.settings.job_timeout_s}s'",
         ]
-        options = scheduler_options(job.script, scheduler)
-        if options:
-            lines.append("    hpcdl_options = " + _py(options))
-        lines.append("    hpcdl_perf = [" + ("" if perf else "]"))
-        if perf:
-            lines += [f"        {_py(p)}," for p in perf] + ["    ]"]
-        if job.environment:
-            lines.append(f"    hpcdl_environment = {_py(job.environment)}")
-        if options:
-            lines += ["", "    @run_before('run')", "    def hpcdl_scheduler_options(self):",
-                      "        self.job.options += self.hpcdl_options"]
-        lines.append("")
+        if test.parameter:
+            lines += [f"    {test.parameter} = parameter({_py([v.label for v in test.variants])})",
+                      f"    hpcdl_parameter = {test.parameter!r}"]
+        lines += ["    hpcdl_variants = {", *_variant_lines(variants), "    }", ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _variant_lines(variants: dict) -> list[str]:
+    """The variants' table laid out one job per block and one performance variable per line."""
+    out = []
+    for label, job in variants.items():
+        out.append(f"        {label!r}: {{")
+        out.append("            " + ", ".join(f"{k!r}: {job[k]!r}" for k in ("key", "descr")) + ",")
+        out.append("            " + ", ".join(f"{k!r}: {job[k]!r}" for k in
+                                               ("num_tasks", "num_tasks_per_node", "num_cpus_per_task")) + ",")
+        for k in ("options", "environment"):
+            if k in job:
+                out.append(f"            {k!r}: {job[k]!r},")
+        out.append("            'perf': [" + ("" if job["perf"] else "],"))
+        if job["perf"]:
+            out += [f"                {_py(p)}," for p in job["perf"]] + ["            ],"]
+        out.append("        },")
+    return out
 
 
 def _py(value) -> str:
@@ -486,11 +563,12 @@ def export_reframe(ctx, selected, out_dir: Path, command: str) -> list[Path]:
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise HpcdlError(f"--export-reframe: {out_dir} exists and is not a folder")
-    jobs = exported_jobs(ctx, selected)
-    files = {out_dir / f"hpcdl_{re.sub(r'[^A-Za-z0-9_]', '_', ctx.site.name)}.py": test_file(ctx, jobs, command),
+    tests = exported_tests(ctx, selected)
+    files = {out_dir / f"hpcdl_{re.sub(r'[^A-Za-z0-9_]', '_', ctx.site.name)}.py": test_file(ctx, tests, command),
              out_dir / "settings.py": settings_file(ctx, command)}
-    for job in jobs:
-        files[out_dir / "jobs" / f"{job.key}.sh"] = job.script
+    for test in tests:
+        for v in test.variants:
+            files[out_dir / "jobs" / f"{v.key}.sh"] = v.script
     for path, text in files.items():
         write_atomically(path, text, mode=0o755 if path.suffix == ".sh" else 0o644)
     return list(files)
@@ -534,38 +612,43 @@ def perflog_line(completed: float, test: str, system: str, partition: str, num_t
 
 
 def write_perflogs(ctx, selected, outcomes: dict, verdicts, prefix: Path) -> list[Path]:
-    """Append one line per job of this run to `prefix/<site>/<node kind>/<test>.log` (header first)."""
+    """Append one line per ReFrame test case of this run to `prefix/<site>/<node kind>/<class>.log`
+    (header first): every variant of a class in its one file, named as ReFrame names it."""
     import time
 
     written = []
-    failed_jobs = {v.job for v in verdicts if v.result == "fail"}
-    for job in exported_jobs(ctx, selected):
-        outcome = outcomes.get(job.key)
-        if outcome is None:
-            continue
-        records = outcome.records
-        values = []
-        for p in job.perf:
-            base = outcomes[p.baseline].records if p.baseline and p.baseline in outcomes else None
-            value = hpcdl_value(records, p.how, base)
-            ref = p.ref_tuple() or (0, None, None, p.unit)
-            values.append((p.pvar, value, p.unit, ref[0], ref[1], ref[2]))
-        times = [r["time"] for r in records if isinstance(r.get("time"), (int, float))]
-        ok = outcome.ok and job_name(job.key) not in failed_jobs and all(v[1] is not None for v in values)
-        # the scheduler's nodes: the job folder's nodes/ (train jobs), else what the probe gathered
-        nodelist = outcome.nodelist or next((tuple(r["nodelist"]) for r in records if r.get("nodelist")), ())
-        line = perflog_line(max(times) if times else time.time(), job.class_name, ctx.site.name,
-                            ctx.node_kind_name, job.nodes * job.ranks_per_node, nodelist,
-                            "pass" if ok else "fail", values)
-        path = Path(prefix) / ctx.site.name / ctx.node_kind_name / f"{job.class_name}.log"
-        header = perflog_header([v[0] for v in values])
-        text = path.read_text() if path.exists() else ""
-        if text and text.splitlines()[0] != header:
-            n = 0
-            while path.with_name(f"{path.name}.h{n}").exists():
-                n += 1
-            path.rename(path.with_name(f"{path.name}.h{n}"))  # as ReFrame does when the columns change
-            text = ""
-        write_atomically(path, (text or header + "\n") + line + "\n", mode=0o644)
-        written.append(path)
+    failed = {(v.check, v.job) for v in verdicts if v.result == "fail"}
+    for test in exported_tests(ctx, selected):
+        keys = {v.label: v.key for v in test.variants}
+        path = Path(prefix) / ctx.site.name / ctx.node_kind_name / f"{test.name}.log"
+        for variant in test.variants:
+            outcome = outcomes.get(variant.key)
+            if outcome is None:
+                continue
+            records = outcome.records
+            values = []
+            for p in variant.perf:
+                base = outcomes.get(keys.get(p.baseline)) if p.baseline else None
+                value = hpcdl_value(records, p.how, base.records if base else None)
+                ref = p.ref_tuple() or (0, None, None, p.unit)
+                values.append((p.pvar, value, p.unit, ref[0], ref[1], ref[2]))
+            times = [r["time"] for r in records if isinstance(r.get("time"), (int, float))]
+            ok = (outcome.ok and (test.check, job_name(variant.key)) not in failed
+                  and all(v[1] is not None for v in values))
+            # the scheduler's nodes: the job folder's nodes/ (train jobs), else what the probe gathered
+            nodelist = outcome.nodelist or next((tuple(r["nodelist"]) for r in records if r.get("nodelist")), ())
+            line = perflog_line(max(times) if times else time.time(), test.display_name(variant), ctx.site.name,
+                                ctx.node_kind_name, variant.nodes * variant.ranks_per_node, nodelist,
+                                "pass" if ok else "fail", values)
+            header = perflog_header([v[0] for v in values])
+            text = path.read_text() if path.exists() else ""
+            if text and text.splitlines()[0] != header:
+                n = 0
+                while path.with_name(f"{path.name}.h{n}").exists():
+                    n += 1
+                path.rename(path.with_name(f"{path.name}.h{n}"))  # as ReFrame does when the columns change
+                text = ""
+            write_atomically(path, (text or header + "\n") + line + "\n", mode=0o644)
+            if path not in written:
+                written.append(path)
     return written

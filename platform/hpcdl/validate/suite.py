@@ -26,10 +26,16 @@ from hpcdl.validate.jobs import SUITES, SuiteContext, suite_jobs
 from hpcdl.validate.references import Verdict, load_references
 from hpcdl.validate.runner import run_jobs
 
-# framework -> (module the trainer's backend lives in, module the framework imports as)
-TRAINER_BACKENDS = {"pytorch": ("hpcdl.train.backends.pytorch.trainer", "torch"),
-                    "tensorflow": ("hpcdl.train.tensorflow_backend", "tensorflow"),
-                    "mxnet": ("hpcdl.train.backends.mxnet.trainer", "mxnet")}
+# the module each framework imports as; the trainer's own table (hpcdl.train.backends.BACKENDS)
+# says which module trains it, so a backend that moves is still found
+FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
+
+
+def trainer_backends() -> dict[str, tuple[str, str]]:
+    """framework -> (the module its trainer backend lives in, the module the framework imports as)."""
+    from hpcdl.train.backends import BACKENDS
+
+    return {fw: (module, FRAMEWORK_MODULES[fw]) for (fw, dist), module in BACKENDS.items() if dist is None}
 
 
 @dataclass
@@ -49,7 +55,7 @@ class SuiteResult:
 def frameworks_present() -> tuple[str, ...]:
     """Frameworks the trainer has a backend for and this environment can import."""
     found = []
-    for fw, (backend, module) in TRAINER_BACKENDS.items():
+    for fw, (backend, module) in trainer_backends().items():
         if importlib.util.find_spec(backend) is not None and importlib.util.find_spec(module) is not None:
             found.append(fw)
     return tuple(found)
