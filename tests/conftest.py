@@ -100,6 +100,21 @@ def local_quick_validation(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def local_image():
+    """The local CPU image (local-cpu), built with Charliecloud or found in the image cache
+    ($HPCDL_IMAGE_CACHE): shared by the tests that run inside it (test_images_build,
+    test_validate_slurm's quick suite). Returns (hpcdl.images.build.Built, the build's log lines)."""
+    for tool in ("ch-image", "ch-run", "mksquashfs", "squashfuse", "mmdebstrap"):
+        require_tool(tool)
+    from hpcdl.images.build import build
+    from hpcdl.images.spec import load_image
+
+    lines: list[str] = []
+    built = build(load_image("local-cpu"), "charliecloud", log=lines.append)
+    return built, "\n".join(lines)
+
+
+@pytest.fixture(scope="session")
 def slurm_clusters(tmp_path_factory):
     """The real Slurm the tests start here (tests/slurm_cluster.py); torn down at the end, whatever happened.
 

@@ -11,6 +11,7 @@ the times). Then, inside the image with ch-run:
     host's `srun --mpi=pmix`, and its loss records equal those of the same job outside;
   - 2 MPI ranks, one per pretend node, allreduce through the image's Open MPI started by the
     host's srun over PMIx.
+The whole quick validation suite runs inside the same image in tests/test_validate_slurm.py.
 """
 
 from __future__ import annotations
@@ -29,15 +30,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
 @pytest.fixture(scope="module")
-def image():
-    for tool in ("ch-image", "ch-run", "mksquashfs", "squashfuse", "mmdebstrap"):
-        require_tool(tool)
-    from hpcdl.images.build import build
-    from hpcdl.images.spec import load_image
-
-    lines: list[str] = []
-    built = build(load_image("local-cpu"), "charliecloud", log=lines.append)
-    return built, "\n".join(lines)
+def image(local_image):
+    """conftest's session-wide build, which test_validate_slurm runs the quick suite in too."""
+    return local_image
 
 
 def test_the_build_is_cached_and_recorded(image):
@@ -175,43 +170,6 @@ def test_mpi_ranks_inside_the_image_are_started_by_the_hosts_srun_across_the_pre
     assert len(lines) == 2, proc.stdout + proc.stderr
     assert all(" of 2 " in l and " sum 3 " in l and "Open MPI v4.1" in l for l in lines), lines
     assert {l.split()[5] for l in lines} == {"n1", "n2"}
-
-
-def test_validate_site_local_runs_its_ranks_inside_the_image_through_the_local_slurm(image, slurm_clusters, tmp_path):
-    """`hpcdl validate --site local` with the image: the local site, told to submit to Slurm and
-    run its ranks in Charliecloud (HPCDL_LOCAL_SCHEDULER/RUNTIME/IMAGE), sends its jobs to the
-    two pretend nodes; srun --mpi=pmix on the host starts each rank inside the image, and MPI
-    and torch.distributed agree on one node and talk across both (gloo and MPI allreduce).
-    Only the two checks that prove the stack (environment, collectives); the timings are
-    judged against the test cluster's references, but this test asserts on what ran, not speed."""
-    built, _ = image
-    cluster = slurm_clusters.ensure(2)
-    out = tmp_path / "out"
-    env = {"SLURM_CONF": str(cluster.conf), "USER": os.environ.get("USER", "root"),
-           "HPCDL_LOCAL_SCHEDULER": "slurm", "HPCDL_LOCAL_RUNTIME": "charliecloud", "HPCDL_LOCAL_IMAGE": built.path,
-           "HPCDL_LOCAL_JOBS": str(tmp_path / "local-jobs"), "HPCDL_HISTORY": str(tmp_path / "history")}
-    proc = hpcdl("validate", "--site", "local", "--checks", "environment,collectives", "--nodes", "2",
-                 "--max-jobs", "1", "--references", FIXTURE_SITES / "references" / "ci-slurm.yaml", "-o", out,
-                 env=env, cwd=tmp_path, timeout=600)
-    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    verdicts = {r["name"]: r for r in records if r["event"] == "verdict"}
-    # a failure may only be a timing off its reference on a loaded machine, never the stack
-    failed = [n for n, v in verdicts.items() if v["result"] == "fail"]
-    assert all(n.endswith(("_GBps", "_us")) for n in failed), proc.stdout[-4000:] + proc.stderr
-    assert proc.returncode == (1 if failed else 0), proc.stderr
-    suite = records[0]
-    assert suite["event"] == "suite" and suite["scheduler"] == "slurm" and suite["launcher"] == "srun"
-    assert suite["image"] == built.path
-    launcher = verdicts["environment/launcher"]
-    assert launcher["result"] == "pass" and "MPI and torch.distributed agree" in launcher["message"], launcher
-    assert "Open MPI v4.1" in launcher["message"]
-    assert verdicts["environment/pytorch"]["value"] == "2.13.0+cpu"
-    scripts = sorted((out / "jobs").glob("*/job.sh"))
-    assert scripts and all(" --mpi=pmix ch-run --set-env " in s.read_text() and built.path in s.read_text()
-                           for s in scripts)
-    across = [r for r in records if r.get("series") == "collective" and r["scope"] == "inter-node"]
-    assert {r["backend"] for r in across} == {"gloo", "mpi"}
-    assert all(r["nodes"] == 2 and r["nodelist"] == ["n1", "n2"] and r["ranks"] == 2 for r in across)
 
 
 def test_the_labels_are_in_the_image_where_apptainer_keeps_them(image):

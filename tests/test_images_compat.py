@@ -310,3 +310,26 @@ def test_no_reason_repeats_a_phrase():
                 pairs = [" ".join(words[i:i + 2]) for i in range(len(words) - 1)]
                 doubled = {p for p in pairs if pairs.count(p) > 1 and not re.fullmatch(r"(the|of|but|site) \S+", p)}
                 assert not doubled, (name, spec.name, reason)
+
+
+def test_the_cuda_image_built_here_runs_on_v100_a100_and_h100_nodes_from_a_525_driver_on():
+    """local-cuda12 (PyPI's torch 2.7.1: CUDA 12.6, code for sm_50 to sm_90; Debian's Open MPI 4.1
+    with PMIx) is accepted on x86_64 V100, A100 and H100 nodes whose srun starts ranks over PMIx,
+    from an R525 driver on (CUDA 12's minor-version floor), and refused without GPUs, on an older
+    driver, on a GPU newer than its code (sm_100) and under an MPICH-ABI host MPI."""
+    spec = SPECS["local-cuda12"]
+    gpus = {"v100": "Tesla V100-SXM2-16GB", "a100": "NVIDIA A100-SXM4-40GB", "h100": "NVIDIA H100 SXM5"}
+    for model in gpus.values():
+        node = {"cpu_target": "x86_64_v3", "gpus": [{"model": model, "socket": 0}]}
+        assert site_problems(spec, _site("srun", "openmpi", gpu_driver="525.60.13", **node)) == [], model
+        old = site_problems(spec, _site("srun", "openmpi", gpu_driver="520.61.05", **node))
+        assert [p for p in old if "needs an NVIDIA driver >= 525" in p], (model, old)
+    assert any("has none" in p for p in site_problems(spec, _site("srun", "openmpi", cpu_target="x86_64_v3")))
+    b200 = {"cpu_target": "x86_64_v3", "gpus": [{"model": "NVIDIA B200", "socket": 0}]}
+    assert any("built for sm_70, sm_80, sm_90" in p and "(sm_100)" in p
+               for p in site_problems(spec, _site("srun", "openmpi", **b200)))
+    v100 = {"cpu_target": "x86_64_v3", "gpus": [{"model": gpus["v100"], "socket": 0}]}
+    assert any("mpich ABI" in p for p in site_problems(spec, _site("srun", "intel-mpi", **v100)))
+    # the shipped V100 and A100 sites with Open MPI under srun --mpi=pmix accept it too
+    assert site_problems(spec, load_site("volta-x86")) == []
+    assert site_problems(spec, load_site("leonardo"), "booster") == []
