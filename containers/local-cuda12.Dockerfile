@@ -64,11 +64,11 @@ RUN apt-get update -y && \
 
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
     python3 -m venv /opt/envs/main && \
-    /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel && \
+    /opt/envs/main/bin/pip install --no-cache-dir --upgrade pip setuptools wheel 'hatchling>=1.26' && \
     /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py torch==2.7.1 numpy==2.2.6 scikit-learn==1.9.1 mpi4py==4.1.2 nvidia-cudnn-cu12==9.5.1.17
 
 RUN if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi && \
-    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py torch==2.7.1 numpy==2.2.6 scikit-learn==1.9.1 mpi4py==4.1.2 nvidia-cudnn-cu12==9.5.1.17 'jinja2>=3.1' 'matplotlib>=3.7' 'numpy>=1.23' 'Pillow>=9' 'protobuf>=4.21' 'pydantic<3,>=2.5' 'python-hostlist>=2.0' 'PyYAML>=6.0' 'rich>=13' 'scikit-learn>=1.3' 'typer>=0.12'
+    /opt/envs/main/bin/pip install --no-cache-dir --no-binary mpi4py torch==2.7.1 numpy==2.2.6 scikit-learn==1.9.1 mpi4py==4.1.2 nvidia-cudnn-cu12==9.5.1.17 'jinja2>=3.1' 'matplotlib>=3.7' 'numpy>=1.23' 'pillow>=9' 'protobuf>=4.21' 'pydantic<3,>=2.5' 'python-hostlist>=2.0' 'pyyaml>=6.0' 'rich>=13' 'scikit-learn>=1.3' 'typer>=0.12'
 
 COPY pyproject.toml /opt/hpcdl/src/pyproject.toml
 
