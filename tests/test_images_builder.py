@@ -146,3 +146,27 @@ def test_hpcdl_images_build_names_the_missing_builder_in_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hpcdl: error: builder apptainer: install apptainer")
     assert not (tmp_path / "cache").exists()
+
+
+# ch-image's last lines when the tree it keeps under the image's tag disagreed with its build cache
+# (Charliecloud 0.31 here, after builds of another revision), and when an instruction itself failed
+KEPT_TREE = [
+    " 56* RUN.F apt-get install -y openmpi-bin\n 62. RUN.F python3 -m venv /opt/envs/main\n"
+    "error: can\u2019t mkdir: opt: File exists\nfull log: /cache/build.log",
+    " 8  LABEL (unsupported)\nupdating existing image ...\nerror: can\u2019t mkdir: opt: File exists",
+]
+INSTRUCTION = [
+    "updating existing image ...\n 62. RUN.F pip install torch==9\nERROR: No matching distribution found for torch==9\n"
+    "error: build failed: RUN command exited with 1\nfull log: /cache/build.log",
+    " 62. RUN.F mkdir /opt/x\nmkdir: cannot create directory '/opt/x': File exists\nerror: build failed: RUN command exited with 1",
+]
+
+
+@pytest.mark.parametrize("message", KEPT_TREE)
+def test_a_kept_tree_that_disagrees_with_the_cache_is_rebuilt_from_the_cache(message):
+    assert build._kept_tree_update_failed(f"ch-image failed (exit 1); last lines:\n{message}")
+
+
+@pytest.mark.parametrize("message", INSTRUCTION)
+def test_a_failing_instruction_is_not_retried(message):
+    assert not build._kept_tree_update_failed(f"ch-image failed (exit 1); last lines:\n{message}")

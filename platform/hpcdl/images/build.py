@@ -269,6 +269,18 @@ def _lock(folder: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _kept_tree_update_failed(message: str) -> bool:
+    """ch-image stopped on the kept tree itself, not on an instruction: it could not bring the tree to
+    the cached state ("updating existing image ..." then an error) or create a path the tree already
+    has ("error: can't mkdir: opt: File exists", with the typographic apostrophe ch-image writes)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip() and not line.startswith("full log:")]
+    if not lines:
+        return False
+    last = lines[-1].replace("\u2019", "'")
+    return (len(lines) >= 2 and lines[-2].startswith("updating existing image") and last.startswith("error:")) \
+        or (last.startswith("error: can't ") and last.endswith("File exists"))
+
+
 def _run(argv: list[str], log: Callable[[str], None], cwd: Path | None = None, env=None, logfile: Path | None = None):
     log("$ " + " ".join(argv))
     with open(logfile, "a") if logfile else contextlib.nullcontext() as out:
@@ -432,7 +444,18 @@ def _build_charliecloud(spec, cache, context, dockerfile, wheels, args, key, out
     for name, value in args.items():
         argv += ["--build-arg", f"{name}={value}"]
     t = time.monotonic()
-    _run([*argv, str(context)], log, env=env, logfile=logfile)
+    try:
+        _run([*argv, str(context)], log, env=env, logfile=logfile)
+    except HpcdlError as err:
+        # The kept tree can disagree with the cache's record of it (seen here after builds of another
+        # revision: "error: can't mkdir: opt: File exists" as ch-image checked out a cached state to
+        # run the first changed instruction in). Without the tag it copies the tree out of the cache
+        # afresh, and the cached steps stay cached.
+        if not _kept_tree_update_failed(str(err)):
+            raise
+        log(f"{tag}: ch-image could not update the kept tree; deleting the tag and building again")
+        _run([ch_image, "delete", tag], log, env=env, logfile=logfile)
+        _run([*argv, str(context)], log, env=env, logfile=logfile)
     steps["ch-image build"] = round(time.monotonic() - t, 1)
     t = time.monotonic()
     _squash(Path(env["CH_IMAGE_STORAGE"]) / "img" / tag.replace(":", "+").replace("/", "%"), out, log, logfile)
