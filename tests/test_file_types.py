@@ -94,14 +94,39 @@ def test_an_output_path_longer_than_the_system_takes_is_one_line(tmp_path, name)
 
 # --- sizes the site or the scheduler cannot take ---
 
-def test_a_slurm_script_larger_than_sbatch_takes_is_refused_at_render(tmp_path):
+@pytest.mark.parametrize("nodes", ["100000", "5000", "1000000"])
+def test_a_slurm_script_larger_than_sbatch_takes_is_refused_before_the_plan_is_built(tmp_path, monkeypatch, capsys,
+                                                                                     nodes):
     """volta-x86 names no node count: -N 100000 rendered a 140 MB script in 81 s that sbatch, whose
-    max_script_size is 4 MB by default (slurm.conf(5)), could never take."""
+    max_script_size is 4 MB by default (slurm.conf(5)), could never take; then it was refused, but
+    only after ~30 s of planning every rank. The refusal now comes from the plan of one node: the
+    plan of them all is never built."""
+    import hpcdl.cli.jobs as jobs
+    from hpcdl.cli import main
+
+    built = []
+    real_make_plan = jobs.make_plan
+
+    def make_plan(site, request):
+        built.append(request.nodes)
+        return real_make_plan(site, request)
+
+    monkeypatch.setattr(jobs, "make_plan", make_plan)
     out = tmp_path / "job.sh"
-    one_line_refusal(hpcdl("render", RECIPE, "-s", "volta-x86", "-N", "5000", "-o", str(out), timeout=120),
-                     "nodes:", "4 MiB sbatch takes")
-    assert not out.exists()
+    with pytest.raises(SystemExit) as exit_:
+        main(["render", RECIPE, "-s", "volta-x86", "-N", nodes, "-o", str(out)])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit_.value.code == 2 and len(err) == 1 and err[0].startswith("hpcdl: error: nodes: "), err
+    assert "4 MiB sbatch takes" in err[0] or "more than any machine has" in err[0], err
+    assert built in ([1], []), f"the plan of {max(built)} nodes was built before the refusal"
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_a_slurm_script_sbatch_takes_is_still_rendered(tmp_path):
+    """The bound from one node's plan refuses only what sbatch could not take: 64 nodes render."""
+    out = tmp_path / "job.sh"
     assert hpcdl("render", RECIPE, "-s", "volta-x86", "-N", "64", "-o", str(out), timeout=120).returncode == 0
+    assert out.stat().st_size < 4 * 2**20
 
 
 def test_launch_starts_no_more_ranks_than_cores_unless_asked_to_oversubscribe(tmp_path):

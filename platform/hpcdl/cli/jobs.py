@@ -18,7 +18,7 @@ from hpcdl.cli.output import checked_output, write_atomically
 from hpcdl.cli.output import console as make_console
 from hpcdl.executors import executor_for
 from hpcdl.files import claim_run_folder
-from hpcdl.plan import JobRequest, Plan, make_plan
+from hpcdl.plan import JobRequest, Plan, check_request, make_plan
 from hpcdl.render import JobOptions, render_job_script
 from hpcdl.render.jobscript import DEFAULT_WARNING_SECONDS, _ranges, slug
 from hpcdl.shell import join, quote
@@ -38,10 +38,14 @@ NET_PLUGIN_HELP = ("Slingshot: the NCCL/RCCL network plugin (aws-ofi-nccl) insid
 
 def build_plan(site_name, nodes, framework, ranks_per_node, threads, mode, node_kind, dist,
                use_gpus=None, precision="fp32", spatial_ways=1, spatial_split="rows", image=None,
-               net_plugin=None) -> tuple:
+               net_plugin=None, script_for: str | None = None) -> tuple:
+    """(site, plan). With `script_for` (a job script is to be rendered for that scheduler, "" for the
+    site's own), a node count whose script the scheduler cannot take is refused from the plan of one
+    node, before the plan of them all is built."""
     from pydantic import ValidationError
 
     from hpcdl.errors import HpcdlError, validation_message
+    from hpcdl.render.jobscript import refuse_nodes_the_scheduler_cannot_take
 
     site = load_site(site_name)
     try:
@@ -52,6 +56,10 @@ def build_plan(site_name, nodes, framework, ranks_per_node, threads, mode, node_
         )
     except ValidationError as exc:
         raise HpcdlError(validation_message(exc, "request")) from None
+    check_request(site, request)
+    if script_for is not None and request.nodes > 1:
+        one_node = make_plan(site, request.model_copy(update={"nodes": 1}))
+        refuse_nodes_the_scheduler_cannot_take(one_node, request.nodes, script_for or site.scheduler)
     return site, make_plan(site, request)
 
 
@@ -208,7 +216,8 @@ def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_
         dist = r.distributed
     ways, split = (r.spatial.ways, r.spatial.split) if r.spatial else (1, "rows")
     s, p = build_plan(site, nodes, framework, ranks_per_node, threads, mode, node_kind, dist,
-                      spatial_ways=ways, spatial_split=split, image=image, net_plugin=net_plugin)
+                      spatial_ways=ways, spatial_split=split, image=image, net_plugin=net_plugin,
+                      script_for=scheduler or "")
     options = JobOptions(
         name=name or r.name, time=time, account=account, partition=partition, image=image,
         constraint=constraint, exclusive=exclusive, requeue=requeue, warning_seconds=warning,

@@ -227,9 +227,27 @@ SBATCH_MAX_SCRIPT_SIZE = 4 * 2**20
 def _fits_the_scheduler(size: int, plan: Plan, scheduler: str) -> None:
     """Refuse a Slurm job script sbatch would refuse: the plan it carries grows with every rank."""
     if scheduler == "slurm" and size > SBATCH_MAX_SCRIPT_SIZE:
-        raise HpcdlError(f"nodes: {plan.nodes} nodes of {plan.ranks_per_node} rank(s) make a job script of "
-                         f"{size / 2**20:.1f} MiB or more, over the 4 MiB sbatch takes (Slurm's max_script_size "
-                         "default); ask for fewer nodes")
+        raise _too_large(plan.nodes, plan.ranks_per_node, size)
+
+
+def refuse_nodes_the_scheduler_cannot_take(one_node: Plan, nodes: int, scheduler: str) -> None:
+    """Before the plan of `nodes` nodes is built (its cost grows with every rank): refuse a node
+    count whose job script sbatch could not take, judged from the plan of one node.
+
+    The script carries the whole plan, a record for every rank; every node's records are the first
+    node's with other node and rank numbers, never shorter ones. So `nodes` times the first node's
+    records is less than the script will hold, and over the limit the script is too."""
+    if scheduler != "slurm":
+        return
+    per_node = sum(len(json.dumps(dataclasses.asdict(r), sort_keys=True)) + len(", ") for r in one_node.ranks)
+    if nodes * per_node > SBATCH_MAX_SCRIPT_SIZE:
+        raise _too_large(nodes, one_node.ranks_per_node, nodes * per_node)
+
+
+def _too_large(nodes: int, ranks_per_node: int, size: int) -> HpcdlError:
+    return HpcdlError(f"nodes: {nodes} nodes of {ranks_per_node} rank(s) make a job script of "
+                      f"{size / 2**20:.1f} MiB or more, over the 4 MiB sbatch takes (Slurm's max_script_size "
+                      "default); ask for fewer nodes")
 
 
 def _heredoc_safe_lines(text: str, end: str) -> str:
