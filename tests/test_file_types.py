@@ -136,3 +136,22 @@ def test_launch_starts_no_more_ranks_than_cores_unless_asked_to_oversubscribe(tm
     one_line_refusal(hpcdl("launch", "-n", "100000", "--", "true", timeout=30), "--nproc", "--oversubscribe")
     one_line_refusal(hpcdl("launch", "-n", str(usable_cores() + 1), "--", "true", timeout=30), "core(s)")
     assert hpcdl("launch", "-n", str(usable_cores() + 1), "--oversubscribe", "--", "true", timeout=60).returncode == 0
+
+
+def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
+    """NumPy's MemoryError (its own subclass, 'Unable to allocate 8.00 TiB') escaped as a traceback
+    where a request did not fit the node: main() says so in one line naming the node."""
+    import numpy as np
+
+    import hpcdl.cli.jobs as jobs
+    from hpcdl.cli import main
+
+    def load_recipe(path):
+        return np.empty(2**40, dtype=np.float64)  # 8 TiB: more than any node's memory and address space
+
+    monkeypatch.setattr(jobs, "load_recipe", load_recipe)
+    with pytest.raises(SystemExit) as exit_:
+        main(["render", RECIPE, "-s", "volta-x86"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit_.value.code == 1 and len(err) == 1, err
+    assert err[0].startswith(f"hpcdl: error: out of memory on {os.uname().nodename}") and "8.00 TiB" in err[0], err
