@@ -105,10 +105,28 @@ def test_a_script_larger_than_the_scheduler_takes_is_refused_before_the_plan_is_
     only after ~30 s of planning every rank. PBS's jobscript_max_size is 100 MB by default
     (OpenPBS, DFLT_JOBSCRIPT_MAX_SIZE). The refusal now comes from the plan of one node: the plan
     of them all is never built."""
-    import hpcdl.cli.jobs as jobs
-    from hpcdl.cli import main
+    built = plans_built(monkeypatch)
+    monkeypatch.setenv("HPCDL_SITE_PATH", str(FIXTURE_SITES))
+    err = render_refused(capsys, tmp_path, "-s", site, "-N", nodes)
+    assert err.startswith("hpcdl: error: nodes: ") and limit in err, err
+    assert built == [1], f"plans of {built} node(s) were built before the refusal"
 
-    built = []
+
+def test_a_scheduler_the_sites_launcher_cannot_run_under_is_refused_before_the_plan_is_built(
+        tmp_path, monkeypatch, capsys):
+    """--scheduler local on an srun site was refused only after the script was rendered: with
+    -N 999999 that was minutes of planning (the local scheduler has no script size limit)."""
+    built = plans_built(monkeypatch)
+    err = render_refused(capsys, tmp_path, "-s", "volta-x86", "--scheduler", "local", "-N", "999999")
+    assert err.startswith("hpcdl: error: --scheduler: srun") and "not under local" in err, err
+    assert built == []
+
+
+def plans_built(monkeypatch) -> list[int]:
+    """The node count of every plan render builds from now on."""
+    import hpcdl.cli.jobs as jobs
+
+    built: list[int] = []
     real_make_plan = jobs.make_plan
 
     def make_plan(site, request):
@@ -116,15 +134,19 @@ def test_a_script_larger_than_the_scheduler_takes_is_refused_before_the_plan_is_
         return real_make_plan(site, request)
 
     monkeypatch.setattr(jobs, "make_plan", make_plan)
-    monkeypatch.setenv("HPCDL_SITE_PATH", str(FIXTURE_SITES))
-    out = tmp_path / "job.sh"
+    return built
+
+
+def render_refused(capsys, tmp_path, *args) -> str:
+    """`hpcdl render` in this process: refused with status 2 in one line, leaving no file."""
+    from hpcdl.cli import main
+
     with pytest.raises(SystemExit) as exit_:
-        main(["render", RECIPE, "-s", site, "-N", nodes, "-o", str(out)])
+        main(["render", RECIPE, *args, "-o", str(tmp_path / "job.sh")])
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert exit_.value.code == 2 and len(err) == 1 and err[0].startswith("hpcdl: error: nodes: "), err
-    assert limit in err[0], err
-    assert built == [1], f"plans of {built} node(s) were built before the refusal"
+    assert exit_.value.code == 2 and len(err) == 1, err
     assert not list(tmp_path.iterdir())
+    return err[0]
 
 
 def test_a_slurm_script_sbatch_takes_is_still_rendered(tmp_path):

@@ -57,6 +57,8 @@ def build_plan(site_name, nodes, framework, ranks_per_node, threads, mode, node_
     except ValidationError as exc:
         raise HpcdlError(validation_message(exc, "request")) from None
     check_request(site, request)
+    if script_for is not None:
+        _check_launcher_fits(site, script_for or None)
     if script_for is not None and request.nodes > 1:
         one_node = make_plan(site, request.model_copy(update={"nodes": 1}))
         refuse_nodes_the_scheduler_cannot_take(one_node, request.nodes, script_for or site.scheduler)
@@ -224,7 +226,6 @@ def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_
         output_dir=output_dir, extra_args=tuple(extra_args), qos=qos,
     )
     text = render_job_script(s, p, r.model_dump(mode="json"), options, scheduler=scheduler)
-    _check_launcher_fits(s, scheduler)
     return s, p, r, text
 
 
