@@ -531,7 +531,8 @@ def module_lines(site: Site, plan: Plan | None = None) -> dict:
         # no container: the framework comes from the centre's own module (modules.frameworks)
         load.append(site.modules.frameworks[framework])
     use = [path_with_variables(p) for p in site.modules.use] if load else []
-    return {"init": site.modules.init if load else None, "load": load, "use": use}
+    init = path_with_variables(site.modules.init) if site.modules.init and load else None
+    return {"init": init, "load": load, "use": use}
 
 
 def activate_lines(site: Site, plan: Plan) -> list[str]:
