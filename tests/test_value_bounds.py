@@ -183,3 +183,17 @@ def test_weights_that_are_not_there_are_refused_at_render(tmp_path, name):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "weights:" in lines[0], proc.stderr
     assert not (tmp_path / "j.sh").exists()
+
+
+def test_an_empty_modulefiles_prefix_is_refused_not_taken_for_the_default(tmp_path, capsys):
+    """`--prefix ''` (an unset shell variable, say) silently became the install running the
+    command: modulefiles pointing at this machine's venv (the audit kit's modulefile pass)."""
+    from hpcdl.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["modulefiles", "render", "-s", "volta-x86", "--prefix", "", "--allow-missing-prefix",
+              "-o", str(tmp_path / "mods")])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit_.value.code == 2 and len(err) == 1 and "--prefix" in err[0], err
+    assert not (tmp_path / "mods").exists()
+
