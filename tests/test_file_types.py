@@ -182,3 +182,15 @@ def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert exit_.value.code == 1 and len(err) == 1, err
     assert err[0].startswith(f"hpcdl: error: out of memory on {os.uname().nodename}") and "8.00 TiB" in err[0], err
+
+
+@pytest.mark.parametrize("flag", ["--name", "--account", "--partition", "--time", "--image", "--constraint",
+                                  "--output-dir", "--node-kind", "--framework", "--scheduler", "--qos"])
+@pytest.mark.parametrize("value", ["", "   "])
+def test_an_empty_option_is_refused_not_taken_for_the_default(tmp_path, capsys, flag, value):
+    """`-A "$ACCOUNT"` with ACCOUNT unset rendered the site's default account, and `--scheduler ''`
+    the site's scheduler, without a word (the audit kit's render pass): an option given is used
+    or refused, never silently dropped."""
+    err = render_refused(capsys, tmp_path, "-s", "volta-x86", flag, value)
+    assert err.startswith(f"hpcdl: error: {flag}: "), err
+

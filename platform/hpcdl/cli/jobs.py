@@ -105,6 +105,7 @@ def plan(
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="also predict images/s and efficiency for this recipe (a file or a shipped recipe's name)"),
 ) -> None:
     """Show where every rank runs: node map, environment and launch line (before anything is submitted)."""
+    _given_or_left_out(framework=framework, node_kind=node_kind, image=image, net_plugin=net_plugin)
     s, p = build_plan(site, nodes, framework or "pytorch", ranks_per_node, threads_per_rank, mode, node_kind, dist,
                       use_gpus=gpus, precision=precision, spatial_ways=spatial_ways, spatial_split=spatial_split,
                       image=image, net_plugin=net_plugin)
@@ -201,12 +202,26 @@ OutputDirOpt = typer.Option(None, "--output-dir", help="folder for the scheduler
 EXTRA = {"allow_extra_args": True}  # trainer arguments after `--`, e.g. -- --max-iter 5
 
 
+def _given_or_left_out(**options: str | None) -> None:
+    """An option is used as given or refused: '' or blanks (`-A "$ACCOUNT"` with ACCOUNT unset) are
+    not quietly taken for the default the option was left out for."""
+    from hpcdl.errors import HpcdlError
+
+    for option, value in options.items():
+        if value is not None and not value.strip():
+            raise HpcdlError(f"--{option.replace('_', '-')}: {value!r} is empty; give a value, or leave the option "
+                             "out for the default")
+
+
 def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_kind, dist, image, time, account,
             partition, name, scheduler=None, constraint=None, exclusive=None, requeue=False,
             warning=DEFAULT_WARNING_SECONDS, output_dir=None, extra_args=(), net_plugin=None, qos=None) -> tuple:
     from hpcdl.errors import HpcdlError
     from hpcdl.nets.spec import net_path
 
+    _given_or_left_out(name=name, account=account, partition=partition, time=time, image=image,
+                       constraint=constraint, output_dir=output_dir, node_kind=node_kind, framework=framework,
+                       scheduler=scheduler, qos=qos, net_plugin=net_plugin)
     r = load_recipe(recipe)
     net_path(r.net)  # a net file the recipe names must be there now, not only on the compute node
     if r.weights and not os.path.isfile(r.weights):  # and so must the weights it starts from (False on any OSError)
