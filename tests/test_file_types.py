@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from conftest import RECIPES, hpcdl
+from conftest import FIXTURE_SITES, RECIPES, hpcdl
 
 RECIPE = str(RECIPES / "cifar10-quick.yaml")
 
@@ -94,14 +94,66 @@ def test_an_output_path_longer_than_the_system_takes_is_one_line(tmp_path, name)
 
 # --- sizes the site or the scheduler cannot take ---
 
-def test_a_slurm_script_larger_than_sbatch_takes_is_refused_at_render(tmp_path):
+@pytest.mark.parametrize("site, nodes, limit", [
+    ("volta-x86", "5000", "4 MiB sbatch takes"), ("volta-x86", "100000", "4 MiB sbatch takes"),
+    ("volta-x86", "1000000", "4 MiB sbatch takes"), ("test-pbs-xeon", "1000000", "100 MiB qsub takes"),
+])
+def test_a_script_larger_than_the_scheduler_takes_is_refused_before_the_plan_is_built(
+        tmp_path, monkeypatch, capsys, site, nodes, limit):
     """volta-x86 names no node count: -N 100000 rendered a 140 MB script in 81 s that sbatch, whose
-    max_script_size is 4 MB by default (slurm.conf(5)), could never take."""
+    max_script_size is 4 MB by default (slurm.conf(5)), could never take; then it was refused, but
+    only after ~30 s of planning every rank. PBS's jobscript_max_size is 100 MB by default
+    (OpenPBS, DFLT_JOBSCRIPT_MAX_SIZE). The refusal now comes from the plan of one node: the plan
+    of them all is never built."""
+    built = plans_built(monkeypatch)
+    monkeypatch.setenv("HPCDL_SITE_PATH", str(FIXTURE_SITES))
+    err = render_refused(capsys, tmp_path, "-s", site, "-N", nodes)
+    assert err.startswith("hpcdl: error: nodes: ") and limit in err, err
+    assert built == [1], f"plans of {built} node(s) were built before the refusal"
+
+
+def test_a_scheduler_the_sites_launcher_cannot_run_under_is_refused_before_the_plan_is_built(
+        tmp_path, monkeypatch, capsys):
+    """--scheduler local on an srun site was refused only after the script was rendered: with
+    -N 999999 that was minutes of planning (the local scheduler has no script size limit)."""
+    built = plans_built(monkeypatch)
+    err = render_refused(capsys, tmp_path, "-s", "volta-x86", "--scheduler", "local", "-N", "999999")
+    assert err.startswith("hpcdl: error: --scheduler: srun") and "not under local" in err, err
+    assert built == []
+
+
+def plans_built(monkeypatch) -> list[int]:
+    """The node count of every plan render builds from now on."""
+    import hpcdl.cli.jobs as jobs
+
+    built: list[int] = []
+    real_make_plan = jobs.make_plan
+
+    def make_plan(site, request):
+        built.append(request.nodes)
+        return real_make_plan(site, request)
+
+    monkeypatch.setattr(jobs, "make_plan", make_plan)
+    return built
+
+
+def render_refused(capsys, tmp_path, *args) -> str:
+    """`hpcdl render` in this process: refused with status 2 in one line, leaving no file."""
+    from hpcdl.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["render", RECIPE, *args, "-o", str(tmp_path / "job.sh")])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit_.value.code == 2 and len(err) == 1, err
+    assert not list(tmp_path.iterdir())
+    return err[0]
+
+
+def test_a_slurm_script_sbatch_takes_is_still_rendered(tmp_path):
+    """The bound from one node's plan refuses only what sbatch could not take: 64 nodes render."""
     out = tmp_path / "job.sh"
-    one_line_refusal(hpcdl("render", RECIPE, "-s", "volta-x86", "-N", "5000", "-o", str(out), timeout=120),
-                     "nodes:", "4 MiB sbatch takes")
-    assert not out.exists()
     assert hpcdl("render", RECIPE, "-s", "volta-x86", "-N", "64", "-o", str(out), timeout=120).returncode == 0
+    assert out.stat().st_size < 4 * 2**20
 
 
 def test_launch_starts_no_more_ranks_than_cores_unless_asked_to_oversubscribe(tmp_path):
@@ -111,3 +163,34 @@ def test_launch_starts_no_more_ranks_than_cores_unless_asked_to_oversubscribe(tm
     one_line_refusal(hpcdl("launch", "-n", "100000", "--", "true", timeout=30), "--nproc", "--oversubscribe")
     one_line_refusal(hpcdl("launch", "-n", str(usable_cores() + 1), "--", "true", timeout=30), "core(s)")
     assert hpcdl("launch", "-n", str(usable_cores() + 1), "--oversubscribe", "--", "true", timeout=60).returncode == 0
+
+
+def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
+    """NumPy's MemoryError (its own subclass, 'Unable to allocate 8.00 TiB') escaped as a traceback
+    where a request did not fit the node: main() says so in one line naming the node."""
+    import numpy as np
+
+    import hpcdl.cli.jobs as jobs
+    from hpcdl.cli import main
+
+    def load_recipe(path):
+        return np.empty(2**40, dtype=np.float64)  # 8 TiB: more than any node's memory and address space
+
+    monkeypatch.setattr(jobs, "load_recipe", load_recipe)
+    with pytest.raises(SystemExit) as exit_:
+        main(["render", RECIPE, "-s", "volta-x86"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit_.value.code == 1 and len(err) == 1, err
+    assert err[0].startswith(f"hpcdl: error: out of memory on {os.uname().nodename}") and "8.00 TiB" in err[0], err
+
+
+@pytest.mark.parametrize("flag", ["--name", "--account", "--partition", "--time", "--image", "--constraint",
+                                  "--output-dir", "--node-kind", "--framework", "--scheduler", "--qos"])
+@pytest.mark.parametrize("value", ["", "   "])
+def test_an_empty_option_is_refused_not_taken_for_the_default(tmp_path, capsys, flag, value):
+    """`-A "$ACCOUNT"` with ACCOUNT unset rendered the site's default account, and `--scheduler ''`
+    the site's scheduler, without a word (the audit kit's render pass): an option given is used
+    or refused, never silently dropped."""
+    err = render_refused(capsys, tmp_path, "-s", "volta-x86", flag, value)
+    assert err.startswith(f"hpcdl: error: {flag}: "), err
+

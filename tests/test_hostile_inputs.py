@@ -102,7 +102,8 @@ def test_hostile_strings_everywhere_run_nothing_in_the_local_script(tmp_path):
 def test_a_newline_in_a_job_name_is_refused_naming_the_field_and_leaves_no_file(scheduler, tmp_path, fixture_sites):
     out = tmp_path / "job.sh"
     out.write_text("previous\n")
-    proc = hpcdl("render", "--site", "ci-slurm", "--scheduler", scheduler, RECIPES / "digits-quick.yaml",
+    # a site whose launcher (mpirun) runs under every scheduler: srun's is refused under any but Slurm first
+    proc = hpcdl("render", "--site", "test-pbs-xeon", "--scheduler", scheduler, RECIPES / "digits-quick.yaml",
                  "--name", "two\nlines", "-o", out, env={"HPCDL_SITE_PATH": str(FIXTURE_SITES)})
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]

@@ -106,6 +106,42 @@ def test_modules_init_must_be_absolute_and_is_sourced_after_double_dash(tmp_path
     assert "source -- /usr/share/lmod/lmod/init/bash" in out.read_text()
 
 
+def test_a_modules_init_under_a_variable_is_sourced_from_where_the_variable_points(tmp_path, monkeypatch):
+    """The schema took `modules.init: $HOME/...` (absolute once its variable expands), but the job
+    script quoted it whole, so bash sourced a file literally named '$HOME/...' and the job failed
+    (the audit kit's exec pass); `$(touch x)`, which is no variable, passed as one too."""
+    import subprocess
+
+    from hpcdl.cli import main
+
+    for bad in ("$(touch x)/init/bash", "$NOT_SET_ANYWHERE/init/bash"):
+        with pytest.raises(HpcdlError, match="modules.init"):
+            load_site_file(site_file(tmp_path, lambda d, k: d["modules"].update(init=bad)))
+    sites, out, home = tmp_path / "sites", tmp_path / "j.sh", tmp_path / "home"
+    sites.mkdir()
+    monkeypatch.setenv("HPCDL_SITE_PATH", str(sites))
+
+    def source_line(init: str) -> str:
+        """The job script's `source` line for this modules.init, run by bash with HOME set."""
+        site_file(tmp_path, lambda d, k: d["modules"].update(init=init)).rename(sites / "bad.yaml")
+        with pytest.raises(SystemExit) as done:
+            main(["render", str(RECIPES / "cifar10-quick.yaml"), "-s", "bad", "-o", str(out)])
+        assert done.value.code == 0
+        line = next(line for line in out.read_text().splitlines() if line.startswith("source -- "))
+        return subprocess.run(["bash", "-c", line], env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+                              capture_output=True, text=True).stdout
+
+    init = home / "lmod init" / "bash"
+    init.parent.mkdir(parents=True)
+    init.write_text("echo sourced")
+    assert source_line("${HOME}/lmod init/bash") == "sourced\n"
+    # only the leading variable expands: what follows it stays literal text
+    canary = tmp_path / "CANARY"
+    for hostile in (f"${{HOME}}/$(touch {canary})/`touch {canary}`", f"/opt/x';touch {canary};'\"$(touch {canary})"):
+        source_line(hostile)
+        assert not canary.exists(), hostile
+
+
 def test_nothing_hpcdl_writes_is_world_writable_under_umask_000(tmp_path):
     import os
     import subprocess
@@ -147,3 +183,17 @@ def test_weights_that_are_not_there_are_refused_at_render(tmp_path, name):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "weights:" in lines[0], proc.stderr
     assert not (tmp_path / "j.sh").exists()
+
+
+def test_an_empty_modulefiles_prefix_is_refused_not_taken_for_the_default(tmp_path, capsys):
+    """`--prefix ''` (an unset shell variable, say) silently became the install running the
+    command: modulefiles pointing at this machine's venv (the audit kit's modulefile pass)."""
+    from hpcdl.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["modulefiles", "render", "-s", "volta-x86", "--prefix", "", "--allow-missing-prefix",
+              "-o", str(tmp_path / "mods")])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit_.value.code == 2 and len(err) == 1 and "--prefix" in err[0], err
+    assert not (tmp_path / "mods").exists()
+

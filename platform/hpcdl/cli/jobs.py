@@ -18,7 +18,7 @@ from hpcdl.cli.output import checked_output, write_atomically
 from hpcdl.cli.output import console as make_console
 from hpcdl.executors import executor_for
 from hpcdl.files import claim_run_folder
-from hpcdl.plan import JobRequest, Plan, make_plan
+from hpcdl.plan import JobRequest, Plan, check_request, make_plan
 from hpcdl.render import JobOptions, render_job_script
 from hpcdl.render.jobscript import DEFAULT_WARNING_SECONDS, _ranges, slug
 from hpcdl.shell import join, quote
@@ -38,10 +38,14 @@ NET_PLUGIN_HELP = ("Slingshot: the NCCL/RCCL network plugin (aws-ofi-nccl) insid
 
 def build_plan(site_name, nodes, framework, ranks_per_node, threads, mode, node_kind, dist,
                use_gpus=None, precision="fp32", spatial_ways=1, spatial_split="rows", image=None,
-               net_plugin=None) -> tuple:
+               net_plugin=None, script_for: str | None = None) -> tuple:
+    """(site, plan). With `script_for` (a job script is to be rendered for that scheduler, "" for the
+    site's own), a node count whose script the scheduler cannot take is refused from the plan of one
+    node, before the plan of them all is built."""
     from pydantic import ValidationError
 
     from hpcdl.errors import HpcdlError, validation_message
+    from hpcdl.render.jobscript import refuse_nodes_the_scheduler_cannot_take
 
     site = load_site(site_name)
     try:
@@ -52,6 +56,12 @@ def build_plan(site_name, nodes, framework, ranks_per_node, threads, mode, node_
         )
     except ValidationError as exc:
         raise HpcdlError(validation_message(exc, "request")) from None
+    check_request(site, request)
+    if script_for is not None:
+        _check_launcher_fits(site, script_for or None)
+    if script_for is not None and request.nodes > 1:
+        one_node = make_plan(site, request.model_copy(update={"nodes": 1}))
+        refuse_nodes_the_scheduler_cannot_take(one_node, request.nodes, script_for or site.scheduler)
     return site, make_plan(site, request)
 
 
@@ -95,6 +105,7 @@ def plan(
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="also predict images/s and efficiency for this recipe (a file or a shipped recipe's name)"),
 ) -> None:
     """Show where every rank runs: node map, environment and launch line (before anything is submitted)."""
+    _given_or_left_out(framework=framework, node_kind=node_kind, image=image, net_plugin=net_plugin)
     s, p = build_plan(site, nodes, framework or "pytorch", ranks_per_node, threads_per_rank, mode, node_kind, dist,
                       use_gpus=gpus, precision=precision, spatial_ways=spatial_ways, spatial_split=spatial_split,
                       image=image, net_plugin=net_plugin)
@@ -191,12 +202,26 @@ OutputDirOpt = typer.Option(None, "--output-dir", help="folder for the scheduler
 EXTRA = {"allow_extra_args": True}  # trainer arguments after `--`, e.g. -- --max-iter 5
 
 
+def _given_or_left_out(**options: str | None) -> None:
+    """An option is used as given or refused: '' or blanks (`-A "$ACCOUNT"` with ACCOUNT unset) are
+    not quietly taken for the default the option was left out for."""
+    from hpcdl.errors import HpcdlError
+
+    for option, value in options.items():
+        if value is not None and not value.strip():
+            raise HpcdlError(f"--{option.replace('_', '-')}: {value!r} is empty; give a value, or leave the option "
+                             "out for the default")
+
+
 def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_kind, dist, image, time, account,
             partition, name, scheduler=None, constraint=None, exclusive=None, requeue=False,
             warning=DEFAULT_WARNING_SECONDS, output_dir=None, extra_args=(), net_plugin=None, qos=None) -> tuple:
     from hpcdl.errors import HpcdlError
     from hpcdl.nets.spec import net_path
 
+    _given_or_left_out(name=name, account=account, partition=partition, time=time, image=image,
+                       constraint=constraint, output_dir=output_dir, node_kind=node_kind, framework=framework,
+                       scheduler=scheduler, qos=qos, net_plugin=net_plugin)
     r = load_recipe(recipe)
     net_path(r.net)  # a net file the recipe names must be there now, not only on the compute node
     if r.weights and not os.path.isfile(r.weights):  # and so must the weights it starts from (False on any OSError)
@@ -208,14 +233,14 @@ def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_
         dist = r.distributed
     ways, split = (r.spatial.ways, r.spatial.split) if r.spatial else (1, "rows")
     s, p = build_plan(site, nodes, framework, ranks_per_node, threads, mode, node_kind, dist,
-                      spatial_ways=ways, spatial_split=split, image=image, net_plugin=net_plugin)
+                      spatial_ways=ways, spatial_split=split, image=image, net_plugin=net_plugin,
+                      script_for=scheduler or "")
     options = JobOptions(
         name=name or r.name, time=time, account=account, partition=partition, image=image,
         constraint=constraint, exclusive=exclusive, requeue=requeue, warning_seconds=warning,
         output_dir=output_dir, extra_args=tuple(extra_args), qos=qos,
     )
     text = render_job_script(s, p, r.model_dump(mode="json"), options, scheduler=scheduler)
-    _check_launcher_fits(s, scheduler)
     return s, p, r, text
 
 

@@ -36,7 +36,8 @@ def modulefiles_render(
         site = os.environ.get("HPCDL_SITE") or None
     if shipped == (site is not None):
         raise HpcdlError("give either --site NAME or --shipped")
-    prefix = prefix or os.environ.get("HPCDL_PREFIX") or _this_install() or DEFAULT_PREFIX
+    if prefix is None:  # an explicit empty --prefix (an unset shell variable) is refused below, not defaulted
+        prefix = os.environ.get("HPCDL_PREFIX") or _this_install() or DEFAULT_PREFIX
     if not prefix.startswith("/"):
         raise HpcdlError(f"--prefix: {prefix!r} must be an absolute path (modulefiles are read from any directory)")
     names = shipped_site_names() if shipped else [site]

@@ -32,9 +32,12 @@ class _Slot:
     nic: int | None = None  # index into node.nics
 
 
-def make_plan(site: Site, request: JobRequest) -> Plan:
+def check_request(site: Site, request: JobRequest) -> None:
+    """Refuse, before any planning, a node count the site does not have or does not take in one job.
+
+    The plan holds a record for every rank, so its cost grows with the node count: these checks
+    come first, and cost nothing whatever the count."""
     kind_name, node = site.node_kind(request.node_kind)
-    use_gpus = _use_gpus(site, kind_name, node, request)
     if node.count is not None and request.nodes > node.count:
         raise HpcdlError(
             f"nodes: {request.nodes} is more than site {site.name!r} has of node kind {kind_name!r} ({node.count})"
@@ -46,6 +49,12 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
             f"nodes: {request.nodes} is more than site {site.name!r} allows in one job "
             f"({site.defaults.max_nodes}); ask for at most {site.defaults.max_nodes}"
         )
+
+
+def make_plan(site: Site, request: JobRequest) -> Plan:
+    check_request(site, request)
+    kind_name, node = site.node_kind(request.node_kind)
+    use_gpus = _use_gpus(site, kind_name, node, request)
     mode = _resolve_mode(site, kind_name, node, request.mode, use_gpus)
     notes: list[str] = []
     if site.retired:  # the profile stays for the published runs made on it; a user should know it no longer runs jobs

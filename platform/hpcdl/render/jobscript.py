@@ -219,17 +219,43 @@ def render_job_script(
     return text
 
 
-# Slurm's slurm.conf(5), SchedulerParameters: "max_script_size=# Specify the maximum size of a batch
-# script, in bytes. The default value is 4 megabytes." (https://slurm.schedmd.com/slurm.conf.html)
-SBATCH_MAX_SCRIPT_SIZE = 4 * 2**20
+# The largest job script each scheduler takes by default, and what it calls that limit:
+# - Slurm's slurm.conf(5), SchedulerParameters: "max_script_size=# Specify the maximum size of a
+#   batch script, in bytes. The default value is 4 megabytes." (https://slurm.schedmd.com/slurm.conf.html)
+# - OpenPBS / PBS Professional: the server's jobscript_max_size, "default value is 100MB"
+#   (DFLT_JOBSCRIPT_MAX_SIZE "100mb" in src/include/pbs_internal.h, github.com/openpbs/openpbs;
+#   PBS sizes count mb as 2^20 bytes)
+# LSF names no such limit; the local scheduler runs the script itself.
+SCRIPT_LIMITS = {
+    "slurm": (4 * 2**20, "4 MiB sbatch takes (Slurm's max_script_size default)"),
+    "pbs": (100 * 2**20, "100 MiB qsub takes (PBS's jobscript_max_size default)"),
+}
+SBATCH_MAX_SCRIPT_SIZE = SCRIPT_LIMITS["slurm"][0]
 
 
 def _fits_the_scheduler(size: int, plan: Plan, scheduler: str) -> None:
-    """Refuse a Slurm job script sbatch would refuse: the plan it carries grows with every rank."""
-    if scheduler == "slurm" and size > SBATCH_MAX_SCRIPT_SIZE:
-        raise HpcdlError(f"nodes: {plan.nodes} nodes of {plan.ranks_per_node} rank(s) make a job script of "
-                         f"{size / 2**20:.1f} MiB or more, over the 4 MiB sbatch takes (Slurm's max_script_size "
-                         "default); ask for fewer nodes")
+    """Refuse a job script its scheduler would refuse: the plan it carries grows with every rank."""
+    if scheduler in SCRIPT_LIMITS and size > SCRIPT_LIMITS[scheduler][0]:
+        raise _too_large(plan.nodes, plan.ranks_per_node, size, scheduler)
+
+
+def refuse_nodes_the_scheduler_cannot_take(one_node: Plan, nodes: int, scheduler: str) -> None:
+    """Before the plan of `nodes` nodes is built (its cost grows with every rank): refuse a node
+    count whose job script the scheduler could not take, judged from the plan of one node.
+
+    The script carries the whole plan, a record for every rank; every node's records are the first
+    node's with other node and rank numbers, never shorter ones. So `nodes` times the first node's
+    records is less than the script will hold, and over the limit the script is too."""
+    if scheduler not in SCRIPT_LIMITS:
+        return
+    per_node = sum(len(json.dumps(dataclasses.asdict(r), sort_keys=True)) + len(", ") for r in one_node.ranks)
+    if nodes * per_node > SCRIPT_LIMITS[scheduler][0]:
+        raise _too_large(nodes, one_node.ranks_per_node, nodes * per_node, scheduler)
+
+
+def _too_large(nodes: int, ranks_per_node: int, size: int, scheduler: str) -> HpcdlError:
+    return HpcdlError(f"nodes: {nodes} nodes of {ranks_per_node} rank(s) make a job script of "
+                      f"{size / 2**20:.1f} MiB or more, over the {SCRIPT_LIMITS[scheduler][1]}; ask for fewer nodes")
 
 
 def _heredoc_safe_lines(text: str, end: str) -> str:
@@ -505,7 +531,8 @@ def module_lines(site: Site, plan: Plan | None = None) -> dict:
         # no container: the framework comes from the centre's own module (modules.frameworks)
         load.append(site.modules.frameworks[framework])
     use = [path_with_variables(p) for p in site.modules.use] if load else []
-    return {"init": site.modules.init if load else None, "load": load, "use": use}
+    init = path_with_variables(site.modules.init) if site.modules.init and load else None
+    return {"init": init, "load": load, "use": use}
 
 
 def activate_lines(site: Site, plan: Plan) -> list[str]:

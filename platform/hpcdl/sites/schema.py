@@ -406,9 +406,11 @@ class Modules(_Strict):
     @field_validator("init")
     @classmethod
     def _init_absolute(cls, init: str | None) -> str | None:
-        # a job script runs in its job folder: a relative path would be sourced from wherever that is
-        if init is not None and not init.startswith(("/", "$")):
-            raise ValueError(f"{init!r} must be an absolute path (or start with a $VARIABLE such as $LMOD_PKG)")
+        # a job script runs in its job folder: a relative path would be sourced from wherever that is;
+        # a leading variable ($HOME, or one the profile's provides_env names) expands to an absolute one
+        if init is not None and not (init.startswith("/") or _VARIABLE.match(init)):
+            raise ValueError(f"{init!r} must be an absolute path (or start with a $VARIABLE the job has, "
+                             "such as $HOME or one named in provides_env)")
         return init
     use: tuple[SitePath, ...] = Field(default=(), description="module folders to `module use` before loading")
     load: tuple[ModuleName, ...] = Field(default=(), description="modules every hpcdl job loads")
@@ -788,7 +790,7 @@ class Site(_Strict):
         known = {*ALWAYS_SET, *self.provides_env, *(k for k in self.env)}
         prefix = SCHEDULER_VARIABLE_PREFIX[self.scheduler]
         places = [("filesystems.scratch", self.filesystems.scratch), ("filesystems.node_local", self.filesystems.node_local),
-                  *((f"modules.use[{i}]", p) for i, p in enumerate(self.modules.use))]
+                  ("modules.init", self.modules.init), *((f"modules.use[{i}]", p) for i, p in enumerate(self.modules.use))]
         for name, value in self.env.items():
             if isinstance(value, EnvPath):
                 places += [(f"env.{name}", p) for p in (*value.prepend, *value.append)]
