@@ -59,8 +59,15 @@ def test_plan_json_has_the_documented_fields():
 
 def test_the_local_site_told_to_use_slurm_where_none_answers_says_so(tmp_path):
     # (tests/test_images_build.py runs `--site local` through the real local Slurm)
-    env = {"SLURM_CONF": str(tmp_path / "no-slurm.conf")}
-    proc = hpcdl("sites", "detect", "--scheduler", "slurm", env=env)
+    # a $SLURM_CONF that names no file is said at once (Slurm's clients retry it for 60 s)
+    missing = tmp_path / "no-slurm.conf"
+    proc = hpcdl("sites", "detect", "--scheduler", "slurm", env={"SLURM_CONF": str(missing)}, timeout=15)
+    assert proc.returncode == 2 and f"$SLURM_CONF names no file ('{missing}')" in proc.stderr, proc.stderr
+    # one Slurm's clients cannot use (no ClusterName): sinfo fails, and no Slurm answers
+    empty = tmp_path / "empty.conf"
+    empty.write_text("")
+    env = {"SLURM_CONF": str(empty)}
+    proc = hpcdl("sites", "detect", "--scheduler", "slurm", env=env, timeout=30)
     assert proc.returncode == 2 and "scheduler: slurm, but no Slurm answers here" in proc.stderr, proc.stderr
     proc = hpcdl("plan", "--site", "local", env={**env, "HPCDL_LOCAL_SCHEDULER": "pbs"})
     assert proc.returncode == 2 and "scheduler: 'pbs' is not one of local, slurm" in proc.stderr, proc.stderr

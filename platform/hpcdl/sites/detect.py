@@ -174,8 +174,13 @@ def slurm_facts() -> dict:
     (a test cluster's pretend nodes) and the memory Slurm grants a node, in MB."""
     from hpcdl.errors import HpcdlError
 
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):
+        # Slurm's clients retry a missing configuration file for 60 s before they give up
+        raise HpcdlError(f"scheduler: slurm, but $SLURM_CONF names no file ({conf!r}): point it at the "
+                         "cluster's slurm.conf, or unset it")
     partitions = _run(["sinfo", "-h", "-o", "%P %D"])
-    nodes = _run(["scontrol", "show", "node", "-o"])
+    nodes = _run(["scontrol", "show", "node", "-o"]) if partitions else None
     if not partitions or not nodes:
         raise HpcdlError("scheduler: slurm, but no Slurm answers here (sinfo/scontrol failed; is $SLURM_CONF set "
                          "and slurmctld up?)")
