@@ -39,8 +39,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import FIXTURE_SITES
-from test_slurm_shapes import UNSHIPPED, _load
+from test_slurm_shapes import _load, site_kinds
 
 from hpcdl.errors import HpcdlError
 from hpcdl.plan import JobRequest, make_plan
@@ -118,17 +117,6 @@ def _node_facts(source: str, site, kind: str) -> dict:
                 cpus=node.cores * node.cpus_per_core, spec_cores=[c for c in range(node.cores) if c not in usable])
 
 
-def _srun_site_kinds() -> list[tuple[str, str]]:
-    found = []
-    # the shipped profiles, the fixtures, the published cases' own profiles, and test_slurm_shapes' machines
-    for source in [*map(str, sorted(SHIPPED.glob("*.yaml"))), *map(str, sorted(FIXTURE_SITES.glob("*.yaml"))),
-                   *map(str, sorted((PUBLISHED / "profiles").glob("*.yaml"))), *UNSHIPPED]:
-        site = _load(source)
-        if site.launcher == "srun":
-            found += [(source, kind) for kind in site.node_kinds]
-    return found
-
-
 def _requests(node) -> list[dict]:
     """The default job, and ranks per node that share a socket or not, on CPUs and on GPUs."""
     out = [{}, {"mode": "per-socket"}]
@@ -164,7 +152,7 @@ def _span(cores) -> str:
     return f"{cores[0]}-{cores[-1]}" if consecutive else ",".join(map(str, cores))
 
 
-SITE_KINDS = _srun_site_kinds()
+SITE_KINDS = site_kinds(lambda site: site.launcher == "srun", published=True)
 
 
 @pytest.mark.parametrize(("source", "kind"), SITE_KINDS, ids=[f"{Path(p).stem}-{k}" for p, k in SITE_KINDS])

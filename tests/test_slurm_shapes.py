@@ -93,16 +93,17 @@ defaults: {partition: compute, constraint: skx, time: "00:30:00"}
 }
 
 
-def _slurm_site_kinds() -> list[tuple[str, str]]:
+def site_kinds(keep, *, published: bool = False) -> list[tuple[str, str]]:
+    """(profile file, node kind) of every profile `keep(site)` takes: the shipped profiles (the seeds and
+    the machines written from their centres' guides: LUMI-G, JUWELS Booster, Quartz ...), the fixtures,
+    the published cases' own profiles where asked, and the machines written above."""
     from hpcdl.sites.registry import SHIPPED
 
+    folders = [SHIPPED, FIXTURE_SITES] + ([Path(__file__).parent / "published" / "profiles"] if published else [])
     found = []
-    # the shipped profiles (the seeds and the machines written from their centres' guides: LUMI-G,
-    # JUWELS Booster, Quartz ...), the fixtures, and the ones above
-    for source in [*map(str, sorted(SHIPPED.glob("*.yaml"))), *map(str, sorted(FIXTURE_SITES.glob("*.yaml"))),
-                   *UNSHIPPED]:
+    for source in [*(str(p) for folder in folders for p in sorted(folder.glob("*.yaml"))), *UNSHIPPED]:
         site = _load(source)
-        if site.scheduler == "slurm":
+        if keep(site):
             found += [(source, kind) for kind in site.node_kinds]
     return found
 
@@ -141,7 +142,7 @@ def _load(source: str):
     return load_site_file(Path(source))
 
 
-SITE_KINDS = _slurm_site_kinds()
+SITE_KINDS = site_kinds(lambda site: site.scheduler == "slurm")
 
 PROBE = """
 import json, os
