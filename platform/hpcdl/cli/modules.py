@@ -71,11 +71,12 @@ def _native_frameworks(site, prefix: str, later: bool):
     installed there get a module, and a prefix that holds none is refused, as one without bin/hpcdl
     is (`module load pytorch` must not load a module whose `import torch` fails)."""
     from hpcdl.images.frameworks import NATIVE, ImageFrameworks
+    from hpcdl.train.preflight import FRAMEWORK_MODULES as packages  # framework -> the package it imports as
 
     if site.runtime != "none" or later:
         return None
     root = Path(os.path.expandvars(prefix))
-    packages = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
+
     def holds(package: str) -> bool:
         try:
             return any(root.glob(f"lib/python3*/site-packages/{package}/__init__.py"))

@@ -172,7 +172,9 @@ def _framework_module(site: Site, prefix: str, images: ImageFrameworks, framewor
 
 
 def _import_name(framework: str) -> str:
-    return {"pytorch": "torch", "mxnet": "mxnet", "tensorflow": "tensorflow"}.get(framework, framework)
+    from hpcdl.train.preflight import FRAMEWORK_MODULES
+
+    return FRAMEWORK_MODULES.get(framework, framework)
 
 
 def container_argv(site: Site) -> tuple[tuple[str, ...], tuple[tuple[str, str, str], ...]]:

@@ -26,14 +26,11 @@ from hpcdl.validate.jobs import SUITES, SuiteContext, suite_jobs
 from hpcdl.validate.references import Verdict, load_references
 from hpcdl.validate.runner import run_jobs
 
-# the module each framework imports as; the trainer's own table (hpcdl.train.backends.BACKENDS)
-# says which module trains it, so a backend that moves is still found
-FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
-
-
 def trainer_backends() -> dict[str, tuple[str, str]]:
-    """framework -> (the module its trainer backend lives in, the module the framework imports as)."""
+    """framework -> (the module its trainer backend lives in, the module the framework imports as); the
+    trainer's own tables say both, so a backend that moves is still found."""
     from hpcdl.train.backends import BACKENDS
+    from hpcdl.train.preflight import FRAMEWORK_MODULES
 
     return {fw: (module, FRAMEWORK_MODULES[fw]) for (fw, dist), module in BACKENDS.items() if dist is None}
 
