@@ -46,7 +46,7 @@ def nodes(draw) -> NodeKind:
         cores_per_socket=cores_per_socket,
         threads_per_core=threads,
         scheduler_cpus_per_core=counted,
-        cpu_numbering=draw(st.sampled_from(["thread-major", "core-major"])),
+        cpu_numbering=draw(st.sampled_from(["thread-major", "core-major", "socket-interleaved"])),
         memory_gb=64,
         domains_per_socket=domains,
         reserved_cores_per_socket=reserved,

@@ -12,7 +12,7 @@ Matching is exact and reads only what runs: the launch line is split into argv (
 the launcher's own options, the runtime's words and the program; `launch` matches whole option
 tokens of the launcher's part (`--flag=value`, `--flag value`, jsrun's `-n4`), `runtime` whole
 tokens of the runtime's part, `env` exact `KEY=value` of what the script exports; comments never
-count. `placement` reads the plan each rank applies (its cores, GPUs, NIC). The mutation test
+count. `placement` reads the plan each rank applies (its cores, the Linux CPU ids it binds to, GPUs, NIC). The mutation test
 (test_published_mutations.py) breaks each plan in the ways a wrong plan would be wrong and asserts
 that these checks notice.
 """
@@ -43,7 +43,7 @@ CHECK_KEYS = {
     "directives", "directive_matching", "env", "env_absent", "modules", "rank_env", "placement", "script_absent",
     "script_matching", "known_mismatch",
 }
-PLACEMENT_KEYS = {"cores", "gpus", "nic"}
+PLACEMENT_KEYS = {"cores", "cpus", "gpus", "nic"}
 DIRECTIVE_PREFIX = {"slurm": "#SBATCH ", "lsf": "#BSUB ", "pbs": "#PBS "}
 PROGRAM = ["hpcdl", "train"]  # the trainer's first words: what follows the runtime on the launch line
 ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -228,8 +228,9 @@ def judge(check: dict, job: Rendered, where: str = "", named: set[str] = frozens
     for local_rank, want in (check.get("placement") or {}).items():
         assert set(want) <= PLACEMENT_KEYS, f"{where}: placement: {sorted(set(want) - PLACEMENT_KEYS)}"
         for rank in (r for r in job.plan["ranks"] if r["local_rank"] == int(local_rank)):
-            got = {"cores": rank["cores"], "gpus": rank["gpus"], "nic": rank["nic"]}
+            got = {"cores": rank["cores"], "cpus": rank["cpus"], "gpus": rank["gpus"], "nic": rank["nic"]}
             expected = {"cores": _cores(want["cores"]) if "cores" in want else None,
+                        "cpus": _cores(want["cpus"]) if "cpus" in want else None,
                         "gpus": [int(g) for g in want["gpus"]] if "gpus" in want else None, "nic": want.get("nic")}
             for key in want:
                 if got[key] != expected[key]:

@@ -47,6 +47,21 @@ def test_summit_node_is_two_power9_with_three_v100_and_two_ib_ports_per_socket()
     assert load_site("summit").filesystems.node_local == "/mnt/bb/$USER"
 
 
+def test_each_cpu_numbering_names_every_hardware_thread_once_and_frontera_interleaves_its_sockets():
+    from hpcdl.sites.schema import NodeKind
+
+    for numbering in ("thread-major", "core-major", "socket-interleaved"):
+        node = NodeKind(sockets=2, cores_per_socket=28, threads_per_core=2, cpu_numbering=numbering, memory_gb=1)
+        assert sorted(c for core in range(node.cores) for c in node.cpus_of_core(core)) == list(range(112)), numbering
+    # TACC's CLX table: socket 0's cores are proc-ids 0, 2, ..., 54 (second threads 56, 58, ...), socket 1's
+    # 1, 3, ..., 55 (57, 59, ...)
+    node = NodeKind(sockets=2, cores_per_socket=28, threads_per_core=2, cpu_numbering="socket-interleaved", memory_gb=1)
+    assert (node.cpus_of_core(0), node.cpus_of_core(1), node.cpus_of_core(27)) == ((0, 56), (2, 58), (54, 110))
+    assert (node.cpus_of_core(28), node.cpus_of_core(55)) == ((1, 57), (55, 111))
+    frontera = load_site("frontera").node_kinds["clx"]
+    assert [frontera.cpus_of_core(c) for c in (0, 1, 28)] == [(0,), (2,), (1,)]
+
+
 def test_stampede2_knl_is_68_cores_with_4_left_to_the_system():
     node = load_site("stampede2-knl").node_kinds["knl"]
     assert (node.cores_per_socket, node.threads_per_core, node.usable_cores_per_socket) == (68, 4, 64)

@@ -248,11 +248,13 @@ class NodeKind(_Strict):
             "Frontier: '-c' counts physical cores)"
         ),
     )
-    cpu_numbering: Literal["thread-major", "core-major"] = Field(
+    cpu_numbering: Literal["thread-major", "core-major", "socket-interleaved"] = Field(
         default="thread-major",
         description=(
-            "how Linux numbers hardware threads: thread-major (x86: cpu = thread*cores + core) "
-            "or core-major (POWER: cpu = core*threads + thread)"
+            "how Linux numbers hardware threads: thread-major (x86: cpu = thread*cores + core), "
+            "core-major (POWER: cpu = core*threads + thread) or socket-interleaved (some two-socket Intel "
+            "nodes: consecutive ids alternate sockets, cpu = thread*cores + core-in-socket*sockets + socket; "
+            "TACC Frontera: 'On CLX nodes the sequence of proc-ids on socket 0 are even')"
         ),
     )
     memory_gb: float = Field(gt=0, le=2**16, allow_inf_nan=False)  # 64 TB: above the largest shared-memory node
@@ -332,6 +334,9 @@ class NodeKind(_Strict):
         """Linux logical CPU ids of all hardware threads of physical core `core`."""
         if self.cpu_numbering == "core-major":
             return tuple(core * self.threads_per_core + t for t in range(self.threads_per_core))
+        if self.cpu_numbering == "socket-interleaved":
+            socket, index = divmod(core, self.cores_per_socket)
+            return tuple(t * self.cores + index * self.sockets + socket for t in range(self.threads_per_core))
         return tuple(t * self.cores + core for t in range(self.threads_per_core))
 
     @model_validator(mode="after")
