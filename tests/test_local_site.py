@@ -88,3 +88,24 @@ def test_detect_keeps_a_host_device_name_exactly_when_a_profile_may_hold_it():
         except pydantic.ValidationError:
             valid = False
         assert _device_name_ok(name) == valid, name
+
+
+def test_detect_reads_the_cpu_numbering_from_sysfs(tmp_path):
+    """CPU 1 beside CPU 0 on its core: core-major; on the other socket: socket-interleaved (TACC
+    Frontera's CLX nodes: socket 0's proc-ids even, socket 1's odd); else thread-major."""
+    from hpcdl.sites.detect import _cpu_numbering
+
+    def sysfs(siblings, packages):
+        root = tmp_path / f"{siblings}-{'-'.join(packages)}"
+        for cpu, package in enumerate(packages):
+            (root / f"cpu{cpu}/topology").mkdir(parents=True)
+            (root / f"cpu{cpu}/topology/physical_package_id").write_text(package + "\n")
+            (root / f"cpu{cpu}/topology/thread_siblings_list").write_text(siblings + "\n")
+        return root
+
+    assert _cpu_numbering(4, 2, sysfs("0-3", ["0", "0"])) == "core-major"
+    assert _cpu_numbering(1, 2, sysfs("0", ["0", "1"])) == "socket-interleaved"
+    assert _cpu_numbering(2, 2, sysfs("0,56", ["0", "1"])) == "socket-interleaved"
+    assert _cpu_numbering(2, 2, sysfs("0,48", ["0", "0"])) == "thread-major"
+    assert _cpu_numbering(1, 1, sysfs("0", ["0", "0"])) == "thread-major"
+    assert _cpu_numbering(2, 2, tmp_path / "none") == "thread-major"

@@ -39,15 +39,24 @@ def _lscpu_topology() -> tuple[int, int, int, str]:
     return sockets, cores_per_socket, threads, fields.get("Model name", "")
 
 
-def _cpu_numbering(threads_per_core: int) -> str:
-    if threads_per_core == 1:
-        return "thread-major"
-    siblings = Path("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list")
+def _cpu_numbering(threads_per_core: int, sockets: int = 1, cpus: Path = Path("/sys/devices/system/cpu")) -> str:
+    """core-major where CPU 1 is CPU 0's second thread (POWER), socket-interleaved where CPU 1 is on
+    another socket than CPU 0 (TACC Frontera's CLX nodes), thread-major otherwise."""
     try:
-        first = siblings.read_text().strip().replace("-", ",").split(",")
-        return "core-major" if len(first) > 1 and int(first[1]) == 1 else "thread-major"
-    except OSError:
-        return "thread-major"
+        if threads_per_core > 1:
+            siblings = set()  # a cpulist: "0-3" (POWER SMT4), "0,48"
+            for part in (cpus / "cpu0/topology/thread_siblings_list").read_text().strip().split(","):
+                a, _, b = part.partition("-")
+                siblings.update(range(int(a), int(b or a) + 1))
+            if 1 in siblings:
+                return "core-major"
+        if sockets > 1:
+            package = [(cpus / f"cpu{i}/topology/physical_package_id").read_text().strip() for i in (0, 1)]
+            if package[0] != package[1]:
+                return "socket-interleaved"
+    except (OSError, ValueError):
+        pass
+    return "thread-major"
 
 
 def _memory_gb() -> float:
@@ -147,7 +156,7 @@ def detect_local_node() -> NodeKind:
         sockets=sockets,
         cores_per_socket=cores_per_socket,
         threads_per_core=threads,
-        cpu_numbering=_cpu_numbering(threads),
+        cpu_numbering=_cpu_numbering(threads, sockets),
         memory_gb=_memory_gb(),
         domains_per_socket=domains,
         gpus=_gpus(sockets, domains),
