@@ -297,6 +297,15 @@ def test_the_rendezvous_address_and_port_follow_the_centre(tmp_path):
     assert "MASTER_ADDR=$(hostname)" in lines and "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))" in lines
     with pytest.raises(HpcdlError, match=r"launch.master_addr: a Slurm setting .* but the scheduler is pbs"):
         _profile(tmp_path, GADI, **{"launch.master_addr": "host-ip"})
+    # JSC: the first node's name + "i", "to allow communication over InfiniBand cells"
+    lines = _render(load_site_file(SHIPPED / "juwels-booster.yaml"), tmp_path).splitlines()
+    assert 'MASTER_ADDR="$(hostname -s)i"' in lines
+    with pytest.raises(HpcdlError, match=r"launch.master_addr_suffix: a Slurm setting .* but the scheduler is pbs"):
+        _profile(tmp_path, GADI, **{"launch.master_addr_suffix": "i"})
+    with pytest.raises(HpcdlError, match=r"launch.master_addr_suffix: .* but launch.master_addr is host-ip"):
+        _profile(tmp_path, SHIPPED / "frontier.yaml", **{"launch.master_addr_suffix": "i"})
+    with pytest.raises(HpcdlError, match=r"launch.master_addr_suffix"):  # nothing a shell would run
+        _profile(tmp_path, SHIPPED / "juwels-booster.yaml", **{"launch.master_addr_suffix": 'i"; rm -rf ~; "'})
 
 
 def test_a_pbs_plan_says_its_cpu_unit_in_pbs_words():

@@ -552,6 +552,14 @@ class Launch(_Strict):
             "its address, $(hostname -i), where the centre asks for it (OLCF Frontier: export MASTER_ADDR=$(hostname -i))"
         ),
     )
+    master_addr_suffix: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+$", max_length=32)] | None = Field(
+        default=None,
+        description=(
+            "appended to the batch host's short name where the centre reaches nodes by another interface's name: "
+            "MASTER_ADDR=\"$(hostname -s)i\" (JSC: the first node's name + 'i', 'to allow communication over "
+            "InfiniBand cells')"
+        ),
+    )
     master_port: int | None = Field(
         default=None, ge=1024, le=65535,
         description="the rendezvous port the centre recommends (OLCF: 3442); default 20000 + the job id mod 20000",
@@ -742,6 +750,12 @@ class Site(_Strict):
         if self.launch.master_addr != "host-name" and self.scheduler != "slurm":
             raise ValueError(f"launch.master_addr: a Slurm setting (the batch host's address), but the scheduler is "
                              f"{self.scheduler}, whose jobs name the first host of their node file")
+        if self.launch.master_addr_suffix and self.scheduler != "slurm":
+            raise ValueError(f"launch.master_addr_suffix: a Slurm setting (the batch host's name), but the scheduler "
+                             f"is {self.scheduler}, whose jobs name the first host of their node file")
+        if self.launch.master_addr_suffix and self.launch.master_addr == "host-ip":
+            raise ValueError("launch.master_addr_suffix: a suffix to the host's name, but launch.master_addr is "
+                             "host-ip (its address); keep one")
         if self.launch.srun_mpi and self.launcher != "srun":
             raise ValueError(f"launch.srun_mpi: an srun setting, but the launcher is {self.launcher}")
         if self.launch.srun_mpi and any(a == "--mpi" or a.startswith("--mpi=") for a in self.launch.args):
