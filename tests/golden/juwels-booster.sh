@@ -64,7 +64,8 @@ export UCX_RC_TIMEOUT=4s
 : "${HPCDL_IMAGE_DIR:?is not set: module load hpcdl first, or render with --image}"
 
 # Rank 0 runs on the allocation's first node, where Slurm also runs this batch step.
-MASTER_ADDR=$(hostname)
+# the name of the host's interface the centre asks for (the short name + i)
+MASTER_ADDR="$(hostname -s)i"
 export MASTER_ADDR
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 
