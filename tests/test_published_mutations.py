@@ -42,7 +42,6 @@ CHECKED = [p for p in CASES if not _case(p).get("refused")]
 # (which GPU, cores or HCA a rank gets, hpcdl's own launcher options): a check needs a source that
 # says what it asserts, so these stay below the bar, named, until one is found.
 UNSOURCED = {
-    "alps-gh200-container-engine": "the aws_ofi_nccl hook sets CSCS's NCCL variables in the container itself (CSCS nccl.md: 'the container engine sets these automatically when using the NCCL hook'; they must be set by hand only with a uenv), so no CSCS line says the job must export NCCL_NET, NCCL_PROTO, FI_CXI_DEFAULT_TX_SIZE or FI_CXI_RX_MATCH_MODE there, and dropping them survives",
     "derecho": "NCAR's only published CPU mpiexec line is mpibind's (mpiexec -n 4 -ppn 2 --cpu-bind none ... cpu_bind ./app, its own binding wrapper); no NCAR page gives the plan's --depth=64 --cpu-bind depth, so nothing can say that dropping them, or adding a foreign option, is wrong",
     "frontera": "TACC's Frontera pages give ibrun only as 'ibrun -np 2 ./run.sh', never which options ibrun may take",
     "gadi": "NCI's cited scripts run python directly: no mpirun line, rank count or GPU order for Gadi; only the cores each rank gets under the job's own --map-by/--bind-to follow from Open MPI's documentation (checked)",
