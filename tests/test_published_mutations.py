@@ -47,7 +47,7 @@ UNSOURCED = {
     "gadi": "NCI's cited scripts run python directly: no mpirun line, rank count or GPU order for Gadi; only the cores each rank gets under the job's own --map-by/--bind-to follow from Open MPI's documentation (checked)",
     "jean-zay": "IDRIS's pages give no core binding or core-to-GPU pairing for the V100 nodes",
     "juwels-booster": "JSC publishes no GPU-to-NUMA or GPU-to-HCA map for the Booster node",
-    "lassen": "LBANN's LC launcher pins each rank's GPU (GPU index = node rank, now checked) but no HCA or core per rank, and its jsrun line (-n -a --bind packed:8 --smpiargs) comes with further arguments from LBANN's batch-script maker that were not read, so -c and a foreign option stay unjudged",
+    "lassen": "LBANN's jsrun line is checked whole now (its LSF batch script: --nrs --rs_per_host 1 --tasks_per_rs --cpu_per_rs ALL_CPUS --gpu_per_rs ALL_GPUS, with the LC launcher's --bind packed:8 --smpiargs=-gpu) and its GPU per node rank; it names no HCA per rank and leaves which 8 cores a rank gets to jsrun's packed binding, and neither LBANN's LC launcher nor LLNL's srun-vs-jsrun page read here gives a per-rank core list or HCA, so ranks trading NICs or cores survive (16/20)",
     "leonardo": "CINECA's pages give no srun line, GPU order or binding",
     "volta-x86": "a generic machine: no centre publishes its GPU order or binding",
 }
