@@ -44,12 +44,12 @@ CHECKED = [p for p in CASES if not _case(p).get("refused")]
 UNSOURCED = {
     "derecho": "NCAR's only published CPU mpiexec line is mpibind's (mpiexec -n 4 -ppn 2 --cpu-bind none ... cpu_bind ./app, its own binding wrapper); no NCAR page gives the plan's --depth=64 --cpu-bind depth, so nothing can say that dropping them, or adding a foreign option, is wrong",
     "frontera": "TACC's Frontera pages give ibrun only as 'ibrun -np 2 ./run.sh', never which options ibrun may take",
-    "gadi": "NCI's cited scripts run python directly: no mpirun line, rank count or GPU order for Gadi; only the cores each rank gets under the job's own --map-by/--bind-to follow from Open MPI's documentation (checked)",
+    "gadi": "NCI's published DL jobs run no mpirun line: FourCastNeXt's run_trainer.pbs and FourCastNet's job.sh start python directly, and NCI's PyTorch DDP page (https://opus.nci.org.au/x/OgBbCw) starts NCI-ai-ml's torchrun_nccl.sh wrapper, one torchrun per node; none gives a rank-to-GPU order or which socket a gpuvolta V100 sits on, so ranks trading GPUs and a foreign mpirun option survive. Open MPI's own page pins the rest (cores under --map-by/--bind-to, -x to the other node: checked), and says --map-by ppr:4:node alone launches 4 per node, so -np 8 dropped runs the same (13/18)",
     "jean-zay": "IDRIS's pages give no core binding or core-to-GPU pairing for the V100 nodes",
     "juwels-booster": "JSC publishes no GPU-to-NUMA or GPU-to-HCA map for the Booster node",
     "lassen": "LBANN's jsrun line is checked whole now (its LSF batch script: --nrs --rs_per_host 1 --tasks_per_rs --cpu_per_rs ALL_CPUS --gpu_per_rs ALL_GPUS, with the LC launcher's --bind packed:8 --smpiargs=-gpu) and its GPU per node rank; it names no HCA per rank and leaves which 8 cores a rank gets to jsrun's packed binding, and neither LBANN's LC launcher nor LLNL's srun-vs-jsrun page read here gives a per-rank core list or HCA, so ranks trading NICs or cores survive (16/20)",
     "leonardo": "CINECA's pages give no srun line, GPU order or binding",
-    "volta-x86": "a generic machine: no centre publishes its GPU order or binding",
+    "volta-x86": "a generic machine, no centre: Slurm's srun and MPI pages define what --gpu-bind=map_gpu, --cpu-bind, --distribution and --mpi=pmix do but prescribe no layout for a DL job, NCCL's page defines NCCL_IB_HCA, and the node itself (4 x V100 PCIe, 2 HCAs, GPUs and HCAs per socket) is the profile's own assumption, not a vendor's published topology; which GPU and cores a rank gets and which srun options the line carries are hpcdl's convention, which cannot be judged against a centre (4/16)",
 }
 
 
