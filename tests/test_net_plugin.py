@@ -78,6 +78,15 @@ def test_perlmutter_takes_the_plugin_from_podman_hpc_and_sets_its_values_not_a_p
         _plan(_with_image(bare, "registry.nersc.gov/m0000/my-torch:1.0"))
 
 
+def test_the_container_engine_hook_brings_the_plugin_and_sets_its_settings_itself():
+    """CSCS: the hook "sets environment variables to control the behavior of NCCL and the libfabric CXI
+    provider"; its settings are exported by hand only with a uenv, so the job leaves them to the hook."""
+    plan = _plan(load_site("alps-gh200"))
+    assert plan.runtime.net_plugin_from.startswith("the container engine's aws_ofi_nccl hook")
+    assert not set(PLUGIN_SETTINGS) & set(plan.env) and "NCCL_NET_PLUGIN" not in plan.env
+    assert plan.env["FI_PROVIDER"] == "cxi" and plan.env["MPICH_GPU_SUPPORT_ENABLED"] == "0"
+
+
 def test_a_profile_that_names_the_plugin_in_its_env_keeps_it_and_gets_the_settings():
     site = _with_image(load_site("perlmutter"), "registry.nersc.gov/m0000/my-torch:1.0")
     env = {**site.env, "NCCL_NET_PLUGIN": "/sw/aws-ofi-nccl/lib/libnccl-net.so"}

@@ -58,7 +58,8 @@ def test_summit_hybrid_per_nic_mode_runs_4_ranks_2_per_socket_each_on_its_own_po
     assert sorted(g for r in local for g in r.gpus) == [0, 1, 2, 3, 4, 5]
     node = load_site("summit").node_kinds["ac922"]
     assert all(node.gpus[g].socket == r.socket for r in local for g in r.gpus)
-    assert list(plan.launcher_argv) == ["jsrun", "-n2", "-a4", "-c40", "-g6", "-r1", "-bpacked:10"]
+    # the ranks' 40 cores are not all 42: the resource set holds every core (LBANN: --cpu_per_rs ALL_CPUS)
+    assert list(plan.launcher_argv) == ["jsrun", "-n2", "-a4", "-cALL_CPUS", "-g6", "-r1", "-bpacked:10"]
 
 
 def test_summit_with_horovod_uses_hierarchical_allreduce_and_spectrum_mpi_device_per_rank():

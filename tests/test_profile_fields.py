@@ -115,9 +115,14 @@ def test_container_runtime_modules_reach_podman_hpc_and_shifter(tmp_path):
 
 def test_every_rank_sees_every_gpu_and_picks_its_own():
     lassen = make_plan(load_site("lassen"), JobRequest(nodes=2, distributed="horovod"))
-    assert list(lassen.launcher_argv) == ["jsrun", "-n2", "-a4", "-c32", "-g4", "-r1", "-bpacked:8", "--smpiargs=-gpu"]
+    # LBANN's resource set holds the node's every core (--cpu_per_rs ALL_CPUS): the ranks' 4 x 8 cores leave
+    # 8 idle, and a set of 32 cores would be jsrun's choice of 32, not the plan's
+    assert list(lassen.launcher_argv) == ["jsrun", "-n2", "-a4", "-cALL_CPUS", "-g4", "-r1", "-bpacked:8", "--smpiargs=-gpu"]
     assert [r.env["HPCDL_GPU"] for r in lassen.local_ranks()] == ["0", "1", "2", "3"]
     assert all("CUDA_VISIBLE_DEVICES" not in r.env for r in lassen.ranks)
+    # where the ranks use every core, the count, as OLCF writes it for Summit (-c42)
+    summit = make_plan(load_site("summit"), JobRequest(nodes=2))
+    assert "-c42" in summit.launcher_argv and "-r1" in summit.launcher_argv
 
 
 def test_the_trainer_drives_the_gpu_the_plan_names(monkeypatch):

@@ -203,7 +203,10 @@ class JsrunLauncher(Launcher):
     One resource set per rank when every rank has the same GPUs count (OLCF Summit guide:
     `jsrun -n<6N> -a1 -c7 -g1 -r6 -bpacked:7`); otherwise one per socket holding that
     socket's ranks (the hybrid per-NIC layout: 2 ranks and 3 GPUs per socket), else one per
-    node (the guide's `jsrun -r1 -g6 -a6 -c42 -bpacked:7`). `-c` counts physical cores.
+    node (the guide's `jsrun -r1 -g6 -a6 -c42 -bpacked:7`). `-c` counts physical cores. A resource
+    set that holds the whole node gets every core jsrun may give (LBANN's `--cpu_per_rs ALL_CPUS`), so
+    each rank's own cores from the plan lie inside it (a resource set is a cgroup); written as the count
+    where the ranks use them all, as OLCF writes it.
     """
 
     binds_cores = True
@@ -215,11 +218,16 @@ class JsrunLauncher(Launcher):
         for r in local:
             per_socket.setdefault(r.socket, []).append(r)
         gpus_used = {g for r in local for g in r.gpus}
+        cpus = None  # the resource set's -c: its ranks' cores, unless said below
         if site.launch.gpu_visibility == "node" and gpus_used:
             # one resource set per node holding all its GPUs, so every rank reaches every GPU
             # (a resource set is a cgroup): OLCF's DL guidance `jsrun -r1 -g6 -a6 -c42 -bpacked:7`,
-            # the Gordon Bell scripts `jsrun -n ${nnodes} -g 6 -c 42 -a 6`, LBANN on Lassen
+            # the Gordon Bell scripts `jsrun -n ${nnodes} -g 6 -c 42 -a 6`, LBANN on Lassen (with
+            # `--cpu_per_rs ALL_CPUS`: the set holds every core, the ranks bind to theirs inside it)
             sets_per_node, tasks, gpus = 1, plan.ranks_per_node, len(gpus_used)
+            node = site.node_kinds[plan.node_kind]
+            usable = sum(len(node.usable_cores_of_socket(s)) for s in range(node.sockets))
+            cpus = str(c * tasks) if c * tasks == usable else "ALL_CPUS"
         elif len({len(r.gpus) for r in local}) == 1:
             sets_per_node, tasks, gpus = plan.ranks_per_node, 1, len(local[0].gpus)
         elif len({len(rs) for rs in per_socket.values()}) == 1 and len(
@@ -229,11 +237,12 @@ class JsrunLauncher(Launcher):
             sets_per_node, tasks, gpus = len(per_socket), len(first), sum(len(r.gpus) for r in first)
         else:
             sets_per_node, tasks, gpus = 1, plan.ranks_per_node, len({g for r in local for g in r.gpus})
+        cpus = cpus or str(c * tasks)
         argv = [
             "jsrun",
             f"-n{sets_per_node * plan.nodes}",
             f"-a{tasks}",
-            f"-c{c * tasks}",
+            f"-c{cpus}",
             f"-g{gpus}",
             f"-r{sets_per_node}",
             f"-bpacked:{c}",

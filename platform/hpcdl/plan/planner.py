@@ -102,8 +102,9 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     plugin = runtime.net_plugin_from
     env = {
         **threading_env(node, request.framework, threads, len(cores[0])),
+        # the plugin's settings go with it; where its provider sets them itself, they are left to it
         **communication_env(site, node, request, distributed, use_gpus, ranks_per_node, threads, mode,
-                            net_plugin=plugin is not None),
+                            net_plugin=plugin is not None and not runtime.plugin_sets_its_env),
         # the site's own settings win: the centre knows its machine best
         **{k: v for k, v in site.env.items() if isinstance(v, str)},
     }

@@ -31,6 +31,11 @@ LIBFABRIC_NICS = ("slingshot",)
 PLUGIN_RUNTIME_MODULES = {"podman-hpc": ("nccl",), "shifter": ("nccl-plugin",)}
 #: the CSCS container engine's hook annotation that mounts the host's aws-ofi-nccl plugin (CSCS EDF docs)
 CE_PLUGIN_HOOK = "com.hooks.aws_ofi_nccl.enabled"
+#: where the plan says the plugin comes from when that hook brings it. The hook also sets NCCL's and
+#: libfabric's Slingshot settings in the container ("It sets environment variables to control the behavior
+#: of NCCL and the libfabric CXI provider", CSCS "Container Engine"; "the container engine sets these
+#: automatically when using the NCCL hook", CSCS "NCCL"), so the job leaves them to it.
+CE_HOOK_PLUGIN = f"the container engine's aws_ofi_nccl hook ({CE_PLUGIN_HOOK})"
 #: Apptainer/Singularity carry a host setting into the container only under these prefixes
 CONTAINER_ENV_PREFIXES = ("APPTAINERENV_", "SINGULARITYENV_")
 
@@ -53,6 +58,12 @@ class RuntimeChoice:
     @property
     def in_container(self) -> bool:
         return self.runtime != "none"
+
+    @property
+    def plugin_sets_its_env(self) -> bool:
+        """Whether what brings the plugin also sets the plugin's NCCL and libfabric settings (the
+        container engine's hook), so the job sets none of them itself."""
+        return self.net_plugin_from == CE_HOOK_PLUGIN
 
     def describe(self) -> list[str]:
         """The plan's words on it, one line each (hpcdl plan prints them)."""
@@ -217,7 +228,7 @@ def _with_net_plugin(site: Site, node: NodeKind, choice: RuntimeChoice, use_gpus
         if modules:
             return replace(choice, net_plugin_from=f"the {site.runtime} {modules[0]} module")
         if env is not None and env.annotations.get(CE_PLUGIN_HOOK) == "true":
-            return replace(choice, net_plugin_from=f"the container engine's aws_ofi_nccl hook ({CE_PLUGIN_HOOK})")
+            return replace(choice, net_plugin_from=CE_HOOK_PLUGIN)
         if "NCCL_NET_PLUGIN" in site.env:
             return replace(choice, net_plugin_from="NCCL_NET_PLUGIN in the profile's env (a path inside the image)")
         carried = [k for k in site.env if k.startswith(CONTAINER_ENV_PREFIXES) and k.endswith("LD_LIBRARY_PATH")]
