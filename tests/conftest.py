@@ -38,10 +38,14 @@ def require_slurm_daemons() -> None:
 
 
 def hpcdl(*args: str, check: bool = False, env: dict | None = None, cwd=None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run the real command line in a fresh process."""
+    """Run the real command line in a fresh process, its output a pipe's.
+
+    The terminal's size is not passed on: pytest-xdist's workers set $COLUMNS to their own
+    terminal's, which would narrow the tables a pipe gets (hpcdl.cli.output)."""
+    inherited = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     proc = subprocess.run(
         [sys.executable, "-m", "hpcdl", *map(str, args)], capture_output=True, text=True,
-        env={**os.environ, **(env or {})}, cwd=cwd, timeout=timeout,
+        env={**inherited, **(env or {})}, cwd=cwd, timeout=timeout,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"hpcdl {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
