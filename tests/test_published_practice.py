@@ -159,13 +159,15 @@ def _has_option(job: Rendered, option: str, value) -> bool:
 
 
 def _cores(text) -> list[int]:
-    """`[1, 2, 3]` or "1-7" or "1-7,9": the cores a placement check names."""
+    """`[1, 2, 3]` or "1-7" or "1-7,9" or "0-54:2" (every second, as taskset's CPU lists write a stride):
+    the cores or CPUs a placement check names."""
     if isinstance(text, list):
         return [int(c) for c in text]
     out = []
     for part in str(text).split(","):
-        a, _, b = part.partition("-")
-        out += list(range(int(a), int(b or a) + 1))
+        span, _, step = part.partition(":")
+        a, _, b = span.partition("-")
+        out += list(range(int(a), int(b or a) + 1, int(step or 1)))
     return out
 
 
@@ -228,9 +230,10 @@ def judge(check: dict, job: Rendered, where: str = "", named: set[str] = frozens
     for local_rank, want in (check.get("placement") or {}).items():
         assert set(want) <= PLACEMENT_KEYS, f"{where}: placement: {sorted(set(want) - PLACEMENT_KEYS)}"
         for rank in (r for r in job.plan["ranks"] if r["local_rank"] == int(local_rank)):
-            got = {"cores": rank["cores"], "cpus": rank["cpus"], "gpus": rank["gpus"], "nic": rank["nic"]}
+            # the CPUs a rank binds to are a set (the plan lists them core by core, each core's threads together)
+            got = {"cores": rank["cores"], "cpus": sorted(rank["cpus"]), "gpus": rank["gpus"], "nic": rank["nic"]}
             expected = {"cores": _cores(want["cores"]) if "cores" in want else None,
-                        "cpus": _cores(want["cpus"]) if "cpus" in want else None,
+                        "cpus": sorted(_cores(want["cpus"])) if "cpus" in want else None,
                         "gpus": [int(g) for g in want["gpus"]] if "gpus" in want else None, "nic": want.get("nic")}
             for key in want:
                 if got[key] != expected[key]:
