@@ -342,7 +342,6 @@ def test_matching_is_exact_and_reads_no_comments():
 NODE_FACTS = {"source", "says", "sockets", "cores_per_socket", "threads_per_core", "cpus", "spec_cores", "gpus"}
 # Slurm sites whose node no centre page read here describes: posed from the profile, and said so
 UNPUBLISHED_NODES = {
-    "stampede2-skx": "no TACC page with the SKX node's cores and threads was read for this suite",
     "volta-x86": "a generic machine: no centre publishes its node",
 }
 
