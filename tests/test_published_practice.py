@@ -309,6 +309,35 @@ def test_rendered_job_follows_published_practice(path, index):
     assert not wrong, "\n".join(wrong)
 
 
+NUMBERINGS = ("thread-major", "core-major", "socket-interleaved")
+CPU_CHECKS = [(p, i) for p in CASES for i, c in enumerate(_case(p)["checks"])
+              if "known_mismatch" not in c and any("cpus" in want for want in (c.get("placement") or {}).values())]
+
+
+@pytest.mark.parametrize("path,index", CPU_CHECKS, ids=[f"{p.stem}-{i}" for p, i in CPU_CHECKS])
+def test_a_check_naming_cpus_fails_on_every_other_numbering(path, index):
+    """A check that names the CPUs ranks bind to holds the centre's numbering: the profile numbering
+    the node any other way that moves a CPU (TACC Frontera's socket-interleaved proc-ids read as
+    consecutive, a POWER node read as x86) fails it."""
+    case = _case(path)
+    check = case["checks"][index]
+    site = _site(case)
+    request = effective_request(case, check)
+    kind = _plan(site, request).node_kind
+    node = site.node_kinds[kind]
+    options = JobOptions(**{**case.get("options", {}), **check.get("options", {})})
+    moved = []
+    for numbering in NUMBERINGS:
+        other = node.model_copy(update={"cpu_numbering": numbering})
+        if all(other.cpus_of_core(c) == node.cpus_of_core(c) for c in range(node.cores)):
+            continue  # the same CPUs (one socket, or the node's own numbering)
+        wrong = site.model_copy(update={"node_kinds": {**site.node_kinds, kind: other}})
+        job = Rendered(wrong, render_job_script(wrong, make_plan(wrong, JobRequest(**request)), {}, options))
+        assert judge(check, job, path.stem), f"{path.stem}: checks[{index}] passes with cpu_numbering: {numbering}"
+        moved.append(numbering)
+    assert moved, f"{path.stem}: checks[{index}]: no other numbering moves a CPU of node kind {kind}"
+
+
 def test_matching_is_exact_and_reads_no_comments():
     """The matcher itself: a flag inside another flag, a word of the trainer, a comment and a
     variable's prefix are not the thing a check names."""
