@@ -159,13 +159,15 @@ def _has_option(job: Rendered, option: str, value) -> bool:
 
 
 def _cores(text) -> list[int]:
-    """`[1, 2, 3]` or "1-7" or "1-7,9": the cores a placement check names."""
+    """`[1, 2, 3]` or "1-7" or "1-7,9" or "0-54:2" (every second, as taskset's CPU lists write a stride):
+    the cores or CPUs a placement check names."""
     if isinstance(text, list):
         return [int(c) for c in text]
     out = []
     for part in str(text).split(","):
-        a, _, b = part.partition("-")
-        out += list(range(int(a), int(b or a) + 1))
+        span, _, step = part.partition(":")
+        a, _, b = span.partition("-")
+        out += list(range(int(a), int(b or a) + 1, int(step or 1)))
     return out
 
 
@@ -228,9 +230,10 @@ def judge(check: dict, job: Rendered, where: str = "", named: set[str] = frozens
     for local_rank, want in (check.get("placement") or {}).items():
         assert set(want) <= PLACEMENT_KEYS, f"{where}: placement: {sorted(set(want) - PLACEMENT_KEYS)}"
         for rank in (r for r in job.plan["ranks"] if r["local_rank"] == int(local_rank)):
-            got = {"cores": rank["cores"], "cpus": rank["cpus"], "gpus": rank["gpus"], "nic": rank["nic"]}
+            # the CPUs a rank binds to are a set (the plan lists them core by core, each core's threads together)
+            got = {"cores": rank["cores"], "cpus": sorted(rank["cpus"]), "gpus": rank["gpus"], "nic": rank["nic"]}
             expected = {"cores": _cores(want["cores"]) if "cores" in want else None,
-                        "cpus": _cores(want["cpus"]) if "cpus" in want else None,
+                        "cpus": sorted(_cores(want["cpus"])) if "cpus" in want else None,
                         "gpus": [int(g) for g in want["gpus"]] if "gpus" in want else None, "nic": want.get("nic")}
             for key in want:
                 if got[key] != expected[key]:
@@ -306,6 +309,35 @@ def test_rendered_job_follows_published_practice(path, index):
     assert not wrong, "\n".join(wrong)
 
 
+NUMBERINGS = ("thread-major", "core-major", "socket-interleaved")
+CPU_CHECKS = [(p, i) for p in CASES for i, c in enumerate(_case(p)["checks"])
+              if "known_mismatch" not in c and any("cpus" in want for want in (c.get("placement") or {}).values())]
+
+
+@pytest.mark.parametrize("path,index", CPU_CHECKS, ids=[f"{p.stem}-{i}" for p, i in CPU_CHECKS])
+def test_a_check_naming_cpus_fails_on_every_other_numbering(path, index):
+    """A check that names the CPUs ranks bind to holds the centre's numbering: the profile numbering
+    the node any other way that moves a CPU (TACC Frontera's socket-interleaved proc-ids read as
+    consecutive, a POWER node read as x86) fails it."""
+    case = _case(path)
+    check = case["checks"][index]
+    site = _site(case)
+    request = effective_request(case, check)
+    kind = _plan(site, request).node_kind
+    node = site.node_kinds[kind]
+    options = JobOptions(**{**case.get("options", {}), **check.get("options", {})})
+    moved = []
+    for numbering in NUMBERINGS:
+        other = node.model_copy(update={"cpu_numbering": numbering})
+        if all(other.cpus_of_core(c) == node.cpus_of_core(c) for c in range(node.cores)):
+            continue  # the same CPUs (one socket, or the node's own numbering)
+        wrong = site.model_copy(update={"node_kinds": {**site.node_kinds, kind: other}})
+        job = Rendered(wrong, render_job_script(wrong, make_plan(wrong, JobRequest(**request)), {}, options))
+        assert judge(check, job, path.stem), f"{path.stem}: checks[{index}] passes with cpu_numbering: {numbering}"
+        moved.append(numbering)
+    assert moved, f"{path.stem}: checks[{index}]: no other numbering moves a CPU of node kind {kind}"
+
+
 def test_matching_is_exact_and_reads_no_comments():
     """The matcher itself: a flag inside another flag, a word of the trainer, a comment and a
     variable's prefix are not the thing a check names."""
@@ -339,7 +371,6 @@ def test_matching_is_exact_and_reads_no_comments():
 NODE_FACTS = {"source", "says", "sockets", "cores_per_socket", "threads_per_core", "cpus", "spec_cores", "gpus"}
 # Slurm sites whose node no centre page read here describes: posed from the profile, and said so
 UNPUBLISHED_NODES = {
-    "stampede2-skx": "no TACC page with the SKX node's cores and threads was read for this suite",
     "volta-x86": "a generic machine: no centre publishes its node",
 }
 
