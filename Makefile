@@ -78,8 +78,14 @@ horovod: $(STAMPS)/horovod
 run: apt $(STAMPS)/venv
 	$(VENV)/bin/hpcdl validate --site local --suite quick
 
+# The quick tests on every core at once (pytest-xdist), then the slow ones (training, clusters,
+# images, anything that times itself) one at a time, so no timing shares the machine with
+# another test. Both parts always run; either failing fails `make test`.
 test: setup
-	$(PY) -m pytest
+	@status=0; \
+	$(PY) -m pytest -m "not slow and not slurm" -n auto || status=$$?; \
+	$(PY) -m pytest -m "slow or slurm" || status=$$?; \
+	exit $$status
 
 bench: setup
 	$(PY) -m hpcdl.bench --out docs/performance.md
