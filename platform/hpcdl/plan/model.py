@@ -71,6 +71,9 @@ class Plan:
     env_paths: dict[str, dict] = field(default_factory=dict)
     # what the ranks run in and where their framework, MPI and network plugin come from (hpcdl.plan.runtime)
     runtime: RuntimeChoice | None = None
+    # pretend nodes that share one host (a test cluster, the node kind's nodes_per_host): each node's CPU
+    # ids are the same host CPUs, so a job over several of them must not pin by them (train/binding.py)
+    nodes_per_host: int = 1
 
     @property
     def world_size(self) -> int:
@@ -88,6 +91,8 @@ class Plan:
         for name in ("modules", "env_paths", "runtime"):
             if not data[name]:
                 data.pop(name)  # nor do plans without these
+        if self.nodes_per_host == 1:
+            data.pop("nodes_per_host")  # every real machine's node is a host of its own
         return data
 
     @classmethod

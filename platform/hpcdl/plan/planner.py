@@ -147,6 +147,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         modules=modules,
         env_paths=env_paths,
         runtime=runtime,
+        nodes_per_host=node.nodes_per_host,
     )
     plan = replace(plan, notes=tuple(notes))
     from hpcdl.launchers import launcher_for

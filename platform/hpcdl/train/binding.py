@@ -37,7 +37,15 @@ def apply_plan(plan: dict | None, me: RankInfo) -> dict:
     os.environ["OMP_NUM_THREADS"] = str(placement["omp_num_threads"])
     cpus = set(placement["cpus"])
     applied = {"cpus": sorted(cpus), "omp_num_threads": placement["omp_num_threads"]}
-    if hasattr(os, "sched_setaffinity"):
+    if plan.get("nodes_per_host", 1) > 1 and plan["nodes"] > 1:
+        # pretend nodes on one host number their CPUs alike: pinning by the plan would stack every
+        # node's rank 0 on the host's CPU 0 while other CPUs idle, so the host's scheduler places them.
+        # OpenMP too: with OMP_PROC_BIND set, libgomp binds the first thread to the first place of the
+        # process's CPUs, which is CPU 0 for every rank on the host
+        os.environ["OMP_PROC_BIND"] = "false"
+        os.environ.pop("OMP_PLACES", None)
+        applied["bound"] = False
+    elif hasattr(os, "sched_setaffinity"):
         available = os.sched_getaffinity(0)
         if cpus and cpus <= set(range(os.cpu_count() or 0)):
             if available != cpus:
