@@ -326,3 +326,16 @@ def test_a_slurm_that_binds_by_default_gives_the_plans_cores(slurm_clusters, sou
     assert not slurmd_mismatches(slurm_clusters, source, site, kind, POSED_CPU_BIND[site.launch.cpu_bind_default])
     unbound = slurmd_mismatches(slurm_clusters, source, site, kind, "none")
     assert unbound and all("binds no task" in m for m in unbound), unbound
+
+
+@pytest.mark.slurm
+def test_a_slurm_that_binds_to_cores_by_default_gives_the_plans_cores(slurm_clusters):
+    """launch.cpu_bind_default: cores (slurm.conf TaskPluginParam=Cores or the node's CpuBind=core,
+    "Bind tasks to cores by default. Overrides automatic binding"): Alps Eiger's node declared so and
+    posed with CpuBind=core binds the line without --cpu-bind as planned; posed not binding, not at all."""
+    source = str(SHIPPED / "alps-eiger.yaml")
+    site = _load(source)
+    site = site.model_copy(update={"launch": site.launch.model_copy(update={"cpu_bind_default": "cores"})})
+    assert not any(w.startswith("--cpu-bind") for w in make_plan(site, JobRequest(nodes=2)).launcher_argv)
+    assert not slurmd_mismatches(slurm_clusters, source, site, "zen2", POSED_CPU_BIND["cores"])
+    assert slurmd_mismatches(slurm_clusters, source, site, "zen2", "none")
