@@ -319,3 +319,23 @@ def test_a_pbs_plan_says_its_cpu_unit_in_pbs_words():
     assert "ncpus 16 per rank is 16 cores" in note and "-c " not in note
     notes = make_plan(load_site("frontier"), JobRequest(nodes=2)).notes
     assert any("-c 7 is 7 cores" in n for n in notes)
+
+
+def test_a_site_whose_slurm_binds_tasks_itself_names_no_cpu_bind_and_refuses_a_plan_it_would_not_bind(tmp_path):
+    """launch.cpu_bind_default: the srun line names no --cpu-bind (CSCS's lines carry none), and a plan
+    whose cores only a mask gives (Frontier: rank 0 on cores 49-55, beside its GCD) is refused in one line
+    naming the field, as is the field beside a launcher other than srun."""
+    volta = SHIPPED / "volta-x86.yaml"
+    assert "--cpu-bind=cores" in make_plan(load_site_file(volta), JobRequest()).launcher_argv
+    for bind in ("auto", "cores"):
+        own = _profile(tmp_path, volta, **{"launch.cpu_bind_default": bind})
+        argv = make_plan(own, JobRequest()).launcher_argv
+        assert not any(w.startswith("--cpu-bind") for w in argv), argv
+        frontier = _profile(tmp_path, SHIPPED / "frontier.yaml", **{"launch.cpu_bind_default": bind})
+        with pytest.raises(HpcdlError, match=rf"^launch.cpu_bind_default: {bind} binding cannot give this plan's "
+                                             r"cores: the plan puts local rank 0 on cores 49-55, where Slurm's default "
+                                             r"binding gives it cores 0-6; [^\n]*$"):
+            make_plan(frontier, JobRequest(nodes=2))
+    with pytest.raises(HpcdlError, match=r"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is "
+                                         r"mpirun"):
+        _profile(tmp_path, GADI, **{"launch.cpu_bind_default": "auto"})

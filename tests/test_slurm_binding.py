@@ -25,6 +25,14 @@ masks, as slurmd logs them): 4 tasks of -c2 without --distribution got 0x03,0x30
 `test_slurmd_binds_the_rendered_line_as_planned` hands each multi-socket site's rendered CPU
 options to a slurmd posing its published node.
 
+A site whose Slurm binds tasks itself (launch.cpu_bind_default: task/affinity's auto binding, or
+TaskPluginParam=Cores / CpuBind=core) gets no --cpu-bind: its line is judged by the same rule, and
+slurmd posed with the declared default binding must bind it as planned (and, posed not binding,
+leaves it unbound: `test_a_slurm_that_binds_by_default_gives_the_plans_cores`). slurmd 22.05 on a
+posed 2 x 64-core SMT2 node, no --cpu-bind: -n2 -c128 bound 0-63, 64-127 (both threads), -n4 -c64
+cyclic as above; -n4 -c3 (part-cores) was left unbound and -n4 -c1 bound two tasks to one core's
+threads, which no hpcdl plan asks; with CpuBind=none nothing was bound.
+
 The node is the one its centre publishes (tests/published/<case>.yaml, slurm_nodes) where a case
 has it, else the profile's; the job has the whole node (as hpcdl's plans assume), less the cores
 Slurm keeps for the system.
@@ -130,7 +138,7 @@ def binding_mismatches(source: str, site, kind: str, request: dict) -> list[str]
     may use on this line; [] where the launch line gives explicit masks or binds as planned."""
     plan = make_plan(site, JobRequest(nodes=2, node_kind=kind, **request))
     argv = list(plan.launcher_argv)
-    if _option(argv, "--cpu-bind") != "cores":
+    if not binds_by_cores(argv, site):
         return []  # mask_cpu: Slurm binds each task to the mask given for it, whatever the distribution
     facts = _node_facts(source, site, kind)
     cores = facts["sockets"] * facts["cores_per_socket"]
@@ -145,6 +153,18 @@ def binding_mismatches(source: str, site, kind: str, request: dict) -> list[str]
             out.append(f"{request or 'default'}: under {level} Slurm binds local tasks to "
                        f"{[_span(b) for b in bound]}, the plan means {[_span(p) for p in planned]} ({' '.join(argv)})")
     return out
+
+
+def binds_by_cores(argv: list[str], site) -> bool:
+    """Slurm lays the line's tasks out by --cpus-per-task and --distribution: --cpu-bind=cores, or no
+    --cpu-bind where the site declares that its Slurm binds tasks itself (launch.cpu_bind_default)."""
+    bind = _option(argv, "--cpu-bind")
+    return bind == "cores" or (bind is None and site.launch.cpu_bind_default is not None)
+
+
+# the node's CpuBind= that poses each launch.cpu_bind_default: auto is task/affinity's own default
+# (no CpuBind), cores is CpuBind=core (slurm.conf: the node's CpuBind "will control how tasks are bound")
+POSED_CPU_BIND = {None: None, "auto": None, "cores": "core"}
 
 
 def _span(cores) -> str:
@@ -222,14 +242,17 @@ def test_the_rule_is_slurms(slurm_clusters):
     assert log.read_text(errors="replace").count("manual binding") == before + 1, cluster.logs()
 
 
-def _slurmd_masks(cluster, argv: list[str]) -> list[int]:
-    """Run `argv` on the posed node and return the CPU masks slurmd computed for its tasks."""
+def _slurmd_masks(cluster, argv: list[str], absent_ok: bool = False) -> list[int] | None:
+    """Run `argv` on the posed node and return the CPU masks slurmd computed for its tasks (None,
+    where absent_ok, when it bound none)."""
     log = cluster.root / "log" / "slurmd-n1.log"
     marker = "_lllp_generate_cpu_bind jobid"
     seen = log.read_text(errors="replace").count(marker)
     # the tasks on CPUs this host lacks cannot start: the layout is what is judged
     subprocess.run(argv, env=cluster.env, capture_output=True, text=True, timeout=60)
     lines = [line for line in log.read_text(errors="replace").splitlines() if marker in line]
+    if absent_ok and len(lines) == seen:
+        return None
     assert len(lines) == seen + 1, f"{' '.join(argv)}: slurmd laid out no tasks\n{cluster.logs()}"
     return [int(m, 16) for m in lines[-1].rsplit(" ", 1)[1].split(",")]
 
@@ -243,30 +266,76 @@ MULTI_SOCKET = [(s, k) for s, k in SITE_KINDS if _load(s).node_kinds[k].sockets 
 @pytest.mark.parametrize(("source", "kind"), MULTI_SOCKET, ids=[f"{Path(p).stem}-{k}" for p, k in MULTI_SOCKET])
 def test_slurmd_binds_the_rendered_line_as_planned(slurm_clusters, source, kind):
     """The node its centre publishes, posed to a real slurmd that lays tasks out (task_layout): the
-    CPU options of the rendered srun line, on one whole node, bind each task to the plan's cores."""
+    CPU options of the rendered srun line, on one whole node, bind each task to the plan's cores; a
+    site whose Slurm binds tasks itself (launch.cpu_bind_default) is posed binding as it declares,
+    and its line names no --cpu-bind."""
+    site = _load(source)
+    mismatches = slurmd_mismatches(slurm_clusters, source, site, kind, POSED_CPU_BIND[site.launch.cpu_bind_default])
+    assert not mismatches, "\n".join(mismatches)
+
+
+def slurmd_mismatches(slurm_clusters, source: str, site, kind: str, cpu_bind: str | None) -> list[str]:
+    """How the tasks a slurmd posing the published node (its CpuBind= `cpu_bind`) binds under the
+    rendered line's CPU options differ from the plan's cores."""
     from slurm_cluster import NodeShape
 
-    site = _load(source)
     facts = _node_facts(source, site, kind)
     cores = facts["sockets"] * facts["cores_per_socket"]
     shape = NodeShape(sockets=facts["sockets"], cores_per_socket=facts["cores_per_socket"],
                       threads_per_core=facts["threads_per_core"], cpus_per_core=facts["cpus"] // cores,
-                      spec_cores=tuple(facts.get("spec_cores", ())), memory_mb=4096)
-    cluster = None
+                      spec_cores=tuple(facts.get("spec_cores", ())), memory_mb=4096, cpu_bind=cpu_bind)
+    cluster, out = None, []
     for request in ({}, {"mode": "per-socket", "ranks_per_node": 2 * facts["sockets"]}):
         try:
             plan = make_plan(site, JobRequest(nodes=2, node_kind=kind, **request))
         except HpcdlError:
             continue
         line = list(plan.launcher_argv)
-        if _option(line, "--cpu-bind") != "cores":
+        if not binds_by_cores(line, site):
             continue  # explicit masks: Slurm binds each task to its own
         cluster = cluster or slurm_clusters.ensure(1, shape, task_layout=True)
         options = [w for w in line[1:] if w.split("=", 1)[0] in CPU_OPTIONS]
-        masks = _slurmd_masks(cluster, ["srun", "-N1", "--exclusive", *options, "true"])
+        masks = _slurmd_masks(cluster, ["srun", "-N1", "--exclusive", *options, "true"], absent_ok=True)
+        if masks is None:
+            out.append(f"{request or 'default'}: slurmd binds no task ({' '.join(options)})")
+            continue
         # hwloc's synthetic node numbers a core's hardware threads together, as Slurm's abstract CPUs do
         bound = [tuple(sorted({cpu // shape.threads_per_core for cpu in range(cores * shape.threads_per_core)
                                if m >> cpu & 1})) for m in masks]
         planned = [r.cores for r in plan.local_ranks()]
-        assert bound == planned, (f"{request or 'default'}: slurmd binds local tasks to {[_span(b) for b in bound]}, "
-                                  f"the plan means {[_span(p) for p in planned]} ({' '.join(options)})")
+        if bound != planned:
+            out.append(f"{request or 'default'}: slurmd binds local tasks to {[_span(b) for b in bound]}, "
+                       f"the plan means {[_span(p) for p in planned]} ({' '.join(options)})")
+    return out
+
+
+BINDS_BY_ITSELF = [(s, k) for s, k in SITE_KINDS if _load(s).launch.cpu_bind_default]
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize(("source", "kind"), BINDS_BY_ITSELF, ids=[f"{Path(p).stem}-{k}" for p, k in BINDS_BY_ITSELF])
+def test_a_slurm_that_binds_by_default_gives_the_plans_cores(slurm_clusters, source, kind):
+    """Where the profile says the site's Slurm binds tasks itself, its srun line names no --cpu-bind
+    (as the centre's do), and a slurmd posing the published node with the default binding declared
+    binds each task to the plan's cores; posed not binding (CpuBind=none: "Perform no task binding
+    by default", slurm.conf TaskPluginParam), the same line leaves the tasks unbound, and this
+    notices."""
+    site = _load(source)
+    lines = [make_plan(site, JobRequest(nodes=2, node_kind=kind, **r)).launcher_argv for r in ({}, {"mode": "per-socket"})]
+    assert not any(w.startswith("--cpu-bind") for line in lines for w in line), lines
+    assert not slurmd_mismatches(slurm_clusters, source, site, kind, POSED_CPU_BIND[site.launch.cpu_bind_default])
+    unbound = slurmd_mismatches(slurm_clusters, source, site, kind, "none")
+    assert unbound and all("binds no task" in m for m in unbound), unbound
+
+
+@pytest.mark.slurm
+def test_a_slurm_that_binds_to_cores_by_default_gives_the_plans_cores(slurm_clusters):
+    """launch.cpu_bind_default: cores (slurm.conf TaskPluginParam=Cores or the node's CpuBind=core,
+    "Bind tasks to cores by default. Overrides automatic binding"): Alps Eiger's node declared so and
+    posed with CpuBind=core binds the line without --cpu-bind as planned; posed not binding, not at all."""
+    source = str(SHIPPED / "alps-eiger.yaml")
+    site = _load(source)
+    site = site.model_copy(update={"launch": site.launch.model_copy(update={"cpu_bind_default": "cores"})})
+    assert not any(w.startswith("--cpu-bind") for w in make_plan(site, JobRequest(nodes=2)).launcher_argv)
+    assert not slurmd_mismatches(slurm_clusters, source, site, "zen2", POSED_CPU_BIND["cores"])
+    assert slurmd_mismatches(slurm_clusters, source, site, "zen2", "none")

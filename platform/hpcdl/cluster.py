@@ -152,6 +152,10 @@ class NodeShape:
     system on every node: Slurm's core specialisation, written as CpuSpecList so Slurm keeps
     exactly those cores from jobs (Frontier's low-noise mode: 0, 8, ..., 56; slurm.conf
     CoreSpecCount would pick the highest-numbered cores instead).
+    cpu_bind: the node's CpuBind= (slurm.conf: "If a job step request does not specify an option to
+    control how tasks are bound to allocated CPUs (--cpu-bind) ... the node CpuBind option will
+    control how tasks are bound": none, socket, ldom, core, thread); None writes none, leaving
+    task/affinity's auto binding (srun(1) --cpu-bind, "Auto Binding") to bind a step that names none.
     """
 
     sockets: int = 1
@@ -159,6 +163,7 @@ class NodeShape:
     threads_per_core: int = 1
     cpus_per_core: int | None = None
     spec_cores: tuple[int, ...] = ()
+    cpu_bind: str | None = None
     gpus: int = 0
     gpu_vendor: str = "nvidia"
     memory_mb: int = 4096
@@ -431,6 +436,8 @@ class SlurmCluster:
                      f"ThreadsPerCore={shape.threads_per_core}", f"RealMemory={shape.memory_mb}"]
             if shape.spec_cores:
                 words.append(f"CpuSpecList={','.join(map(str, shape.spec_cpu_ids))}")
+            if shape.cpu_bind:
+                words.append(f"CpuBind={shape.cpu_bind}")
             if shape.gpus:
                 words.append(f"Gres=gpu:{shape.gpus}")
                 last = f"[0-{shape.gpus - 1}]" if shape.gpus > 1 else "0"

@@ -66,7 +66,10 @@ class SrunLauncher(Launcher):
     `--distribution=block:block` where two ranks share a socket of a multi-socket node (Slurm's
     default hands consecutive tasks cores on alternating sockets). Otherwise
     (reserved cores in the middle, GPUs nearest other cores: Frontier) the plan's own masks are
-    passed with `--cpu-bind=mask_cpu:`, as the LUMI-G/Frontier guides do. GPUs are bound by the
+    passed with `--cpu-bind=mask_cpu:`, as the LUMI-G/Frontier guides do. Where the site's Slurm
+    binds tasks itself (`launch.cpu_bind_default`: auto binding, TaskPluginParam=Cores) and the
+    centre's lines carry no --cpu-bind (CSCS Alps), the blocks go without one; the planner refuses a
+    plan that would need masks there. GPUs are bound by the
     plan's map with `--gpu-bind=map_gpu:`/`mask_gpu:`, so Slurm gives each task the GPU the plan
     chose, never a different "closest" one.
     """
@@ -90,24 +93,26 @@ class SrunLauncher(Launcher):
             # --hint=nomultithread (which implies --threads-per-core=1)"); srun takes no --hint
             # beside --cpu-bind
             argv.append(f"--threads-per-core={node.cpus_per_core}")
-        c = cores_per_rank(plan)
-        blocks = all(r.cores == tuple(range(i * c, (i + 1) * c)) for i, r in enumerate(local))
+        blocks = _in_blocks(plan)
         # Slurm hands a task its cores by the second level of --distribution, whose default is cyclic
         # across sockets ("Use the default method for distributing CPUs across sockets (cyclic)",
         # srun(1) 22.05): local task 1 takes socket 1's first cores, not the block after task 0's
         # (unless the site's slurm.conf says CR_Core_Default_Dist_Block, which hpcdl cannot know).
         # The same as the plan's blocks only where no socket holds two ranks.
         shares_a_socket = node.sockets > 1 and len({r.socket for r in local}) < len(local)
-        site_dist = _site_option(site, "--distribution", "-m")
-        if blocks and shares_a_socket and site_dist is not None and _socket_level(site_dist) != "block":
+        if _socket_lays_otherwise(plan, site):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
         if blocks:
-            if shares_a_socket and site_dist is None:
+            if shares_a_socket and _site_option(site, "--distribution", "-m") is None:
                 # consecutive tasks fill a socket before the next, as the plan's blocks do (srun(1): "block
                 # ... distribute allocated CPUs consecutively from the same socket for binding to tasks,
                 # before using the next consecutive socket"); the first level, block, is srun's own default
                 argv.append("--distribution=block:block")
-            argv.append("--cpu-bind=cores")
+            if not site.launch.cpu_bind_default:
+                argv.append("--cpu-bind=cores")
+            # else the site's Slurm binds each task to its block of cores by itself, as the centre's lines rely on
+            # (launch.cpu_bind_default: task/affinity's auto binding or TaskPluginParam=Cores), and the line names
+            # no --cpu-bind, as theirs do
         else:
             argv.append("--cpu-bind=mask_cpu:" + ",".join(_hex_mask(r.cpus) for r in local))
         plugin = srun_mpi_plugin(site)
@@ -142,6 +147,49 @@ class SrunLauncher(Launcher):
             else:
                 argv.append("--gpu-bind=mask_gpu:" + ",".join(_hex_mask(r.gpus) for r in local))
         return argv + list(site.launch.args)
+
+
+def _in_blocks(plan: Plan) -> bool:
+    """Local rank i sits on the i-th block of cores from core 0: what Slurm gives a task by
+    --cpus-per-task (the socket layout aside), with no mask."""
+    c = cores_per_rank(plan)
+    return all(r.cores == tuple(range(i * c, (i + 1) * c)) for i, r in enumerate(plan.local_ranks()))
+
+
+def default_binding_misses(plan: Plan, site: Site) -> str | None:
+    """Why the site's Slurm, binding tasks by itself (launch.cpu_bind_default), would not put each
+    local rank on the plan's cores; None where it would.
+
+    Auto binding binds each task to its `--cpus-per-task` CPUs where the step holds exactly tasks x
+    cpus-per-task whole sockets, cores or threads (srun(1) --cpu-bind, "Auto Binding"), and
+    TaskPluginParam=Cores or CpuBind=core binds to cores; either lays the tasks out by
+    --distribution, as --cpu-bind=cores does, on the real slurmd 22.05 (tests/test_slurm_binding.py).
+    A plan's rank holds whole cores (-c is its cores times the CPUs Slurm counts per core), so the
+    step always holds whole cores; where Slurm counts fewer of a core's threads than it has, the line's
+    --threads-per-core "Implies --cpu-bind=threads" (srun(1)), one thread of each core. What neither
+    gives is a mask: the plan's cores must be consecutive blocks from core 0, laid out over the
+    sockets as the line's distribution lays them."""
+    if not _in_blocks(plan):
+        c = cores_per_rank(plan)
+        rank = next(r for i, r in enumerate(plan.local_ranks()) if r.cores != tuple(range(i * c, (i + 1) * c)))
+        i = rank.local_rank
+        return (f"the plan puts local rank {i} on cores {_cpu_ranges(list(rank.cores))}, where Slurm's default "
+                f"binding gives it cores {_cpu_ranges(list(range(i * c, (i + 1) * c)))}; only a mask "
+                "(--cpu-bind=mask_cpu) gives the plan's")
+    if _socket_lays_otherwise(plan, site):
+        return (f"the site's own --distribution {_site_option(site, '--distribution', '-m')} lays two ranks of a "
+                "socket out otherwise than the plan's blocks; only a mask (--cpu-bind=mask_cpu) gives them")
+    return None
+
+
+def _socket_lays_otherwise(plan: Plan, site: Site) -> bool:
+    """Two local ranks share a socket of a multi-socket node and the site's own --distribution
+    hands consecutive tasks cores on other sockets (its second level not block)."""
+    node = site.node_kinds[plan.node_kind]
+    local = plan.local_ranks()
+    shares_a_socket = node.sockets > 1 and len({r.socket for r in local}) < len(local)
+    site_dist = _site_option(site, "--distribution", "-m")
+    return shares_a_socket and site_dist is not None and _socket_level(site_dist) != "block"
 
 
 def _site_mpi(site: Site) -> str | None:

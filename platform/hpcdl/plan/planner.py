@@ -153,6 +153,14 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     from hpcdl.launchers import launcher_for
 
     argv = launcher_for(site.launcher).command(plan, site)
+    if site.launch.cpu_bind_default:
+        from hpcdl.launchers.mpi import default_binding_misses
+
+        # the srun line names no --cpu-bind there: the plan's cores must be those Slurm binds by itself
+        if (miss := default_binding_misses(plan, site)) is not None:
+            raise HpcdlError(f"launch.cpu_bind_default: {site.launch.cpu_bind_default} binding cannot give this "
+                             f"plan's cores: {miss}; ask another layout (--ranks-per-node, --mode), or unset it so "
+                             "hpcdl names the binding")
     if site.launch.command:  # the centre's own launcher taking the same options (a site mpirun wrapper)
         argv = [*site.launch.command, *argv[1:]]
     # the centre's per-rank wrapper runs between the launcher and the program, on the host (NCAR's set_gpu_rank)

@@ -572,6 +572,18 @@ class Launch(_Strict):
             "Open MPI gets --mpi=pmix"
         ),
     )
+    cpu_bind_default: Literal["auto", "cores"] | None = Field(
+        default=None,
+        description=(
+            "how the site's Slurm binds tasks when srun names no --cpu-bind, where the centre's srun lines carry "
+            "none: auto (task/affinity's auto binding, srun(1): 'If the job step allocation includes an allocation "
+            "with a number of sockets, cores, or threads equal to the number of tasks times cpus-per-task, then the "
+            "tasks will by default be bound to the appropriate resources') or cores (slurm.conf "
+            "TaskPluginParam=Cores or the node's or partition's CpuBind=core: 'Bind tasks to cores by default'); the "
+            "srun line then names no --cpu-bind, and a plan whose cores that binding would not give is refused. "
+            "Unset, hpcdl writes --cpu-bind=cores or the plan's masks"
+        ),
+    )
     gpu_visibility: Literal["per-rank", "node"] = Field(
         default="per-rank",
         description=(
@@ -756,6 +768,8 @@ class Site(_Strict):
         if self.launch.master_addr_suffix and self.launch.master_addr == "host-ip":
             raise ValueError("launch.master_addr_suffix: a suffix to the host's name, but launch.master_addr is "
                              "host-ip (its address); keep one")
+        if self.launch.cpu_bind_default and self.launcher != "srun":
+            raise ValueError(f"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is {self.launcher}")
         if self.launch.srun_mpi and self.launcher != "srun":
             raise ValueError(f"launch.srun_mpi: an srun setting, but the launcher is {self.launcher}")
         if self.launch.srun_mpi and any(a == "--mpi" or a.startswith("--mpi=") for a in self.launch.args):
