@@ -8,7 +8,8 @@ another rank holds: what the prediction must get right is the compute and the li
 real cluster's node gives it. 2 nodes x 1 rank runs everywhere; 2 nodes x 2 ranks only where each
 pretend node has at least 2 cores (a 4-core host), since on fewer the four ranks would time-slice two
 cores, and that says nothing about the model. The 15 % bound on time per iteration is judged wherever
-the runner sampled a quiet host (each thread had at least 0.9 of a core); a busy host fails the test
+the runner sampled a quiet host (each thread had at least 0.8 of a core; the prediction takes the
+share it had, so what is judged is the model, not the host); a busy host fails the test
 with the share it saw, rather than letting it pass unjudged.
 
 No added delay: this kernel has no tc netem (hpcdl.netshape refuses `delay_us` here), so the settings differ
@@ -29,7 +30,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 SETTINGS = (0.2, 1.0)  # Gbit/s per node link
 BOUND = 0.15  # time per iteration, predicted against measured
-QUIET = 0.9  # the share of a core each thread had, below which the host was too busy to judge a model
+# the share of a core each thread had, below which the host was too busy to judge a model; quiet runs
+# sample 0.91-0.99 (the slurmds, the shaping's softirqs and the runner's own sampling take the rest)
+QUIET = 0.8
 CORES_PER_NODE = max(1, (os.cpu_count() or 2) // 2)  # two pretend nodes on this machine's cores
 RANKS_PER_NODE = [r for r in (1, 2) if r <= CORES_PER_NODE]
 RUNS = [(gbit, rpn) for rpn in RANKS_PER_NODE for gbit in SETTINGS]
