@@ -299,7 +299,7 @@ def test_the_rendezvous_address_and_port_follow_the_centre(tmp_path):
     lines = _render(frontier, tmp_path).splitlines()
     assert "MASTER_ADDR=$(hostname -i)" in lines and "export MASTER_PORT=3442" in lines
     lines = _render(load_site_file(PERLMUTTER), tmp_path).splitlines()
-    assert "MASTER_ADDR=$(hostname)" in lines and "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))" in lines
+    assert "MASTER_ADDR=$(hostname)" in lines and "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 12000))" in lines
     with pytest.raises(HpcdlError, match=r"launch.master_addr: a Slurm setting .* but the scheduler is pbs"):
         _profile(tmp_path, GADI, **{"launch.master_addr": "host-ip"})
     # JSC: the first node's name + "i", "to allow communication over InfiniBand cells"

@@ -137,3 +137,19 @@ def test_every_scheduler_and_runtime_renders_a_clean_script_for(site_name, fixtu
                 paths.append(path)
     assert len(paths) == len(SCHEDULERS) * len(runtimes.names()) * 2
     lint_all(paths)
+
+
+EPHEMERAL_PORTS = 32768  # Linux's default net.ipv4.ip_local_port_range starts here (kernel ip-sysctl docs)
+
+
+def test_every_rendered_rendezvous_port_lies_below_the_ephemeral_ports():
+    """A MASTER_PORT among the ephemeral ports can be held by any outgoing connection on the batch node
+    (a CI job's rank 0 found 35007 taken: EADDRINUSE, and its other rank waited out the job's time)."""
+    import re
+
+    found = 0
+    for golden in sorted(GOLDEN.glob("*.sh")):
+        for base, modulus in re.findall(r"MASTER_PORT=.*?\$\(\((\d+) \+ \S+ % (\d+)\)\)", golden.read_text()):
+            found += 1
+            assert int(base) + int(modulus) - 1 < EPHEMERAL_PORTS, (golden.name, base, modulus)
+    assert found >= 10

@@ -31,9 +31,9 @@ def test_slurm_node_lists_with_a_suffix_or_two_ranges_expand_as_slurm_does():
 
 
 def test_tf_config_under_srun_puts_worker_i_on_the_node_that_runs_rank_i():
-    env = {"SLURM_STEP_NODELIST": "node[07-08]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_ID": "4001"}
+    env = {"SLURM_STEP_NODELIST": "node[07-08]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_ID": "1201"}
     cfg = tf_config(env, RankInfo(rank=3, world_size=4, local_rank=1, launcher="srun"))
-    # 20000 + 10 * (4001 mod 4000): two jobs on one node get different ports
+    # 20000 + 10 * (1201 mod 1200): two jobs on one node get different ports
     assert cfg["cluster"]["worker"] == ["node07:20010", "node07:20011", "node08:20010", "node08:20011"]
     assert cfg["task"] == {"type": "worker", "index": 3}
 

@@ -54,7 +54,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 # Ports come from here, below Linux's ephemeral range (32768+, where outgoing connections and
-# the jobs' MASTER_PORT = 20000 + job id % 20000 may land) and away from Slurm's default 6817.
+# not where the jobs' MASTER_PORT = 20000 + job id % 12000 lands) and away from Slurm's default 6817.
 PORT_RANGE = (10000, 19999)
 # the fixed ports of earlier versions of this harness, still used by older checkouts
 LEGACY_PORTS = frozenset({16817, 16818, *range(17001, 17009)})

@@ -63,7 +63,7 @@ export OMP_PROC_BIND=close
 MASTER_ADDR=$(head -n 1 "$PBS_NODEFILE")
 export MASTER_ADDR
 hpcdl_job_number=${PBS_JOBID%%.*}
-export MASTER_PORT=$((20000 + hpcdl_job_number % 20000))
+export MASTER_PORT=$((20000 + hpcdl_job_number % 12000))
 # Open MPI refuses to start as root unless told to (local-stack.md).
 if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

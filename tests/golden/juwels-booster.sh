@@ -67,7 +67,7 @@ export UCX_RC_TIMEOUT=4s
 # the name of the host's interface the centre asks for (the short name + i)
 MASTER_ADDR="$(hostname -s)i"
 export MASTER_ADDR
-export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+export MASTER_PORT=$((20000 + SLURM_JOB_ID % 12000))
 
 # The scheduler's warning before the time limit (SIGUSR1) and SIGTERM go on to the ranks,
 # so the trainer writes a checkpoint and exits; the launcher runs in the background so the

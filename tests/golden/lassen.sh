@@ -53,7 +53,7 @@ export PAMI_MAX_NUM_CACHED_PAGES=0
 # The first line of the host file is the launch node, which runs no ranks (OLCF Summit guide).
 MASTER_ADDR=$(awk 'NR > 1 { print; exit }' "$LSB_DJOB_HOSTFILE")
 export MASTER_ADDR
-export MASTER_PORT=$((20000 + LSB_JOBID % 20000))
+export MASTER_PORT=$((20000 + LSB_JOBID % 12000))
 
 # The scheduler's warning before the time limit (SIGUSR1) and SIGTERM go on to the ranks,
 # so the trainer writes a checkpoint and exits; the launcher runs in the background so the

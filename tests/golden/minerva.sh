@@ -55,7 +55,7 @@ export OMP_PROC_BIND=close
 
 MASTER_ADDR=$(head -n 1 "$LSB_DJOB_HOSTFILE")
 export MASTER_ADDR
-export MASTER_PORT=$((20000 + LSB_JOBID % 20000))
+export MASTER_PORT=$((20000 + LSB_JOBID % 12000))
 # Open MPI refuses to start as root unless told to (local-stack.md).
 if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

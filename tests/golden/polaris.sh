@@ -77,7 +77,7 @@ export LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib"${LD_LIBRARY_
 MASTER_ADDR=$(head -n 1 "$PBS_NODEFILE")
 export MASTER_ADDR
 hpcdl_job_number=${PBS_JOBID%%.*}
-export MASTER_PORT=$((20000 + hpcdl_job_number % 20000))
+export MASTER_PORT=$((20000 + hpcdl_job_number % 12000))
 
 # The scheduler's warning before the time limit (SIGUSR1) and SIGTERM go on to the ranks,
 # so the trainer writes a checkpoint and exits; the launcher runs in the background so the

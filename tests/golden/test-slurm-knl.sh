@@ -62,7 +62,7 @@ export PSM2_SHAREDCONTEXTS=1
 # Rank 0 runs on the allocation's first node, where Slurm also runs this batch step.
 MASTER_ADDR=$(hostname)
 export MASTER_ADDR
-export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+export MASTER_PORT=$((20000 + SLURM_JOB_ID % 12000))
 
 # The scheduler's warning before the time limit (SIGUSR1) and SIGTERM go on to the ranks,
 # so the trainer writes a checkpoint and exits; the launcher runs in the background so the

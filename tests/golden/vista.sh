@@ -55,7 +55,7 @@ export OMP_PROC_BIND=close
 # Rank 0 runs on the allocation's first node, where Slurm also runs this batch step.
 MASTER_ADDR=$(hostname)
 export MASTER_ADDR
-export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+export MASTER_PORT=$((20000 + SLURM_JOB_ID % 12000))
 # Open MPI refuses to start as root unless told to (local-stack.md).
 if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -562,7 +562,7 @@ class Launch(_Strict):
     )
     master_port: int | None = Field(
         default=None, ge=1024, le=65535,
-        description="the rendezvous port the centre recommends (OLCF: 3442); default 20000 + the job id mod 20000",
+        description="the rendezvous port the centre recommends (OLCF: 3442); default 20000 + the job id mod 12000, below Linux's ephemeral ports (32768 and up)",
     )
     srun_mpi: Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]+$", max_length=32)] | None = Field(
         default=None,

@@ -66,8 +66,9 @@ def expand_tasks_per_node(spec: str) -> list[int]:
 
 
 def slurm_base_port(environ) -> int:
-    """Ports per job, so two jobs sharing a node do not collide: 20000 + 10 * (job id mod 4000)."""
-    return 20000 + 10 * (int(environ.get("SLURM_JOB_ID", "0")) % 4000)
+    """Ports per job, so two jobs sharing a node do not collide: 20000 + 10 * (job id mod 1200), below
+    Linux's ephemeral ports (32768 and up), where any outgoing connection may hold the one a job picks."""
+    return 20000 + 10 * (int(environ.get("SLURM_JOB_ID", "0")) % 1200)
 
 
 MPI_LAUNCHERS = ("openmpi", "mpich", "mvapich2", "jsrun")
