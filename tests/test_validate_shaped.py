@@ -30,9 +30,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 SETTINGS = (0.2, 1.0)  # Gbit/s per node link
 BOUND = 0.15  # time per iteration, predicted against measured
-# Known miss: at 1 Gbit/s the model is optimistic by 8-16 % in time per iteration (three runs: -7.7 %,
-# -15.8 %, and one within 15 %): about 7 ms per iteration beyond the allreduce the collectives check
-# measured at that rate, whose cause is not found; 0.2 Gbit/s came within 6 % each time. Held to this
+# Known miss: at 1 Gbit/s the model is optimistic in time per iteration in every run (-4.0 %, -7.7 %,
+# -15.8 %, and one more within 15 %): up to 7 ms per iteration beyond the allreduce the collectives
+# check measured at that rate, whose cause is not found; 0.2 Gbit/s came within 6 % each time. Held to this
 # wider bound until it is, so a model that breaks still fails here (docs/predict.md).
 KNOWN_MISS = {1.0: 0.25}
 # the share of a core each thread had, below which the host was too busy to judge a model; quiet runs
