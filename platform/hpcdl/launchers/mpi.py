@@ -99,11 +99,10 @@ class SrunLauncher(Launcher):
         # srun(1) 22.05): local task 1 takes socket 1's first cores, not the block after task 0's
         # (unless the site's slurm.conf says CR_Core_Default_Dist_Block, which hpcdl cannot know).
         # The same as the plan's blocks only where no socket holds two ranks.
-        shares_a_socket = node.sockets > 1 and len({r.socket for r in local}) < len(local)
         if _socket_lays_otherwise(plan, site):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
         if blocks:
-            if shares_a_socket and _site_option(site, "--distribution", "-m") is None:
+            if _shares_a_socket(plan, site) and _site_option(site, "--distribution", "-m") is None:
                 # consecutive tasks fill a socket before the next, as the plan's blocks do (srun(1): "block
                 # ... distribute allocated CPUs consecutively from the same socket for binding to tasks,
                 # before using the next consecutive socket"); the first level, block, is srun's own default
@@ -149,11 +148,27 @@ class SrunLauncher(Launcher):
         return argv + list(site.launch.args)
 
 
-def _in_blocks(plan: Plan) -> bool:
-    """Local rank i sits on the i-th block of cores from core 0: what Slurm gives a task by
-    --cpus-per-task (the socket layout aside), with no mask."""
+def _off_block(plan: Plan):
+    """The first local rank not on its block of cores (local rank i on the i-th block from core 0: what
+    Slurm gives a task by --cpus-per-task, the socket layout aside, with no mask) and that block; None
+    where every rank is on its own."""
     c = cores_per_rank(plan)
-    return all(r.cores == tuple(range(i * c, (i + 1) * c)) for i, r in enumerate(plan.local_ranks()))
+    for i, r in enumerate(plan.local_ranks()):
+        block = tuple(range(i * c, (i + 1) * c))
+        if r.cores != block:
+            return r, block
+    return None
+
+
+def _in_blocks(plan: Plan) -> bool:
+    return _off_block(plan) is None
+
+
+def _shares_a_socket(plan: Plan, site: Site) -> bool:
+    """Two local ranks share a socket of a multi-socket node."""
+    node = site.node_kinds[plan.node_kind]
+    local = plan.local_ranks()
+    return node.sockets > 1 and len({r.socket for r in local}) < len(local)
 
 
 def default_binding_misses(plan: Plan, site: Site) -> str | None:
@@ -169,12 +184,10 @@ def default_binding_misses(plan: Plan, site: Site) -> str | None:
     --threads-per-core "Implies --cpu-bind=threads" (srun(1)), one thread of each core. What neither
     gives is a mask: the plan's cores must be consecutive blocks from core 0, laid out over the
     sockets as the line's distribution lays them."""
-    if not _in_blocks(plan):
-        c = cores_per_rank(plan)
-        rank = next(r for i, r in enumerate(plan.local_ranks()) if r.cores != tuple(range(i * c, (i + 1) * c)))
-        i = rank.local_rank
-        return (f"the plan puts local rank {i} on cores {_cpu_ranges(list(rank.cores))}, where Slurm's default "
-                f"binding gives it cores {_cpu_ranges(list(range(i * c, (i + 1) * c)))}; only a mask "
+    if (off := _off_block(plan)) is not None:
+        rank, block = off
+        return (f"the plan puts local rank {rank.local_rank} on cores {_cpu_ranges(list(rank.cores))}, where Slurm's "
+                f"default binding gives it cores {_cpu_ranges(list(block))}; only a mask "
                 "(--cpu-bind=mask_cpu) gives the plan's")
     if _socket_lays_otherwise(plan, site):
         return (f"the site's own --distribution {_site_option(site, '--distribution', '-m')} lays two ranks of a "
@@ -185,11 +198,8 @@ def default_binding_misses(plan: Plan, site: Site) -> str | None:
 def _socket_lays_otherwise(plan: Plan, site: Site) -> bool:
     """Two local ranks share a socket of a multi-socket node and the site's own --distribution
     hands consecutive tasks cores on other sockets (its second level not block)."""
-    node = site.node_kinds[plan.node_kind]
-    local = plan.local_ranks()
-    shares_a_socket = node.sockets > 1 and len({r.socket for r in local}) < len(local)
     site_dist = _site_option(site, "--distribution", "-m")
-    return shares_a_socket and site_dist is not None and _socket_level(site_dist) != "block"
+    return _shares_a_socket(plan, site) and site_dist is not None and _socket_level(site_dist) != "block"
 
 
 def _site_mpi(site: Site) -> str | None:
