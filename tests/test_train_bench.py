@@ -121,3 +121,37 @@ def test_the_gpu_section_rehearses_every_path_on_the_cpu(tmp_path):
     text = markdown(gpu)
     assert text.count("Rehearsal (") == 1 and "not the section's figures" in text and "| fp16 |" in text
     assert "a LARC step **" in text
+
+
+def test_a_gpu_part_not_measured_again_keeps_its_earlier_figures_marked_with_their_device():
+    from hpcdl.bench.gpu import markdown, merge
+
+    h100 = {"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.2, "driver": "580.1", "cuda": "13.0", "cudnn": 91900,
+            "torch": "2.11"}
+    earlier = {"device": h100, "measured": "2026-11-24", "rows": [{"precision": "bf16", "bare": 3957.0,
+                                                                  "trainer": 3949.0, "ratio": 0.998}],
+               "loader": {"hpcdl_loader": 2883.0, "torch_dataloader": 1913.0, "ratio": 1.51},
+               "jpeg_vs_synthetic": {"jpeg": 3869.0, "synthetic": 3949.0, "ratio": 0.98}}
+    new = {"device": {**h100, "name": "NVIDIA H200", "memory_gib": 139.8}, "measured": "2026-11-27", "rows": [],
+           "compiled": [{"precision": "bf16", "compile": "default", "bare": 6776.0, "trainer": 6659.0, "ratio": 0.983},
+                        {"precision": "fp16", "compile": "default", "bare": 6741.0, "trainer": 6700.0,
+                         "ratio": 0.994}],
+           "not_run": {"larc": "20 s left of the deadline, 60 s needed"}}
+    merged = merge(earlier, new)
+    assert merged["rows"] == earlier["rows"] and merged["loader"] == earlier["loader"]
+    assert set(merged["earlier_parts"]) == {"eager", "loader"}
+    text = markdown(merged)
+    assert "Device: NVIDIA H200 (139.8 GiB)" in text
+    assert "Measured in an earlier run (2026-11-24) on NVIDIA H100 80GB HBM3" in text
+    assert "| bf16 | 6776 | 6659 | **0.983** |" in text and "**+0.6%** slower" in text
+    assert "Not measured in this run: larc (20 s left of the deadline, 60 s needed)" in text
+    # merged again, the eager figures still say where they came from, not the H200
+    assert merge(merged, {**new, "compiled": []})["earlier_parts"]["eager"]["device"]["name"] == h100["name"]
+
+
+def test_a_gpu_run_past_its_deadline_skips_every_part_and_says_so():
+    from hpcdl.bench.gpu import REHEARSAL, SECTIONS, gpu_rows, markdown
+
+    gpu = gpu_rows(REHEARSAL, "cpu", deadline=1e-9)
+    assert set(gpu["not_run"]) == set(SECTIONS) and not gpu["rows"]
+    assert markdown(gpu).count("Not measured in this run") == len(SECTIONS)

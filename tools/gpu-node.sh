@@ -3,10 +3,12 @@
 #
 #   tools/gpu-node.sh tests OUT   # the CUDA tests (pytest -m gpu) and the GPU bench at toy sizes
 #   tools/gpu-node.sh bench OUT   # the GPU section of `make bench`, into docs/performance.md
+#   SECTIONS=compiled,dali DEADLINE=400 tools/gpu-node.sh bench OUT   # some parts, in this order, in 400 s
 #
 # Each stage fits in ten minutes on one H100. Results go to OUT (default ./gpu-results):
-# nvidia-smi.txt, dev-shm.txt, gpu-tests.txt, rehearsal.txt/.json for `tests`; performance.md/.json/.png for
-# `bench` (commit those three into docs/). The node's Python needs torch with CUDA; what it
+# nvidia-smi.txt, dev-shm.txt, gpu-tests.txt, rehearsal.txt/.json for `tests`; gpu.json/.txt and
+# performance.md/.json/.png for `bench` (commit the last three into docs/; parts not measured keep
+# their earlier figures, marked with the device they ran on). The node's Python needs torch with CUDA; what it
 # lacks of hpcdl's own needs comes from .whl/ (tools/gpu-wheels.sh fetches them where PyPI is
 # reachable) and is installed under /tmp, never into the node's environment.
 set -euo pipefail
@@ -59,7 +61,14 @@ tests)
     [ "$rehearsal" -eq 0 ] && [ "$tests" -eq 0 ]
     ;;
 bench)
-    "$py" -m hpcdl.bench --only gpu --out docs/performance.md
+    # SECTIONS picks and orders the parts, DEADLINE (seconds) skips those that would not fit: a node
+    # lent for minutes measures what matters first; gpu.json is rewritten after each part
+    status=0
+    "$py" -m hpcdl.bench.gpu ${SECTIONS:+--sections "$SECTIONS"} --deadline "${DEADLINE:-0}" \
+        --json "$out/gpu.json" > "$out/gpu.txt" 2>&1 || status=$?
+    grep '^bench gpu' "$out/gpu.txt" || true
+    "$py" -m hpcdl.bench --only gpu --gpu-json "$out/gpu.json" --out docs/performance.md
     cp docs/performance.md docs/performance.json docs/performance.png "$out/"
+    exit "$status"
     ;;
 esac

@@ -274,8 +274,11 @@ def _gpu_section() -> dict:
     return gpu
 
 
-def run_only(section: str, out: Path) -> dict:
-    """Measure one section again; the rest of the report keeps the previous run's figures."""
+def run_only(section: str, out: Path, gpu_json: Path | None = None) -> dict:
+    """Measure one section again; the rest of the report keeps the previous run's figures.
+
+    `gpu_json`: the GPU section's figures as `python -m hpcdl.bench.gpu --json` wrote them on a GPU
+    node, merged part by part (a part that run did not measure keeps its earlier figures, marked)."""
     previous = out.with_suffix(".json")
     if not previous.exists():
         raise SystemExit(f"bench --only {section}: no earlier figures in {previous}; run the whole bench first")
@@ -292,7 +295,10 @@ def run_only(section: str, out: Path) -> dict:
         results["frameworks"] = framework_rows()
         results["frameworks_measured"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     else:
-        results["gpu"] = _gpu_section()
+        from hpcdl.bench.gpu import merge
+
+        new_gpu = json.loads(gpu_json.read_text()) if gpu_json else _gpu_section()
+        results["gpu"] = merge(results.get("gpu"), new_gpu)
     out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     write_report(results, out)
     return results
@@ -510,9 +516,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-json", type=Path, help="redraw the report from a earlier run's figures")
     parser.add_argument("--only", choices=("frameworks", "gpu", "prediction", "compiled"),
                         help="measure one section, keep the other figures")
+    parser.add_argument("--gpu-json", type=Path,
+                        help="with --only gpu: take the figures a GPU node wrote (python -m hpcdl.bench.gpu --json) "
+                             "instead of measuring here")
     args = parser.parse_args(argv)
+    if args.gpu_json and args.only != "gpu":
+        parser.error("--gpu-json goes with --only gpu")
     if args.only:
-        r = run_only(args.only, args.out)
+        r = run_only(args.only, args.out, args.gpu_json)
     elif args.from_json:
         r = json.loads(args.from_json.read_text())
         write_report(r, args.out)
