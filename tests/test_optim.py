@@ -190,3 +190,117 @@ def test_on_a_gpu_a_larc_step_never_synchronises_and_equals_the_cpu_step(rule):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.allclose(wc.detach().cpu(), w.detach())
+
+
+# --- the fused step a compiled run takes (`compile:`) ---------------------------------------
+
+def tiny32(fused, **kw):
+    """The tiny model in float32 (PyTorch's fused SGD kernel runs on float32 tensors here)."""
+    w = torch.nn.Parameter(torch.tensor([[3.0, 4.0]]))
+    b = torch.nn.Parameter(torch.tensor([1.0]))
+    opt = CaffeSGD([ParamSlot("ip.weight", w, 1.0, 1.0), ParamSlot("ip.bias", b, 2.0, 0.0)],
+                   momentum=0.9, weight_decay=0.01, fused=fused, **kw)
+    return w, b, opt
+
+
+def set_grads32(w, b):
+    w.grad = torch.tensor([[0.6, 0.8]])
+    b.grad = torch.tensor([0.5])
+
+
+def test_the_fused_step_is_caffes_step_by_hand_and_the_multi_tensor_one_through_rate_changes():
+    w, b, opt = tiny32(fused=True)
+    assert opt.fused
+    set_grads32(w, b)
+    opt.step(lr=0.1)
+    # the hand-computed values of test_caffe_sgd_puts_the_rate_inside_the_velocity...: Caffe's velocity
+    # starts at zero, so the first step is 0.1 d (PyTorch's own first step would be buf = d)
+    assert w.flatten().tolist() == pytest.approx([2.937, 3.916], rel=1e-6)
+    assert b.tolist() == pytest.approx([0.9], rel=1e-6)
+    set_grads32(w, b)
+    opt.step(lr=0.05)
+    assert w.flatten().tolist() == pytest.approx([2.937 - 0.0881685, 3.916 - 0.117558], rel=1e-6)
+    assert b.tolist() == pytest.approx([0.9 - (0.9 * 0.1 + 0.1 * 0.5)], rel=1e-6)
+    w2, b2, fused2 = tiny32(fused=True)
+    w3, b3, plain3 = tiny32(fused=False)
+    for lr in (0.1, 0.05, 0.0, 0.3, 1.5):
+        set_grads32(w2, b2)
+        set_grads32(w3, b3)
+        fused2.step(lr)
+        plain3.step(lr)
+        assert torch.allclose(w2, w3, rtol=1e-6, atol=1e-7) and torch.allclose(b2, b3, rtol=1e-6, atol=1e-7)
+        assert all(torch.allclose(u, v, rtol=1e-6, atol=1e-7) for u, v in zip(fused2.velocity, plain3.velocity))
+
+
+def test_a_fused_step_flagged_as_overflowed_leaves_weights_and_velocities_exactly_as_they_were():
+    w, b, opt = tiny32(fused=True)
+    set_grads32(w, b)
+    opt.step(lr=0.1)
+    before = [t.detach().clone() for t in (w, b, *opt.velocity)]
+    w.grad = torch.tensor([[float("inf"), float("nan")]])
+    b.grad = torch.tensor([float("inf")])
+    opt.step(lr=0.1, skip_if=torch.ones(1))
+    assert all(torch.equal(x, y) for x, y in zip(before, (w.detach(), b.detach(), *opt.velocity)))
+    set_grads32(w, b)
+    opt.step(lr=0.1, skip_if=torch.zeros(1))
+    assert not torch.equal(before[0], w.detach())
+
+
+@pytest.mark.parametrize("kw", [{"rule": "lars"}, {"regularization": "L1"}, {"clip_gradients": 1.0},
+                                {"momentum_correction": True}, {"solver": "Adam"}])
+def test_only_plain_l2_sgd_is_fused_and_the_others_refuse_to_skip_on_the_device(kw):
+    w, b, opt = tiny32(fused=True, **kw)
+    assert not opt.fused
+    set_grads32(w, b)
+    with pytest.raises(ValueError, match="only a fused step skips"):
+        opt.step(0.1, skip_if=torch.zeros(1))
+
+
+def test_a_fused_fp16_step_settles_the_loss_scale_on_the_device_and_reads_nothing_back(monkeypatch):
+    from hpcdl.train.backends.pytorch.steps import Precision, take_step
+
+    r = recipe_from_dict({"net": "cifar10_quick", "batch_size": 1, "base_lr": 0.1, "max_iter": 1,
+                          "precision": "fp16"}, "t")
+    p = Precision(r, torch.device("cpu"), on_device=True)
+    w, b, opt = tiny32(fused=True)
+    scale = p.scale
+    w.grad, b.grad = torch.tensor([[float("inf"), 1.0]]), torch.tensor([1.0])
+    _forbid_host_reads(monkeypatch)
+    take_step(opt, p, None, 0.1)  # overflowed: skipped, scale halved, on the device
+    w.grad, b.grad = torch.tensor([[0.6, 0.8]]) * scale / 2, torch.tensor([0.5]) * scale / 2
+    take_step(opt, p, None, 0.1)  # clean: unscaled by the halved scale and taken
+    monkeypatch.undo()
+    assert p.state_dict() == {"scale": scale / 2, "good_steps": 1, "skipped": 1}
+    assert w.flatten().tolist() == pytest.approx([2.937, 3.916], rel=1e-6)
+    # the clean step that completes NVIDIA's 2000 doubles it, as the host rule does
+    p.load_state_dict({"scale": 1024.0, "good_steps": 1999, "skipped": 1})
+    w.grad, b.grad = torch.tensor([[0.6, 0.8]]) * 1024, torch.tensor([0.5]) * 1024
+    take_step(opt, p, None, 0.1)
+    assert p.state_dict() == {"scale": 2048.0, "good_steps": 0, "skipped": 1}
+    host = Precision(r, torch.device("cpu"))
+    host.load_state_dict({"scale": 1024.0, "good_steps": 1999, "skipped": 1})
+    hw, hb, hopt = tiny32(fused=False)
+    hw.grad, hb.grad = torch.tensor([[0.6, 0.8]]) * 1024, torch.tensor([0.5]) * 1024
+    assert host.unscale_and_check(hopt) and host.scale == 2048.0
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_fused_fp16_step_with_its_loss_scale_never_synchronises():
+    from hpcdl.train.backends.pytorch.steps import Precision, take_step
+
+    r = recipe_from_dict({"net": "cifar10_quick", "batch_size": 1, "base_lr": 0.1, "max_iter": 1,
+                          "precision": "fp16"}, "t")
+    p = Precision(r, torch.device("cuda"), on_device=True)
+    w = torch.nn.Parameter(torch.tensor([[3.0, 4.0]], device="cuda"))
+    b = torch.nn.Parameter(torch.tensor([1.0], device="cuda"))
+    opt = CaffeSGD([ParamSlot("ip.weight", w, 1.0, 1.0), ParamSlot("ip.bias", b, 2.0, 0.0)],
+                   momentum=0.9, weight_decay=0.01, fused=True)
+    w.grad = torch.tensor([[0.6, 0.8]], device="cuda") * p.scale
+    b.grad = torch.tensor([0.5], device="cuda") * p.scale
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # any device-to-host wait raises
+    try:
+        take_step(opt, p, None, 0.1)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert w.detach().cpu().flatten().tolist() == pytest.approx([2.937, 3.916], rel=1e-6)

@@ -61,7 +61,7 @@ class CaffeSGD:
     def __init__(self, slots: list[ParamSlot], momentum: float, weight_decay: float, rule: str = "sgd",
                  trust: float = 0.001, eps: float = 0.0, clip_gradients: float | None = None,
                  momentum_correction: bool = False, solver: str = "SGD", momentum2: float = 0.999,
-                 delta: float = 1e-8, rms_decay: float = 0.99, regularization: str = "L2"):
+                 delta: float = 1e-8, rms_decay: float = 0.99, regularization: str = "L2", fused: bool = False):
         if rule not in RULES:
             raise ValueError(f"optimizer rule {rule!r}; known: {', '.join(RULES)}")
         if solver not in SOLVERS:
@@ -85,20 +85,36 @@ class CaffeSGD:
         self.t = 0  # steps taken: Adam's bias correction
         self.last_lr: float | None = None
         self.lag = None  # a GradientLag whose pending gradients belong in the snapshot
+        # Caffe's plain SGD step as one fused kernel per group (torch._fused_sgd_ with lr 1 and
+        # dampening 1 - rate is v <- mu v + rate (g + wd w), w <- w - v), which can also skip itself
+        # on the device when fp16's gradients overflowed: no host synchronisation a step. The other
+        # rules, solvers, L1, clipping and momentum correction keep the multi-tensor path below
+        self.fused = (fused and solver == "SGD" and rule == "sgd" and regularization == "L2"
+                      and not clip_gradients and not momentum_correction)
 
     def zero_grad(self) -> None:
         for s in self.slots:
             s.tensor.grad = None
 
     @torch.no_grad()
-    def step(self, lr: float) -> None:
+    def step(self, lr: float, skip_if: torch.Tensor | None = None) -> None:
         """One update at rate `lr`, all on the parameters' device.
 
         Nothing is read back to the host: the norms LARS, LARC and clipping need stay
         tensors (one fused `_foreach_norm` per group), and the choices they make are
         `torch.where`s, so a GPU step queues its kernels without waiting for any of them.
+        `skip_if` (fused steps only): a 1-element flag on the device; where it is non-zero the
+        step leaves weights and velocities as they were.
         """
         grads = [s.tensor.grad if s.tensor.grad is not None else torch.zeros_like(s.tensor) for s in self.slots]
+        if skip_if is not None and not self.fused:
+            raise ValueError("CaffeSGD: only a fused step skips itself on the device")
+        if self.fused:
+            self.t += 1
+            for (lr_mult, decay_mult), (plain, _) in self._groups().items():
+                self._fused_update(plain, grads, self.weight_decay * decay_mult, lr * lr_mult, skip_if)
+            self.last_lr = lr
+            return
         if self.clip_gradients:
             grads = self._clip(grads, self.clip_gradients)
         correction = 1.0
@@ -137,6 +153,20 @@ class CaffeSGD:
         else:
             torch._foreach_add_(vs, ds, alpha=rate)
         torch._foreach_sub_(ws, vs)
+
+    def _fused_update(self, members: list[int], grads: list, wd: float, rate: float, skip_if) -> None:
+        """Caffe's step for these slots in one kernel per device and dtype: PyTorch's fused SGD computes
+        d = g + wd w, buf <- mu buf + (1 - dampening) d, w <- w - lr buf; with lr 1 and dampening
+        1 - rate that is Caffe's v <- mu v + rate d, w <- w - v (the velocity starts at zero, so the
+        first step is not PyTorch's buf = d)."""
+        by_kind: dict = {}
+        for i in members:
+            by_kind.setdefault((self.slots[i].tensor.device, self.slots[i].tensor.dtype), []).append(i)
+        for idx in by_kind.values():
+            torch._fused_sgd_([self.slots[i].tensor for i in idx], [grads[i] for i in idx],
+                              [self.velocity[i] for i in idx], weight_decay=wd, momentum=self.momentum, lr=1.0,
+                              dampening=1.0 - rate, nesterov=False, maximize=False, is_first_step=False,
+                              found_inf=skip_if)
 
     def _adaptive(self, grads: list, lr: float, correction: float) -> None:
         """Caffe's Nesterov, AdaGrad, RMSProp, AdaDelta or Adam step, tensor by tensor (the docstring's rules)."""

@@ -235,12 +235,12 @@ class IterationEnd:
 
 def caffe_sgd(net, recipe: Recipe) -> CaffeSGD:
     """Caffe's solver (SGD or the recipe's other type) over the net's blobs, with the recipe's rate
-    rule, trust ratio and clipping."""
+    rule, trust ratio and clipping; a compiled step (`compile:`) takes plain SGD's update fused."""
     return CaffeSGD(param_slots(net, recipe), recipe.momentum, recipe.weight_decay, recipe.rule,
                     trust=recipe.trust, eps=recipe.larc_eps, clip_gradients=caffe_clip_bound(recipe),
                     momentum_correction=recipe.momentum_correction, solver=recipe.solver,
                     momentum2=recipe.momentum2, delta=recipe.delta, rms_decay=recipe.rms_decay,
-                    regularization=recipe.regularization_type)
+                    regularization=recipe.regularization_type, fused=recipe.compile != "none")
 
 
 def resume(recipe: Recipe, net, optimizer: CaffeSGD, precision: "Precision", schedule: Schedule,
@@ -295,7 +295,11 @@ def take_step(optimizer: CaffeSGD, precision: "Precision", lag: GradientLag | No
         if lagged is None:
             return  # the first step: nothing averaged yet
         lag.load_into_grads(lagged)
-    if precision.unscale_and_check(optimizer):
+    if precision.on_device and optimizer.fused:  # fp16 with a fused step: skipped there, no host sync
+        found = precision.unscale(optimizer)
+        optimizer.step(lr, skip_if=found)
+        precision.settle_on_device(found)
+    elif precision.unscale_and_check(optimizer):
         optimizer.step(lr)
 
 
@@ -327,7 +331,10 @@ class Precision:
     steps. DDP has already averaged the gradients, so every rank takes the same decision.
     """
 
-    def __init__(self, recipe: Recipe, device: torch.device):
+    #: NVIDIA's rule: double the scale after this many clean steps in a row
+    GROWTH_INTERVAL = 2000
+
+    def __init__(self, recipe: Recipe, device: torch.device, on_device: bool = False):
         self.device = device
         self.dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[recipe.precision]
         self.scaling = recipe.precision == "fp16"
@@ -335,6 +342,14 @@ class Precision:
         self.scale = 65536.0 if self.dynamic else float(recipe.loss_scale)
         self.good_steps = 0
         self.skipped = 0
+        # `on_device` (a fused step that skips itself): the scale, the clean steps and the skips live on
+        # the device and are updated there (torch._amp_update_scale_, GradScaler's own kernel), so a
+        # step never waits for the GPU; they are read back only for a snapshot
+        self.on_device = on_device and self.scaling
+        if self.on_device:
+            self._scale = torch.full((1,), self.scale, dtype=torch.float32, device=device)
+            self._tracker = torch.zeros(1, dtype=torch.int32, device=device)
+            self._skipped = torch.zeros(1, dtype=torch.float32, device=device)
 
     def autocast(self):
         if self.dtype is None:
@@ -342,39 +357,65 @@ class Precision:
         return torch.autocast(device_type=self.device.type, dtype=self.dtype)
 
     def backward(self, loss):
-        (loss * self.scale if self.scaling else loss).backward()
-
-    def unscale_and_check(self, optimizer: CaffeSGD) -> bool:
         if not self.scaling:
-            return True
-        # unscale and look for inf/NaN in one fused pass per dtype (a rank's net is on one device), as
-        # torch.amp.GradScaler does, then read one flag: one host-device synchronisation a step, as GradScaler's
+            loss.backward()
+        else:
+            (loss * (self._scale.reshape(()) if self.on_device else self.scale)).backward()
+
+    def unscale(self, optimizer: CaffeSGD) -> torch.Tensor:
+        """The gradients unscaled in place, and a 1-element flag on the device: non-zero where one
+        of them is inf or NaN. One fused pass per dtype (a rank's net is on one device), as
+        torch.amp.GradScaler does; nothing is read back."""
         by_dtype: dict = {}
         for s in optimizer.slots:
             if s.tensor.grad is not None:
                 by_dtype.setdefault(s.tensor.grad.dtype, []).append(s.tensor.grad)
         found = torch.zeros(1, device=self.device)
-        inverse = torch.full((1,), 1.0 / self.scale, device=self.device)
+        inverse = (self._scale.reciprocal() if self.on_device
+                   else torch.full((1,), 1.0 / self.scale, device=self.device))
         for grads in by_dtype.values():
             torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inverse)
-        if found.item():
+        return found
+
+    def unscale_and_check(self, optimizer: CaffeSGD) -> bool:
+        """Whether to take the step: unscaled, then one flag read (one host-device synchronisation a
+        step, as GradScaler's with an optimizer that cannot skip itself)."""
+        if not self.scaling:
+            return True
+        if self.on_device:
+            raise RuntimeError("Precision: on_device scaling is settled with settle_on_device, not read back")
+        if self.unscale(optimizer).item():
             self.skipped += 1
             if self.dynamic:
                 self.scale /= 2.0
                 self.good_steps = 0
             return False
         self.good_steps += 1
-        if self.dynamic and self.good_steps % 2000 == 0:
+        if self.dynamic and self.good_steps % self.GROWTH_INTERVAL == 0:
             self.scale *= 2.0
         return True
 
+    def settle_on_device(self, found: torch.Tensor) -> None:
+        """After a step that skipped itself where `found`: count the skip, and under dynamic scaling
+        halve the scale on a skip or double it after GROWTH_INTERVAL clean steps, on the device."""
+        self._skipped += found
+        if self.dynamic:
+            torch._amp_update_scale_(self._scale, self._tracker, found, 2.0, 0.5, self.GROWTH_INTERVAL)
+
     def state_dict(self) -> dict:
+        if self.on_device:  # the clean steps since the scale last changed: what decides its next doubling
+            return {"scale": float(self._scale.item()), "good_steps": int(self._tracker.item()),
+                    "skipped": int(self._skipped.item())}
         return {"scale": self.scale, "good_steps": self.good_steps, "skipped": self.skipped}
 
     def load_state_dict(self, state: dict) -> None:
         self.scale = state.get("scale", self.scale)
         self.good_steps = state.get("good_steps", 0)
         self.skipped = state.get("skipped", 0)
+        if self.on_device:
+            self._scale.fill_(self.scale)
+            self._tracker.fill_(self.good_steps % self.GROWTH_INTERVAL)
+            self._skipped.fill_(self.skipped)
 
 
 def write_snapshot(recipe, me, net, optimizer, precision, done, schedule, results) -> None:

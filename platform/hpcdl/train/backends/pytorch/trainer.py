@@ -87,7 +87,7 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     model = compiled(comm.wrap(net, device, recipe) if lag is None else net, recipe)
     optimizer = caffe_sgd(net, recipe)
     optimizer.lag = lag  # its lagged gradients travel in the optimizer's snapshot
-    precision = Precision(recipe, device)
+    precision = Precision(recipe, device, on_device=optimizer.fused)
 
     batches = rank_batches(recipe, data, me, comm, context.get("nodes", 1))
     global_batch = recipe.batch_size * me.world_size * recipe.iter_size
