@@ -143,7 +143,7 @@ def test_a_gpu_part_not_measured_again_keeps_its_earlier_figures_marked_with_the
     text = markdown(merged)
     assert "Device: NVIDIA H200 (139.8 GiB)" in text
     assert "Measured in an earlier run (2026-11-24) on NVIDIA H100 80GB HBM3" in text
-    assert "| bf16 | 6776 | 6659 | **0.983** |" in text and "**+0.6%** slower" in text
+    assert "| bf16 | 6776 | 6659 | **0.983** |" in text and "in bf16 runs at **0.994** of its fp16 rate" in text
     assert "Not measured in this run: larc (20 s left of the deadline, 60 s needed)" in text
     # merged again, the eager figures still say where they came from, not the H200
     assert merge(merged, {**new, "compiled": []})["earlier_parts"]["eager"]["device"]["name"] == h100["name"]
