@@ -82,6 +82,33 @@ def test_the_validation_suite_measures_the_spread_and_the_calibration_carries_it
     assert cal.compute[0].iteration_jitter == 0.04 and cal.compute[0].precision == "fp32"
 
 
+def test_a_cpu_ranks_single_iterations_spread_is_taken_before_the_windows_and_a_gpus_is_not():
+    from hpcdl.predict.calibration import calibrate
+    from hpcdl.train.backends.pytorch.steps import iteration_spread
+    from hpcdl.validate.checks import iteration_jitter
+
+    # 30, 30, 36, 24 ms: mean 30, sample stdev sqrt(72 / 3) = 4.899 ms
+    assert iteration_spread([0.030, 0.030, 0.036, 0.024])["iteration_cv"] == pytest.approx(4.899 / 30, rel=1e-3)
+    assert iteration_spread([0.030, 0.031]) == {}
+    steps = [{"event": "step", "iteration_cv": cv} for cv in (0.5, 0.02, 0.06, 0.04)]
+    assert iteration_jitter(steps) == pytest.approx(0.04)  # the median after the warm-up window
+    assert iteration_jitter(steps[:1]) is None and iteration_jitter([{"event": "step"}]) is None
+    point = {"event": "measurement", "series": "scaling", "mode": "weak", "p": 1, "ranks": 1, "global_batch": 32,
+             "images_per_sec": 320.0, "net": "cifar10_quick", "precision": "fp32", "window_jitter": 0.01,
+             "iteration_jitter": 0.04}
+    assert calibrate([point], "local", "here").compute[0].iteration_jitter == 0.04
+    gpu = calibrate([{**point, "gpu": True}], "local", "here").compute[0]
+    assert gpu.iteration_jitter == 0.01  # a GPU loop times the host's queueing: the windows' spread stands
+
+
+def test_the_trainers_display_steps_carry_the_spread_of_their_single_iterations(tmp_path):
+    from test_train import records, train_here, write_recipe
+
+    train_here(write_recipe(tmp_path, max_iter=8, display=4), tmp_path / "r.jsonl")
+    cvs = [r.get("iteration_cv") for r in records(tmp_path / "r.jsonl") if r["event"] == "step"]
+    assert len(cvs) == 2 and all(cv is not None and cv >= 0 for cv in cvs)
+
+
 def test_a_measured_rate_is_taken_for_its_own_net_and_precision_first():
     def measured(net, precision, flops):
         return MeasuredCompute(net, True, 1, 64, 100.0, 1.0, flops, f"{net} {precision}", precision)

@@ -127,9 +127,12 @@ def calibrate(records: list[dict], site: str, source: str) -> Calibration:
         gpu = bool(r.get("gpu", False))
         half = 5.0 if gpu else max(1.0, threads / 4)
         flops = per_rank * net_cost(load_net(net)).train_flops * (batch + half) / batch / share
+        # a CPU rank's single iterations where the trainer timed them, else the display windows' spread (a
+        # lower bound); a GPU rank's loop times only the host's queueing of its steps
+        jitter = (None if gpu else r.get("iteration_jitter")) or r.get("window_jitter") or 0.0
         compute.append(MeasuredCompute(net, gpu, threads, batch, per_rank, share, flops,
                                        f"{source}: {r.get('job', 'scaling')} ({ranks} rank(s) x {threads} thread(s))",
-                                       r.get("precision") or "fp32", float(r.get("window_jitter") or 0.0)))
+                                       r.get("precision") or "fp32", float(jitter)))
     if not links and not compute:
         raise HpcdlError(f"{source}: no collectives or one-node scaling measurements to calibrate from "
                          "(run hpcdl validate with the collectives and scaling checks)")

@@ -83,6 +83,17 @@ def window_jitter(records: list[dict]) -> float | None:
     return statistics.stdev(times) / statistics.mean(times)
 
 
+def iteration_jitter(records: list[dict]) -> float | None:
+    """The spread of one rank's single iterations (the trainer's `iteration_cv` per display window), the
+    median over the windows after the first (warm-up); None where the trainer recorded none (fewer than
+    3 iterations a window, or an older trainer). On a GPU the loop times the host's queueing, not the
+    step: the scaling record keeps it, and predict reads it for CPU ranks only."""
+    import statistics
+
+    cvs = [r["iteration_cv"] for r in records if r.get("event") == "step" and r.get("iteration_cv") is not None]
+    return statistics.median(cvs[1:]) if len(cvs) > 1 else None
+
+
 def _measurement(check: str, series: str, outcome: JobOutcome, record: dict | None = None, **fields) -> dict:
     where = _where(outcome, record)
     return {"event": "measurement", "check": check, "series": series, **fields,
@@ -353,7 +364,7 @@ class ScalingCheck(Check):
                     images_per_sec=x, time_to_solution_s=final["time_to_solution_s"], efficiency=efficiency,
                     baseline_images_per_sec=baseline, baseline_from=where_from,
                     net=job.payload.get("net"), precision=job.request.precision,
-                    window_jitter=window_jitter(outcome.records),
+                    window_jitter=window_jitter(outcome.records), iteration_jitter=iteration_jitter(outcome.records),
                 ))
                 if unit == "node" and (spread := _spread(self.name, f"scaling/{mode}/{p}/nodes", outcome,
                                                          job.request.nodes)):

@@ -155,6 +155,17 @@ def make_comm(recipe: Recipe, me: RankInfo, backend: str):
     return Distributed(me, backend, recipe.collective_timeout_s)
 
 
+def iteration_spread(seconds: list[float]) -> dict:
+    """`iteration_cv`: the spread of this rank's single iterations in a window (standard deviation over
+    mean), what synchronous SGD's wait for the slowest rank grows with; none with fewer than 3. A
+    window's mean hides it: 37 iterations of independent spread s average to s / 6."""
+    if len(seconds) < 3:
+        return {}
+    mean = sum(seconds) / len(seconds)
+    var = sum((t - mean) ** 2 for t in seconds) / (len(seconds) - 1)
+    return {"iteration_cv": var ** 0.5 / mean} if mean > 0 else {}
+
+
 class IterationEnd:
     """What both PyTorch loops (train above, hpcdl.train.backends.pytorch.spatial.loop) do after an update.
 
@@ -173,6 +184,7 @@ class IterationEnd:
         self.samples_per_iter, self.replicas, self.ways = samples_per_iter, replicas, ways
         self.evaluate, self.snapshot = evaluate, snapshot
         self.window_start, self.window_samples, self.window_losses = time.perf_counter(), 0, []
+        self.window_iterations: list[float] = []  # each iteration's own time, this window
         self.train_time, self.trained = 0.0, 0
         self.accuracy, self.test_loss, self.loss = float("nan"), float("nan"), float("nan")
         self.preempted = False
@@ -180,6 +192,8 @@ class IterationEnd:
     def after(self, done: int, iter_start: float, loss_sum, lr: float, agreement) -> bool:
         """Iteration `done` is over (it started at `iter_start`); True: leave the loop, pre-empted."""
         recipe, results, comm = self.recipe, self.results, self.comm
+        # on a CPU the step is done when the loop gets here; on a GPU its kernels may still be queued
+        self.window_iterations.append(time.perf_counter() - iter_start)
         # losses stay tensors until a display step: reading one waits for a GPU to finish
         self.window_losses.append(loss_sum)
         self.window_samples += self.samples_per_iter
@@ -197,9 +211,10 @@ class IterationEnd:
                 "step", iter=done, epoch=round(done / self.iters_per_epoch, 3), loss=loss_total / self.replicas,
                 loss_window=window_loss / self.replicas, lr=lr,
                 images_per_sec_rank=self.window_samples / elapsed / self.ways,
-                images_per_sec_total=total / self.ways / slowest,
+                images_per_sec_total=total / self.ways / slowest, **iteration_spread(self.window_iterations),
             )
             self.window_start, self.window_samples, self.window_losses = time.perf_counter(), 0, []
+            self.window_iterations = []
         if iter_start is not None:
             self.train_time += time.perf_counter() - iter_start
         results.advance(done, loss=self.loss, lr=lr)
