@@ -9,7 +9,7 @@ import torch
 from test_train import records, train_here, write_recipe
 
 from hpcdl.errors import HpcdlError
-from hpcdl.train.backends.pytorch.feed import AheadOfTime, DeviceFeed, default_workers
+from hpcdl.train.backends.pytorch.feed import AheadOfTime, DeviceFeed, ResidentFeed, default_workers, resident_fits
 from hpcdl.train.data import Batches, Split
 
 
@@ -104,3 +104,38 @@ def test_the_decode_slots_fit_in_half_of_dev_shm_and_too_little_is_one_line(tmp_
     assert 2 <= slot_count(14, third_of_half, shm=str(tmp_path)) <= 4  # capped by the room, not 29
     with pytest.raises(HpcdlError, match=r"^data.workers: 14 decode workers need 2 micro-batches of .* MiB free"):
         slot_count(14, 10**18, shm=str(tmp_path))
+
+
+@pytest.mark.parametrize("crop, mirror", [(None, False), (8, False), (None, True), (8, True), (12, True)])
+def test_a_split_held_on_the_device_gives_the_pure_functions_batches_crops_and_flips_from_any_micro_batch(
+        crop, mirror):
+    """The resident feed's one gather (rows, channels, cropped and mirrored coordinates) against
+    Batches.get's numpy slicing, from a resumed micro-batch across two epoch boundaries; on the CPU
+    here, where torch's indexing is the same operation it is on a GPU."""
+    batches = Batches(split(), 8, seed=5, rank=1, world=2, crop=crop, mirror=mirror)
+    reference = Batches(split(), 8, seed=5, rank=1, world=2, crop=crop, mirror=mirror)
+    first = 17
+    feed = ResidentFeed(batches, first, torch.device("cpu"), torch.channels_last)
+    for k in range(first, first + 30):
+        x, y = feed.next()
+        rx, ry = reference.get(k)
+        assert torch.equal(x, torch.from_numpy(rx)) and torch.equal(y, torch.from_numpy(ry)), k
+        assert x.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_only_an_in_memory_split_on_a_gpu_is_held_there():
+    assert not resident_fits(Batches(split(), 8, 1, 0, 1), torch.device("cpu"))
+    files = Split(np.zeros(200, dtype=np.int64), None, loader=object(), indices=np.arange(200))
+    assert not resident_fits(Batches(files, 8, 1, 0, 1), torch.device("cpu"))
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_small_synthetic_set_trains_from_the_device_with_no_decode_workers(tmp_path):
+    assert resident_fits(Batches(split(), 8, 1, 0, 1), torch.device("cuda", 0))
+    recipe = write_recipe(tmp_path, max_iter=4, device="cuda", batch_size=8,
+                          data={"source": "synthetic", "synthetic_samples": 500, "image_size": 32, "crop": 28,
+                                "mirror": True})
+    train_here(recipe, tmp_path / "r.jsonl")
+    start = next(r for r in records(tmp_path / "r.jsonl") if r["event"] == "start")
+    steps = [r for r in records(tmp_path / "r.jsonl") if r["event"] == "step"]
+    assert start["data_workers"] == 0 and len(steps) == 4 and all(np.isfinite(r["loss"]) for r in steps)

@@ -429,32 +429,66 @@ class Batches:
     def epoch_of(self, k: int) -> int:
         return k // self.per_epoch
 
-    def get(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def indices(self, k: int) -> np.ndarray:
+        """Micro-batch k's rows of the split: the epoch's order, its k-th slot."""
         epoch, slot = divmod(k, self.per_epoch)
         if epoch != self._epoch:
             self._epoch, self._order = epoch, epoch_order(len(self.split), epoch, self.seed, self.rank, self.world)
-        idx = self._order[slot * self.batch_size:(slot + 1) * self.batch_size]
+        return self._order[slot * self.batch_size:(slot + 1) * self.batch_size]
+
+    def augmentation(self, k: int, n: int, h: int, w: int) -> Augmentation:
+        """Micro-batch k's crops and flips for `n` images of h x w, drawn from the generator seeded
+        with (seed, k, rank): the tops, then the lefts, then the flips, each drawn only where used."""
+        return Augmentation.draw(np.random.default_rng((self.seed, k, self.rank)), self.crop, self.mirror, n, h, w)
+
+    def get(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        idx = self.indices(k)
         x, y = self.split.take(idx), self.split.labels[idx]
         if self.crop or self.mirror:
-            rng = np.random.default_rng((self.seed, k, self.rank))
-            x = augment(x, rng, self.crop, self.mirror)
+            x = self.augmentation(k, *x.shape[:1], *x.shape[2:]).apply(x)
         return x, y
+
+
+@dataclass(frozen=True)
+class Augmentation:
+    """Caffe's TRAIN-phase transform of one micro-batch: a crop of side `crop` at (tops, lefts) and
+    a mirror where `flips` (None: no crop, no mirror)."""
+
+    crop: int | None
+    tops: np.ndarray | None
+    lefts: np.ndarray | None
+    flips: np.ndarray | None
+
+    @classmethod
+    def draw(cls, rng: np.random.Generator, crop: int | None, mirror: bool, n: int, h: int, w: int) -> "Augmentation":
+        """The tops, then the lefts, then the flips, each drawn only where used."""
+        tops = lefts = flips = None
+        if crop and (crop < h or crop < w):
+            if crop > h or crop > w:
+                raise HpcdlError(f"data.crop: {crop} is larger than the {h}x{w} images")
+            tops = rng.integers(0, h - crop + 1, size=n)
+            lefts = rng.integers(0, w - crop + 1, size=n)
+        else:
+            crop = None
+        if mirror:
+            flips = rng.random(n) < 0.5
+        return cls(crop, tops, lefts, flips)
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        if self.crop:
+            c = self.crop
+            x = np.stack([x[i, :, t:t + c, l:l + c] for i, (t, l) in enumerate(zip(self.tops, self.lefts))])
+        if self.flips is not None:
+            x = np.array(x)  # a view of in-memory data must not be flipped in place
+            x[self.flips] = x[self.flips][:, :, :, ::-1]
+        return np.ascontiguousarray(x)
+
+
 
 
 def augment(x: np.ndarray, rng: np.random.Generator, crop: int | None, mirror: bool) -> np.ndarray:
     """Caffe's TRAIN-phase transform: a random crop of side `crop` and a coin-flip mirror."""
-    n, c, h, w = x.shape
-    if crop and (crop < h or crop < w):
-        if crop > h or crop > w:
-            raise HpcdlError(f"data.crop: {crop} is larger than the {h}x{w} images")
-        tops = rng.integers(0, h - crop + 1, size=n)
-        lefts = rng.integers(0, w - crop + 1, size=n)
-        x = np.stack([x[i, :, t:t + crop, l:l + crop] for i, (t, l) in enumerate(zip(tops, lefts))])
-    if mirror:
-        flip = rng.random(n) < 0.5
-        x = np.array(x)  # a view of in-memory data must not be flipped in place
-        x[flip] = x[flip][:, :, :, ::-1]
-    return np.ascontiguousarray(x)
+    return Augmentation.draw(rng, crop, mirror, x.shape[0], *x.shape[2:]).apply(x)
 
 
 def centre_crop(x: np.ndarray, crop: int | None) -> np.ndarray:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from hpcdl.errors import HpcdlError
-from hpcdl.train.data import IMAGENET_MEAN, IMAGENET_STD, Batches, FileImages, epoch_order
+from hpcdl.train.data import IMAGENET_MEAN, IMAGENET_STD, Batches, FileImages
 
 
 def dali_package(cuda: str | None = None) -> str:
@@ -71,18 +71,14 @@ def batch_plan(batches: Batches, k: int) -> dict:
     (tops, then lefts, then flips) from the generator seeded with (seed, k, rank).
     """
     split, loader = batches.split, batches.split.loader
-    epoch, slot = divmod(k, batches.per_epoch)
-    order = epoch_order(len(split), epoch, batches.seed, batches.rank, batches.world)
-    idx = order[slot * batches.batch_size:(slot + 1) * batches.batch_size]
-    n, size, crop = len(idx), loader.size, batches.crop
-    rng = np.random.default_rng((batches.seed, k, batches.rank))
-    tops = lefts = np.zeros(n, dtype=np.int64)
-    if crop and crop < size:
-        tops = rng.integers(0, size - crop + 1, size=n)
-        lefts = rng.integers(0, size - crop + 1, size=n)
-    flips = rng.random(n) < 0.5 if batches.mirror else np.zeros(n, dtype=bool)
+    idx = batches.indices(k)
+    n, size = len(idx), loader.size
+    a = batches.augmentation(k, n, size, size)
+    none = np.zeros(n, dtype=np.int64)
     return {"files": [loader.names[int(split.indices[i])] for i in idx], "labels": split.labels[idx],
-            "tops": tops, "lefts": lefts, "flips": flips, "size": size, "crop": crop or size}
+            "tops": none if a.tops is None else a.tops, "lefts": none if a.lefts is None else a.lefts,
+            "flips": np.zeros(n, dtype=bool) if a.flips is None else a.flips, "size": size,
+            "crop": a.crop or size}
 
 
 def normalisation(loader: FileImages) -> tuple[list[float], list[float], bool]:

@@ -20,7 +20,7 @@ from hpcdl.launch import PREEMPTED_EXIT
 from hpcdl.nets import load_net
 from hpcdl.nets.torch_build import build_torch
 from hpcdl.train.backends.pytorch.cuda_settings import apply_cuda_settings
-from hpcdl.train.backends.pytorch.feed import AheadOfTime, DeviceFeed, default_workers
+from hpcdl.train.backends.pytorch.feed import AheadOfTime, DeviceFeed, ResidentFeed, default_workers, resident_fits
 from hpcdl.train.backends.pytorch.gradients import GradientLag
 from hpcdl.train.backends.pytorch.steps import (
     IterationEnd,
@@ -98,6 +98,9 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
     workers = default_workers(recipe.data.workers, device)
     first_iter = resume(recipe, net, optimizer, precision, schedule, results, context, max_iter)
 
+    resident = not dali and resident_fits(batches, device)
+    if resident:
+        workers = 0  # no decode workers: the batches are gathered on the device
     results.record(
         "start", net=spec.name, parameters=spec.parameter_count, data=data.name, ranks=me.world_size,
         nodes=context.get("nodes", 1), global_batch=global_batch, max_iter=max_iter, site=context.get("site"),
@@ -111,6 +114,8 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
         from hpcdl.train.backends.pytorch.dali_feed import DaliFeed
 
         feed = DaliFeed(batches, first_iter * recipe.iter_size, device, memory_format, threads=max(1, workers))
+    elif resident:  # a small in-memory split: on the GPU once, no host work a step
+        feed = ResidentFeed(batches, first_iter * recipe.iter_size, device, memory_format)
     else:
         feed = DeviceFeed(AheadOfTime(batches, first_iter * recipe.iter_size, workers), device, memory_format)
 
