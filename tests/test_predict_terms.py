@@ -4,9 +4,11 @@ pipeline, the halo exchange of spatial parallelism, and strong scaling that neve
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -305,3 +307,31 @@ def test_perlmutters_a100_nodes_get_nvlink_3_not_the_v100s_nvlink_2_and_the_outp
     assert prediction.machine.intra.beta_s_per_byte == pytest.approx(1 / (100 * GB))
     summit = predict(load_site("summit"), "resnet50", 64, [1], "weak", JobRequest())
     assert "NVLink 3" not in next(n for n in summit.notes if n.startswith("network:"))
+
+
+def test_a_message_inside_the_measured_sweep_takes_the_sweeps_time_and_outside_it_the_fitted_line():
+    from hpcdl.predict.calibration import MeasuredLink, fit_link
+
+    # a 2-rank sweep whose middle is slower than the line through its ends (a shaped TCP link at 1 Gbit/s:
+    # 0.5 MiB at 0.51 Gbit/s of bus bandwidth where 2 MiB reaches 0.92)
+    sweep = [{"backend": "gloo", "scope": "inter-node", "ranks": 2, "bytes": b, "time_us": us}
+             for b, us in ((8, 1000.0), (32, 1000.0), (128, 1000.0), (524288, 8180.0), (2097152, 18270.0))]
+    measured = fit_link(sweep)
+    assert measured.points[3] == (524288, 8180.0)
+    link = measured.link()
+    # by hand: 8.18 ms + (582312 - 524288) x (18.27 - 8.18) ms / (2097152 - 524288)
+    expected = 8.18e-3 + (582312 - 524288) * (18.27e-3 - 8.18e-3) / (2097152 - 524288)
+    assert link.measured_time(582312, 2) == pytest.approx(expected)
+    two_nodes = Topology(2, 1, link, link)
+    assert best_allreduce(582312, two_nodes, ("ring",)) == (pytest.approx(expected), "measured")
+    plain = replace(link, measured=())
+    line, _ = best_allreduce(582312, Topology(2, 1, plain, plain), ("ring",))
+    assert line < expected - 1e-3  # the alpha-beta line through the ends is 2.5 ms too fast there
+    # beyond the sweep, or among another number of ranks, the line
+    assert link.measured_time(4 << 20, 2) is None and link.measured_time(582312, 4) is None
+    assert best_allreduce(582312, Topology(4, 1, link, link), ("ring",))[1] == "ring"
+    # the sweep goes through a calibration file and back
+    cal = Calibration("x", "here", links=(measured,))
+    again = Calibration.from_mapping(yaml.safe_load(cal.to_yaml()), "file")
+    assert again.links[0].link().measured_time(582312, 2) == pytest.approx(expected)
+    assert MeasuredLink("gloo", "inter-node", 2, 500.0, 0.1).link().measured == ()

@@ -11,7 +11,7 @@ FLOP/s. The result is kept beside the site's references as `<site>.calibration.y
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -27,9 +27,14 @@ class MeasuredLink:
     ranks: int
     latency_us: float
     gbyte_s: float
+    # the sweep itself, [bytes, microseconds] per size: the model reads a message's time off it where
+    # the message falls inside it among as many ranks (files written before it have none)
+    points: tuple = ()
 
     def link(self) -> Link:
-        return Link.of(self.latency_us, self.gbyte_s)
+        link = Link.of(self.latency_us, self.gbyte_s)
+        sweep = tuple((float(b), float(us) * 1e-6) for b, us in self.points)
+        return replace(link, measured=sweep, measured_ranks=self.ranks) if sweep else link
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,8 @@ class Calibration:
 
     def to_yaml(self) -> str:
         data = {"site": self.site, "source": self.source, "notes": list(self.notes),
-                "links": [asdict(m) for m in self.links], "compute": [asdict(c) for c in self.compute]}
+                "links": [{**asdict(m), "points": [list(pt) for pt in m.points]} for m in self.links],
+                "compute": [asdict(c) for c in self.compute]}
         return yaml.safe_dump(data, sort_keys=False)
 
     @classmethod
@@ -101,7 +107,8 @@ def fit_link(points: list[dict]) -> MeasuredLink:
     large = points[-1]
     wire_s = max(large["time_us"] - small, 1e-3) * 1e-6
     gbyte_s = (2 * (p - 1) / p) * large["bytes"] / wire_s / 1e9
-    return MeasuredLink(points[0]["backend"], points[0]["scope"], p, alpha_us, gbyte_s)
+    sweep = tuple((int(r["bytes"]), float(r["time_us"])) for r in points)
+    return MeasuredLink(points[0]["backend"], points[0]["scope"], p, alpha_us, gbyte_s, sweep)
 
 
 def calibrate(records: list[dict], site: str, source: str) -> Calibration:

@@ -47,10 +47,29 @@ class Link:
     alpha_s: float
     beta_s_per_byte: float
     gamma_s_per_byte: float = 0.0
+    # an allreduce sweep measured over this link (bytes, seconds), among `measured_ranks` ranks, one per
+    # node: where a message falls inside it among as many ranks, its time is read off the sweep, not
+    # the alpha-beta line, which a real library's curve bends away from between its ends (protocol
+    # switches, TCP's window, a shaper's burst)
+    measured: tuple[tuple[float, float], ...] = ()
+    measured_ranks: int = 0
 
     @classmethod
     def of(cls, latency_us: float, gbyte_s: float, reduce_gbyte_s: float | None = None) -> "Link":
         return cls(latency_us * 1e-6, 1.0 / (gbyte_s * 1e9), 1.0 / (reduce_gbyte_s * 1e9) if reduce_gbyte_s else 0.0)
+
+    def measured_time(self, n: float, ranks: int) -> float | None:
+        """An n-byte allreduce among `ranks` ranks, linearly between the two measured sizes around n;
+        None outside the sweep or for another rank count."""
+        if ranks != self.measured_ranks or not self.measured:
+            return None
+        points = sorted(self.measured)
+        if not points[0][0] <= n <= points[-1][0]:
+            return None
+        for (b0, t0), (b1, t1) in zip(points, points[1:]):
+            if b0 <= n <= b1:
+                return t0 + (t1 - t0) * (n - b0) / (b1 - b0) if b1 > b0 else t0
+        return points[0][1]  # a sweep of one size
 
 
 @dataclass(frozen=True)
@@ -172,6 +191,10 @@ def best_allreduce(n: float, topo: Topology, algorithms: tuple[str, ...]) -> tup
     """The fastest of `algorithms` for an n-byte allreduce: (seconds, name)."""
     if topo.ranks <= 1 or n <= 0:
         return 0.0, "none"
+    if topo.nodes == 1 or topo.ranks_per_node == 1:  # one flat level: the one a sweep measures
+        measured = topo.flat_link().measured_time(n, topo.ranks)
+        if measured is not None:
+            return measured, "measured"
     return min((allreduce_time(n, topo, a), a) for a in algorithms)
 
 

@@ -221,7 +221,7 @@ class CollectivesCheck(Check):
                 verdicts.append(spread)  # an "inter-node" time measured inside one node is not one
             for r in points:
                 fields = {k: r[k] for k in ("op", "backend", "scope", "bytes", "time_us", "algbw_GBps", "busbw_GBps", "ranks")}
-                fields.update({k: r[k] for k in ("iters", "windows") if k in r})  # how the time was taken
+                fields.update({k: r[k] for k in ("iters", "windows", "time_us_mean") if k in r})  # how it was taken
                 measurements.append(_measurement(self.name, "collective", outcome, r, **fields))
             for backend in sorted({r["backend"] for r in points}):
                 mine = sorted((r for r in points if r["backend"] == backend), key=lambda r: r["bytes"])
@@ -382,7 +382,8 @@ class ScalingCheck(Check):
         from hpcdl.predict.validation import with_predictions
 
         collectives = [_measurement("collectives", "collective", o, r, **{k: r[k] for k in (
-            "op", "backend", "scope", "bytes", "time_us", "algbw_GBps", "busbw_GBps", "ranks")})
+            "op", "backend", "scope", "bytes", "time_us", "time_us_mean", "algbw_GBps", "busbw_GBps", "ranks")
+            if k in r})
             for o in outcomes.values() if o.ok and o.job.kind == "collectives"
             for r in o.records if r.get("event") == "collective"]
         return with_predictions(ctx.site, measurements, collectives)
