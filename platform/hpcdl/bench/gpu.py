@@ -53,9 +53,24 @@ FULL = Scale()
 REHEARSAL = Scale(net="cifar10_quick", size=32, batch=8, warmup=2, timed=4, workers=2, jpegs=48, jpeg_side=40,
                   loader_batches=4, optimizer_steps=3, compile="none")
 
-BARE_LOOP = r"""
-import json, sys, time
+#: the step everyone writes (autocast, GradScaler for fp16, SGD), shared by the measuring scripts below
+BARE_STEP = r"""
 import torch, torch.nn.functional as F
+def bare_step(model, opt, x, y, dev, precision):
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    scaler = torch.amp.GradScaler(dev.type, enabled=precision == "fp16")
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(dev.type, dtype=dtype):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    return step
+"""
+
+BARE_LOOP = BARE_STEP + r"""
+import json, sys, time
 from hpcdl.nets import load_net
 from hpcdl.nets.torch_build import build_torch
 net, device, precision = sys.argv[1:4]
@@ -70,18 +85,10 @@ model = build_torch(load_net(net, num_classes=1000, image_size=size)).to(dev, me
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4, fused=compile_mode != "none" or None)
 if compile_mode != "none":
     model = torch.compile(model, mode=None if compile_mode == "default" else compile_mode, dynamic=False)
-dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-scaler = torch.amp.GradScaler(dev.type, enabled=precision == "fp16")
 x = torch.randn(batch, 3, size, size, device=dev).contiguous(memory_format=torch.channels_last)
 y = torch.randint(0, 1000, (batch,), device=dev)
 sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-def step():
-    opt.zero_grad(set_to_none=True)
-    with torch.autocast(dev.type, dtype=dtype):
-        loss = F.cross_entropy(model(x), y)
-    scaler.scale(loss).backward()
-    scaler.step(opt)
-    scaler.update()
+step = bare_step(model, opt, x, y, dev, precision)
 marks = []
 for i in range(window + timed):
     if i >= window and (i - window) % window == 0:
@@ -440,9 +447,8 @@ def _profile(run: _Run) -> None:
 
 #: where an eager bf16 step spends its time against an fp16 one: the device's kernels (the host's
 #: operators on a CPU), summed per iteration and sorted into kinds by their names
-PROFILE = r"""
+PROFILE = BARE_STEP + r"""
 import json, sys
-import torch, torch.nn.functional as F
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 from hpcdl.nets import load_net
@@ -469,15 +475,7 @@ def kind(name):
     return next((k for k, words in KINDS if any(w in low for w in words)), "other")
 out = {}
 for precision in ("bf16", "fp16"):
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    scaler = torch.amp.GradScaler(dev.type, enabled=precision == "fp16")
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(dev.type, dtype=dtype):
-            loss = F.cross_entropy(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
+    step = bare_step(model, opt, x, y, dev, precision)
     for _ in range(3):
         step()
     if cuda:
