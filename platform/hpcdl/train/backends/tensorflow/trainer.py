@@ -327,6 +327,20 @@ class KerasTrainer:
     def sum(self, values):
         return self._reduce(values, self.tf.distribute.ReduceOp.SUM)
 
+    def farewell(self) -> None:
+        """One more reduce before the worker exits, whose failure is let go. A TensorFlow collective
+        is pulled: each worker fetches its peers' parts from their gRPC servers (RecvBuf), so a worker
+        that finished the run's last reduce and exited at once closed the server a slower peer was
+        still reading, which then failed with "Socket closed" (seen in CI, at the final weights
+        digest). A worker that completes this reduce knows every peer has entered it, so is past
+        the last one that mattered; a peer that finds it gone here loses nothing."""
+        if self.world_size == 1:
+            return
+        try:
+            self._reduce([0.0], self.tf.distribute.ReduceOp.SUM)
+        except (self.tf.errors.UnavailableError, self.tf.errors.CancelledError, self.tf.errors.AbortedError):
+            pass
+
     def max(self, value):
         if self.world_size == 1:
             return float(value)
@@ -402,4 +416,6 @@ def train(recipe: Recipe, me: RankInfo, results: ResultsWriter, context: dict) -
                            device=device)
     pools = {"intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
              "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
-    return run_loop(recipe, me, results, context, data, spec, trainer, final_fields=lambda: pools)
+    summary = run_loop(recipe, me, results, context, data, spec, trainer, final_fields=lambda: pools)
+    trainer.farewell()
+    return summary
