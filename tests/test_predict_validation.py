@@ -138,8 +138,18 @@ def test_core_scaling_takes_the_other_sessions_load_out_of_both_windows():
     assert scaling_from(50.0, 0.5, [25.0, 25.0], 0.25) == pytest.approx(1.0)  # busy host, independent cores
     assert scaling_from(100.0, 1.0, [], 1.0) == 1.0  # nothing measured: independent
     assert core_scaling(1) == 1.0
-    measured = core_scaling(2, window_s=0.3)  # a real probe on this host's cores
+    measured = core_scaling(2, window_s=0.3, pairs=1)  # a real probe on this host's cores
     assert measured is None or 0 < measured <= 1
+
+
+def test_core_scaling_is_the_median_of_its_pairs_so_one_disturbed_pair_does_not_decide_it(monkeypatch):
+    from hpcdl.predict import host
+
+    # solo then together, three times: 1.0, 0.96, and the last pair disturbed (0.80)
+    rates = iter([[100.0], [100.0, 100.0], [100.0], [96.0, 96.0], [100.0], [80.0, 80.0]])
+    monkeypatch.setattr(host, "_probe_rates", lambda processes, window_s: next(rates))
+    monkeypatch.setattr(host, "share_of_core", lambda threads: 1.0)
+    assert host.core_scaling(2) == pytest.approx(0.96)
 
 
 def test_the_stored_two_pretend_node_run_is_predicted_within_the_stated_bound():

@@ -150,22 +150,29 @@ def scaling_from(solo: float, solo_share: float, together: list[float], together
     return max(0.05, min(1.0, per_core_together / per_core_alone))
 
 
-def core_scaling(threads: int, window_s: float = 1.5) -> float | None:
+def core_scaling(threads: int, window_s: float = 1.5, pairs: int = 3) -> float | None:
     """How fast each of `threads` cores computes when all are busy at once, against one core alone.
 
     1.0 on a host whose cores are independent; less where they share what one core had to
     itself: SMT siblings (a VM's vCPUs are often hyperthreads of fewer physical cores), memory
     bandwidth, or a clock that drops as more cores turbo. The prediction of a p-rank job on one
     host from a one-rank job multiplies the rank's rate by it. None: it could not be measured.
+
+    The median of `pairs` solo-then-together windows: one pair read 0.80 on a 2-core host whose
+    other pairs read 0.95-1.0 when a test started beside it, and a prediction takes the cores
+    as slowed by as much (docs/predict.md, the shaped network).
     """
     cores = os.cpu_count() or 1
     threads = max(1, min(threads, cores))
     if threads == 1:
         return 1.0
-    solo_share = share_of_core(1)
-    solo = _probe_rates(1, window_s)
-    together_share = share_of_core(threads)
-    together = _probe_rates(threads, window_s)
-    if not solo or len(together) != threads or solo_share is None or together_share is None:
-        return None
-    return scaling_from(solo[0], solo_share, together, together_share)
+    ratios = []
+    for _ in range(max(1, pairs)):
+        solo_share = share_of_core(1)
+        solo = _probe_rates(1, window_s)
+        together_share = share_of_core(threads)
+        together = _probe_rates(threads, window_s)
+        if not solo or len(together) != threads or solo_share is None or together_share is None:
+            return None
+        ratios.append(scaling_from(solo[0], solo_share, together, together_share))
+    return sorted(ratios)[len(ratios) // 2]
