@@ -260,7 +260,7 @@ def loader_rates(root: Path, scale: Scale = FULL, device: str = "cuda") -> dict:
         x.to(dev, non_blocking=True)
 
     theirs = timed_rate(torch_next, scale.batch, scale.loader_batches, device)
-    del it, loader   # stops the DataLoader's persistent workers now, not at exit
+    it = loader = None  # stops the DataLoader's persistent workers now, not at exit
     return {"hpcdl_loader": ours, "torch_dataloader": theirs, "ratio": ours / theirs}
 
 
@@ -317,7 +317,8 @@ def gpu_rows(scale: Scale = FULL, device: str = "cuda", sections: tuple[str, ...
     with tempfile.TemporaryDirectory() as tmp:
         run = _Run(Path(tmp), scale, device, clock, out)
         for name in sections:
-            if clock.left() <= NEED[name] * (scale == FULL):
+            need = NEED[name] if scale == FULL else 0  # the rehearsal's toy parts take seconds
+            if clock.left() <= need:
                 out.setdefault("not_run", {})[name] = f"{clock.left():.0f} s left of the deadline, {NEED[name]} s needed"
                 print(f"bench gpu: {name} not run: {out['not_run'][name]}", flush=True)
                 continue
@@ -408,7 +409,7 @@ def _dali(run: _Run) -> None:
     """The trainer on the JPEG folder through DALI (nvJPEG on the GPU, `workers` CPU threads) against
     hpcdl's decode workers (the same number of worker processes) and against synthetic data."""
     try:
-        import nvidia.dali  # noqa: F401
+        import nvidia.dali as nvidia_dali
     except ImportError:
         run.out["dali"] = {"skipped": "NVIDIA DALI is not installed on this node"}
         print("bench gpu: DALI not installed here", flush=True)
@@ -417,10 +418,8 @@ def _dali(run: _Run) -> None:
     ours = (run.out.get("jpeg_vs_synthetic") or {}).get("jpeg") or run.trainer("bf16", run.folder(),
                                                                                workers=run.scale.workers)
     dali = run.trainer("bf16", run.folder("dali"), workers=run.scale.workers)
-    import nvidia.dali
-
     run.out["dali"] = {"dali": dali, "hpcdl": ours, "synthetic": synthetic, "vs_synthetic": dali / synthetic,
-                       "vs_hpcdl": dali / ours, "workers": run.scale.workers, "version": nvidia.dali.__version__}
+                       "vs_hpcdl": dali / ours, "workers": run.scale.workers, "version": nvidia_dali.__version__}
     print(f"bench gpu: JPEG folder through DALI {dali:.0f} img/s, hpcdl's workers {ours:.0f}, "
           f"synthetic {synthetic:.0f}", flush=True)
 

@@ -484,8 +484,6 @@ class Augmentation:
         return np.ascontiguousarray(x)
 
 
-
-
 def augment(x: np.ndarray, rng: np.random.Generator, crop: int | None, mirror: bool) -> np.ndarray:
     """Caffe's TRAIN-phase transform: a random crop of side `crop` and a coin-flip mirror."""
     return Augmentation.draw(rng, crop, mirror, x.shape[0], *x.shape[2:]).apply(x)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import statistics
 import sys
 import time
 from datetime import timedelta
@@ -159,11 +160,9 @@ def iteration_spread(seconds: list[float]) -> dict:
     """`iteration_cv`: the spread of this rank's single iterations in a window (standard deviation over
     mean), what synchronous SGD's wait for the slowest rank grows with; none with fewer than 3. A
     window's mean hides it: 37 iterations of independent spread s average to s / 6."""
-    if len(seconds) < 3:
+    if len(seconds) < 3 or statistics.mean(seconds) <= 0:
         return {}
-    mean = sum(seconds) / len(seconds)
-    var = sum((t - mean) ** 2 for t in seconds) / (len(seconds) - 1)
-    return {"iteration_cv": var ** 0.5 / mean} if mean > 0 else {}
+    return {"iteration_cv": statistics.stdev(seconds) / statistics.mean(seconds)}
 
 
 class IterationEnd:
