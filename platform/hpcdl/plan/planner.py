@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 
 from hpcdl.errors import HpcdlError
 from hpcdl.plan.env import communication_env, intel_mpi_pin_domain, rank_env, threading_env
-from hpcdl.plan.model import Plan, RankPlacement, SpatialLayout
-from hpcdl.plan.runtime import LIBFABRIC_NICS, RuntimeChoice, choose_runtime
+from hpcdl.plan.model import Plan, RankPlacement, RuntimeChoice, SpatialLayout
+from hpcdl.plan.runtime import LIBFABRIC_NICS, choose_runtime
 from hpcdl.plan.request import JobRequest
 from hpcdl.sites.schema import MAX_NODES, Gpu, Nic, NodeKind, Site
 
