@@ -12,9 +12,14 @@ The plan carries the answer (Plan.runtime); `plan`, `render`, `modulefiles rende
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from hpcdl.images.compat import launcher_needs, site_problems
+from hpcdl.images.frameworks import image_frameworks, image_spec_named, image_specs
 from hpcdl.plan.model import (
     CE_HOOK_PLUGIN, CE_PLUGIN_HOOK, IMAGE, NATIVE_KINDS, REFUSED, SITE_CONTAINER, USER_IMAGE, RuntimeChoice,
 )
+from hpcdl.runtimes import runtime_modules_for
 from hpcdl.sites.schema import NodeKind, Site
 
 #: NIC kinds whose collectives between nodes need the libfabric NCCL/RCCL plugin (aws-ofi-nccl):
@@ -32,8 +37,6 @@ CONTAINER_ENV_PREFIXES = ("APPTAINERENV_", "SINGULARITYENV_")
 def compat_problems(spec, site: Site, kind: str) -> list[str]:
     """The compatibility check's reasons against running `spec` on node kind `kind` of `site`: the
     one call into hpcdl.images.compat (it judges the site's default kind, so the kind is made that)."""
-    from hpcdl.images.compat import site_problems
-
     return site_problems(spec, site.model_copy(update={"default_node_kind": kind}))
 
 
@@ -49,8 +52,6 @@ def _serves(env, kind: str, framework: str) -> bool:
 def choose_runtime(site: Site, kind: str, framework: str = "pytorch", use_gpus: bool = False,
                    image: str | None = None, net_plugin: str | None = None) -> RuntimeChoice:
     """The runtime of a job on node kind `kind` of `site`; `image` is the one the user names (--image)."""
-    from hpcdl.images.frameworks import image_spec_named, image_specs
-
     node = site.node_kinds[kind]
     env = site.environment if _serves(site.environment, kind, framework) else None
     choice: RuntimeChoice | None = None
@@ -71,8 +72,6 @@ def choose_runtime(site: Site, kind: str, framework: str = "pytorch", use_gpus: 
     elif site.runtime == "none":
         choice = _native_choice(site, framework)
     else:
-        from hpcdl.images.frameworks import image_frameworks
-
         fitting, refused = [], {}
         for name, spec in image_specs().items():
             # a GPU job needs a GPU build; a CPU job takes a CPU build (a CUDA or ROCm stack does not
@@ -111,8 +110,6 @@ def _refused(site: Site, why: str) -> RuntimeChoice:
 
 
 def _container_mpi(site: Site, spec) -> str:
-    from hpcdl.images.compat import launcher_needs
-
     _, _, why = launcher_needs(site)
     if spec is None:
         return f"the image's own MPI under {site.launcher} ({why})"
@@ -120,8 +117,6 @@ def _container_mpi(site: Site, spec) -> str:
 
 
 def _image_choice(site: Site, spec, reference: str, framework: str) -> RuntimeChoice:
-    from hpcdl.images.frameworks import image_frameworks
-
     version = image_frameworks(spec).frameworks.get(framework)
     return RuntimeChoice(IMAGE, site.runtime, reference,
                          framework_from=f"the {spec.name} image ({framework} {version or 'not in it'})",
@@ -165,8 +160,6 @@ def _with_net_plugin(site: Site, node: NodeKind, choice: RuntimeChoice, use_gpus
     reaches the process counts: inside a container, the image's own build, the runtime's plugin module
     or hook, or a library path carried in by the runtime; outside, the environment's declared plugin or
     the profile's NCCL_NET_PLUGIN or library path. A host module's name says nothing of either."""
-    from dataclasses import replace
-
     if not (use_gpus and any(n.kind in LIBFABRIC_NICS for n in node.nics)):
         return choice
     if net_plugin:
@@ -174,8 +167,6 @@ def _with_net_plugin(site: Site, node: NodeKind, choice: RuntimeChoice, use_gpus
                        net_plugin_library=net_plugin)
     env = site.environment if choice.kind in (SITE_CONTAINER, *NATIVE_KINDS) else None
     if choice.in_container:
-        from hpcdl.runtimes import runtime_modules_for
-
         modules = [m for m in runtime_modules_for(site, True) if m in PLUGIN_RUNTIME_MODULES.get(site.runtime, ())]
         if modules:
             return replace(choice, net_plugin_from=f"the {site.runtime} {modules[0]} module")
@@ -187,8 +178,6 @@ def _with_net_plugin(site: Site, node: NodeKind, choice: RuntimeChoice, use_gpus
         if carried and site.runtime in ("apptainer", "singularity"):
             return replace(choice, net_plugin_from=f"the host's plugin, carried into the container by {carried[0]}")
         if choice.kind == IMAGE:
-            from hpcdl.images.frameworks import image_spec_named
-
             spec = image_spec_named(choice.image)
             if spec is not None and spec.net_plugin_library:
                 return replace(choice, net_plugin_from=f"the {spec.name} image's own aws-ofi build",
