@@ -1,7 +1,8 @@
 """The architecture as a contract: import-linter holds the package to the layers in pyproject.toml.
 
 A layer imports only the layers below it, the framework backends do not import each other,
-and no two modules (or folders) of a package import each other in a circle. The same layers
+and no two modules (or folders) of a package import each other in a circle; an import made for
+annotations only (under `if TYPE_CHECKING:`) counts as any other. The same layers
 are drawn in docs/architecture.md, and a test keeps the drawing equal to the contract.
 """
 
@@ -63,6 +64,19 @@ def test_a_circle_between_two_modules_of_a_package_breaks_the_contract(package_c
     proc = lint_imports(package_copy)
     assert proc.returncode != 0
     assert "No cycles are allowed in hpcdl.cli" in proc.stdout
+
+
+def test_an_import_for_annotations_only_breaks_the_contract_too(package_copy):
+    # the launchers once imported the plan's type under TYPE_CHECKING, which closed the circle
+    # plan -> images.compat -> launchers -> plan while the contract looked away
+    mpi = package_copy / "hpcdl" / "launchers" / "mpi.py"
+    mpi.write_text(mpi.read_text() + "\nfrom typing import TYPE_CHECKING  # noqa: E402\n\n"
+                   "if TYPE_CHECKING:\n    from hpcdl.plan.model import Plan  # noqa: F401\n")
+    proc = lint_imports(package_copy)
+    assert proc.returncode != 0
+    assert "hpcdl.launchers is not allowed to import hpcdl.plan" in proc.stdout
+    assert "hpcdl.launchers.mpi -> hpcdl.plan.model" in proc.stdout
+    assert "No cycles are allowed in hpcdl.\n" in proc.stdout
 
 
 def test_one_backend_importing_another_breaks_the_contract(package_copy):

@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
-
 from hpcdl.errors import HpcdlError
+from hpcdl.launchers.base import LaunchPlan
 from hpcdl.registry import Registry
 from hpcdl.shell import Expanding
 from hpcdl.sites.schema import Site
-
-if TYPE_CHECKING:  # the plan asks a runtime for its argv and modules: the runtime only reads it
-    from hpcdl.plan.model import Plan
 
 
 class Runtime:
     name = "base"
 
-    def command(self, plan: Plan, site: Site, image: str | None) -> list[str]:
+    def command(self, plan: LaunchPlan, site: Site, image: str | None) -> list[str]:
         raise NotImplementedError
 
-    def files(self, plan: Plan, site: Site, image: str | None) -> dict[str, str]:
+    def files(self, plan: LaunchPlan, site: Site, image: str | None) -> dict[str, str]:
         """Files the job writes before the launch for the runtime to read (name -> text)."""
         return {}
 
@@ -57,14 +53,14 @@ def runtime_for(name: str) -> Runtime:
     return runtimes.get(name)
 
 
-def _gpu_vendor(plan: Plan, site: Site) -> str | None:
+def _gpu_vendor(plan: LaunchPlan, site: Site) -> str | None:
     node = site.node_kinds[plan.node_kind]
     if not any(r.gpus for r in plan.ranks):
         return None
     return node.gpus[0].vendor
 
 
-def runtime_modules(plan: Plan, site: Site) -> list[str]:
+def runtime_modules(plan: LaunchPlan, site: Site) -> list[str]:
     """The runtime modules of this job: the site's, and its GPU ones when the job uses GPUs."""
     return runtime_modules_for(site, bool(_gpu_vendor(plan, site)))
 

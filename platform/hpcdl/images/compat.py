@@ -11,6 +11,7 @@ from typing import Callable
 
 from hpcdl.errors import HpcdlError
 from hpcdl.images.spec import ImageSpec, version_tuple
+from hpcdl.launchers.mpi import srun_mpi_plugin
 from hpcdl.sites.schema import Site
 
 ImageRule = Callable[[ImageSpec], "str | None"]
@@ -165,8 +166,6 @@ def launcher_needs(site: Site) -> tuple[str | None, str | None, str]:
     if site.launcher == "srun":
         # the srun launcher asks for --mpi=pmix for Open MPI, Slurm's pmi2 otherwise, unless the
         # site's launch.args name their own --mpi= (launchers/mpi.py)
-        from hpcdl.launchers.mpi import srun_mpi_plugin
-
         pmi = srun_mpi_plugin(site)
         if pmi is None and site.launch.srun_mpi != "default":
             pmi = "pmi2"  # Slurm's own default plugin for the MPICH family

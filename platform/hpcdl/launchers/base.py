@@ -1,12 +1,41 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hpcdl.registry import Registry
 from hpcdl.sites.schema import Site
 
-if TYPE_CHECKING:  # the plan calls a launcher for its argv: the launcher only reads it
-    from hpcdl.plan.model import Plan
+
+class PlacedRank(Protocol):
+    """One rank of a plan as a launcher reads it (hpcdl.plan.model.RankPlacement is one)."""
+
+    local_rank: int
+    socket: int
+    cores: tuple[int, ...]
+    cpus: tuple[int, ...]
+    gpus: tuple[int, ...]
+
+
+class LaunchPlan(Protocol):
+    """A plan as a launcher or a container runtime reads it (hpcdl.plan.model.Plan is one).
+
+    The planner asks the site's launcher for the launch line, so the launchers sit below the plan:
+    they say here what they read of it rather than import its type, which would close a circle
+    (plan -> launchers -> plan). The fields read as the plan's own do."""
+
+    node_kind: str
+    nodes: int
+    ranks_per_node: int
+    threads_per_rank: int
+    distributed: str
+    ranks: tuple[PlacedRank, ...]
+    env: dict[str, str]
+    env_paths: dict[str, dict]
+
+    @property
+    def world_size(self) -> int: ...
+
+    def local_ranks(self) -> tuple[PlacedRank, ...]: ...
 
 
 class Launcher:
@@ -16,7 +45,7 @@ class Launcher:
     #: the launcher sets each rank's cores itself; otherwise the rank applies the plan's mask
     binds_cores = False
 
-    def command(self, plan: Plan, site: Site) -> list[str]:
+    def command(self, plan: LaunchPlan, site: Site) -> list[str]:
         raise NotImplementedError
 
 
@@ -27,9 +56,9 @@ def launcher_for(name: str) -> Launcher:
     return launchers.get(name)
 
 
-def cores_per_rank(plan: Plan) -> int:
+def cores_per_rank(plan: LaunchPlan) -> int:
     return len(plan.ranks[0].cores)
 
 
-def gpus_per_rank(plan: Plan) -> int:
+def gpus_per_rank(plan: LaunchPlan) -> int:
     return len(plan.ranks[0].gpus)

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from hpcdl.launchers.base import Launcher, cores_per_rank, gpus_per_rank, launchers
+from hpcdl.launchers.base import Launcher, LaunchPlan, cores_per_rank, gpus_per_rank, launchers
 from hpcdl.sites.schema import Site
-
-if TYPE_CHECKING:  # the plan calls a launcher for its argv: the launcher only reads it
-    from hpcdl.plan.model import Plan
 
 # set by the job script for torch.distributed's rendezvous; launchers that copy only named
 # variables to remote nodes must carry these too
@@ -19,7 +14,7 @@ RENDEZVOUS_ENV = ("MASTER_ADDR", "MASTER_PORT")
 class LocalLauncher(Launcher):
     """hpcdl's own launcher: starts the ranks of one node as processes and watches them."""
 
-    def command(self, plan: Plan, site: Site) -> list[str]:
+    def command(self, plan: LaunchPlan, site: Site) -> list[str]:
         return ["hpcdl", "launch", "--nproc", str(plan.ranks_per_node), "--"]
 
 
@@ -29,7 +24,7 @@ class OpenMpiLauncher(Launcher):
 
     binds_cores = True
 
-    def command(self, plan: Plan, site: Site) -> list[str]:
+    def command(self, plan: LaunchPlan, site: Site) -> list[str]:
         argv = [
             "mpirun",
             "-np", str(plan.world_size),
@@ -47,7 +42,7 @@ class HydraLauncher(Launcher):
 
     binds_cores = True
 
-    def command(self, plan: Plan, site: Site) -> list[str]:
+    def command(self, plan: LaunchPlan, site: Site) -> list[str]:
         argv = ["mpiexec", "-n", str(plan.world_size), "-ppn", str(plan.ranks_per_node)]
         if site.mpi != "intel-mpi":
             # MPICH's Hydra binds with -bind-to; Intel MPI documents its pinning as I_MPI_PIN_* variables
@@ -76,7 +71,7 @@ class SrunLauncher(Launcher):
 
     binds_cores = True
 
-    def command(self, plan: Plan, site: Site) -> list[str]:
+    def command(self, plan: LaunchPlan, site: Site) -> list[str]:
         local = plan.local_ranks()
         argv = [
             "srun",
@@ -148,7 +143,7 @@ class SrunLauncher(Launcher):
         return argv + list(site.launch.args)
 
 
-def _off_block(plan: Plan):
+def _off_block(plan: LaunchPlan):
     """The first local rank not on its block of cores (local rank i on the i-th block from core 0: what
     Slurm gives a task by --cpus-per-task, the socket layout aside, with no mask) and that block; None
     where every rank is on its own."""
@@ -160,18 +155,18 @@ def _off_block(plan: Plan):
     return None
 
 
-def _in_blocks(plan: Plan) -> bool:
+def _in_blocks(plan: LaunchPlan) -> bool:
     return _off_block(plan) is None
 
 
-def _shares_a_socket(plan: Plan, site: Site) -> bool:
+def _shares_a_socket(plan: LaunchPlan, site: Site) -> bool:
     """Two local ranks share a socket of a multi-socket node."""
     node = site.node_kinds[plan.node_kind]
     local = plan.local_ranks()
     return node.sockets > 1 and len({r.socket for r in local}) < len(local)
 
 
-def default_binding_misses(plan: Plan, site: Site) -> str | None:
+def default_binding_misses(plan: LaunchPlan, site: Site) -> str | None:
     """Why the site's Slurm, binding tasks by itself (launch.cpu_bind_default), would not put each
     local rank on the plan's cores; None where it would.
 
@@ -195,7 +190,7 @@ def default_binding_misses(plan: Plan, site: Site) -> str | None:
     return None
 
 
-def _socket_lays_otherwise(plan: Plan, site: Site) -> bool:
+def _socket_lays_otherwise(plan: LaunchPlan, site: Site) -> bool:
     """Two local ranks share a socket of a multi-socket node and the site's own --distribution
     hands consecutive tasks cores on other sockets (its second level not block)."""
     site_dist = _site_option(site, "--distribution", "-m")
@@ -250,7 +245,7 @@ def _hex_mask(ids) -> str:
 class IbrunLauncher(Launcher):
     """TACC's ibrun takes the task count and layout from the Slurm allocation."""
 
-    def command(self, plan: Plan, site: Site) -> list[str]:
+    def command(self, plan: LaunchPlan, site: Site) -> list[str]:
         return ["ibrun", *site.launch.args]
 
 
@@ -269,7 +264,7 @@ class JsrunLauncher(Launcher):
 
     binds_cores = True
 
-    def command(self, plan: Plan, site: Site) -> list[str]:
+    def command(self, plan: LaunchPlan, site: Site) -> list[str]:
         c = cores_per_rank(plan)
         local = plan.local_ranks()
         per_socket: dict[int, list] = {}
@@ -325,7 +320,7 @@ class PalsLauncher(Launcher):
 
     binds_cores = True
 
-    def command(self, plan: Plan, site: Site) -> list[str]:
+    def command(self, plan: LaunchPlan, site: Site) -> list[str]:
         local = plan.local_ranks()
         node = site.node_kinds[plan.node_kind]
         c = cores_per_rank(plan)
@@ -361,7 +356,7 @@ class AprunLauncher(Launcher):
 
     binds_cores = True
 
-    def command(self, plan: Plan, site: Site) -> list[str]:
+    def command(self, plan: LaunchPlan, site: Site) -> list[str]:
         cores = cores_per_rank(plan)
         smt = min(_threads_per_core(plan, site), -(-plan.threads_per_rank // cores))
         return [
@@ -375,5 +370,5 @@ class AprunLauncher(Launcher):
         ]
 
 
-def _threads_per_core(plan: Plan, site: Site) -> int:
+def _threads_per_core(plan: LaunchPlan, site: Site) -> int:
     return site.node_kinds[plan.node_kind].threads_per_core

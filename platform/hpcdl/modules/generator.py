@@ -14,6 +14,7 @@ from hpcdl.images.frameworks import ImageFrameworks
 from hpcdl.modules.images import frameworks_for_site
 from hpcdl.modules.model import BINDS_SLOT, IMAGE_SLOT, ModulePath, ModuleSpec, Wrapper
 from hpcdl.plan import JobRequest, make_plan
+from hpcdl.plan.runtime import choose_runtime
 from hpcdl.runtimes import image_dir, image_reference, runtime_for
 from hpcdl.sites.project import with_project
 from hpcdl.sites.schema import Site
@@ -68,8 +69,6 @@ def site_modules(site: Site, prefix: str = DEFAULT_PREFIX, images: ImageFramewor
 def _hpcdl_module(site: Site, prefix: str, has_frameworks: bool = True) -> ModuleSpec:
     init = f"\nIn batch jobs, make `module` exist first: source {site.modules.init}" if site.modules.init else ""
     if not has_frameworks:
-        from hpcdl.plan.runtime import choose_runtime
-
         kind, node = site.node_kind()
         choice = choose_runtime(site, kind, use_gpus=bool(node.gpus))
         if choice.refusal:

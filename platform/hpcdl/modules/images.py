@@ -9,6 +9,7 @@ from __future__ import annotations
 from hpcdl.errors import HpcdlError
 from hpcdl.images.frameworks import NATIVE, ImageFrameworks, image_specs, image_stem, images_table
 from hpcdl.images.spec import IMAGES_YAML, ImageSpec
+from hpcdl.plan.runtime import IMAGE, choose_runtime
 from hpcdl.sites.schema import Site
 
 
@@ -24,8 +25,6 @@ def image_name_for_site(site: Site, node_kind: str | None = None, use_gpus: bool
     runtime decision (hpcdl.plan.runtime.choose_runtime) has it: an image the compatibility check
     accepts for that kind; None where no hpcdl image runs there (the centre's own environment, or a
     refusal). A GPU node's job uses its GPUs unless `use_gpus` says otherwise."""
-    from hpcdl.plan.runtime import IMAGE, choose_runtime
-
     kind, node = site.node_kind(node_kind)
     choice = choose_runtime(site, kind, use_gpus=bool(node.gpus) if use_gpus is None else use_gpus)
     if choice.kind != IMAGE:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from hpcdl.plan.runtime import RuntimeChoice
-
 
 @dataclass(frozen=True)
 class RankPlacement:
@@ -47,6 +45,58 @@ class SpatialLayout:
             if rank in members:
                 return g, members.index(rank)
         raise ValueError(f"rank {rank} is in no spatial group")
+
+
+#: kinds of runtime, as the plan names them
+IMAGE, USER_IMAGE, SITE_CONTAINER = "image", "user-image", "site-container"
+NATIVE_KINDS = ("modules", "conda", "uenv", "venv")
+REFUSED = "refused"
+
+#: the CSCS container engine's hook annotation that mounts the host's aws-ofi-nccl plugin (CSCS EDF docs)
+CE_PLUGIN_HOOK = "com.hooks.aws_ofi_nccl.enabled"
+#: where the plan says the plugin comes from when that hook brings it. The hook also sets NCCL's and
+#: libfabric's Slingshot settings in the container ("It sets environment variables to control the behavior
+#: of NCCL and the libfabric CXI provider", CSCS "Container Engine"; "the container engine sets these
+#: automatically when using the NCCL hook", CSCS "NCCL"), so the job leaves them to it.
+CE_HOOK_PLUGIN = f"the container engine's aws_ofi_nccl hook ({CE_PLUGIN_HOOK})"
+
+
+@dataclass(frozen=True)
+class RuntimeChoice:
+    """What a job of one node kind runs in, and where its pieces come from, in words: data of the plan
+    (Plan.runtime), which hpcdl.plan.runtime decides."""
+
+    kind: str  # image | user-image | site-container | modules | conda | uenv | venv | refused
+    runtime: str  # the container runtime that runs it; "none" outside a container
+    image: str | None = None  # the hpcdl image's name, or the image reference the site or the user names
+    framework_from: str = ""
+    mpi_from: str = ""
+    net_plugin_from: str | None = None  # None: no plugin reaches the ranks (or none is needed)
+    net_plugin_library: str | None = None  # NCCL_NET_PLUGIN for a plugin built into an hpcdl image
+    verdict: str = ""  # the compatibility check's word on it
+    refusal: str | None = None  # one line naming what would serve the request, when nothing does
+    modules: tuple[str, ...] = ()  # the centre's modules the job loads for it (conda, open-ce, ...)
+
+    @property
+    def in_container(self) -> bool:
+        return self.runtime != "none"
+
+    @property
+    def plugin_sets_its_env(self) -> bool:
+        """Whether what brings the plugin also sets the plugin's NCCL and libfabric settings (the
+        container engine's hook), so the job sets none of them itself."""
+        return self.net_plugin_from == CE_HOOK_PLUGIN
+
+    def describe(self) -> list[str]:
+        """The plan's words on it, one line each (hpcdl plan prints them)."""
+        if self.refusal:
+            return [f"runtime: refused: {self.refusal}"]
+        what = {IMAGE: f"hpcdl image {self.image}", USER_IMAGE: f"image {self.image}",
+                SITE_CONTAINER: f"the centre's container {self.image}"}.get(self.kind, f"the centre's {self.kind}")
+        where = f" with {self.runtime}" if self.in_container else ""
+        return [f"runtime: {what}{where} ({self.verdict})", f"framework from {self.framework_from}",
+                f"MPI from {self.mpi_from}",
+                f"network plugin from {self.net_plugin_from}" if self.net_plugin_from else "network plugin: none"]
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hpcdl.errors import HpcdlError
+from hpcdl.launchers import launcher_for
+from hpcdl.launchers.mpi import default_binding_misses
 from hpcdl.plan.env import communication_env, intel_mpi_pin_domain, rank_env, threading_env
-from hpcdl.plan.model import Plan, RankPlacement, SpatialLayout
-from hpcdl.plan.runtime import LIBFABRIC_NICS, RuntimeChoice, choose_runtime
+from hpcdl.plan.model import Plan, RankPlacement, RuntimeChoice, SpatialLayout
+from hpcdl.plan.runtime import LIBFABRIC_NICS, choose_runtime
 from hpcdl.plan.request import JobRequest
 from hpcdl.sites.schema import MAX_NODES, Gpu, Nic, NodeKind, Site
 
@@ -150,12 +152,8 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         nodes_per_host=node.nodes_per_host,
     )
     plan = replace(plan, notes=tuple(notes))
-    from hpcdl.launchers import launcher_for
-
     argv = launcher_for(site.launcher).command(plan, site)
     if site.launch.cpu_bind_default:
-        from hpcdl.launchers.mpi import default_binding_misses
-
         # the srun line names no --cpu-bind there: the plan's cores must be those Slurm binds by itself
         if (miss := default_binding_misses(plan, site)) is not None:
             raise HpcdlError(f"launch.cpu_bind_default: {site.launch.cpu_bind_default} binding cannot give this "

@@ -12,14 +12,15 @@ The plan carries the answer (Plan.runtime); `plan`, `render`, `modulefiles rende
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
+from hpcdl.images.compat import launcher_needs, site_problems
+from hpcdl.images.frameworks import image_frameworks, image_spec_named, image_specs
+from hpcdl.plan.model import (
+    CE_HOOK_PLUGIN, CE_PLUGIN_HOOK, IMAGE, NATIVE_KINDS, REFUSED, SITE_CONTAINER, USER_IMAGE, RuntimeChoice,
+)
+from hpcdl.runtimes import runtime_modules_for
 from hpcdl.sites.schema import NodeKind, Site
-
-#: kinds of runtime, as the plan names them
-IMAGE, USER_IMAGE, SITE_CONTAINER = "image", "user-image", "site-container"
-NATIVE_KINDS = ("modules", "conda", "uenv", "venv")
-REFUSED = "refused"
 
 #: NIC kinds whose collectives between nodes need the libfabric NCCL/RCCL plugin (aws-ofi-nccl):
 #: without it NCCL falls back to TCP sockets, which "does not scale" (OLCF "PyTorch on Frontier")
@@ -29,59 +30,13 @@ LIBFABRIC_NICS = ("slingshot",)
 #: podman-hpc's `nccl` module (NERSC podman-hpc etc/modules.d/nccl.yaml), Shifter's `nccl-plugin`
 #: module (NERSC docs: --module=gpu,nccl-plugin)
 PLUGIN_RUNTIME_MODULES = {"podman-hpc": ("nccl",), "shifter": ("nccl-plugin",)}
-#: the CSCS container engine's hook annotation that mounts the host's aws-ofi-nccl plugin (CSCS EDF docs)
-CE_PLUGIN_HOOK = "com.hooks.aws_ofi_nccl.enabled"
-#: where the plan says the plugin comes from when that hook brings it. The hook also sets NCCL's and
-#: libfabric's Slingshot settings in the container ("It sets environment variables to control the behavior
-#: of NCCL and the libfabric CXI provider", CSCS "Container Engine"; "the container engine sets these
-#: automatically when using the NCCL hook", CSCS "NCCL"), so the job leaves them to it.
-CE_HOOK_PLUGIN = f"the container engine's aws_ofi_nccl hook ({CE_PLUGIN_HOOK})"
 #: Apptainer/Singularity carry a host setting into the container only under these prefixes
 CONTAINER_ENV_PREFIXES = ("APPTAINERENV_", "SINGULARITYENV_")
-
-
-@dataclass(frozen=True)
-class RuntimeChoice:
-    """What a job of one node kind runs in, and where its pieces come from, in words."""
-
-    kind: str  # image | user-image | site-container | modules | conda | uenv | venv | refused
-    runtime: str  # the container runtime that runs it; "none" outside a container
-    image: str | None = None  # the hpcdl image's name, or the image reference the site or the user names
-    framework_from: str = ""
-    mpi_from: str = ""
-    net_plugin_from: str | None = None  # None: no plugin reaches the ranks (or none is needed)
-    net_plugin_library: str | None = None  # NCCL_NET_PLUGIN for a plugin built into an hpcdl image
-    verdict: str = ""  # the compatibility check's word on it
-    refusal: str | None = None  # one line naming what would serve the request, when nothing does
-    modules: tuple[str, ...] = ()  # the centre's modules the job loads for it (conda, open-ce, ...)
-
-    @property
-    def in_container(self) -> bool:
-        return self.runtime != "none"
-
-    @property
-    def plugin_sets_its_env(self) -> bool:
-        """Whether what brings the plugin also sets the plugin's NCCL and libfabric settings (the
-        container engine's hook), so the job sets none of them itself."""
-        return self.net_plugin_from == CE_HOOK_PLUGIN
-
-    def describe(self) -> list[str]:
-        """The plan's words on it, one line each (hpcdl plan prints them)."""
-        if self.refusal:
-            return [f"runtime: refused: {self.refusal}"]
-        what = {IMAGE: f"hpcdl image {self.image}", USER_IMAGE: f"image {self.image}",
-                SITE_CONTAINER: f"the centre's container {self.image}"}.get(self.kind, f"the centre's {self.kind}")
-        where = f" with {self.runtime}" if self.in_container else ""
-        return [f"runtime: {what}{where} ({self.verdict})", f"framework from {self.framework_from}",
-                f"MPI from {self.mpi_from}",
-                f"network plugin from {self.net_plugin_from}" if self.net_plugin_from else "network plugin: none"]
 
 
 def compat_problems(spec, site: Site, kind: str) -> list[str]:
     """The compatibility check's reasons against running `spec` on node kind `kind` of `site`: the
     one call into hpcdl.images.compat (it judges the site's default kind, so the kind is made that)."""
-    from hpcdl.images.compat import site_problems
-
     return site_problems(spec, site.model_copy(update={"default_node_kind": kind}))
 
 
@@ -97,8 +52,6 @@ def _serves(env, kind: str, framework: str) -> bool:
 def choose_runtime(site: Site, kind: str, framework: str = "pytorch", use_gpus: bool = False,
                    image: str | None = None, net_plugin: str | None = None) -> RuntimeChoice:
     """The runtime of a job on node kind `kind` of `site`; `image` is the one the user names (--image)."""
-    from hpcdl.images.frameworks import image_spec_named, image_specs
-
     node = site.node_kinds[kind]
     env = site.environment if _serves(site.environment, kind, framework) else None
     choice: RuntimeChoice | None = None
@@ -119,8 +72,6 @@ def choose_runtime(site: Site, kind: str, framework: str = "pytorch", use_gpus: 
     elif site.runtime == "none":
         choice = _native_choice(site, framework)
     else:
-        from hpcdl.images.frameworks import image_frameworks
-
         fitting, refused = [], {}
         for name, spec in image_specs().items():
             # a GPU job needs a GPU build; a CPU job takes a CPU build (a CUDA or ROCm stack does not
@@ -159,8 +110,6 @@ def _refused(site: Site, why: str) -> RuntimeChoice:
 
 
 def _container_mpi(site: Site, spec) -> str:
-    from hpcdl.images.compat import launcher_needs
-
     _, _, why = launcher_needs(site)
     if spec is None:
         return f"the image's own MPI under {site.launcher} ({why})"
@@ -168,8 +117,6 @@ def _container_mpi(site: Site, spec) -> str:
 
 
 def _image_choice(site: Site, spec, reference: str, framework: str) -> RuntimeChoice:
-    from hpcdl.images.frameworks import image_frameworks
-
     version = image_frameworks(spec).frameworks.get(framework)
     return RuntimeChoice(IMAGE, site.runtime, reference,
                          framework_from=f"the {spec.name} image ({framework} {version or 'not in it'})",
@@ -213,8 +160,6 @@ def _with_net_plugin(site: Site, node: NodeKind, choice: RuntimeChoice, use_gpus
     reaches the process counts: inside a container, the image's own build, the runtime's plugin module
     or hook, or a library path carried in by the runtime; outside, the environment's declared plugin or
     the profile's NCCL_NET_PLUGIN or library path. A host module's name says nothing of either."""
-    from dataclasses import replace
-
     if not (use_gpus and any(n.kind in LIBFABRIC_NICS for n in node.nics)):
         return choice
     if net_plugin:
@@ -222,8 +167,6 @@ def _with_net_plugin(site: Site, node: NodeKind, choice: RuntimeChoice, use_gpus
                        net_plugin_library=net_plugin)
     env = site.environment if choice.kind in (SITE_CONTAINER, *NATIVE_KINDS) else None
     if choice.in_container:
-        from hpcdl.runtimes import runtime_modules_for
-
         modules = [m for m in runtime_modules_for(site, True) if m in PLUGIN_RUNTIME_MODULES.get(site.runtime, ())]
         if modules:
             return replace(choice, net_plugin_from=f"the {site.runtime} {modules[0]} module")
@@ -235,8 +178,6 @@ def _with_net_plugin(site: Site, node: NodeKind, choice: RuntimeChoice, use_gpus
         if carried and site.runtime in ("apptainer", "singularity"):
             return replace(choice, net_plugin_from=f"the host's plugin, carried into the container by {carried[0]}")
         if choice.kind == IMAGE:
-            from hpcdl.images.frameworks import image_spec_named
-
             spec = image_spec_named(choice.image)
             if spec is not None and spec.net_plugin_library:
                 return replace(choice, net_plugin_from=f"the {spec.name} image's own aws-ofi build",

@@ -22,6 +22,7 @@ import jinja2
 from hpcdl import __version__
 from hpcdl.errors import HpcdlError
 from hpcdl.plan.model import Plan
+from hpcdl.plan.runtime import IMAGE, choose_runtime
 from hpcdl.runtimes import IMAGE_FILE_SUFFIX, image_reference, runtime_for
 from hpcdl.shell import (
     Expanding,
@@ -112,8 +113,6 @@ def default_image(site: Site, node_kind: str | None = None, plan: Plan | None = 
     plan): an hpcdl image file lives in the folder the `hpcdl` module names in $HPCDL_IMAGE_DIR
     unless the profile names image_dir, and a registry runtime gets the tag the modules use; the
     centre's own container is named as the profile names it. None outside a container."""
-    from hpcdl.plan.runtime import IMAGE, choose_runtime
-
     if plan is not None and plan.runtime is not None:
         choice = plan.runtime
     else:
