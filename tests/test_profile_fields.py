@@ -259,9 +259,29 @@ def test_the_gpu_request_takes_the_form_the_centre_counts(tmp_path, style, direc
     assert sum(w.startswith(("--gres", "--gpus-per-")) for w in launch.split()) == 1
 
 
+@pytest.mark.parametrize("style, directive, srun", [
+    ("gres", "#SBATCH --gres=gpu:a100:4", "--gres=gpu:a100:4"),
+    ("gpus-per-task", "#SBATCH --gpus-per-task=a100:1", "--gpus-per-task=a100:1"),
+    ("gpus-per-node", "#SBATCH --gpus-per-node=a100:4", "--gpus-per-node=a100:4"),
+])
+def test_the_gpu_request_names_the_gres_type_the_centre_names(tmp_path, style, directive, srun):
+    # CSC Mahti: "#SBATCH --gres=gpu:a100:<number_of_gpus_per_node>", Puhti gpu:v100:N (Slurm: [type:]number
+    # in --gres, --gpus-per-node and --gpus-per-task alike)
+    site = _profile(tmp_path, PERLMUTTER, **{"defaults.gpu_request": style, "node_kinds.gpu.defaults.gpu_type": "a100"})
+    text = _render(site, tmp_path)
+    assert directive in text.splitlines()
+    assert f" {srun} " in next(line for line in text.splitlines() if line.startswith("srun "))
+    with pytest.raises(HpcdlError, match=r"node_kinds.gpu.defaults.gpu_type"):
+        _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.gpu_type": "a100:4"})
+    with pytest.raises(HpcdlError, match=r"node_kinds.cpu.*defaults.gpu_type: a100 but the node kind has no GPUs"):
+        _profile(tmp_path, PERLMUTTER, **{"node_kinds.cpu.defaults.gpu_type": "a100"})
+
+
 def test_slurm_gpu_request_styles_are_refused_elsewhere(tmp_path):
     with pytest.raises(HpcdlError, match=r"defaults.gpu_request: gres is a Slurm setting, but the scheduler is pbs"):
         _profile(tmp_path, GADI, **{"defaults.gpu_request": "gres"})
+    with pytest.raises(HpcdlError, match=r"node_kinds.gpuvolta.defaults.gpu_type: Slurm's GRES type, but the scheduler is pbs"):
+        _profile(tmp_path, GADI, **{"node_kinds.gpuvolta.defaults.gpu_type": "v100"})
 
 
 def test_a_centres_launcher_wrapper_and_mpi_plugin(tmp_path):

@@ -123,12 +123,15 @@ class SrunLauncher(Launcher):
             # bind: each rank takes its GPU from plan.json)
             # in the style the centre's submit filter counts (defaults.gpu_request)
             style = site.defaults.gpu_request if site.scheduler == "slurm" else None
+            # Slurm's [type:]number, with the GRES type where the centre names it (CSC: --gres=gpu:a100:4)
+            gpu_type = site.node_kinds[plan.node_kind].defaults.gpu_type
+            typed = f"{gpu_type}:" if gpu_type else ""
             if style == "gres":
-                argv.append(f"--gres=gpu:{len(gpus_used)}")
+                argv.append(f"--gres=gpu:{typed}{len(gpus_used)}")
             elif style == "gpus-per-task":
-                argv.append(f"--gpus-per-task={gpus_per_rank(plan)}")
+                argv.append(f"--gpus-per-task={typed}{gpus_per_rank(plan)}")
             else:
-                argv.append(f"--gpus-per-node={len(gpus_used)}")
+                argv.append(f"--gpus-per-node={typed}{len(gpus_used)}")
             per_task = gpus_per_rank(plan)
             if style == "gpus-per-task" and all(r.gpus == tuple(range(i * per_task, (i + 1) * per_task))
                                                 for i, r in enumerate(local)):

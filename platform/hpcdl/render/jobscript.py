@@ -310,6 +310,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # how the GPUs are asked: the style the centre's submit filter counts (Slurm: --gpus-per-node,
         # --gres=gpu:N or --gpus-per-task; LSF: -gpu or rusage)
         "gpu_style": site.defaults.gpu_request or "gpus-per-node",
+        # Slurm's GRES type where the centre names it ("--gres=gpu:a100:4", CSC Mahti)
+        "gpu_type_prefix": f"{node.defaults.gpu_type}:" if node.defaults.gpu_type else "",
         "constraint": options.constraint if options.constraint is not None else defaults.constraint,
         "exclusive": exclusive,
         "requeue": options.requeue,

@@ -226,6 +226,14 @@ class NodeKindDefaults(_Strict):
     partition_by_nodes: PartitionsBySize | None = Field(
         default=None, description="the queue by job size for this kind, in place of the site's"
     )
+    gpu_type: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+$", max_length=64)] | None = Field(
+        default=None,
+        description=(
+            "Slurm's GRES type of this kind's GPUs, named in every GPU request where the centre names it "
+            "(CSC Mahti: a100 gives --gres=gpu:a100:4; Slurm takes [type:]number in --gres, --gpus-per-node "
+            "and --gpus-per-task alike)"
+        ),
+    )
 
 
 class NodeKind(_Strict):
@@ -377,6 +385,8 @@ class NodeKind(_Strict):
         for s in range(self.sockets):
             if not self.usable_cores_of_socket(s):
                 raise ValueError(f"reserved_cores: socket {s} is left without a usable core")
+        if self.defaults.gpu_type and not self.gpus:
+            raise ValueError(f"defaults.gpu_type: {self.defaults.gpu_type} but the node kind has no GPUs (gpus)")
         return self
 
 
@@ -748,6 +758,10 @@ class Site(_Strict):
         if self.defaults.gpu_request in ("gpu", "rusage") and self.scheduler != "lsf":
             raise ValueError(f"defaults.gpu_request: {self.defaults.gpu_request} is an LSF setting, but the scheduler "
                              f"is {self.scheduler}")
+        for kind_name, kind in self.node_kinds.items():
+            if kind.defaults.gpu_type and self.scheduler != "slurm":
+                raise ValueError(f"node_kinds.{kind_name}.defaults.gpu_type: Slurm's GRES type, but the scheduler "
+                                 f"is {self.scheduler}")
         if self.defaults.gpu_request in ("gpus-per-node", "gres", "gpus-per-task") and self.scheduler != "slurm":
             raise ValueError(f"defaults.gpu_request: {self.defaults.gpu_request} is a Slurm setting, but the scheduler "
                              f"is {self.scheduler}")
