@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import shellcheck
+from conftest import require_tool, shellcheck
 
 from hpcdl.errors import HpcdlError
 from hpcdl.plan import JobRequest, make_plan
@@ -20,6 +20,7 @@ from hpcdl.render.jobscript import JobOptions, render_job_script
 from hpcdl.sites import load_site
 from hpcdl.sites.registry import SHIPPED, load_site_file
 
+LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
 POLARIS = Path(__file__).parents[1] / "platform" / "hpcdl" / "sites" / "profiles" / "polaris.yaml"
 
 
@@ -359,3 +360,28 @@ def test_a_site_whose_slurm_binds_tasks_itself_names_no_cpu_bind_and_refuses_a_p
     with pytest.raises(HpcdlError, match=r"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is "
                                          r"mpirun"):
         _profile(tmp_path, GADI, **{"launch.cpu_bind_default": "auto"})
+
+
+def test_a_centre_that_starts_from_a_clean_module_environment_purges_first(tmp_path):
+    # CSC ("module purge", "module load pytorch") and SURF ("module purge", "module load 2024 ..."): the job's
+    # modules are loaded into an empty environment, not on top of what the submitting shell had loaded
+    site = _profile(tmp_path, PERLMUTTER, **{"modules.purge": True})
+    lines = _render(site, tmp_path).splitlines()
+    purge = lines.index("module purge")
+    assert purge < next(i for i, line in enumerate(lines) if line.startswith("module load "))
+    assert "module purge" not in _render(load_site_file(PERLMUTTER), tmp_path).splitlines()
+    # with Lmod itself: the site's module is loaded, a module the submitting shell had is gone, and hpcdl's own
+    # module (its HPCDL_IMAGE_DIR) is loaded again after the purge
+    require_tool("lua")  # Lmod runs on lua; its init script is read from Debian's lmod package
+    tree = tmp_path / "mf"
+    for name, body in (("hpcdl/0.1", 'setenv("HPCDL_IMAGE_DIR", "/images")'), ("stale/1", 'setenv("STALE", "1")'),
+                       ("site/1", 'setenv("SITE_STACK", "1")'), ("craype-accel-nvidia80", 'setenv("GTL", "1")')):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / f"{name}.lua").write_text(body + "\n")
+    site = _profile(tmp_path, PERLMUTTER, **{"modules.purge": True, "modules.load": ["site/1"], "modules.init": LMOD_INIT})
+    text = _render(site, tmp_path)
+    block = text[text.index("source -- "):text.index("set -u", text.index("source -- "))]
+    probe = (f"source {LMOD_INIT}; module use {tree}; module load hpcdl/0.1 stale/1; set -euo pipefail\n" + block
+             + 'echo "image=${HPCDL_IMAGE_DIR:-} stale=${STALE:-} site=${SITE_STACK:-}"\n')
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env={**os.environ, "MODULEPATH": ""})
+    assert out.stdout.strip().splitlines()[-1] == "image=/images stale= site=1", out.stderr

@@ -427,6 +427,14 @@ class Modules(_Strict):
             raise ValueError(f"{init!r} must be an absolute path (or start with a $VARIABLE the job has, "
                              "such as $HOME or one named in provides_env)")
         return init
+    purge: bool = Field(
+        default=False,
+        description=(
+            "`module purge` before the job's loads, where the centre's job scripts start from a clean module "
+            "environment (CSC: module purge; module load pytorch; SURF: module purge; module load 2024); "
+            "hpcdl's own module, if the job had it, is loaded again after the site's"
+        ),
+    )
     use: tuple[SitePath, ...] = Field(default=(), description="module folders to `module use` before loading")
     load: tuple[ModuleName, ...] = Field(default=(), description="modules every hpcdl job loads")
     gpu_mpi: tuple[ModuleName, ...] = Field(
