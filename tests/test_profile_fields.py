@@ -385,3 +385,23 @@ def test_a_centre_that_starts_from_a_clean_module_environment_purges_first(tmp_p
              + 'echo "image=${HPCDL_IMAGE_DIR:-} stale=${STALE:-} site=${SITE_STACK:-}"\n')
     out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env={**os.environ, "MODULEPATH": ""})
     assert out.stdout.strip().splitlines()[-1] == "image=/images stale= site=1", out.stderr
+
+
+def test_a_port_whose_device_the_centre_does_not_name_gets_no_device_settings(tmp_path):
+    # docs/sites.md: "If the guide does not say, leave domain out rather than guess"; the same for a port's device
+    # name (SURF names no HCA of Snellius's GPU nodes): NCCL_IB_HCA==<guess> is an exact match, so a wrong guess
+    # would keep NCCL off InfiniBand, where no setting lets NCCL and UCX pick the HCAs themselves
+    volta = SHIPPED / "volta-x86.yaml"
+    data = yaml.safe_load(volta.read_text())
+    nics = data["node_kinds"]["v100"]["nics"]
+    for nic in nics:
+        nic.pop("device")
+        nic.pop("netdev", None)
+    site = _profile(tmp_path, volta, **{"node_kinds.v100.nics": nics})
+    plan = make_plan(site, JobRequest(nodes=2))
+    assert all(r.nic is None for r in plan.ranks)
+    assert not any(k in r.env for r in plan.ranks for k in ("NCCL_IB_HCA", "UCX_NET_DEVICES"))
+    assert "NCCL_SOCKET_IFNAME" not in plan.env
+    _render(site, tmp_path)
+    # the ports still count for what crosses the network (hpcdl predict reads their kind and speed)
+    assert [n.kind for n in site.node_kinds["v100"].nics] == ["infiniband", "infiniband"]

@@ -80,7 +80,8 @@ def draw_node(site: Site, plan: Plan, path: Path) -> Path:
             y += 1.5
         nics = [n for n in node.nics if n.socket == s]
         _device_row(ax, x0 + 0.5, y, cols, [
-            (f"{n.device}:{n.port}", [r.local_rank for r in local if r.nic == f"{n.device}:{n.port}"]) for n in nics],
+            (f"{n.device}:{n.port}" if n.device else n.kind,
+             [r.local_rank for r in local if n.device and r.nic == f"{n.device}:{n.port}"]) for n in nics],
             colours)
 
     handles = [Patch(fc=colours[r.local_rank], ec="#555555",

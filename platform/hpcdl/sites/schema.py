@@ -142,7 +142,13 @@ class Nic(_Strict):
     """One network port ranks can use: an IB HCA port, an OPA HFI, a Slingshot or Aries NIC."""
 
     kind: NicKind
-    device: DeviceName = Field(description="verbs/HFI/CXI device name, e.g. mlx5_0, hfi1_0, cxi0, eth0")
+    device: DeviceName | None = Field(
+        default=None,
+        description=(
+            "verbs/HFI/CXI device name, e.g. mlx5_0, hfi1_0, cxi0, eth0; left out where the centre does not name "
+            "it: the port still counts (kind, speed, socket) but no rank is pinned to a guessed device"
+        ),
+    )
     port: int = Field(default=1, ge=1, le=255)  # a verbs port number is 8 bits (ibv_query_port)
     socket: int = Field(ge=0)
     domain: int | None = Field(
@@ -364,7 +370,7 @@ class NodeKind(_Strict):
                         f"{what}[{i}].domain: {dev.domain} is not on socket {dev.socket} "
                         f"({self.domains_per_socket} domain(s) per socket, numbered across the node)"
                     )
-        ports = [f"{n.device}:{n.port}" for n in self.nics]
+        ports = [f"{n.device}:{n.port}" for n in self.nics if n.device]
         for port in ports:
             if ports.count(port) > 1:
                 raise ValueError(f"nics: {port} is listed twice")
