@@ -405,3 +405,17 @@ def test_a_port_whose_device_the_centre_does_not_name_gets_no_device_settings(tm
     _render(site, tmp_path)
     # the ports still count for what crosses the network (hpcdl predict reads their kind and speed)
     assert [n.kind for n in site.node_kinds["v100"].nics] == ["infiniband", "infiniband"]
+
+
+def test_a_slurm_that_lays_tasks_out_in_blocks_by_default_gets_no_distribution(tmp_path):
+    # CSC Mahti: "By default, Slurm scatters MPI tasks --cpus-per-task apart, i.e. with --cpus-per-task=8 the MPI
+    # task 0 is bound to CPU core 0, the MPI task 1 is bound to CPU core 7 etc." on two 64-core sockets: consecutive
+    # tasks fill a socket first (slurm.conf CR_Core_Default_Dist_Block), so CSC's lines name no --distribution
+    volta = SHIPPED / "volta-x86.yaml"
+    assert "--distribution=block:block" in make_plan(load_site_file(volta), JobRequest()).launcher_argv
+    site = _profile(tmp_path, volta, **{"launch.distribution_default": "block"})
+    argv = make_plan(site, JobRequest()).launcher_argv
+    assert not any(w.startswith(("--distribution", "-m")) for w in argv)
+    assert "--cpu-bind=cores" in argv
+    with pytest.raises(HpcdlError, match=r"launch.distribution_default: an srun setting, but the launcher is mpirun"):
+        _profile(tmp_path, SHIPPED / "vista.yaml", **{"launch.distribution_default": "block"})

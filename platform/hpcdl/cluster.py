@@ -158,6 +158,8 @@ class NodeShape:
     task/affinity's auto binding (srun(1) --cpu-bind, "Auto Binding") to bind a step that names none.
     gpu_type: the GPUs' GRES type (Gres=gpu:a100:4, gres.conf Type=a100), where the centre names one in its
     requests (CSC Mahti: --gres=gpu:a100:4, which an untyped node would refuse).
+    distribution_default: block poses a Slurm that lays a step's tasks out socket by socket when srun names
+    no --distribution (SelectTypeParameters=...,CR_Core_Default_Dist_Block); None keeps Slurm's cyclic.
     """
 
     sockets: int = 1
@@ -169,6 +171,7 @@ class NodeShape:
     gpus: int = 0
     gpu_vendor: str = "nvidia"
     gpu_type: str | None = None
+    distribution_default: str | None = None
     memory_mb: int = 4096
     features: tuple[str, ...] = ()
     partition: str = "debug"
@@ -400,7 +403,8 @@ class SlurmCluster:
             "ProctrackType=proctrack/linuxproc",
             f"TaskPlugin={task_plugin}",
             "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core_Memory",
+            "SelectTypeParameters=CR_Core_Memory" + (
+                ",CR_Core_Default_Dist_Block" if self.shape and self.shape.distribution_default == "block" else ""),
             # a shaped node shares its memory out over its CPUs, so a whole-node job fits it
             f"DefMemPerCPU={self.shape.memory_mb // self.shape.cpus if self.shape else 1000}",
             "MpiDefault=none",

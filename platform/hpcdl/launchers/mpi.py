@@ -102,11 +102,14 @@ class SrunLauncher(Launcher):
         if _socket_lays_otherwise(plan, site):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
         if blocks:
-            if _shares_a_socket(plan, site) and _site_option(site, "--distribution", "-m") is None:
+            if (_shares_a_socket(plan, site) and _site_option(site, "--distribution", "-m") is None
+                    and site.launch.distribution_default != "block"):
                 # consecutive tasks fill a socket before the next, as the plan's blocks do (srun(1): "block
                 # ... distribute allocated CPUs consecutively from the same socket for binding to tasks,
                 # before using the next consecutive socket"); the first level, block, is srun's own default
                 argv.append("--distribution=block:block")
+            # (a site whose Slurm lays tasks out in blocks by default, launch.distribution_default: block, gives the
+            # plan's blocks with none, as the centre's lines name none)
             if not site.launch.cpu_bind_default:
                 argv.append("--cpu-bind=cores")
             # else the site's Slurm binds each task to its block of cores by itself, as the centre's lines rely on

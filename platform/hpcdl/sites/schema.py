@@ -608,6 +608,17 @@ class Launch(_Strict):
             "Unset, hpcdl writes --cpu-bind=cores or the plan's masks"
         ),
     )
+    distribution_default: Literal["cyclic", "block"] | None = Field(
+        default=None,
+        description=(
+            "how the site's Slurm lays a task's CPUs over the sockets when srun names no --distribution, where the "
+            "centre's examples show it: cyclic (Slurm's own default, srun(1): 'Use the default method for "
+            "distributing CPUs across sockets (cyclic)') or block (slurm.conf SelectTypeParameters="
+            "CR_Core_Default_Dist_Block; CSC Mahti: 'with --cpus-per-task=8 the MPI task 0 is bound to CPU core 0, "
+            "the MPI task 1 is bound to CPU core 7'); with block, hpcdl's line names no --distribution=block:block. "
+            "Unset, hpcdl cannot know and names it where two ranks share a socket"
+        ),
+    )
     gpu_visibility: Literal["per-rank", "node"] = Field(
         default="per-rank",
         description=(
@@ -798,6 +809,8 @@ class Site(_Strict):
                              "host-ip (its address); keep one")
         if self.launch.cpu_bind_default and self.launcher != "srun":
             raise ValueError(f"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is {self.launcher}")
+        if self.launch.distribution_default and self.launcher != "srun":
+            raise ValueError(f"launch.distribution_default: an srun setting, but the launcher is {self.launcher}")
         if self.launch.srun_mpi and self.launcher != "srun":
             raise ValueError(f"launch.srun_mpi: an srun setting, but the launcher is {self.launcher}")
         if self.launch.srun_mpi and any(a == "--mpi" or a.startswith("--mpi=") for a in self.launch.args):
