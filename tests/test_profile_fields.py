@@ -281,7 +281,8 @@ def test_the_gpu_request_names_the_gres_type_the_centre_names(tmp_path, style, d
 def test_slurm_gpu_request_styles_are_refused_elsewhere(tmp_path):
     with pytest.raises(HpcdlError, match=r"defaults.gpu_request: gres is a Slurm setting, but the scheduler is pbs"):
         _profile(tmp_path, GADI, **{"defaults.gpu_request": "gres"})
-    with pytest.raises(HpcdlError, match=r"node_kinds.gpuvolta.defaults.gpu_type: Slurm's GRES type, but the scheduler is pbs"):
+    with pytest.raises(HpcdlError,
+                       match=r"node_kinds.gpuvolta.defaults.gpu_type: Slurm's GRES type, but the scheduler is pbs"):
         _profile(tmp_path, GADI, **{"node_kinds.gpuvolta.defaults.gpu_type": "v100"})
 
 
@@ -378,7 +379,8 @@ def test_a_centre_that_starts_from_a_clean_module_environment_purges_first(tmp_p
                        ("site/1", 'setenv("SITE_STACK", "1")'), ("craype-accel-nvidia80", 'setenv("GTL", "1")')):
         (tree / name).parent.mkdir(parents=True, exist_ok=True)
         (tree / f"{name}.lua").write_text(body + "\n")
-    site = _profile(tmp_path, PERLMUTTER, **{"modules.purge": True, "modules.load": ["site/1"], "modules.init": LMOD_INIT})
+    site = _profile(tmp_path, PERLMUTTER,
+                    **{"modules.purge": True, "modules.load": ["site/1"], "modules.init": LMOD_INIT})
     text = _render(site, tmp_path)
     block = text[text.index("source -- "):text.index("set -u", text.index("source -- "))]
     probe = (f"source {LMOD_INIT}; module use {tree}; module load hpcdl/0.1 stale/1; set -euo pipefail\n" + block

@@ -223,7 +223,8 @@ class NodeShape:
     def from_published(cls, site, kind: str, facts: dict) -> "NodeShape":
         """The node as its centre publishes it (facts: sockets, cores_per_socket, threads_per_core,
         cpus: the CPUs Slurm counts on the node, spec_cores: the cores Slurm keeps for the system,
-        gpus, gpu_type: the GPUs' GRES type where the centre's requests name one), with only the job policy (partition, features, time limit, memory) from the profile.
+        gpus, gpu_type: the GPUs' GRES type where the centre's requests name one),
+        with only the job policy (partition, features, time limit, memory) from the profile.
         A profile that declares the machine's CPU counting or reserved cores wrongly is then
         judged by a Slurm shaped like the real node, not posed as wrongly as it is written."""
         base = cls.from_site(site, kind)
