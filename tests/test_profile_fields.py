@@ -407,6 +407,10 @@ def test_a_port_whose_device_the_centre_does_not_name_gets_no_device_settings(tm
     _render(site, tmp_path)
     # the ports still count for what crosses the network (hpcdl predict reads their kind and speed)
     assert [n.kind for n in site.node_kinds["v100"].nics] == ["infiniband", "infiniband"]
+    # and the node's picture draws them, pinned to no rank
+    from hpcdl.plan.picture import draw_node
+
+    assert draw_node(site, make_plan(site, JobRequest(nodes=1)), tmp_path / "node.png").stat().st_size > 0
 
 
 def test_a_slurm_that_lays_tasks_out_in_blocks_by_default_gets_no_distribution(tmp_path):
