@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import shellcheck
+from conftest import require_tool, shellcheck
 
 from hpcdl.errors import HpcdlError
 from hpcdl.plan import JobRequest, make_plan
@@ -20,6 +20,7 @@ from hpcdl.render.jobscript import JobOptions, render_job_script
 from hpcdl.sites import load_site
 from hpcdl.sites.registry import SHIPPED, load_site_file
 
+LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
 POLARIS = Path(__file__).parents[1] / "platform" / "hpcdl" / "sites" / "profiles" / "polaris.yaml"
 
 
@@ -259,9 +260,30 @@ def test_the_gpu_request_takes_the_form_the_centre_counts(tmp_path, style, direc
     assert sum(w.startswith(("--gres", "--gpus-per-")) for w in launch.split()) == 1
 
 
+@pytest.mark.parametrize("style, directive, srun", [
+    ("gres", "#SBATCH --gres=gpu:a100:4", "--gres=gpu:a100:4"),
+    ("gpus-per-task", "#SBATCH --gpus-per-task=a100:1", "--gpus-per-task=a100:1"),
+    ("gpus-per-node", "#SBATCH --gpus-per-node=a100:4", "--gpus-per-node=a100:4"),
+])
+def test_the_gpu_request_names_the_gres_type_the_centre_names(tmp_path, style, directive, srun):
+    # CSC Mahti: "#SBATCH --gres=gpu:a100:<number_of_gpus_per_node>", Puhti gpu:v100:N (Slurm: [type:]number
+    # in --gres, --gpus-per-node and --gpus-per-task alike)
+    site = _profile(tmp_path, PERLMUTTER, **{"defaults.gpu_request": style, "node_kinds.gpu.defaults.gpu_type": "a100"})
+    text = _render(site, tmp_path)
+    assert directive in text.splitlines()
+    assert f" {srun} " in next(line for line in text.splitlines() if line.startswith("srun "))
+    with pytest.raises(HpcdlError, match=r"node_kinds.gpu.defaults.gpu_type"):
+        _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.gpu_type": "a100:4"})
+    with pytest.raises(HpcdlError, match=r"node_kinds.cpu.*defaults.gpu_type: a100 but the node kind has no GPUs"):
+        _profile(tmp_path, PERLMUTTER, **{"node_kinds.cpu.defaults.gpu_type": "a100"})
+
+
 def test_slurm_gpu_request_styles_are_refused_elsewhere(tmp_path):
     with pytest.raises(HpcdlError, match=r"defaults.gpu_request: gres is a Slurm setting, but the scheduler is pbs"):
         _profile(tmp_path, GADI, **{"defaults.gpu_request": "gres"})
+    with pytest.raises(HpcdlError,
+                       match=r"node_kinds.gpuvolta.defaults.gpu_type: Slurm's GRES type, but the scheduler is pbs"):
+        _profile(tmp_path, GADI, **{"node_kinds.gpuvolta.defaults.gpu_type": "v100"})
 
 
 def test_a_centres_launcher_wrapper_and_mpi_plugin(tmp_path):
@@ -339,3 +361,67 @@ def test_a_site_whose_slurm_binds_tasks_itself_names_no_cpu_bind_and_refuses_a_p
     with pytest.raises(HpcdlError, match=r"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is "
                                          r"mpirun"):
         _profile(tmp_path, GADI, **{"launch.cpu_bind_default": "auto"})
+
+
+def test_a_centre_that_starts_from_a_clean_module_environment_purges_first(tmp_path):
+    # CSC ("module purge", "module load pytorch") and SURF ("module purge", "module load 2024 ..."): the job's
+    # modules are loaded into an empty environment, not on top of what the submitting shell had loaded
+    site = _profile(tmp_path, PERLMUTTER, **{"modules.purge": True})
+    lines = _render(site, tmp_path).splitlines()
+    purge = lines.index("module purge")
+    assert purge < next(i for i, line in enumerate(lines) if line.startswith("module load "))
+    assert "module purge" not in _render(load_site_file(PERLMUTTER), tmp_path).splitlines()
+    # with Lmod itself: the site's module is loaded, a module the submitting shell had is gone, and hpcdl's own
+    # module (its HPCDL_IMAGE_DIR) is loaded again after the purge
+    require_tool("lua")  # Lmod runs on lua; its init script is read from Debian's lmod package
+    tree = tmp_path / "mf"
+    for name, body in (("hpcdl/0.1", 'setenv("HPCDL_IMAGE_DIR", "/images")'), ("stale/1", 'setenv("STALE", "1")'),
+                       ("site/1", 'setenv("SITE_STACK", "1")'), ("craype-accel-nvidia80", 'setenv("GTL", "1")')):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / f"{name}.lua").write_text(body + "\n")
+    site = _profile(tmp_path, PERLMUTTER,
+                    **{"modules.purge": True, "modules.load": ["site/1"], "modules.init": LMOD_INIT})
+    text = _render(site, tmp_path)
+    block = text[text.index("source -- "):text.index("set -u", text.index("source -- "))]
+    probe = (f"source {LMOD_INIT}; module use {tree}; module load hpcdl/0.1 stale/1; set -euo pipefail\n" + block
+             + 'echo "image=${HPCDL_IMAGE_DIR:-} stale=${STALE:-} site=${SITE_STACK:-}"\n')
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env={**os.environ, "MODULEPATH": ""})
+    assert out.stdout.strip().splitlines()[-1] == "image=/images stale= site=1", out.stderr
+
+
+def test_a_port_whose_device_the_centre_does_not_name_gets_no_device_settings(tmp_path):
+    # docs/sites.md: "If the guide does not say, leave domain out rather than guess"; the same for a port's device
+    # name (SURF names no HCA of Snellius's GPU nodes): NCCL_IB_HCA==<guess> is an exact match, so a wrong guess
+    # would keep NCCL off InfiniBand, where no setting lets NCCL and UCX pick the HCAs themselves
+    volta = SHIPPED / "volta-x86.yaml"
+    data = yaml.safe_load(volta.read_text())
+    nics = data["node_kinds"]["v100"]["nics"]
+    for nic in nics:
+        nic.pop("device")
+        nic.pop("netdev", None)
+    site = _profile(tmp_path, volta, **{"node_kinds.v100.nics": nics})
+    plan = make_plan(site, JobRequest(nodes=2))
+    assert all(r.nic is None for r in plan.ranks)
+    assert not any(k in r.env for r in plan.ranks for k in ("NCCL_IB_HCA", "UCX_NET_DEVICES"))
+    assert "NCCL_SOCKET_IFNAME" not in plan.env
+    _render(site, tmp_path)
+    # the ports still count for what crosses the network (hpcdl predict reads their kind and speed)
+    assert [n.kind for n in site.node_kinds["v100"].nics] == ["infiniband", "infiniband"]
+    # and the node's picture draws them, pinned to no rank
+    from hpcdl.plan.picture import draw_node
+
+    assert draw_node(site, make_plan(site, JobRequest(nodes=1)), tmp_path / "node.png").stat().st_size > 0
+
+
+def test_a_slurm_that_lays_tasks_out_in_blocks_by_default_gets_no_distribution(tmp_path):
+    # CSC Mahti: "By default, Slurm scatters MPI tasks --cpus-per-task apart, i.e. with --cpus-per-task=8 the MPI
+    # task 0 is bound to CPU core 0, the MPI task 1 is bound to CPU core 7 etc." on two 64-core sockets: consecutive
+    # tasks fill a socket first (slurm.conf CR_Core_Default_Dist_Block), so CSC's lines name no --distribution
+    volta = SHIPPED / "volta-x86.yaml"
+    assert "--distribution=block:block" in make_plan(load_site_file(volta), JobRequest()).launcher_argv
+    site = _profile(tmp_path, volta, **{"launch.distribution_default": "block"})
+    argv = make_plan(site, JobRequest()).launcher_argv
+    assert not any(w.startswith(("--distribution", "-m")) for w in argv)
+    assert "--cpu-bind=cores" in argv
+    with pytest.raises(HpcdlError, match=r"launch.distribution_default: an srun setting, but the launcher is mpirun"):
+        _profile(tmp_path, SHIPPED / "vista.yaml", **{"launch.distribution_default": "block"})

@@ -92,12 +92,15 @@ def _option(argv: list[str], long: str, short: str | None = None) -> str | None:
     return None
 
 
-def levels_slurm_may_use(argv: list[str]) -> list[str]:
-    """The socket-level distributions the line may get: the one it names, or either default."""
+def levels_slurm_may_use(argv: list[str], site=None) -> list[str]:
+    """The socket-level distributions the line may get: the one it names, the one the site declares its
+    Slurm's default (launch.distribution_default), or either default."""
     given = _option(argv, "--distribution", "-m")
     level = (given or "").split(",")[0].split(":")[1:2]
     if level and level[0] not in ("", "*"):
         return [level[0]]
+    if site is not None and site.launch.distribution_default:
+        return [site.launch.distribution_default]
     return ["cyclic", "block"]  # Slurm's default, and CR_Core_Default_Dist_Block's
 
 
@@ -147,7 +150,7 @@ def binding_mismatches(source: str, site, kind: str, request: dict) -> list[str]
     free = set(range(cores)) - set(facts.get("spec_cores", ()))
     planned = [r.cores for r in plan.local_ranks()]
     out = []
-    for level in levels_slurm_may_use(argv):
+    for level in levels_slurm_may_use(argv, site):
         bound = slurm_task_cores(facts["sockets"], facts["cores_per_socket"], free, len(planned), per_task, level)
         if bound != planned:
             out.append(f"{request or 'default'}: under {level} Slurm binds local tasks to "
@@ -283,7 +286,9 @@ def slurmd_mismatches(slurm_clusters, source: str, site, kind: str, cpu_bind: st
     cores = facts["sockets"] * facts["cores_per_socket"]
     shape = NodeShape(sockets=facts["sockets"], cores_per_socket=facts["cores_per_socket"],
                       threads_per_core=facts["threads_per_core"], cpus_per_core=facts["cpus"] // cores,
-                      spec_cores=tuple(facts.get("spec_cores", ())), memory_mb=4096, cpu_bind=cpu_bind)
+                      spec_cores=tuple(facts.get("spec_cores", ())), memory_mb=4096, cpu_bind=cpu_bind,
+                      # posed laying tasks out as the profile declares its Slurm does (launch.distribution_default)
+                      distribution_default=site.launch.distribution_default)
     cluster, out = None, []
     for request in ({}, {"mode": "per-socket", "ranks_per_node": 2 * facts["sockets"]}):
         try:
@@ -324,6 +329,10 @@ def test_a_slurm_that_binds_by_default_gives_the_plans_cores(slurm_clusters, sou
     lines = [make_plan(site, JobRequest(nodes=2, node_kind=kind, **r)).launcher_argv for r in ({}, {"mode": "per-socket"})]
     assert not any(w.startswith("--cpu-bind") for line in lines for w in line), lines
     assert not slurmd_mismatches(slurm_clusters, source, site, kind, POSED_CPU_BIND[site.launch.cpu_bind_default])
+    if any(w.startswith("--threads-per-core") for line in lines for w in line):
+        # srun(1): --threads-per-core "Implies --cpu-bind=threads": a line that asks one thread of each core (CSC
+        # Mahti, SMT2 with -c counting cores) is bound by slurmd even on a node posed not binding (CpuBind=none)
+        return
     unbound = slurmd_mismatches(slurm_clusters, source, site, kind, "none")
     assert unbound and all("binds no task" in m for m in unbound), unbound
 

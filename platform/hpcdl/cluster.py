@@ -156,6 +156,10 @@ class NodeShape:
     control how tasks are bound to allocated CPUs (--cpu-bind) ... the node CpuBind option will
     control how tasks are bound": none, socket, ldom, core, thread); None writes none, leaving
     task/affinity's auto binding (srun(1) --cpu-bind, "Auto Binding") to bind a step that names none.
+    gpu_type: the GPUs' GRES type (Gres=gpu:a100:4, gres.conf Type=a100), where the centre names one in its
+    requests (CSC Mahti: --gres=gpu:a100:4, which an untyped node would refuse).
+    distribution_default: block poses a Slurm that lays a step's tasks out socket by socket when srun names
+    no --distribution (SelectTypeParameters=...,CR_Core_Default_Dist_Block); None keeps Slurm's cyclic.
     """
 
     sockets: int = 1
@@ -166,6 +170,8 @@ class NodeShape:
     cpu_bind: str | None = None
     gpus: int = 0
     gpu_vendor: str = "nvidia"
+    gpu_type: str | None = None
+    distribution_default: str | None = None
     memory_mb: int = 4096
     features: tuple[str, ...] = ()
     partition: str = "debug"
@@ -203,7 +209,8 @@ class NodeShape:
         return cls(
             sockets=node.sockets, cores_per_socket=node.cores_per_socket, threads_per_core=node.threads_per_core,
             cpus_per_core=node.scheduler_cpus_per_core, spec_cores=reserved, gpus=len(node.gpus),
-            gpu_vendor=node.gpus[0].vendor if node.gpus else "nvidia", memory_mb=int(node.memory_gb * 1024),
+            gpu_vendor=node.gpus[0].vendor if node.gpus else "nvidia", gpu_type=node.defaults.gpu_type,
+            memory_mb=int(node.memory_gb * 1024),
             # a site that routes jobs to queues by size: the queue that takes the two nodes posed here
             features=features, partition=next((p.partition for p in defaults.partition_by_nodes
                                                if p.max_nodes is None or p.max_nodes >= 2),
@@ -216,7 +223,8 @@ class NodeShape:
     def from_published(cls, site, kind: str, facts: dict) -> "NodeShape":
         """The node as its centre publishes it (facts: sockets, cores_per_socket, threads_per_core,
         cpus: the CPUs Slurm counts on the node, spec_cores: the cores Slurm keeps for the system,
-        gpus), with only the job policy (partition, features, time limit, memory) from the profile.
+        gpus, gpu_type: the GPUs' GRES type where the centre's requests name one),
+        with only the job policy (partition, features, time limit, memory) from the profile.
         A profile that declares the machine's CPU counting or reserved cores wrongly is then
         judged by a Slurm shaped like the real node, not posed as wrongly as it is written."""
         base = cls.from_site(site, kind)
@@ -227,6 +235,7 @@ class NodeShape:
             base, sockets=facts["sockets"], cores_per_socket=facts["cores_per_socket"],
             threads_per_core=facts["threads_per_core"], cpus_per_core=facts["cpus"] // cores,
             spec_cores=tuple(facts.get("spec_cores", ())), gpus=facts.get("gpus", 0),
+            gpu_type=facts.get("gpu_type"),
         )
 
 
@@ -395,7 +404,8 @@ class SlurmCluster:
             "ProctrackType=proctrack/linuxproc",
             f"TaskPlugin={task_plugin}",
             "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core_Memory",
+            "SelectTypeParameters=CR_Core_Memory" + (
+                ",CR_Core_Default_Dist_Block" if self.shape and self.shape.distribution_default == "block" else ""),
             # a shaped node shares its memory out over its CPUs, so a whole-node job fits it
             f"DefMemPerCPU={self.shape.memory_mb // self.shape.cpus if self.shape else 1000}",
             "MpiDefault=none",
@@ -439,10 +449,12 @@ class SlurmCluster:
             if shape.cpu_bind:
                 words.append(f"CpuBind={shape.cpu_bind}")
             if shape.gpus:
-                words.append(f"Gres=gpu:{shape.gpus}")
+                typed = f"{shape.gpu_type}:" if shape.gpu_type else ""
+                words.append(f"Gres=gpu:{typed}{shape.gpus}")
                 last = f"[0-{shape.gpus - 1}]" if shape.gpus > 1 else "0"
                 flag = "amd_gpu_env" if shape.gpu_vendor == "amd" else "nvidia_gpu_env"
-                gres.append(f"NodeName={name} Name=gpu File={devices}/gpu{last} Flags={flag}")
+                kind = f" Type={shape.gpu_type}" if shape.gpu_type else ""
+                gres.append(f"NodeName={name} Name=gpu{kind} File={devices}/gpu{last} Flags={flag}")
             if shape.features:
                 words.append(f"Features={','.join(shape.features)}")
             lines.append(" ".join([*words, "State=UNKNOWN"]))

@@ -97,11 +97,14 @@ class SrunLauncher(Launcher):
         if _socket_lays_otherwise(plan, site):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
         if blocks:
-            if _shares_a_socket(plan, site) and _site_option(site, "--distribution", "-m") is None:
+            if (_shares_a_socket(plan, site) and _site_option(site, "--distribution", "-m") is None
+                    and site.launch.distribution_default != "block"):
                 # consecutive tasks fill a socket before the next, as the plan's blocks do (srun(1): "block
                 # ... distribute allocated CPUs consecutively from the same socket for binding to tasks,
                 # before using the next consecutive socket"); the first level, block, is srun's own default
                 argv.append("--distribution=block:block")
+            # (a site whose Slurm lays tasks out in blocks by default, launch.distribution_default: block, gives the
+            # plan's blocks with none, as the centre's lines name none)
             if not site.launch.cpu_bind_default:
                 argv.append("--cpu-bind=cores")
             # else the site's Slurm binds each task to its block of cores by itself, as the centre's lines rely on
@@ -118,12 +121,15 @@ class SrunLauncher(Launcher):
             # bind: each rank takes its GPU from plan.json)
             # in the style the centre's submit filter counts (defaults.gpu_request)
             style = site.defaults.gpu_request if site.scheduler == "slurm" else None
+            # Slurm's [type:]number, with the GRES type where the centre names it (CSC: --gres=gpu:a100:4)
+            gpu_type = site.node_kinds[plan.node_kind].defaults.gpu_type
+            typed = f"{gpu_type}:" if gpu_type else ""
             if style == "gres":
-                argv.append(f"--gres=gpu:{len(gpus_used)}")
+                argv.append(f"--gres=gpu:{typed}{len(gpus_used)}")
             elif style == "gpus-per-task":
-                argv.append(f"--gpus-per-task={gpus_per_rank(plan)}")
+                argv.append(f"--gpus-per-task={typed}{gpus_per_rank(plan)}")
             else:
-                argv.append(f"--gpus-per-node={len(gpus_used)}")
+                argv.append(f"--gpus-per-node={typed}{len(gpus_used)}")
             per_task = gpus_per_rank(plan)
             if style == "gpus-per-task" and all(r.gpus == tuple(range(i * per_task, (i + 1) * per_task))
                                                 for i, r in enumerate(local)):

@@ -80,7 +80,9 @@ def draw_node(site: Site, plan: Plan, path: Path) -> Path:
             y += 1.5
         nics = [n for n in node.nics if n.socket == s]
         _device_row(ax, x0 + 0.5, y, cols, [
-            (f"{n.device}:{n.port}", [r.local_rank for r in local if r.nic == f"{n.device}:{n.port}"]) for n in nics],
+            # a port whose device the centre names none of is pinned to no rank (NCCL and UCX pick it themselves)
+            (f"{n.device}:{n.port}", [r.local_rank for r in local if r.nic == f"{n.device}:{n.port}"]) if n.device
+            else (n.kind, None) for n in nics],
             colours)
 
     handles = [Patch(fc=colours[r.local_rank], ec="#555555",
@@ -134,7 +136,7 @@ def _short(argv: tuple[str, ...], width: int = 100) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def _device_row(ax, x: float, y: float, width: int, devices: list[tuple[str, list[int]]], colours) -> None:
+def _device_row(ax, x: float, y: float, width: int, devices: list[tuple[str, list[int] | None]], colours) -> None:
     from matplotlib.patches import Rectangle
 
     if not devices:
@@ -145,11 +147,12 @@ def _device_row(ax, x: float, y: float, width: int, devices: list[tuple[str, lis
         if not users:
             ax.add_patch(Rectangle((left, y), box_w, 1.2, fc="#ffffff", ec="#333333", lw=1.0))
         # a device shared by several ranks is striped with each rank's colour
-        for k, user in enumerate(users):
+        for k, user in enumerate(users or ()):
             ax.add_patch(Rectangle((left + k * box_w / len(users), y), box_w / len(users), 1.2,
                                    fc=colours[user], ec="none"))
         ax.add_patch(Rectangle((left, y), box_w, 1.2, fc="none", ec="#333333", lw=1.0))
-        who = "unused" if not users else ("rank " if len(users) == 1 else "ranks ") + ", ".join(map(str, users))
+        who = ("no device named, no rank pinned" if users is None else "unused" if not users
+               else ("rank " if len(users) == 1 else "ranks ") + ", ".join(map(str, users)))
         ax.text(left + box_w / 2, y + 0.6, f"{label}\n{who}", ha="center", va="center", fontsize=7.5,
                 color="#111111", bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.85))
 

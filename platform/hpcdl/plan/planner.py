@@ -245,8 +245,10 @@ def _check_collective_plugin(site: Site, kind_name: str, node: NodeKind, distrib
         "environment.net_plugin; docs/sites.md)")
 
 
-def _port(nic: Nic) -> str:
-    return f"{nic.device}:{nic.port}"
+def _port(nic: Nic) -> str | None:
+    # a port whose device the centre does not name is no rank's: NCCL_IB_HCA and UCX_NET_DEVICES take exact
+    # names, and a guessed one would keep NCCL and UCX off the fabric, where unset they pick the HCAs themselves
+    return f"{nic.device}:{nic.port}" if nic.device else None
 
 
 def _use_gpus(site: Site, kind_name: str, node: NodeKind, request: JobRequest) -> bool:

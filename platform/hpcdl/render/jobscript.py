@@ -309,6 +309,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # how the GPUs are asked: the style the centre's submit filter counts (Slurm: --gpus-per-node,
         # --gres=gpu:N or --gpus-per-task; LSF: -gpu or rusage)
         "gpu_style": site.defaults.gpu_request or "gpus-per-node",
+        # Slurm's GRES type where the centre names it ("--gres=gpu:a100:4", CSC Mahti)
+        "gpu_type_prefix": f"{node.defaults.gpu_type}:" if node.defaults.gpu_type else "",
         "constraint": options.constraint if options.constraint is not None else defaults.constraint,
         "exclusive": exclusive,
         "requeue": options.requeue,
@@ -516,7 +518,7 @@ def module_lines(site: Site, plan: Plan | None = None) -> dict:
     """`module use` and `module load` for the site's modules, the plan's (the GTL of GPU-aware
     Cray MPICH) and the container runtime's, and the init to source."""
     if site.modules.system == "none":
-        return {"init": None, "load": [], "use": []}
+        return {"init": None, "load": [], "use": [], "purge": False}
     load = [*site.modules.load, *(plan.modules if plan else ())]
     choice = plan.runtime if plan else None
     in_container = choice.in_container if choice is not None else site.runtime != "none"
@@ -531,7 +533,7 @@ def module_lines(site: Site, plan: Plan | None = None) -> dict:
         load.append(site.modules.frameworks[framework])
     use = [path_with_variables(p) for p in site.modules.use] if load else []
     init = path_with_variables(site.modules.init) if site.modules.init and load else None
-    return {"init": init, "load": load, "use": use}
+    return {"init": init, "load": load, "use": use, "purge": site.modules.purge and bool(load)}
 
 
 def activate_lines(site: Site, plan: Plan) -> list[str]:

@@ -142,7 +142,13 @@ class Nic(_Strict):
     """One network port ranks can use: an IB HCA port, an OPA HFI, a Slingshot or Aries NIC."""
 
     kind: NicKind
-    device: DeviceName = Field(description="verbs/HFI/CXI device name, e.g. mlx5_0, hfi1_0, cxi0, eth0")
+    device: DeviceName | None = Field(
+        default=None,
+        description=(
+            "verbs/HFI/CXI device name, e.g. mlx5_0, hfi1_0, cxi0, eth0; left out where the centre does not name "
+            "it: the port still counts (kind, speed, socket) but no rank is pinned to a guessed device"
+        ),
+    )
     port: int = Field(default=1, ge=1, le=255)  # a verbs port number is 8 bits (ibv_query_port)
     socket: int = Field(ge=0)
     domain: int | None = Field(
@@ -225,6 +231,14 @@ class NodeKindDefaults(_Strict):
     )
     partition_by_nodes: PartitionsBySize | None = Field(
         default=None, description="the queue by job size for this kind, in place of the site's"
+    )
+    gpu_type: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+$", max_length=64)] | None = Field(
+        default=None,
+        description=(
+            "Slurm's GRES type of this kind's GPUs, named in every GPU request where the centre names it "
+            "(CSC Mahti: a100 gives --gres=gpu:a100:4; Slurm takes [type:]number in --gres, --gpus-per-node "
+            "and --gpus-per-task alike)"
+        ),
     )
 
 
@@ -356,7 +370,7 @@ class NodeKind(_Strict):
                         f"{what}[{i}].domain: {dev.domain} is not on socket {dev.socket} "
                         f"({self.domains_per_socket} domain(s) per socket, numbered across the node)"
                     )
-        ports = [f"{n.device}:{n.port}" for n in self.nics]
+        ports = [f"{n.device}:{n.port}" for n in self.nics if n.device]
         for port in ports:
             if ports.count(port) > 1:
                 raise ValueError(f"nics: {port} is listed twice")
@@ -377,6 +391,8 @@ class NodeKind(_Strict):
         for s in range(self.sockets):
             if not self.usable_cores_of_socket(s):
                 raise ValueError(f"reserved_cores: socket {s} is left without a usable core")
+        if self.defaults.gpu_type and not self.gpus:
+            raise ValueError(f"defaults.gpu_type: {self.defaults.gpu_type} but the node kind has no GPUs (gpus)")
         return self
 
 
@@ -417,6 +433,14 @@ class Modules(_Strict):
             raise ValueError(f"{init!r} must be an absolute path (or start with a $VARIABLE the job has, "
                              "such as $HOME or one named in provides_env)")
         return init
+    purge: bool = Field(
+        default=False,
+        description=(
+            "`module purge` before the job's loads, where the centre's job scripts start from a clean module "
+            "environment (CSC: module purge; module load pytorch; SURF: module purge; module load 2024); "
+            "hpcdl's own module, if the job had it, is loaded again after the site's"
+        ),
+    )
     use: tuple[SitePath, ...] = Field(default=(), description="module folders to `module use` before loading")
     load: tuple[ModuleName, ...] = Field(default=(), description="modules every hpcdl job loads")
     gpu_mpi: tuple[ModuleName, ...] = Field(
@@ -584,6 +608,17 @@ class Launch(_Strict):
             "Unset, hpcdl writes --cpu-bind=cores or the plan's masks"
         ),
     )
+    distribution_default: Literal["cyclic", "block"] | None = Field(
+        default=None,
+        description=(
+            "how the site's Slurm lays a task's CPUs over the sockets when srun names no --distribution, where the "
+            "centre's examples show it: cyclic (Slurm's own default, srun(1): 'Use the default method for "
+            "distributing CPUs across sockets (cyclic)') or block (slurm.conf SelectTypeParameters="
+            "CR_Core_Default_Dist_Block; CSC Mahti: 'with --cpus-per-task=8 the MPI task 0 is bound to CPU core 0, "
+            "the MPI task 1 is bound to CPU core 7'); with block, hpcdl's line names no --distribution=block:block. "
+            "Unset, hpcdl cannot know and names it where two ranks share a socket"
+        ),
+    )
     gpu_visibility: Literal["per-rank", "node"] = Field(
         default="per-rank",
         description=(
@@ -748,6 +783,10 @@ class Site(_Strict):
         if self.defaults.gpu_request in ("gpu", "rusage") and self.scheduler != "lsf":
             raise ValueError(f"defaults.gpu_request: {self.defaults.gpu_request} is an LSF setting, but the scheduler "
                              f"is {self.scheduler}")
+        for kind_name, kind in self.node_kinds.items():
+            if kind.defaults.gpu_type and self.scheduler != "slurm":
+                raise ValueError(f"node_kinds.{kind_name}.defaults.gpu_type: Slurm's GRES type, but the scheduler "
+                                 f"is {self.scheduler}")
         if self.defaults.gpu_request in ("gpus-per-node", "gres", "gpus-per-task") and self.scheduler != "slurm":
             raise ValueError(f"defaults.gpu_request: {self.defaults.gpu_request} is a Slurm setting, but the scheduler "
                              f"is {self.scheduler}")
@@ -770,6 +809,8 @@ class Site(_Strict):
                              "host-ip (its address); keep one")
         if self.launch.cpu_bind_default and self.launcher != "srun":
             raise ValueError(f"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is {self.launcher}")
+        if self.launch.distribution_default and self.launcher != "srun":
+            raise ValueError(f"launch.distribution_default: an srun setting, but the launcher is {self.launcher}")
         if self.launch.srun_mpi and self.launcher != "srun":
             raise ValueError(f"launch.srun_mpi: an srun setting, but the launcher is {self.launcher}")
         if self.launch.srun_mpi and any(a == "--mpi" or a.startswith("--mpi=") for a in self.launch.args):
