@@ -339,3 +339,24 @@ def test_a_site_whose_slurm_binds_tasks_itself_names_no_cpu_bind_and_refuses_a_p
     with pytest.raises(HpcdlError, match=r"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is "
                                          r"mpirun"):
         _profile(tmp_path, GADI, **{"launch.cpu_bind_default": "auto"})
+
+
+def test_a_site_whose_slurm_binds_no_gpu_names_no_gpu_bind(tmp_path):
+    """launch.gpu_bind_default: none: every task of a bare srun sees the step's GPUs and drives its own by
+    local rank (IDRIS's jobs: `srun python -u fsdp.py` under --gres=gpu:4, each task
+    torch.cuda.set_device(local_rank)), so the line names no --gpu-bind, as the centre's do; without the
+    field the same plan says --gpu-bind=none. Refused beside per-rank GPUs or a launcher other than srun."""
+    jean_zay = SHIPPED / "jean-zay.yaml"
+    said = _profile(tmp_path, jean_zay, **{"launch.gpu_visibility": "node", "launch.gpu_bind_default": None})
+    assert "--gpu-bind=none" in make_plan(said, JobRequest(nodes=2)).launcher_argv
+    bare = _profile(tmp_path, jean_zay, **{"launch.gpu_visibility": "node", "launch.gpu_bind_default": "none"})
+    plan = make_plan(bare, JobRequest(nodes=2))
+    assert not any(w.startswith("--gpu-bind") for w in plan.launcher_argv), plan.launcher_argv
+    assert "--gres=gpu:4" in plan.launcher_argv
+    assert [r.env["HPCDL_GPU"] for r in plan.local_ranks()] == ["0", "1", "2", "3"]
+    with pytest.raises(HpcdlError, match=r"launch.gpu_bind_default: every task seeing the step's GPUs, but "
+                                         r"launch.gpu_visibility is per-rank[^\n]*$"):
+        _profile(tmp_path, jean_zay, **{"launch.gpu_visibility": "per-rank", "launch.gpu_bind_default": "none"})
+    with pytest.raises(HpcdlError, match=r"launch.gpu_bind_default: how Slurm binds srun's GPUs, but the launcher "
+                                         r"is mpirun"):
+        _profile(tmp_path, GADI, **{"launch.gpu_visibility": "node", "launch.gpu_bind_default": "none"})

@@ -71,7 +71,9 @@ class SrunLauncher(Launcher):
     centre's lines carry no --cpu-bind (CSCS Alps), the blocks go without one; the planner refuses a
     plan that would need masks there. GPUs are bound by the
     plan's map with `--gpu-bind=map_gpu:`/`mask_gpu:`, so Slurm gives each task the GPU the plan
-    chose, never a different "closest" one.
+    chose, never a different "closest" one; where every task sees the node's GPUs
+    (`launch.gpu_visibility: node`), `--gpu-bind=none`, or nothing where the site's Slurm binds none
+    itself and the centre's lines say nothing (`launch.gpu_bind_default: none`: IDRIS).
     """
 
     binds_cores = True
@@ -139,8 +141,11 @@ class SrunLauncher(Launcher):
             elif site.launch.gpu_visibility == "node":
                 # every task sees the node's GPUs: NERSC's Perlmutter examples ask --gpus-per-node
                 # with no per-task binding; per-task map binding broke CUDA IPC there (E3SM issue
-                # 4834, fixed with --gpu-bind=none, as NERSC staff scripts write it)
-                argv.append("--gpu-bind=none")
+                # 4834, fixed with --gpu-bind=none, as NERSC staff scripts write it). Where the site's
+                # Slurm binds no GPU by itself and the centre's lines say nothing (launch.gpu_bind_default:
+                # IDRIS's bare srun), the line says nothing either
+                if site.launch.gpu_bind_default != "none":
+                    argv.append("--gpu-bind=none")
             elif all(len(r.gpus) == 1 for r in local):
                 argv.append("--gpu-bind=map_gpu:" + ",".join(str(r.gpus[0]) for r in local))
             else:

@@ -591,6 +591,15 @@ class Launch(_Strict):
             "own by local rank, so CUDA IPC works between ranks (OLCF Summit DL guidance, NERSC Perlmutter)"
         ),
     )
+    gpu_bind_default: Literal["none"] | None = Field(
+        default=None,
+        description=(
+            "with gpu_visibility: node under srun, where the centre's srun lines carry no --gpu-bind and every task "
+            "sees the step's GPUs without one: none (IDRIS's jobs, a bare srun under --gres=gpu:4 with "
+            "torch.cuda.set_device(local_rank); JSC's, export CUDA_VISIBLE_DEVICES=0,1,2,3, an env: setting, before a "
+            "bare srun); the srun line then names no --gpu-bind. Unset, hpcdl writes --gpu-bind=none"
+        ),
+    )
 
 
 class Container(_Strict):
@@ -770,6 +779,11 @@ class Site(_Strict):
                              "host-ip (its address); keep one")
         if self.launch.cpu_bind_default and self.launcher != "srun":
             raise ValueError(f"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is {self.launcher}")
+        if self.launch.gpu_bind_default and self.launcher != "srun":
+            raise ValueError(f"launch.gpu_bind_default: how Slurm binds srun's GPUs, but the launcher is {self.launcher}")
+        if self.launch.gpu_bind_default and self.launch.gpu_visibility != "node":
+            raise ValueError("launch.gpu_bind_default: every task seeing the step's GPUs, but launch.gpu_visibility is "
+                             "per-rank, whose ranks need their GPUs bound; set gpu_visibility: node, or unset it")
         if self.launch.srun_mpi and self.launcher != "srun":
             raise ValueError(f"launch.srun_mpi: an srun setting, but the launcher is {self.launcher}")
         if self.launch.srun_mpi and any(a == "--mpi" or a.startswith("--mpi=") for a in self.launch.args):
