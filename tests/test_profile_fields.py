@@ -360,3 +360,22 @@ def test_a_site_whose_slurm_binds_no_gpu_names_no_gpu_bind(tmp_path):
     with pytest.raises(HpcdlError, match=r"launch.gpu_bind_default: how Slurm binds srun's GPUs, but the launcher "
                                          r"is mpirun"):
         _profile(tmp_path, GADI, **{"launch.gpu_visibility": "node", "launch.gpu_bind_default": "none"})
+
+
+def test_a_centres_own_cpu_bind_none_is_kept_and_the_ranks_bind_themselves(tmp_path):
+    """launch.args: [--cpu-bind=none] (JSC's deep-learning jobs: FZJ-JSC's jubench 'srun --cpu_bind=none' on the
+    booster, four tasks a node): the line carries it once, as written, and none of hpcdl's own binding words (no
+    mask, no --distribution); each rank still holds its cores in plan.json, which the trainer binds to. Any other
+    --cpu-bind there is refused (the binding is the plan's), as is none beside launch.cpu_bind_default."""
+    juwels, jean_zay = SHIPPED / "juwels-booster.yaml", SHIPPED / "jean-zay.yaml"
+    for base in (juwels, jean_zay):  # a mask, and blocks with --distribution=block:block, without it
+        site = _profile(tmp_path, base, **{"launch.cpu_bind_default": None, "launch.args": ["--cpu-bind=none"]})
+        plan = make_plan(site, JobRequest(nodes=2))
+        binding = [w for w in plan.launcher_argv if w.startswith(("--cpu-bind", "--cpu_bind", "--distribution"))]
+        assert binding == ["--cpu-bind=none"], plan.launcher_argv
+        assert [r.cores for r in plan.local_ranks()] == [r.cores for r in make_plan(load_site_file(base), JobRequest(nodes=2)).local_ranks()]
+    with pytest.raises(HpcdlError, match=r"launch.args: --cpu-bind=cores: hpcdl writes the binding srun gives each task"):
+        _profile(tmp_path, juwels, **{"launch.args": ["--cpu-bind=cores"]})
+    with pytest.raises(HpcdlError, match=r"launch.cpu_bind_default: the site's Slurm binding tasks by itself, but "
+                                         r"launch.args say --cpu-bind=none; keep one"):
+        _profile(tmp_path, jean_zay, **{"launch.args": ["--cpu_bind=none"]})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcdl.launchers.base import Launcher, cores_per_rank, gpus_per_rank, launchers
-from hpcdl.sites.schema import Site
+from hpcdl.sites.schema import Site, srun_cpu_bind_of
 
 if TYPE_CHECKING:  # the plan calls a launcher for its argv: the launcher only reads it
     from hpcdl.plan.model import Plan
@@ -71,7 +71,9 @@ class SrunLauncher(Launcher):
     centre's lines carry no --cpu-bind (CSCS Alps), the blocks go without one; the planner refuses a
     plan that would need masks there. GPUs are bound by the
     plan's map with `--gpu-bind=map_gpu:`/`mask_gpu:`, so Slurm gives each task the GPU the plan
-    chose, never a different "closest" one; where every task sees the node's GPUs
+    chose, never a different "closest" one. A centre whose own lines say `--cpu-bind=none` (JSC) keeps it, in
+    `launch.args`: srun binds no task and each rank binds itself to its cores from plan.json. Where every task
+    sees the node's GPUs
     (`launch.gpu_visibility: node`), `--gpu-bind=none`, or nothing where the site's Slurm binds none
     itself and the centre's lines say nothing (`launch.gpu_bind_default: none`: IDRIS).
     """
@@ -103,7 +105,11 @@ class SrunLauncher(Launcher):
         # The same as the plan's blocks only where no socket holds two ranks.
         if _socket_lays_otherwise(plan, site):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
-        if blocks:
+        if srun_cpu_bind_of(site.launch.args) is not None:
+            # the centre's own --cpu-bind=none (JSC's deep-learning jobs), kept in launch.args as written: srun binds
+            # no task, and each rank binds itself to the plan's cores from plan.json, so no layout is asked either
+            pass
+        elif blocks:
             if _shares_a_socket(plan, site) and _site_option(site, "--distribution", "-m") is None:
                 # consecutive tasks fill a socket before the next, as the plan's blocks do (srun(1): "block
                 # ... distribute allocated CPUs consecutively from the same socket for binding to tasks,

@@ -512,6 +512,17 @@ class EnvPath(_Strict):
     append: tuple[str, ...] = ()
 
 
+def srun_cpu_bind_of(args) -> str | None:
+    """The --cpu-bind (or srun's older --cpu_bind) that srun arguments give, None where they give none."""
+    for i, word in enumerate(args):
+        for name in ("--cpu-bind", "--cpu_bind"):
+            if word.startswith(name + "="):
+                return word.split("=", 1)[1]
+            if word == name:
+                return args[i + 1] if i + 1 < len(args) else ""
+    return None
+
+
 class Launch(_Strict):
     """How the launcher starts ranks beyond what the plan decides."""
 
@@ -788,6 +799,16 @@ class Site(_Strict):
             raise ValueError(f"launch.srun_mpi: an srun setting, but the launcher is {self.launcher}")
         if self.launch.srun_mpi and any(a == "--mpi" or a.startswith("--mpi=") for a in self.launch.args):
             raise ValueError("launch.srun_mpi: launch.args name a --mpi too; keep one (launch.srun_mpi)")
+        if self.launcher == "srun" and (bind := srun_cpu_bind_of(self.launch.args)) is not None:
+            # the centre's own word on binding is kept only where it is none: the ranks then bind themselves to
+            # the plan's cores; any other binding is the plan's to say (hpcdl writes it, or cpu_bind_default)
+            if "none" not in bind.split(","):
+                raise ValueError(f"launch.args: --cpu-bind={bind}: hpcdl writes the binding srun gives each task from "
+                                 "the plan (or none at all with launch.cpu_bind_default); only none, srun binding no "
+                                 "task and each rank binding itself to its cores, is kept as the centre writes it")
+            if self.launch.cpu_bind_default:
+                raise ValueError("launch.cpu_bind_default: the site's Slurm binding tasks by itself, but launch.args "
+                                 "say --cpu-bind=none; keep one")
         for what, words in (("launch.args", self.launch.args), ("launch.command", self.launch.command),
                             ("launch.wrapper", self.launch.wrapper), ("launch.gpu_wrapper", self.launch.gpu_wrapper),
                             ("container.args", self.container.args),
