@@ -373,8 +373,10 @@ def test_a_centres_own_cpu_bind_none_is_kept_and_the_ranks_bind_themselves(tmp_p
         plan = make_plan(site, JobRequest(nodes=2))
         binding = [w for w in plan.launcher_argv if w.startswith(("--cpu-bind", "--cpu_bind", "--distribution"))]
         assert binding == ["--cpu-bind=none"], plan.launcher_argv
-        assert [r.cores for r in plan.local_ranks()] == [r.cores for r in make_plan(load_site_file(base), JobRequest(nodes=2)).local_ranks()]
-    with pytest.raises(HpcdlError, match=r"launch.args: --cpu-bind=cores: hpcdl writes the binding srun gives each task"):
+        planned = make_plan(load_site_file(base), JobRequest(nodes=2))
+        assert [r.cores for r in plan.local_ranks()] == [r.cores for r in planned.local_ranks()]
+    with pytest.raises(HpcdlError, match=r"launch.args: --cpu-bind=cores: hpcdl writes the binding srun gives "
+                                         r"each task"):
         _profile(tmp_path, juwels, **{"launch.args": ["--cpu-bind=cores"]})
     with pytest.raises(HpcdlError, match=r"launch.cpu_bind_default: the site's Slurm binding tasks by itself, but "
                                          r"launch.args say --cpu-bind=none; keep one"):

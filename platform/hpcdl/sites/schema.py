@@ -791,7 +791,8 @@ class Site(_Strict):
         if self.launch.cpu_bind_default and self.launcher != "srun":
             raise ValueError(f"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is {self.launcher}")
         if self.launch.gpu_bind_default and self.launcher != "srun":
-            raise ValueError(f"launch.gpu_bind_default: how Slurm binds srun's GPUs, but the launcher is {self.launcher}")
+            raise ValueError("launch.gpu_bind_default: how Slurm binds srun's GPUs, but the launcher is "
+                             f"{self.launcher}")
         if self.launch.gpu_bind_default and self.launch.gpu_visibility != "node":
             raise ValueError("launch.gpu_bind_default: every task seeing the step's GPUs, but launch.gpu_visibility is "
                              "per-rank, whose ranks need their GPUs bound; set gpu_visibility: node, or unset it")
