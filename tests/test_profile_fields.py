@@ -381,3 +381,20 @@ def test_a_centres_own_cpu_bind_none_is_kept_and_the_ranks_bind_themselves(tmp_p
     with pytest.raises(HpcdlError, match=r"launch.cpu_bind_default: the site's Slurm binding tasks by itself, but "
                                          r"launch.args say --cpu-bind=none; keep one"):
         _profile(tmp_path, jean_zay, **{"launch.args": ["--cpu_bind=none"]})
+
+
+def test_a_centre_that_names_no_hca_leaves_each_ranks_nic_to_its_library(tmp_path):
+    """launch.nic_choice: library (JSC's jobs on JUWELS Booster name no HCA: NCCL takes the one nearest its GPU):
+    no rank carries NCCL_IB_HCA or UCX_NET_DEVICES of its own, while the job's out-of-band interface
+    (NCCL_SOCKET_IFNAME, from the NICs' netdev) stays; the default, plan, gives each rank its nearest port, and
+    mode per-nic still places one rank per port."""
+    juwels = SHIPPED / "juwels-booster.yaml"
+    planned = make_plan(_profile(tmp_path, juwels, **{"launch.nic_choice": "plan"}), JobRequest(nodes=2))
+    assert [r.env["NCCL_IB_HCA"] for r in planned.local_ranks()] == ["=mlx5_0:1", "=mlx5_1:1", "=mlx5_2:1", "=mlx5_3:1"]
+    library = _profile(tmp_path, juwels, **{"launch.nic_choice": "library"})
+    plan = make_plan(library, JobRequest(nodes=2))
+    assert all(r.nic is None and not {"NCCL_IB_HCA", "UCX_NET_DEVICES"} & set(r.env) for r in plan.ranks), plan.ranks
+    assert plan.env["NCCL_SOCKET_IFNAME"] == "ib0"
+    assert any("launch.nic_choice: library" in n for n in plan.notes)
+    per_nic = make_plan(library, JobRequest(nodes=2, mode="per-nic"))
+    assert [r.nic for r in per_nic.local_ranks()] == ["mlx5_0:1", "mlx5_1:1", "mlx5_2:1", "mlx5_3:1"]

@@ -602,6 +602,15 @@ class Launch(_Strict):
             "own by local rank, so CUDA IPC works between ranks (OLCF Summit DL guidance, NERSC Perlmutter)"
         ),
     )
+    nic_choice: Literal["plan", "library"] = Field(
+        default="plan",
+        description=(
+            "plan: each rank is given the NIC port nearest it (NCCL_IB_HCA, UCX_NET_DEVICES, HFI_UNIT per rank); "
+            "library: the plan names no NIC per rank and each rank's communication library picks its own (NCCL: the "
+            "HCA nearest its GPU by PCI distance), where the centre's jobs name none (JSC's deep-learning jobs on "
+            "JUWELS Booster); mode per-nic still places one rank per port"
+        ),
+    )
     gpu_bind_default: Literal["none"] | None = Field(
         default=None,
         description=(
