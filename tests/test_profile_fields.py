@@ -425,3 +425,62 @@ def test_a_slurm_that_lays_tasks_out_in_blocks_by_default_gets_no_distribution(t
     assert "--cpu-bind=cores" in argv
     with pytest.raises(HpcdlError, match=r"launch.distribution_default: an srun setting, but the launcher is mpirun"):
         _profile(tmp_path, SHIPPED / "vista.yaml", **{"launch.distribution_default": "block"})
+
+
+def test_a_site_whose_slurm_binds_no_gpu_names_no_gpu_bind(tmp_path):
+    """launch.gpu_bind_default: none: every task of a bare srun sees the step's GPUs and drives its own by
+    local rank (IDRIS's jobs: `srun python -u fsdp.py` under --gres=gpu:4, each task
+    torch.cuda.set_device(local_rank)), so the line names no --gpu-bind, as the centre's do; without the
+    field the same plan says --gpu-bind=none. Refused beside per-rank GPUs or a launcher other than srun."""
+    jean_zay = SHIPPED / "jean-zay.yaml"
+    said = _profile(tmp_path, jean_zay, **{"launch.gpu_visibility": "node", "launch.gpu_bind_default": None})
+    assert "--gpu-bind=none" in make_plan(said, JobRequest(nodes=2)).launcher_argv
+    bare = _profile(tmp_path, jean_zay, **{"launch.gpu_visibility": "node", "launch.gpu_bind_default": "none"})
+    plan = make_plan(bare, JobRequest(nodes=2))
+    assert not any(w.startswith("--gpu-bind") for w in plan.launcher_argv), plan.launcher_argv
+    assert "--gres=gpu:4" in plan.launcher_argv
+    assert [r.env["HPCDL_GPU"] for r in plan.local_ranks()] == ["0", "1", "2", "3"]
+    with pytest.raises(HpcdlError, match=r"launch.gpu_bind_default: every task seeing the step's GPUs, but "
+                                         r"launch.gpu_visibility is per-rank[^\n]*$"):
+        _profile(tmp_path, jean_zay, **{"launch.gpu_visibility": "per-rank", "launch.gpu_bind_default": "none"})
+    with pytest.raises(HpcdlError, match=r"launch.gpu_bind_default: how Slurm binds srun's GPUs, but the launcher "
+                                         r"is mpirun"):
+        _profile(tmp_path, GADI, **{"launch.gpu_visibility": "node", "launch.gpu_bind_default": "none"})
+
+
+def test_a_centres_own_cpu_bind_none_is_kept_and_the_ranks_bind_themselves(tmp_path):
+    """launch.args: [--cpu-bind=none] (JSC's deep-learning jobs: FZJ-JSC's jubench 'srun --cpu_bind=none' on the
+    booster, four tasks a node): the line carries it once, as written, and none of hpcdl's own binding words (no
+    mask, no --distribution); each rank still holds its cores in plan.json, which the trainer binds to. Any other
+    --cpu-bind there is refused (the binding is the plan's), as is none beside launch.cpu_bind_default."""
+    juwels, jean_zay = SHIPPED / "juwels-booster.yaml", SHIPPED / "jean-zay.yaml"
+    for base in (juwels, jean_zay):  # a mask, and blocks with --distribution=block:block, without it
+        site = _profile(tmp_path, base, **{"launch.cpu_bind_default": None, "launch.args": ["--cpu-bind=none"]})
+        plan = make_plan(site, JobRequest(nodes=2))
+        binding = [w for w in plan.launcher_argv if w.startswith(("--cpu-bind", "--cpu_bind", "--distribution"))]
+        assert binding == ["--cpu-bind=none"], plan.launcher_argv
+        planned = make_plan(load_site_file(base), JobRequest(nodes=2))
+        assert [r.cores for r in plan.local_ranks()] == [r.cores for r in planned.local_ranks()]
+    with pytest.raises(HpcdlError, match=r"launch.args: --cpu-bind=cores: hpcdl writes the binding srun gives "
+                                         r"each task"):
+        _profile(tmp_path, juwels, **{"launch.args": ["--cpu-bind=cores"]})
+    with pytest.raises(HpcdlError, match=r"launch.cpu_bind_default: the site's Slurm binding tasks by itself, but "
+                                         r"launch.args say --cpu-bind=none; keep one"):
+        _profile(tmp_path, jean_zay, **{"launch.args": ["--cpu_bind=none"]})
+
+
+def test_a_centre_that_names_no_hca_leaves_each_ranks_nic_to_its_library(tmp_path):
+    """launch.nic_choice: library (JSC's jobs on JUWELS Booster name no HCA: NCCL takes the one nearest its GPU):
+    no rank carries NCCL_IB_HCA or UCX_NET_DEVICES of its own, while the job's out-of-band interface
+    (NCCL_SOCKET_IFNAME, from the NICs' netdev) stays; the default, plan, gives each rank its nearest port, and
+    mode per-nic still places one rank per port."""
+    juwels = SHIPPED / "juwels-booster.yaml"
+    planned = make_plan(_profile(tmp_path, juwels, **{"launch.nic_choice": "plan"}), JobRequest(nodes=2))
+    assert [r.env["NCCL_IB_HCA"] for r in planned.local_ranks()] == ["=mlx5_0:1", "=mlx5_1:1", "=mlx5_2:1", "=mlx5_3:1"]
+    library = _profile(tmp_path, juwels, **{"launch.nic_choice": "library"})
+    plan = make_plan(library, JobRequest(nodes=2))
+    assert all(r.nic is None and not {"NCCL_IB_HCA", "UCX_NET_DEVICES"} & set(r.env) for r in plan.ranks), plan.ranks
+    assert plan.env["NCCL_SOCKET_IFNAME"] == "ib0"
+    assert any("launch.nic_choice: library" in n for n in plan.notes)
+    per_nic = make_plan(library, JobRequest(nodes=2, mode="per-nic"))
+    assert [r.nic for r in per_nic.local_ranks()] == ["mlx5_0:1", "mlx5_1:1", "mlx5_2:1", "mlx5_3:1"]

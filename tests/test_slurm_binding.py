@@ -52,6 +52,7 @@ from test_slurm_shapes import _load, site_kinds
 from hpcdl.errors import HpcdlError
 from hpcdl.plan import JobRequest, make_plan
 from hpcdl.sites.registry import SHIPPED
+from hpcdl.sites.schema import srun_cpu_bind_of
 
 PUBLISHED = Path(__file__).parent / "published"
 
@@ -138,7 +139,8 @@ def _requests(node) -> list[dict]:
 
 def binding_mismatches(source: str, site, kind: str, request: dict) -> list[str]:
     """How the cores Slurm binds each task to differ from the plan's, for each distribution Slurm
-    may use on this line; [] where the launch line gives explicit masks or binds as planned."""
+    may use on this line; [] where the launch line gives explicit masks or binds as planned, or says
+    the centre's --cpu-bind=none (no task bound by Slurm: each rank binds itself from plan.json)."""
     plan = make_plan(site, JobRequest(nodes=2, node_kind=kind, **request))
     argv = list(plan.launcher_argv)
     if not binds_by_cores(argv, site):
@@ -203,11 +205,12 @@ def test_the_rule_reads_the_documented_layouts():
 
 def test_a_site_that_names_its_own_distribution_is_bound_as_planned():
     """A centre whose line carries its own --distribution keeps it; where that lays tasks out across
-    the sockets otherwise than the plan, the plan's masks are given instead of --cpu-bind=cores."""
+    the sockets otherwise than the plan, the plan's masks are given instead of --cpu-bind=cores. (Jean Zay's
+    node, with hpcdl naming the binding: its own profile leaves the binding to its Slurm.)"""
     site = _load(str(SHIPPED / "jean-zay.yaml"))
     for args, bind in (((), "cores"), (("--distribution=block:cyclic",), "mask_cpu:"),
                        (("-m", "block:block"), "cores"), (("--distribution=block",), "mask_cpu:")):
-        launch = site.launch.model_copy(update={"args": args})
+        launch = site.launch.model_copy(update={"args": args, "cpu_bind_default": None})
         own = site.model_copy(update={"launch": launch})
         argv = list(make_plan(own, JobRequest(nodes=2)).launcher_argv)
         assert _option(argv, "--cpu-bind").startswith(bind), (args, argv)
@@ -277,9 +280,11 @@ def test_slurmd_binds_the_rendered_line_as_planned(slurm_clusters, source, kind)
     assert not mismatches, "\n".join(mismatches)
 
 
-def slurmd_mismatches(slurm_clusters, source: str, site, kind: str, cpu_bind: str | None) -> list[str]:
+def slurmd_mismatches(slurm_clusters, source: str, site, kind: str, cpu_bind: str | None,
+                      unbound_lines: bool = False) -> list[str]:
     """How the tasks a slurmd posing the published node (its CpuBind= `cpu_bind`) binds under the
-    rendered line's CPU options differ from the plan's cores."""
+    rendered line's CPU options differ from the plan's cores (with unbound_lines, also the lines that
+    say --cpu-bind=none)."""
     from slurm_cluster import NodeShape
 
     facts = _node_facts(source, site, kind)
@@ -296,7 +301,7 @@ def slurmd_mismatches(slurm_clusters, source: str, site, kind: str, cpu_bind: st
         except HpcdlError:
             continue
         line = list(plan.launcher_argv)
-        if not binds_by_cores(line, site):
+        if not binds_by_cores(line, site) and not (unbound_lines and _option(line, "--cpu-bind") == "none"):
             continue  # explicit masks: Slurm binds each task to its own
         cluster = cluster or slurm_clusters.ensure(1, shape, task_layout=True)
         options = [w for w in line[1:] if w.split("=", 1)[0] in CPU_OPTIONS]
@@ -324,7 +329,8 @@ def test_a_slurm_that_binds_by_default_gives_the_plans_cores(slurm_clusters, sou
     (as the centre's do), and a slurmd posing the published node with the default binding declared
     binds each task to the plan's cores; posed not binding (CpuBind=none: "Perform no task binding
     by default", slurm.conf TaskPluginParam), the same line leaves the tasks unbound, and this
-    notices."""
+    notices; unless the line asks --threads-per-core (Slurm counting fewer of a core's threads than it
+    has: Jean Zay), which "Implies --cpu-bind=threads" (srun(1)): then it binds them as planned either way."""
     site = _load(source)
     lines = [make_plan(site, JobRequest(nodes=2, node_kind=kind, **r)).launcher_argv for r in ({}, {"mode": "per-socket"})]
     assert not any(w.startswith("--cpu-bind") for line in lines for w in line), lines
@@ -334,6 +340,27 @@ def test_a_slurm_that_binds_by_default_gives_the_plans_cores(slurm_clusters, sou
         # Mahti, SMT2 with -c counting cores) is bound by slurmd even on a node posed not binding (CpuBind=none)
         return
     unbound = slurmd_mismatches(slurm_clusters, source, site, kind, "none")
+    if any(w.startswith("--threads-per-core") for w in lines[0]):
+        assert not unbound, unbound
+    else:
+        assert unbound and all("binds no task" in m for m in unbound), unbound
+
+
+UNBOUND_BY_SLURM = [(s, k) for s, k in SITE_KINDS if srun_cpu_bind_of(_load(s).launch.args) is not None]
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize(("source", "kind"), UNBOUND_BY_SLURM, ids=[f"{Path(p).stem}-{k}" for p, k in UNBOUND_BY_SLURM])
+def test_a_line_saying_cpu_bind_none_leaves_every_task_to_bind_itself(slurm_clusters, source, kind):
+    """A centre whose lines say --cpu-bind=none (JSC's deep-learning jobs, launch.args): the rendered line's
+    CPU options, --threads-per-core included (which "Implies --cpu-bind=threads unless overridden by command
+    line", srun(1)), leave every task unbound on a slurmd posing the published node with task/affinity's own
+    default, so each rank's binding is the trainer's, to its cores in plan.json (train/binding.py)."""
+    site = _load(source)
+    plan = make_plan(site, JobRequest(nodes=2, node_kind=kind))
+    assert [w for w in plan.launcher_argv if w.startswith(("--cpu-bind", "--distribution"))] == ["--cpu-bind=none"]
+    assert all(r.cores for r in plan.local_ranks())
+    unbound = slurmd_mismatches(slurm_clusters, source, site, kind, None, unbound_lines=True)
     assert unbound and all("binds no task" in m for m in unbound), unbound
 
 

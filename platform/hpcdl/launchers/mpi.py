@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hpcdl.launchers.base import Launcher, LaunchPlan, cores_per_rank, gpus_per_rank, launchers
-from hpcdl.sites.schema import Site
+from hpcdl.sites.schema import Site, srun_cpu_bind_of
 
 # set by the job script for torch.distributed's rendezvous; launchers that copy only named
 # variables to remote nodes must carry these too
@@ -66,7 +66,11 @@ class SrunLauncher(Launcher):
     centre's lines carry no --cpu-bind (CSCS Alps), the blocks go without one; the planner refuses a
     plan that would need masks there. GPUs are bound by the
     plan's map with `--gpu-bind=map_gpu:`/`mask_gpu:`, so Slurm gives each task the GPU the plan
-    chose, never a different "closest" one.
+    chose, never a different "closest" one. A centre whose own lines say `--cpu-bind=none` (JSC) keeps it, in
+    `launch.args`: srun binds no task and each rank binds itself to its cores from plan.json. Where every task
+    sees the node's GPUs
+    (`launch.gpu_visibility: node`), `--gpu-bind=none`, or nothing where the site's Slurm binds none
+    itself and the centre's lines say nothing (`launch.gpu_bind_default: none`: IDRIS).
     """
 
     binds_cores = True
@@ -96,7 +100,11 @@ class SrunLauncher(Launcher):
         # The same as the plan's blocks only where no socket holds two ranks.
         if _socket_lays_otherwise(plan, site):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
-        if blocks:
+        if srun_cpu_bind_of(site.launch.args) is not None:
+            # the centre's own --cpu-bind=none (JSC's deep-learning jobs), kept in launch.args as written: srun binds
+            # no task, and each rank binds itself to the plan's cores from plan.json, so no layout is asked either
+            pass
+        elif blocks:
             if (_shares_a_socket(plan, site) and _site_option(site, "--distribution", "-m") is None
                     and site.launch.distribution_default != "block"):
                 # consecutive tasks fill a socket before the next, as the plan's blocks do (srun(1): "block
@@ -140,8 +148,11 @@ class SrunLauncher(Launcher):
             elif site.launch.gpu_visibility == "node":
                 # every task sees the node's GPUs: NERSC's Perlmutter examples ask --gpus-per-node
                 # with no per-task binding; per-task map binding broke CUDA IPC there (E3SM issue
-                # 4834, fixed with --gpu-bind=none, as NERSC staff scripts write it)
-                argv.append("--gpu-bind=none")
+                # 4834, fixed with --gpu-bind=none, as NERSC staff scripts write it). Where the site's
+                # Slurm binds no GPU by itself and the centre's lines say nothing (launch.gpu_bind_default:
+                # IDRIS's bare srun), the line says nothing either
+                if site.launch.gpu_bind_default != "none":
+                    argv.append("--gpu-bind=none")
             elif all(len(r.gpus) == 1 for r in local):
                 argv.append("--gpu-bind=map_gpu:" + ",".join(str(r.gpus[0]) for r in local))
             else:

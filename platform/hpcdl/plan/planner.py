@@ -64,7 +64,11 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
                      "this plan reproduces how jobs ran there")
     slots = _slots(site, kind_name, node, request, mode, use_gpus, notes)
     cores = _cores_of_slots(site, node, slots, notes)
-    slots = [_with_nearest_nic(node, slots, i) for i in range(len(slots))]
+    if site.launch.nic_choice == "plan":
+        slots = [_with_nearest_nic(node, slots, i) for i in range(len(slots))]
+    elif node.nics and mode != "per-nic":
+        notes.append("each rank's NIC is its communication library's choice (NCCL: the HCA nearest its GPU), as the "
+                     "centre's jobs leave it (launch.nic_choice: library): the plan names none per rank")
     if site.launch.rank_order == "cores":
         # local rank i on the i-th block of cores, with the devices nearest it (NERSC: --cpu-bind=cores and the
         # GPU order reversed against the NUMA domains); the pairs themselves do not change

@@ -536,6 +536,17 @@ class EnvPath(_Strict):
     append: tuple[str, ...] = ()
 
 
+def srun_cpu_bind_of(args) -> str | None:
+    """The --cpu-bind (or srun's older --cpu_bind) that srun arguments give, None where they give none."""
+    for i, word in enumerate(args):
+        for name in ("--cpu-bind", "--cpu_bind"):
+            if word.startswith(name + "="):
+                return word.split("=", 1)[1]
+            if word == name:
+                return args[i + 1] if i + 1 < len(args) else ""
+    return None
+
+
 class Launch(_Strict):
     """How the launcher starts ranks beyond what the plan decides."""
 
@@ -624,6 +635,24 @@ class Launch(_Strict):
         description=(
             "per-rank: each rank sees only its GPUs; node: every rank sees every GPU of its node and picks its "
             "own by local rank, so CUDA IPC works between ranks (OLCF Summit DL guidance, NERSC Perlmutter)"
+        ),
+    )
+    nic_choice: Literal["plan", "library"] = Field(
+        default="plan",
+        description=(
+            "plan: each rank is given the NIC port nearest it (NCCL_IB_HCA, UCX_NET_DEVICES, HFI_UNIT per rank); "
+            "library: the plan names no NIC per rank and each rank's communication library picks its own (NCCL: the "
+            "HCA nearest its GPU by PCI distance), where the centre's jobs name none (JSC's deep-learning jobs on "
+            "JUWELS Booster); mode per-nic still places one rank per port"
+        ),
+    )
+    gpu_bind_default: Literal["none"] | None = Field(
+        default=None,
+        description=(
+            "with gpu_visibility: node under srun, where the centre's srun lines carry no --gpu-bind and every task "
+            "sees the step's GPUs without one: none (IDRIS's jobs, a bare srun under --gres=gpu:4 with "
+            "torch.cuda.set_device(local_rank); JSC's, export CUDA_VISIBLE_DEVICES=0,1,2,3, an env: setting, before a "
+            "bare srun); the srun line then names no --gpu-bind. Unset, hpcdl writes --gpu-bind=none"
         ),
     )
 
@@ -811,10 +840,26 @@ class Site(_Strict):
             raise ValueError(f"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is {self.launcher}")
         if self.launch.distribution_default and self.launcher != "srun":
             raise ValueError(f"launch.distribution_default: an srun setting, but the launcher is {self.launcher}")
+        if self.launch.gpu_bind_default and self.launcher != "srun":
+            raise ValueError("launch.gpu_bind_default: how Slurm binds srun's GPUs, but the launcher is "
+                             f"{self.launcher}")
+        if self.launch.gpu_bind_default and self.launch.gpu_visibility != "node":
+            raise ValueError("launch.gpu_bind_default: every task seeing the step's GPUs, but launch.gpu_visibility is "
+                             "per-rank, whose ranks need their GPUs bound; set gpu_visibility: node, or unset it")
         if self.launch.srun_mpi and self.launcher != "srun":
             raise ValueError(f"launch.srun_mpi: an srun setting, but the launcher is {self.launcher}")
         if self.launch.srun_mpi and any(a == "--mpi" or a.startswith("--mpi=") for a in self.launch.args):
             raise ValueError("launch.srun_mpi: launch.args name a --mpi too; keep one (launch.srun_mpi)")
+        if self.launcher == "srun" and (bind := srun_cpu_bind_of(self.launch.args)) is not None:
+            # the centre's own word on binding is kept only where it is none: the ranks then bind themselves to
+            # the plan's cores; any other binding is the plan's to say (hpcdl writes it, or cpu_bind_default)
+            if "none" not in bind.split(","):
+                raise ValueError(f"launch.args: --cpu-bind={bind}: hpcdl writes the binding srun gives each task from "
+                                 "the plan (or none at all with launch.cpu_bind_default); only none, srun binding no "
+                                 "task and each rank binding itself to its cores, is kept as the centre writes it")
+            if self.launch.cpu_bind_default:
+                raise ValueError("launch.cpu_bind_default: the site's Slurm binding tasks by itself, but launch.args "
+                                 "say --cpu-bind=none; keep one")
         for what, words in (("launch.args", self.launch.args), ("launch.command", self.launch.command),
                             ("launch.wrapper", self.launch.wrapper), ("launch.gpu_wrapper", self.launch.gpu_wrapper),
                             ("container.args", self.container.args),
