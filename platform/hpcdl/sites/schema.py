@@ -584,6 +584,16 @@ class Launch(_Strict):
             "Unset, hpcdl writes --cpu-bind=cores or the plan's masks"
         ),
     )
+    gpu_bind: Literal["map", "closest"] = Field(
+        default="map",
+        description=(
+            "how srun binds each task's GPUs: map (the plan's own, --gpu-bind=map_gpu:/mask_gpu:) or closest "
+            "(--gpu-bind=closest, Slurm's GPUs nearest each task's cores, as the centre's line writes it: Pawsey "
+            "Setonix 'srun -N 1 -n 8 -c 8 --gres=gpu:8 --gpus-per-task=1 --gpu-bind=closest', NCSA Delta "
+            "'#SBATCH --gpu-bind=closest'); a plan whose GPUs are not the ones nearest its ranks' cores, one for one, "
+            "is refused"
+        ),
+    )
     gpu_visibility: Literal["per-rank", "node"] = Field(
         default="per-rank",
         description=(
@@ -770,6 +780,14 @@ class Site(_Strict):
                              "host-ip (its address); keep one")
         if self.launch.cpu_bind_default and self.launcher != "srun":
             raise ValueError(f"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is {self.launcher}")
+        if self.launch.gpu_bind != "map" and self.launcher != "srun":
+            raise ValueError(f"launch.gpu_bind: how srun binds GPUs to tasks, but the launcher is {self.launcher}")
+        if self.launch.gpu_bind != "map" and self.launch.gpu_visibility == "node":
+            raise ValueError("launch.gpu_bind: closest binds each task to its own GPUs, but launch.gpu_visibility is "
+                             "node (every task sees every GPU); keep one")
+        if self.launch.gpu_bind != "map" and self.defaults.gpu_request == "none":
+            raise ValueError("launch.gpu_bind: closest binds the GPUs Slurm allocates, but defaults.gpu_request is "
+                             "none (the job asks none)")
         if self.launch.srun_mpi and self.launcher != "srun":
             raise ValueError(f"launch.srun_mpi: an srun setting, but the launcher is {self.launcher}")
         if self.launch.srun_mpi and any(a == "--mpi" or a.startswith("--mpi=") for a in self.launch.args):
