@@ -126,6 +126,10 @@ class SrunLauncher(Launcher):
             if style == "gres":
                 argv.append(f"--gres=gpu:{len(gpus_used)}")
             elif style == "gpus-per-task":
+                if site.defaults.batch_request == "nodes":
+                    # the header names no GPUs (defaults.batch_request: nodes): the step asks its GPUs per
+                    # node itself, then each task's ("--gres=gpu:8 --gpus-per-task=1", Pawsey)
+                    argv.append(f"--gres=gpu:{len(gpus_used)}")
                 argv.append(f"--gpus-per-task={gpus_per_rank(plan)}")
             else:
                 argv.append(f"--gpus-per-node={len(gpus_used)}")

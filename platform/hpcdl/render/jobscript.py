@@ -310,6 +310,9 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # how the GPUs are asked: the style the centre's submit filter counts (Slurm: --gpus-per-node,
         # --gres=gpu:N or --gpus-per-task; LSF: -gpu or rusage)
         "gpu_style": site.defaults.gpu_request or "gpus-per-node",
+        # Slurm: the header asks tasks, CPUs and GPUs (tasks), or the nodes alone (nodes: Pawsey's
+        # allocation-packs, where srun says the rest)
+        "batch_request": site.defaults.batch_request,
         "constraint": options.constraint if options.constraint is not None else defaults.constraint,
         "exclusive": exclusive,
         "requeue": options.requeue,

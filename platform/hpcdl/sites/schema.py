@@ -477,6 +477,17 @@ class Defaults(_Strict):
             "node and the batch system takes no GPU request (TACC: \"--gres: TACC does not support this option\")"
         ),
     )
+    batch_request: Literal["tasks", "nodes"] = Field(
+        default="tasks",
+        description=(
+            "what the batch header asks for: tasks (the default: #SBATCH --ntasks-per-node, --cpus-per-task and the "
+            "GPUs, which srun repeats) or nodes (#SBATCH names the nodes only, --exclusive or, for a shared job, "
+            "its GPUs per node as --gres=gpu:N; srun alone says tasks, CPUs and GPUs, the step's GPUs per node "
+            "among them: Pawsey Setonix's CLI filter counts 'allocation-packs', 'users should not indicate any "
+            "other Slurm allocation option related to memory or CPU cores', 'srun -N 1 -n 8 -c 8 --gres=gpu:8 "
+            "--gpus-per-task=1 --gpu-bind=closest')"
+        ),
+    )
     job_resources: dict[str, str] = Field(
         default_factory=dict,
         description=(
@@ -761,6 +772,9 @@ class Site(_Strict):
         if self.defaults.gpu_request in ("gpus-per-node", "gres", "gpus-per-task") and self.scheduler != "slurm":
             raise ValueError(f"defaults.gpu_request: {self.defaults.gpu_request} is a Slurm setting, but the scheduler "
                              f"is {self.scheduler}")
+        if self.defaults.batch_request == "nodes" and (self.scheduler != "slurm" or self.launcher != "srun"):
+            raise ValueError(f"defaults.batch_request: nodes leaves tasks, CPUs and GPUs to srun, but the scheduler "
+                             f"is {self.scheduler} and the launcher {self.launcher}")
         suffixes = {k: n.defaults.account_suffix for k, n in self.node_kinds.items() if n.defaults.account_suffix}
         if suffixes and self.defaults.account and any(self.defaults.account.endswith(x) for x in suffixes.values()):
             raise ValueError("defaults.account: give the project without a node kind's account_suffix; the job adds it")
