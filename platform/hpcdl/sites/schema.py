@@ -214,7 +214,7 @@ class NodeKindDefaults(_Strict):
         default=None,
         description=(
             "added to the account of a job on this kind, where the centre keeps an account per node kind "
-            "(NCSA Delta: <project>-gpu for GPU nodes, <project>-cpu for CPU nodes)"
+            "(Pawsey Setonix: <project>-gpu for GPU nodes; NCSA Delta: <project>-delta-gpu, <project>-delta-cpu)"
         ),
     )
     directives: tuple[str, ...] | None = Field(
