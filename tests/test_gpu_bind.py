@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from hpcdl.errors import HpcdlError
 from hpcdl.launchers import launcher_for
 from hpcdl.plan import JobRequest, make_plan
 from hpcdl.sites import load_site
@@ -33,15 +32,24 @@ def test_closest_writes_the_centres_words_where_the_nearest_gpu_is_each_ranks_ow
     assert not any(a.startswith("--gpu-bind=map_gpu") for a in argv)
 
 
-def test_closest_is_refused_where_two_gpus_sit_beside_one_ranks_cores():
+def test_where_two_gpus_sit_beside_one_ranks_cores_the_plans_map_is_written_and_said():
     # LUMI-G: GCDs 0 and 1 both beside NUMA domain 3, where local rank 0 (cores 49-55) drives GCD 0 only:
-    # which of the two Slurm calls closest is not the plan's to say
+    # which of the two Slurm calls closest is not the plan's to say, so the line names the plan's own
     data = load_site("lumi-g").model_dump(exclude_unset=True)
     data["launch"] = {**data.get("launch", {}), "gpu_bind": "closest"}
     site = Site.model_validate(data)
-    with pytest.raises(HpcdlError, match=r"^launch\.gpu_bind: closest cannot give this plan's GPUs: local rank 0 on "
-                                         r"cores 49-55 drives GPU\(s\) 0, but the GPU\(s\) of its NUMA domain are 0,1"):
-        make_plan(site, JobRequest(nodes=1))
+    plan = make_plan(site, JobRequest(nodes=1))
+    assert "--gpu-bind=map_gpu:0,1,2,3,4,5,6,7" in plan.launcher_argv
+    assert "--gpu-bind=closest" not in plan.launcher_argv
+    assert any(n.startswith("launch.gpu_bind: closest would not give this plan's GPUs (local rank 0 on cores 49-55 "
+                            "drives GPU(s) 0, but the GPU(s) of its NUMA domain are 0,1)") for n in plan.notes), plan.notes
+
+
+def test_one_rank_on_every_core_driving_one_gpu_is_bound_by_the_plans_map():
+    # a single rank over the node's 64 cores has all four GPUs beside it; Slurm's closest would hand it all four
+    site = _perlmutter(gpu_bind="closest", rank_order="cores")
+    plan = make_plan(site, JobRequest(nodes=1, ranks_per_node=1))
+    assert plan.ranks[0].gpus == (0,) and "--gpu-bind=map_gpu:0" in plan.launcher_argv
 
 
 def test_the_plans_map_is_still_written_by_default():

@@ -302,7 +302,7 @@ def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters
             # the plan's own, which HPCDL_GPU names (NERSC Perlmutter, E3SM issue 4834)
             assert got[gpu_var] in (None, ",".join(map(str, range(len(node.gpus))))), (placement, got)
             assert placement.env["HPCDL_GPU"] == ",".join(map(str, placement.gpus)), placement
-        elif placement.gpus and site.launch.gpu_bind == "closest":
+        elif placement.gpus and "--gpu-bind=closest" in plan.launcher_argv:
             # not posed here: --gpu-bind=closest picks each task's GPUs by their core affinity (gres.conf
             # Cores=) from the task's CPU mask, which task/none leaves unset, so every GPU is as close as any;
             # the planner holds the plan to the GPUs beside each rank's cores (launch.gpu_bind, test_gpu_bind.py)

@@ -134,9 +134,9 @@ class SrunLauncher(Launcher):
             else:
                 argv.append(f"--gpus-per-node={len(gpus_used)}")
             per_task = gpus_per_rank(plan)
-            if site.launch.gpu_bind == "closest":
-                # Slurm gives each task the GPUs nearest its cores, in the centre's words (Pawsey, NCSA); the
-                # planner has refused a plan whose GPUs are not those (closest_gpus_misses)
+            if site.launch.gpu_bind == "closest" and closest_gpus_misses(plan, site) is None:
+                # Slurm gives each task the GPUs nearest its cores, in the centre's words (Pawsey, NCSA); where
+                # those are not the plan's (one rank on every core driving one GPU), the plan's map below
                 argv.append("--gpu-bind=closest")
             elif style == "gpus-per-task" and all(r.gpus == tuple(range(i * per_task, (i + 1) * per_task))
                                                 for i, r in enumerate(local)):

@@ -164,11 +164,10 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     if site.launch.gpu_bind == "closest" and any(r.gpus for r in plan.ranks):
         from hpcdl.launchers.mpi import closest_gpus_misses
 
-        # the srun line says --gpu-bind=closest: Slurm's nearest GPUs must be the plan's
+        # the srun line says --gpu-bind=closest only where Slurm's nearest GPUs are the plan's; else its map
         if (miss := closest_gpus_misses(plan, site)) is not None:
-            raise HpcdlError(f"launch.gpu_bind: closest cannot give this plan's GPUs: {miss}; number the ranks by "
-                             "their cores (launch.rank_order: cores), ask another layout, or bind by the plan's map "
-                             "(launch.gpu_bind: map)")
+            plan = replace(plan, notes=(*plan.notes, f"launch.gpu_bind: closest would not give this plan's GPUs ({miss}): "
+                                        "the line binds them by the plan's map"))
     if site.launch.command:  # the centre's own launcher taking the same options (a site mpirun wrapper)
         argv = [*site.launch.command, *argv[1:]]
     # the centre's per-rank wrapper runs between the launcher and the program, on the host (NCAR's set_gpu_rank)

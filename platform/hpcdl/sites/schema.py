@@ -602,7 +602,7 @@ class Launch(_Strict):
             "(--gpu-bind=closest, Slurm's GPUs nearest each task's cores, as the centre's line writes it: Pawsey "
             "Setonix 'srun -N 1 -n 8 -c 8 --gres=gpu:8 --gpus-per-task=1 --gpu-bind=closest', NCSA Delta "
             "'#SBATCH --gpu-bind=closest'); a plan whose GPUs are not the ones nearest its ranks' cores, one for one, "
-            "is refused"
+            "is bound by its map, with a note"
         ),
     )
     gpu_visibility: Literal["per-rank", "node"] = Field(
