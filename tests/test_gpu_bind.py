@@ -49,7 +49,7 @@ def test_one_rank_on_every_core_driving_one_gpu_is_bound_by_the_plans_map():
     # a single rank over the node's 64 cores has all four GPUs beside it; Slurm's closest would hand it all four
     site = _perlmutter(gpu_bind="closest", rank_order="cores")
     plan = make_plan(site, JobRequest(nodes=1, ranks_per_node=1))
-    assert plan.ranks[0].gpus == (0,) and "--gpu-bind=map_gpu:0" in plan.launcher_argv
+    assert plan.ranks[0].gpus == (3,) and "--gpu-bind=map_gpu:3" in plan.launcher_argv
 
 
 def test_the_plans_map_is_still_written_by_default():
@@ -68,3 +68,12 @@ def test_closest_beside_a_setting_that_contradicts_it_is_refused_at_load(update,
         data[key] = {**data.get(key, {}), **value}
     with pytest.raises(ValueError, match=field):
         Site.model_validate(data)
+
+
+def test_a_node_not_filled_takes_the_gpus_beside_its_first_cores_where_slurm_binds_by_them():
+    # Pawsey: three allocation-packs run on chiplets 2, 0, 1 beside GCDs C9, D1, D6; two tasks of -c 8 with no
+    # --cpu-bind are bound to cores 0-7 and 8-15 by Slurm, so their GPUs are the ones beside those cores
+    site = _perlmutter(gpu_bind="closest", rank_order="cores", cpu_bind_default="auto")
+    plan = make_plan(site, JobRequest(nodes=1, ranks_per_node=2))
+    assert [(r.cores[0], r.gpus) for r in plan.local_ranks()] == [(0, (3,)), (16, (2,))]
+    assert "--gpu-bind=closest" in plan.launcher_argv and not any(a.startswith("--cpu-bind") for a in plan.launcher_argv)
