@@ -340,7 +340,10 @@ def test_a_slurm_that_binds_by_default_gives_the_plans_cores(slurm_clusters, sou
         # Mahti, SMT2 with -c counting cores) is bound by slurmd even on a node posed not binding (CpuBind=none)
         return
     unbound = slurmd_mismatches(slurm_clusters, source, site, kind, "none")
-    if any(w.startswith("--threads-per-core") for w in lines[0]):
+    if any(w.startswith("--threads-per-core") for line in lines for w in line):
+        # a line asking fewer threads than a core has binds by itself: --threads-per-core "Implies
+        # --cpu-bind=threads" (srun(1)), one thread of each of the task's cores, whatever the node's CpuBind
+        # (Pawsey Setonix: -c 8 at one thread per core on its SMT node)
         assert not unbound, unbound
     else:
         assert unbound and all("binds no task" in m for m in unbound), unbound

@@ -135,11 +135,19 @@ class SrunLauncher(Launcher):
             if style == "gres":
                 argv.append(f"--gres=gpu:{typed}{len(gpus_used)}")
             elif style == "gpus-per-task":
+                if site.defaults.batch_request == "nodes":
+                    # the header names no GPUs (defaults.batch_request: nodes): the step asks its GPUs per
+                    # node itself, then each task's ("--gres=gpu:8 --gpus-per-task=1", Pawsey)
+                    argv.append(f"--gres=gpu:{typed}{len(gpus_used)}")
                 argv.append(f"--gpus-per-task={typed}{gpus_per_rank(plan)}")
             else:
                 argv.append(f"--gpus-per-node={typed}{len(gpus_used)}")
             per_task = gpus_per_rank(plan)
-            if style == "gpus-per-task" and all(r.gpus == tuple(range(i * per_task, (i + 1) * per_task))
+            if site.launch.gpu_bind == "closest" and closest_gpus_misses(plan, site) is None:
+                # Slurm gives each task the GPUs nearest its cores, in the centre's words (Pawsey, NCSA); where
+                # those are not the plan's (one rank on every core driving one GPU), the plan's map below
+                argv.append("--gpu-bind=closest")
+            elif style == "gpus-per-task" and all(r.gpus == tuple(range(i * per_task, (i + 1) * per_task))
                                                 for i, r in enumerate(local)):
                 # Slurm hands local task i its own GPUs in order ("--gpus-per-task is equivalent to
                 # setting CUDA_VISIBLE_DEVICES to SLURM_LOCALID", CSCS's GH200 Slurm page): where that
@@ -204,6 +212,30 @@ def default_binding_misses(plan: LaunchPlan, site: Site) -> str | None:
     if _socket_lays_otherwise(plan, site):
         return (f"the site's own --distribution {_site_option(site, '--distribution', '-m')} lays two ranks of a "
                 "socket out otherwise than the plan's blocks; only a mask (--cpu-bind=mask_cpu) gives them")
+    return None
+
+
+def closest_gpus_misses(plan: LaunchPlan, site: Site) -> str | None:
+    """Why `--gpu-bind=closest` (launch.gpu_bind) would not give each local rank the plan's GPUs; None where
+    it would.
+
+    srun(1): "closest: Bind each task to the GPU(s) which are closest" to its CPUs, by the node's GPU
+    affinity (the NUMA domain, or the socket, each GPU sits beside). That is the plan's choice only where
+    the GPUs beside a rank's cores are exactly the rank's own: two GPUs beside one rank's cores, for a
+    rank that drives one of them, leave the choice to Slurm."""
+    node = site.node_kinds[plan.node_kind]
+    for r in plan.local_ranks():
+        if not r.gpus:
+            continue
+        beside = {(node.socket_of_core(c), node.domain_of_core(c) if node.domains_per_socket > 1 else None)
+                  for c in r.cores}
+        nearest = sorted(i for i, g in enumerate(node.gpus)
+                         if (g.socket, g.domain if node.domains_per_socket > 1 else None) in beside)
+        if nearest != sorted(r.gpus):
+            where = "NUMA domain" if node.domains_per_socket > 1 else "socket"
+            return (f"local rank {r.local_rank} on cores {_cpu_ranges(list(r.cores))} drives GPU(s) "
+                    f"{','.join(map(str, r.gpus))}, but the GPU(s) of its {where} are "
+                    f"{','.join(map(str, nearest)) or 'none'}")
     return None
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from hpcdl.errors import HpcdlError
 from hpcdl.launchers import launcher_for
-from hpcdl.launchers.mpi import default_binding_misses
+from hpcdl.launchers.mpi import closest_gpus_misses, default_binding_misses
 from hpcdl.plan.env import communication_env, intel_mpi_pin_domain, rank_env, threading_env
 from hpcdl.plan.model import Plan, RankPlacement, RuntimeChoice, SpatialLayout
 from hpcdl.plan.runtime import LIBFABRIC_NICS, choose_runtime
@@ -163,6 +163,11 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
             raise HpcdlError(f"launch.cpu_bind_default: {site.launch.cpu_bind_default} binding cannot give this "
                              f"plan's cores: {miss}; ask another layout (--ranks-per-node, --mode), or unset it so "
                              "hpcdl names the binding")
+    if site.launch.gpu_bind == "closest" and any(r.gpus for r in plan.ranks):
+        # the srun line says --gpu-bind=closest only where Slurm's nearest GPUs are the plan's; else its map
+        if (miss := closest_gpus_misses(plan, site)) is not None:
+            plan = replace(plan, notes=(*plan.notes, f"launch.gpu_bind: closest would not give this plan's GPUs ({miss}): "
+                                        "the line binds them by the plan's map"))
     if site.launch.command:  # the centre's own launcher taking the same options (a site mpirun wrapper)
         argv = [*site.launch.command, *argv[1:]]
     # the centre's per-rank wrapper runs between the launcher and the program, on the host (NCAR's set_gpu_rank)
@@ -297,8 +302,16 @@ def _slots(
                 f"{len(node.gpus)} GPUs; ask for at most {len(node.gpus)} ranks per node, or --mode per-socket"
             )
         notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, spread evenly over the sockets")
+        first = None
+        if site.launch.rank_order == "cores" and (site.launch.gpu_bind == "closest" or site.launch.cpu_bind_default):
+            # Slurm lays task i on the i-th block of cores (launch.cpu_bind_default) or picks its GPUs by them
+            # (--gpu-bind=closest): a node not filled takes the GPUs beside its first cores, as Pawsey's 3 packs
+            # on chiplets 0-2 drive the GCDs beside them
+            def first(g: int) -> int:
+                domain = node.gpus[g].domain
+                return node.cores_of_socket(node.gpus[g].socket)[0] if domain is None else domain * node.cores_per_domain
         return [_Slot(socket=node.gpus[g].socket, domain=node.gpus[g].domain, gpus=(g,))
-                for g in _spread(node.gpus, node.sockets, rpn)]
+                for g in _spread(node.gpus, node.sockets, rpn, first)]
     if mode == "per-nic":
         # The hybrid mode of the Summit Gordon Bell run (Kurth et al. 2018, arXiv:1810.01993):
         # one rank per IB port (Summit: 4 ranks, 2 per socket), each reducing its share of the
@@ -340,9 +353,10 @@ def _slots(
     return _share_gpus(node, slots, notes) if use_gpus else slots
 
 
-def _spread(devices: tuple[Gpu, ...] | tuple[Nic, ...], sockets: int, count: int) -> list[int]:
-    """Pick `count` devices, as evenly over the sockets as they allow, listed socket by socket."""
-    by_socket = [[i for i, d in enumerate(devices) if d.socket == s] for s in range(sockets)]
+def _spread(devices: tuple[Gpu, ...] | tuple[Nic, ...], sockets: int, count: int, first=None) -> list[int]:
+    """Pick `count` devices, as evenly over the sockets as they allow, listed socket by socket; within a
+    socket in the profile's order, or by `first` (a device's first core) where ranks are numbered by cores."""
+    by_socket = [sorted((i for i, d in enumerate(devices) if d.socket == s), key=first) for s in range(sockets)]
     chosen: list[int] = []
     while len(chosen) < count:
         for on_socket in by_socket:

@@ -311,6 +311,9 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "gpu_style": site.defaults.gpu_request or "gpus-per-node",
         # Slurm's GRES type where the centre names it ("--gres=gpu:a100:4", CSC Mahti)
         "gpu_type_prefix": f"{node.defaults.gpu_type}:" if node.defaults.gpu_type else "",
+        # Slurm: the header asks tasks, CPUs and GPUs (tasks), or the nodes alone (nodes: Pawsey's
+        # allocation-packs, where srun says the rest)
+        "batch_request": site.defaults.batch_request,
         "constraint": options.constraint if options.constraint is not None else defaults.constraint,
         "exclusive": exclusive,
         "requeue": options.requeue,

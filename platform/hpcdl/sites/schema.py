@@ -220,7 +220,7 @@ class NodeKindDefaults(_Strict):
         default=None,
         description=(
             "added to the account of a job on this kind, where the centre keeps an account per node kind "
-            "(NCSA Delta: <project>-gpu for GPU nodes, <project>-cpu for CPU nodes)"
+            "(Pawsey Setonix: <project>-gpu for GPU nodes; NCSA Delta: <project>-delta-gpu, <project>-delta-cpu)"
         ),
     )
     directives: tuple[str, ...] | None = Field(
@@ -501,6 +501,17 @@ class Defaults(_Strict):
             "node and the batch system takes no GPU request (TACC: \"--gres: TACC does not support this option\")"
         ),
     )
+    batch_request: Literal["tasks", "nodes"] = Field(
+        default="tasks",
+        description=(
+            "what the batch header asks for: tasks (the default: #SBATCH --ntasks-per-node, --cpus-per-task and the "
+            "GPUs, which srun repeats) or nodes (#SBATCH names the nodes only, --exclusive or, for a shared job, "
+            "its GPUs per node as --gres=gpu:N; srun alone says tasks, CPUs and GPUs, the step's GPUs per node "
+            "among them: Pawsey Setonix's CLI filter counts 'allocation-packs', 'users should not indicate any "
+            "other Slurm allocation option related to memory or CPU cores', 'srun -N 1 -n 8 -c 8 --gres=gpu:8 "
+            "--gpus-per-task=1 --gpu-bind=closest')"
+        ),
+    )
     job_resources: dict[str, str] = Field(
         default_factory=dict,
         description=(
@@ -628,6 +639,16 @@ class Launch(_Strict):
             "CR_Core_Default_Dist_Block; CSC Mahti: 'with --cpus-per-task=8 the MPI task 0 is bound to CPU core 0, "
             "the MPI task 1 is bound to CPU core 7'); with block, hpcdl's line names no --distribution=block:block. "
             "Unset, hpcdl cannot know and names it where two ranks share a socket"
+        ),
+    )
+    gpu_bind: Literal["map", "closest"] = Field(
+        default="map",
+        description=(
+            "how srun binds each task's GPUs: map (the plan's own, --gpu-bind=map_gpu:/mask_gpu:) or closest "
+            "(--gpu-bind=closest, Slurm's GPUs nearest each task's cores, as the centre's line writes it: Pawsey "
+            "Setonix 'srun -N 1 -n 8 -c 8 --gres=gpu:8 --gpus-per-task=1 --gpu-bind=closest', NCSA Delta "
+            "'#SBATCH --gpu-bind=closest'); a plan whose GPUs are not the ones nearest its ranks' cores, one for one, "
+            "is bound by its map, with a note"
         ),
     )
     gpu_visibility: Literal["per-rank", "node"] = Field(
@@ -819,6 +840,9 @@ class Site(_Strict):
         if self.defaults.gpu_request in ("gpus-per-node", "gres", "gpus-per-task") and self.scheduler != "slurm":
             raise ValueError(f"defaults.gpu_request: {self.defaults.gpu_request} is a Slurm setting, but the scheduler "
                              f"is {self.scheduler}")
+        if self.defaults.batch_request == "nodes" and (self.scheduler != "slurm" or self.launcher != "srun"):
+            raise ValueError(f"defaults.batch_request: nodes leaves tasks, CPUs and GPUs to srun, but the scheduler "
+                             f"is {self.scheduler} and the launcher {self.launcher}")
         suffixes = {k: n.defaults.account_suffix for k, n in self.node_kinds.items() if n.defaults.account_suffix}
         if suffixes and self.defaults.account and any(self.defaults.account.endswith(x) for x in suffixes.values()):
             raise ValueError("defaults.account: give the project without a node kind's account_suffix; the job adds it")
@@ -846,6 +870,14 @@ class Site(_Strict):
         if self.launch.gpu_bind_default and self.launch.gpu_visibility != "node":
             raise ValueError("launch.gpu_bind_default: every task seeing the step's GPUs, but launch.gpu_visibility is "
                              "per-rank, whose ranks need their GPUs bound; set gpu_visibility: node, or unset it")
+        if self.launch.gpu_bind != "map" and self.launcher != "srun":
+            raise ValueError(f"launch.gpu_bind: how srun binds GPUs to tasks, but the launcher is {self.launcher}")
+        if self.launch.gpu_bind != "map" and self.launch.gpu_visibility == "node":
+            raise ValueError("launch.gpu_bind: closest binds each task to its own GPUs, but launch.gpu_visibility is "
+                             "node (every task sees every GPU); keep one")
+        if self.launch.gpu_bind != "map" and self.defaults.gpu_request == "none":
+            raise ValueError("launch.gpu_bind: closest binds the GPUs Slurm allocates, but defaults.gpu_request is "
+                             "none (the job asks none)")
         if self.launch.srun_mpi and self.launcher != "srun":
             raise ValueError(f"launch.srun_mpi: an srun setting, but the launcher is {self.launcher}")
         if self.launch.srun_mpi and any(a == "--mpi" or a.startswith("--mpi=") for a in self.launch.args):

@@ -1,0 +1,64 @@
+"""defaults.batch_request: nodes, a batch header that asks nodes only and leaves tasks, CPUs and GPUs to srun.
+
+Pawsey's Setonix GPU nodes are asked in "allocation-packs" (one 8-core chiplet and its GCD) by a CLI filter:
+"the request of resources only needs the number of nodes (-N) and the number of allocation-packs per node
+(--gres=gpu:number)", "users should not use --ntasks, --cpus-per-task, --mem, etc. in the request headers",
+with --exclusive "there is no need for the use of --gres=gpu:number during allocation and, indeed, its use is
+not recommended", and srun names every resource itself: `srun -N 1 -n 8 -c 8 --gres=gpu:8 --gpus-per-task=1
+--gpu-bind=closest`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import RECIPES
+from hpcdl.launchers import launcher_for
+from hpcdl.plan import JobRequest, make_plan
+from hpcdl.render import JobOptions, render_job_script
+from hpcdl.sites import load_site
+from hpcdl.sites.schema import Site
+from hpcdl.train.recipe import load_recipe
+
+
+def _site(base: str, **defaults) -> Site:
+    data = load_site(base).model_dump(exclude_unset=True)
+    data["defaults"] = {**data.get("defaults", {}), **defaults}
+    return Site.model_validate(data)
+
+
+def _sbatch(site: Site, **options) -> list[str]:
+    plan = make_plan(site, JobRequest(nodes=2))
+    recipe = load_recipe(RECIPES / "digits-quick.yaml").model_dump(mode="json")
+    text = render_job_script(site, plan, recipe, JobOptions(name="r", account="p1", **options))
+    return [line[len("#SBATCH "):] for line in text.splitlines() if line.startswith("#SBATCH ")]
+
+
+def test_a_whole_node_job_asks_its_nodes_only_and_srun_says_the_rest():
+    site = _site("alps-gh200", batch_request="nodes", exclusive=True)
+    header = _sbatch(site)
+    assert "--nodes=2" in header and "--exclusive" in header
+    for option in ("--ntasks-per-node", "--cpus-per-task", "--threads-per-core", "--gres", "--gpus-per-task",
+                   "--gpus-per-node"):
+        assert not any(d.startswith(option) for d in header), (option, header)
+    argv = launcher_for("srun").command(make_plan(site, JobRequest(nodes=2)), site)
+    assert argv[1:5] == ["--nodes=2", "--ntasks=8", "--ntasks-per-node=4", "--cpus-per-task=72"]
+    # the step's GPUs per node, then each task's: the header named none
+    assert argv.index("--gres=gpu:4") == argv.index("--gpus-per-task=1") - 1
+
+
+def test_a_shared_job_asks_its_gpus_per_node_in_the_header():
+    header = _sbatch(_site("alps-gh200", batch_request="nodes", exclusive=False))
+    assert "--gres=gpu:4" in header and not any(d.startswith("--ntasks-per-node") for d in header)
+
+
+def test_the_header_asks_tasks_cpus_and_gpus_by_default():
+    header = _sbatch(load_site("alps-gh200"))
+    assert {"--ntasks-per-node=4", "--cpus-per-task=72", "--gpus-per-task=1"} <= set(header)
+
+
+def test_nodes_only_needs_slurm_and_srun():
+    data = load_site("polaris").model_dump(exclude_unset=True)
+    data["defaults"] = {**data.get("defaults", {}), "batch_request": "nodes"}
+    with pytest.raises(ValueError, match="defaults.batch_request: nodes leaves tasks, CPUs and GPUs to srun"):
+        Site.model_validate(data)
