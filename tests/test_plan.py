@@ -286,3 +286,37 @@ def test_plan_round_trips_through_its_json_shape():
 
 def test_the_same_request_gives_the_same_plan():
     assert plan_for("frontier", nodes=3) == plan_for("frontier", nodes=3)
+
+
+def test_ranks_that_see_the_whole_nodes_gpus_drive_distinct_ones_the_step_holds_on_a_partial_node():
+    """gpu_visibility node: the step asks as many GPUs as the node's ranks hold (--gres=gpu:N, jsrun -gN)
+    and sees them numbered 0..N-1, so each rank's HPCDL_GPU is its GPU's place among those held. Two
+    ranks of a half Jean Zay node sit on GPUs 0 and 2 (one per socket): they drive visible 0 and 1;
+    numbered by the node they drove 0 and 2, and the trainer's index modulo 2 put both on GPU 0."""
+    from hpcdl.sites.registry import list_sites
+
+    checked = 0
+    for name in sorted(list_sites()):
+        if name == "local":
+            continue
+        site = load_site(name)
+        if site.launch.gpu_visibility != "node":
+            continue
+        for kind, node in site.node_kinds.items():
+            for ranks in range(1, len(node.gpus) + 1):
+                try:
+                    plan = make_plan(site, JobRequest(nodes=1, node_kind=kind, ranks_per_node=ranks))
+                except HpcdlError:
+                    continue  # a layout the site refuses (a default binding that cannot give it)
+                local = plan.local_ranks()
+                held = len({g for r in local for g in r.gpus})
+                if not held:
+                    continue
+                drives = [int(i) for r in local for i in r.env["HPCDL_GPU"].split(",")]
+                assert sorted(drives) == list(range(held)), (name, kind, ranks, drives)
+                counted = [w for w in plan.launcher_argv if w.endswith((f"gpu:{held}", f":{held}", f"={held}"))
+                           or w == f"-g{held}"]
+                # srun's and jsrun's steps ask the GPUs themselves (elsewhere the batch request does: LSF's rusage)
+                assert counted or plan.launcher not in ("srun", "jsrun"), (name, kind, ranks, plan.launcher_argv)
+                checked += 1
+    assert checked >= 10

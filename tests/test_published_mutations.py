@@ -61,7 +61,8 @@ def _relocate(site, plan, move):
     moved = move(local)
     ranks = tuple(
         replace(r, **moved[r.local_rank],
-                env=rank_env(site, node, moved[r.local_rank]["gpus"], moved[r.local_rank]["nic"], site.launch.gpu_visibility))
+                env=rank_env(site, node, moved[r.local_rank]["gpus"], moved[r.local_rank]["nic"], site.launch.gpu_visibility,
+                             tuple(sorted({g for p in moved for g in p["gpus"]}))))
         for r in plan.ranks
     )
     env = dict(plan.env)

@@ -48,14 +48,21 @@ def threading_env(node: NodeKind, framework: str, threads: int, cores_per_rank: 
 
 
 def rank_env(site: Site, node: NodeKind, gpus: tuple[int, ...], nic: str | None,
-             gpu_visibility: str = "per-rank") -> dict[str, str]:
-    """Settings that differ from one local rank to the next: its GPUs and its NIC."""
+             gpu_visibility: str = "per-rank", held: tuple[int, ...] | None = None) -> dict[str, str]:
+    """Settings that differ from one local rank to the next: its GPUs and its NIC.
+
+    `held`: the GPUs the node's ranks hold together, where every rank sees them all (gpu_visibility
+    node); unset, every GPU of the node."""
     env: dict[str, str] = {}
     if gpus and gpu_visibility == "node":
         # every rank sees every GPU (one resource set per node, no per-task GPU binding) and picks
         # its own: OLCF's DL guidance "each process needs to have access to all GPUs on the node";
-        # ranks that see different GPU sets cannot open each other's memory (E3SM issue 4834)
-        env["HPCDL_GPU"] = ",".join(map(str, gpus))
+        # ranks that see different GPU sets cannot open each other's memory (E3SM issue 4834).
+        # The step asks as many GPUs as the ranks hold (--gres=gpu:N, jsrun -g N), which the process
+        # sees numbered 0..N-1 in the node's order: a rank's index is its GPU's place among those held
+        # (two ranks of a half node on GPUs 0 and 2 drive visible 0 and 1, not 0 and a GPU it cannot see)
+        held = tuple(range(len(node.gpus))) if held is None else tuple(sorted(held))
+        env["HPCDL_GPU"] = ",".join(str(held.index(g)) for g in gpus)
     elif gpus:
         vendor = node.gpus[gpus[0]].vendor
         # ROCm's own selector for AMD GCDs (LUMI-G/Frontier launch lines set ROCR_VISIBLE_DEVICES)

@@ -98,9 +98,10 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         )
         for lr, slot in enumerate(slots)
     ]
+    held = tuple(sorted({g for p in local for g in p["gpus"]}))
     ranks = tuple(
         RankPlacement(rank=n * ranks_per_node + p["local_rank"], node=n,
-                      env=rank_env(site, node, p["gpus"], p["nic"], site.launch.gpu_visibility), **p)
+                      env=rank_env(site, node, p["gpus"], p["nic"], site.launch.gpu_visibility, held), **p)
         for n in range(request.nodes)
         for p in local
     )
