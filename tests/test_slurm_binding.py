@@ -157,9 +157,11 @@ def binding_mismatches(source: str, site, kind: str, request: dict) -> list[str]
 
 def binds_by_cores(argv: list[str], site) -> bool:
     """Slurm lays the line's tasks out by --cpus-per-task and --distribution: --cpu-bind=cores, or no
-    --cpu-bind where the site declares that its Slurm binds tasks itself (launch.cpu_bind_default)."""
+    --cpu-bind where the site declares that its Slurm binds tasks itself (launch.cpu_bind_default) or
+    where --threads-per-core binds them ("Implies --cpu-bind=threads", srun(1): one thread per core)."""
     bind = _option(argv, "--cpu-bind")
-    return bind == "cores" or (bind is None and site.launch.cpu_bind_default is not None)
+    return bind == "cores" or (bind is None and (site.launch.cpu_bind_default is not None
+                                                 or _option(argv, "--threads-per-core") is not None))
 
 
 # the node's CpuBind= that poses each launch.cpu_bind_default: auto is task/affinity's own default
@@ -202,12 +204,14 @@ def test_a_site_that_names_its_own_distribution_is_bound_as_planned():
     """A centre whose line carries its own --distribution keeps it; where that lays tasks out across
     the sockets otherwise than the plan, the plan's masks are given instead of --cpu-bind=cores."""
     site = _load(str(SHIPPED / "jean-zay.yaml"))
-    for args, bind in (((), "cores"), (("--distribution=block:cyclic",), "mask_cpu:"),
-                       (("-m", "block:block"), "cores"), (("--distribution=block",), "mask_cpu:")):
+    # Jean Zay's Slurm counts one thread per core: --threads-per-core=1 binds the blocks itself (no --cpu-bind)
+    for args, bind in (((), ""), (("--distribution=block:cyclic",), "mask_cpu:"),
+                       (("-m", "block:block"), ""), (("--distribution=block",), "mask_cpu:")):
         launch = site.launch.model_copy(update={"args": args})
         own = site.model_copy(update={"launch": launch})
         argv = list(make_plan(own, JobRequest(nodes=2)).launcher_argv)
-        assert _option(argv, "--cpu-bind").startswith(bind), (args, argv)
+        given = _option(argv, "--cpu-bind") or ""
+        assert given.startswith(bind) and (bind or not given), (args, argv)
         assert sum(w.startswith(("--distribution", "-m")) for w in argv) == 1, argv  # the site's, or hpcdl's
         assert not binding_mismatches(str(SHIPPED / "jean-zay.yaml"), own, "v100", {}), args
 
@@ -306,6 +310,18 @@ def slurmd_mismatches(slurm_clusters, source: str, site, kind: str, cpu_bind: st
         if bound != planned:
             out.append(f"{request or 'default'}: slurmd binds local tasks to {[_span(b) for b in bound]}, "
                        f"the plan means {[_span(p) for p in planned]} ({' '.join(options)})")
+            continue
+        # and to the hardware threads the plan gives each rank (its cpus): all of a core's, or only the
+        # first where Slurm counts physical cores (a task bound to both threads of a core where the plan
+        # says one is not the plan, whatever its cores)
+        threads = [sorted({cpu % shape.threads_per_core for cpu in range(cores * shape.threads_per_core)
+                           if m >> cpu & 1}) for m in masks]
+        node = site.node_kinds[kind]
+        planned_threads = [sorted({next(t for c in r.cores for t, linux in enumerate(node.cpus_of_core(c)) if linux == cpu)
+                                   for cpu in r.cpus}) for r in plan.local_ranks()]
+        if threads != planned_threads:
+            out.append(f"{request or 'default'}: slurmd binds hardware threads {threads[0]} of each core, the plan's "
+                       f"cpus are threads {planned_threads[0]} ({' '.join(options)})")
     return out
 
 

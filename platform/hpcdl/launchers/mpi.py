@@ -87,7 +87,8 @@ class SrunLauncher(Launcher):
             f"--cpus-per-task={cores_per_rank(plan) * site.node_kinds[plan.node_kind].cpus_per_core}",
         ]
         node = site.node_kinds[plan.node_kind]
-        if node.cpus_per_core < node.threads_per_core:
+        fewer_threads = node.cpus_per_core < node.threads_per_core
+        if fewer_threads:
             # ask for the unit -c was counted in, where that is fewer threads than a core has: the
             # default on Frontier and LUMI-G, what JSC asks of every job ("we strongly recommend
             # --hint=nomultithread (which implies --threads-per-core=1)"); srun takes no --hint
@@ -107,11 +108,14 @@ class SrunLauncher(Launcher):
                 # ... distribute allocated CPUs consecutively from the same socket for binding to tasks,
                 # before using the next consecutive socket"); the first level, block, is srun's own default
                 argv.append("--distribution=block:block")
-            if not site.launch.cpu_bind_default:
+            if not site.launch.cpu_bind_default and not fewer_threads:
                 argv.append("--cpu-bind=cores")
             # else the site's Slurm binds each task to its block of cores by itself, as the centre's lines rely on
             # (launch.cpu_bind_default: task/affinity's auto binding or TaskPluginParam=Cores), and the line names
-            # no --cpu-bind, as theirs do
+            # no --cpu-bind, as theirs do; or --threads-per-core binds it, which "Implies --cpu-bind=threads"
+            # (srun(1)): one thread of each of its cores, the plan's cpus, where --cpu-bind=cores would override
+            # that and bind both threads of every core (a real slurmd 22.05, tests/test_slurm_binding.py), as
+            # the centres' lines (EPCC's --hint=nomultithread, IDRIS's) name no --cpu-bind
         else:
             argv.append("--cpu-bind=mask_cpu:" + ",".join(_hex_mask(r.cpus) for r in local))
         plugin = srun_mpi_plugin(site)
