@@ -173,7 +173,10 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
         site = site.model_copy(update={"runtime": "none", "modules": Modules(system="none")})
         program = [sys.executable, "-c", PROBE]
     recipe = {"name": "shape-probe", "net": "cifar10_quick", "data": {"source": "digits"}}
-    options = JobOptions(name=f"shape-{site.name}-{kind}", output_dir=str(folder))
+    # a site that runs no job without an account (defaults.account_required: EPCC, RCAC) gets one; the test
+    # cluster keeps no accounts, so any name passes
+    account = "hpcdltest" if site.defaults.account_required else None
+    options = JobOptions(name=f"shape-{site.name}-{kind}", output_dir=str(folder), account=account)
     script = folder / ("probe.sh" if runnable else "job.sh")
     folder.mkdir(parents=True, exist_ok=True)
     script.write_text(render_job_script(site, plan, recipe, options, program=program))
