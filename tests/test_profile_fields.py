@@ -339,3 +339,28 @@ def test_a_site_whose_slurm_binds_tasks_itself_names_no_cpu_bind_and_refuses_a_p
     with pytest.raises(HpcdlError, match=r"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is "
                                          r"mpirun"):
         _profile(tmp_path, GADI, **{"launch.cpu_bind_default": "auto"})
+
+
+def test_one_thread_per_core_is_asked_in_the_centres_words(tmp_path):
+    """EPCC and IDRIS ask one hardware thread per core with --hint=nomultithread (in #SBATCH and on srun,
+    with no --cpu-bind: srun takes --hint beside neither); launch.threads_request: hint writes that, and
+    --threads-per-core=1 where the plan needs masks. Neither line carries --cpu-bind=cores, which binds
+    both threads of every core (a real slurmd 22.05, tests/test_slurm_binding.py)."""
+    jean_zay = SHIPPED / "jean-zay.yaml"
+    plain = make_plan(load_site_file(jean_zay), JobRequest(nodes=2)).launcher_argv
+    assert "--threads-per-core=1" in plain and not any(w.startswith(("--hint", "--cpu-bind")) for w in plain)
+    site = _profile(tmp_path, jean_zay, **{"launch.threads_request": "hint"})
+    text = _render(site, tmp_path)
+    assert "#SBATCH --hint=nomultithread" in text.splitlines() and "--threads-per-core" not in text
+    line = make_plan(site, JobRequest(nodes=2)).launcher_argv
+    assert "--hint=nomultithread" in line and "--distribution=block:block" in line
+    assert not any(w.startswith("--cpu-bind") for w in line)
+    # a rank layout only masks give: srun takes no --hint beside --cpu-bind=mask_cpu
+    masked = _profile(tmp_path, jean_zay, **{"launch.threads_request": "hint",
+                                             "launch.args": ["--distribution=block:cyclic"]})
+    line = make_plan(masked, JobRequest(nodes=2)).launcher_argv
+    assert "--threads-per-core=1" in line and any(w.startswith("--cpu-bind=mask_cpu:") for w in line)
+    assert "--threads-per-core=1" in _render(masked, tmp_path)
+    with pytest.raises(HpcdlError, match=r"launch.threads_request: hint is srun's and sbatch's --hint=nomultithread, "
+                                         r"but the launcher is mpirun"):
+        _profile(tmp_path, GADI, **{"launch.threads_request": "hint"})

@@ -142,7 +142,8 @@ def binding_mismatches(source: str, site, kind: str, request: dict) -> list[str]
         return []  # mask_cpu: Slurm binds each task to the mask given for it, whatever the distribution
     facts = _node_facts(source, site, kind)
     cores = facts["sockets"] * facts["cores_per_socket"]
-    per_core = int(_option(argv, "--threads-per-core") or facts["cpus"] // cores)
+    per_core = 1 if _option(argv, "--hint") == "nomultithread" else \
+        int(_option(argv, "--threads-per-core") or facts["cpus"] // cores)
     per_task = -(-int(_option(argv, "--cpus-per-task")) // per_core)
     free = set(range(cores)) - set(facts.get("spec_cores", ()))
     planned = [r.cores for r in plan.local_ranks()]
@@ -158,10 +159,12 @@ def binding_mismatches(source: str, site, kind: str, request: dict) -> list[str]
 def binds_by_cores(argv: list[str], site) -> bool:
     """Slurm lays the line's tasks out by --cpus-per-task and --distribution: --cpu-bind=cores, or no
     --cpu-bind where the site declares that its Slurm binds tasks itself (launch.cpu_bind_default) or
-    where --threads-per-core binds them ("Implies --cpu-bind=threads", srun(1): one thread per core)."""
+    where --threads-per-core or --hint=nomultithread binds them ("Implies --cpu-bind=threads", srun(1):
+    one thread per core)."""
     bind = _option(argv, "--cpu-bind")
     return bind == "cores" or (bind is None and (site.launch.cpu_bind_default is not None
-                                                 or _option(argv, "--threads-per-core") is not None))
+                                                 or _option(argv, "--threads-per-core") is not None
+                                                 or _option(argv, "--hint") == "nomultithread"))
 
 
 # the node's CpuBind= that poses each launch.cpu_bind_default: auto is task/affinity's own default
@@ -261,7 +264,7 @@ def _slurmd_masks(cluster, argv: list[str], absent_ok: bool = False) -> list[int
     return [int(m, 16) for m in lines[-1].rsplit(" ", 1)[1].split(",")]
 
 
-CPU_OPTIONS = ("--ntasks-per-node", "--cpus-per-task", "--threads-per-core", "--distribution", "--cpu-bind")
+CPU_OPTIONS = ("--ntasks-per-node", "--cpus-per-task", "--threads-per-core", "--hint", "--distribution", "--cpu-bind")
 MULTI_SOCKET = [(s, k) for s, k in SITE_KINDS if _load(s).node_kinds[k].sockets > 1]
 
 

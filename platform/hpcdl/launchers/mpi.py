@@ -88,12 +88,6 @@ class SrunLauncher(Launcher):
         ]
         node = site.node_kinds[plan.node_kind]
         fewer_threads = node.cpus_per_core < node.threads_per_core
-        if fewer_threads:
-            # ask for the unit -c was counted in, where that is fewer threads than a core has: the
-            # default on Frontier and LUMI-G, what JSC asks of every job ("we strongly recommend
-            # --hint=nomultithread (which implies --threads-per-core=1)"); srun takes no --hint
-            # beside --cpu-bind
-            argv.append(f"--threads-per-core={node.cpus_per_core}")
         blocks = _in_blocks(plan)
         # Slurm hands a task its cores by the second level of --distribution, whose default is cyclic
         # across sockets ("Use the default method for distributing CPUs across sockets (cyclic)",
@@ -102,6 +96,12 @@ class SrunLauncher(Launcher):
         # The same as the plan's blocks only where no socket holds two ranks.
         if _socket_lays_otherwise(plan, site):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
+        if fewer_threads:
+            # ask for the unit -c was counted in, where that is fewer threads than a core has: the
+            # default on Frontier and LUMI-G, what JSC asks of every job ("we strongly recommend
+            # --hint=nomultithread (which implies --threads-per-core=1)"), in the centre's words
+            # (launch.threads_request); srun takes no --hint beside --cpu-bind, so masks keep the other
+            argv.append(threads_option(site, node, blocks))
         if blocks:
             if _shares_a_socket(plan, site) and _site_option(site, "--distribution", "-m") is None:
                 # consecutive tasks fill a socket before the next, as the plan's blocks do (srun(1): "block
@@ -150,6 +150,17 @@ class SrunLauncher(Launcher):
             else:
                 argv.append("--gpu-bind=mask_gpu:" + ",".join(_hex_mask(r.gpus) for r in local))
         return argv + list(site.launch.args)
+
+
+def threads_option(site: Site, node, blocks: bool) -> str:
+    """The srun/sbatch option that asks the hardware threads per core Slurm counts, where fewer than the
+    core has: --hint=nomultithread where the centre writes it (launch.threads_request: hint) and one is
+    asked with no mask beside it, else --threads-per-core=N. Either binds a task to that many threads
+    of each of its cores (srun(1): --threads-per-core "Implies --cpu-bind=threads"; a real slurmd 22.05
+    bound one thread per core under each)."""
+    if site.launch.threads_request == "hint" and node.cpus_per_core == 1 and blocks:
+        return "--hint=nomultithread"
+    return f"--threads-per-core={node.cpus_per_core}"
 
 
 def _off_block(plan: Plan):

@@ -298,6 +298,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "threads_per_rank": plan.threads_per_rank,
         # Slurm: the hardware threads per core -c counts, asked for where fewer than the core has
         "threads_per_core": node.cpus_per_core if node.cpus_per_core < node.threads_per_core else None,
+        # ... as the srun line asks it: --hint=nomultithread where the centre writes that (launch.threads_request)
+        "hint": "nomultithread" if "--hint=nomultithread" in plan.launcher_argv else None,
         "gpus_per_rank": gpus_per_rank,
         # none where the node's GPUs come with the node and the batch system takes no GPU request
         # (TACC: "--gres | TACC does not support this option"); each rank still gets its own GPU

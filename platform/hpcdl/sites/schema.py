@@ -584,6 +584,16 @@ class Launch(_Strict):
             "Unset, hpcdl writes --cpu-bind=cores or the plan's masks"
         ),
     )
+    threads_request: Literal["threads-per-core", "hint"] = Field(
+        default="threads-per-core",
+        description=(
+            "how a Slurm job asks one hardware thread per core where the site's Slurm counts cores on an SMT node "
+            "(scheduler_cpus_per_core: 1): threads-per-core (--threads-per-core=1) or hint (--hint=nomultithread, "
+            "as EPCC and IDRIS write it, in #SBATCH and on srun, with no --cpu-bind: srun takes --hint beside "
+            "neither); both bind each task to one thread of each of its cores. Where the plan's cores need "
+            "srun's masks (--cpu-bind=mask_cpu), --threads-per-core=1 is written instead"
+        ),
+    )
     gpu_visibility: Literal["per-rank", "node"] = Field(
         default="per-rank",
         description=(
@@ -770,6 +780,9 @@ class Site(_Strict):
                              "host-ip (its address); keep one")
         if self.launch.cpu_bind_default and self.launcher != "srun":
             raise ValueError(f"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is {self.launcher}")
+        if self.launch.threads_request == "hint" and self.launcher != "srun":
+            raise ValueError(f"launch.threads_request: hint is srun's and sbatch's --hint=nomultithread, but the "
+                             f"launcher is {self.launcher}")
         if self.launch.srun_mpi and self.launcher != "srun":
             raise ValueError(f"launch.srun_mpi: an srun setting, but the launcher is {self.launcher}")
         if self.launch.srun_mpi and any(a == "--mpi" or a.startswith("--mpi=") for a in self.launch.args):
