@@ -347,9 +347,10 @@ def test_one_thread_per_core_is_asked_in_the_centres_words(tmp_path):
     --threads-per-core=1 where the plan needs masks. Neither line carries --cpu-bind=cores, which binds
     both threads of every core (a real slurmd 22.05, tests/test_slurm_binding.py)."""
     jean_zay = SHIPPED / "jean-zay.yaml"
-    plain = make_plan(load_site_file(jean_zay), JobRequest(nodes=2)).launcher_argv
+    other = _profile(tmp_path, jean_zay, **{"launch.threads_request": "threads-per-core"})
+    plain = make_plan(other, JobRequest(nodes=2)).launcher_argv
     assert "--threads-per-core=1" in plain and not any(w.startswith(("--hint", "--cpu-bind")) for w in plain)
-    site = _profile(tmp_path, jean_zay, **{"launch.threads_request": "hint"})
+    site = load_site_file(jean_zay)  # IDRIS: "#SBATCH --hint=nomultithread"
     text = _render(site, tmp_path)
     assert "#SBATCH --hint=nomultithread" in text.splitlines() and "--threads-per-core" not in text
     line = make_plan(site, JobRequest(nodes=2)).launcher_argv
@@ -364,3 +365,4 @@ def test_one_thread_per_core_is_asked_in_the_centres_words(tmp_path):
     with pytest.raises(HpcdlError, match=r"launch.threads_request: hint is srun's and sbatch's --hint=nomultithread, "
                                          r"but the launcher is mpirun"):
         _profile(tmp_path, GADI, **{"launch.threads_request": "hint"})
+
