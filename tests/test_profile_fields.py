@@ -366,3 +366,16 @@ def test_one_thread_per_core_is_asked_in_the_centres_words(tmp_path):
                                          r"but the launcher is mpirun"):
         _profile(tmp_path, GADI, **{"launch.threads_request": "hint"})
 
+
+def test_a_queue_by_size_keeps_its_own_time_limit(tmp_path):
+    """Purdue Anvil (docs.rcac.purdue.edu, Anvil queues): wholenode takes up to 16 nodes for 96 h, wide up
+    to 56 nodes for 12 h; a 24-hour job of 32 nodes goes to wide, which would not run it."""
+    anvil = load_site_file(SHIPPED / "anvil.yaml")
+    assert "#SBATCH --partition=wholenode" in _render(anvil, tmp_path, nodes=16, time="96:00:00", account="x").splitlines()
+    assert "#SBATCH --partition=wide" in _render(anvil, tmp_path, nodes=32, time="12:00:00", account="x").splitlines()
+    with pytest.raises(HpcdlError, match=r"^time: 24:00:00 is longer than queue 'wide' of site 'anvil' runs "
+                                         r"\(defaults.partition_by_nodes: wide max_time 12:00:00\)$"):
+        render_job_script(anvil, make_plan(anvil, JobRequest(nodes=32)), {}, JobOptions(time="24:00:00", account="x"))
+    with pytest.raises(HpcdlError, match=r"partition_by_nodes.1.max_time.*'half a day' is not a time limit"):
+        _profile(tmp_path, SHIPPED / "anvil.yaml", **{"defaults.partition_by_nodes": [
+            {"max_nodes": 16, "partition": "wholenode"}, {"max_nodes": 56, "partition": "wide", "max_time": "half a day"}]})

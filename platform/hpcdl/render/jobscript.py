@@ -283,6 +283,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
     if site.defaults.max_time and seconds > parse_time(site.defaults.max_time):
         raise HpcdlError(f"time: {options.time or site.defaults.time} is longer than site {site.name!r} allows "
                          f"(defaults.max_time {site.defaults.max_time})")
+    partition = options.partition or partition_for(site, plan, defaults)
+    _queue_time_limit(site, defaults, partition, seconds, options.time or site.defaults.time)
     gpus_per_rank = len(plan.ranks[0].gpus)
     cores_per_rank = len(plan.ranks[0].cores)
     exclusive = site.defaults.exclusive if options.exclusive is None else options.exclusive
@@ -307,7 +309,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "gpus_per_node": 0 if site.defaults.gpu_request == "none" else gpus_per_rank * plan.ranks_per_node,
         "seconds": seconds,
         "account": job_account(site, plan, options.account or site.defaults.account),
-        "partition": options.partition or partition_for(site, plan, defaults),
+        "partition": partition,
         "qos": options.qos or defaults.qos,
         # how the GPUs are asked: the style the centre's submit filter counts (Slurm: --gpus-per-node,
         # --gres=gpu:N or --gpus-per-task; LSF: -gpu or rusage)
@@ -394,6 +396,15 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         job["select"] = select
         job["place"] = "scatter:excl" if exclusive else "scatter"
     return job
+
+
+def _queue_time_limit(site: Site, defaults, partition: str | None, seconds: int, asked: str) -> None:
+    """Refuse a time limit longer than the queue the job goes to runs (a queue by size with its own
+    max_time: Purdue Anvil's wide runs 12 h where wholenode runs 96 h)."""
+    for size in defaults.partition_by_nodes or ():
+        if size.partition == partition and size.max_time and seconds > parse_time(size.max_time):
+            raise HpcdlError(f"time: {asked} is longer than queue {partition!r} of site {site.name!r} runs "
+                             f"(defaults.partition_by_nodes: {partition} max_time {size.max_time})")
 
 
 def partition_for(site: Site, plan: Plan, defaults) -> str | None:

@@ -184,6 +184,19 @@ class SizedPartition(_Strict):
 
     max_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES, description="the largest job this queue takes")
     partition: SchedulerWord
+    max_time: str | None = Field(
+        default=None,
+        description=("the longest job this queue runs, where it is shorter than the site's defaults.max_time "
+                     "(Purdue Anvil: wholenode 96 h to 16 nodes, wide 12 h to 56)"),
+    )
+
+    @field_validator("max_time")
+    @classmethod
+    def _a_slurm_time(cls, value: str | None) -> str | None:
+        # Slurm's forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
+        if value is not None and not re.fullmatch(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})", value):
+            raise ValueError(f"{value!r} is not a time limit; write HH:MM:SS, MM:SS, minutes or D-HH:MM:SS")
+        return value
 
 
 def _sizes_in_order(sizes: tuple[SizedPartition, ...]) -> tuple[SizedPartition, ...]:
