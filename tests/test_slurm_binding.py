@@ -292,7 +292,11 @@ def slurmd_mismatches(slurm_clusters, source: str, site, kind: str, cpu_bind: st
                       threads_per_core=facts["threads_per_core"], cpus_per_core=facts["cpus"] // cores,
                       spec_cores=tuple(facts.get("spec_cores", ())), memory_mb=4096, cpu_bind=cpu_bind)
     cluster, out = None, []
-    for request in ({}, {"mode": "per-socket", "ranks_per_node": 2 * facts["sockets"]}):
+    node = site.node_kinds[kind]
+    # the default job, two ranks per published socket, one rank per socket of the profile (no --distribution
+    # where the Slurm's sockets are smaller than the package's: ARCHER2's 4-core CCX), and one per node
+    for request in ({}, {"mode": "per-socket", "ranks_per_node": 2 * facts["sockets"]},
+                    {"mode": "per-socket", "ranks_per_node": node.sockets}, {"mode": "per-node"}):
         try:
             plan = make_plan(site, JobRequest(nodes=2, node_kind=kind, **request))
         except HpcdlError:
@@ -319,7 +323,6 @@ def slurmd_mismatches(slurm_clusters, source: str, site, kind: str, cpu_bind: st
         # says one is not the plan, whatever its cores)
         threads = [sorted({cpu % shape.threads_per_core for cpu in range(cores * shape.threads_per_core)
                            if m >> cpu & 1}) for m in masks]
-        node = site.node_kinds[kind]
         planned_threads = [sorted({next(t for c in r.cores for t, linux in enumerate(node.cpus_of_core(c)) if linux == cpu)
                                    for cpu in r.cpus}) for r in plan.local_ranks()]
         if threads != planned_threads:
