@@ -408,7 +408,10 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
     describes them all. Reserved cores are left to the OS and MPI progress (Summit: one per
     socket, so 42 of 44; Stampede2 KNL: 64 of 68; Frontier: the first core of each L3 region).
     """
+    reserved = node.reserved_cores_per_socket * node.sockets + len(node.reserved_cores)
     if any(slot.whole_node for slot in slots):
+        if reserved:
+            notes.append(f"{reserved} core(s) per node left to the OS and MPI progress (site profile)")
         return [tuple(c for socket in range(node.sockets) for c in node.usable_cores_of_socket(socket))]
     # group by NUMA domain only where every rank of the socket has one; a domain pool and the
     # whole socket's pool would overlap
@@ -451,7 +454,6 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
             continue
         for k, i in enumerate(members):
             cores[i] = pool[k * per_rank : (k + 1) * per_rank]
-    reserved = node.reserved_cores_per_socket * node.sockets + len(node.reserved_cores)
     if reserved:
         notes.append(f"{reserved} core(s) per node left to the OS and MPI progress (site profile)")
     idle = node.sockets * node.usable_cores_per_socket - per_rank * len(slots)
