@@ -3,7 +3,8 @@
 On any node the planner accepts:
   - no core is shared by two ranks of a node, and no reserved core is used;
   - in one-rank-per-GPU mode no GPU is given twice;
-  - a rank's cores lie on its socket, and its GPUs and NIC too whenever the node has one there;
+  - a rank's cores lie on its socket, and its GPUs and NIC too whenever the node has one there (the
+    one rank of per-node mode holds every usable core of the node);
   - a rank runs no more threads than its cores can (one per core unless more were asked for);
   - a rank's CPUs, and srun's -c, count the hardware threads the scheduler counts per core;
   - ranks = nodes x ranks per node, numbered node by node, spread evenly over the sockets.
@@ -133,13 +134,17 @@ def test_every_plan_keeps_the_placement_rules(site, request):
     for r in plan.local_ranks():
         assert r.cores, "every rank has at least one core"
         assert len(r.cores) == len(plan.ranks[0].cores), "every rank has the same number of cores"
-        # the rank's cores, GPUs and NIC on its socket when the node has them there
-        assert {node.socket_of_core(c) for c in r.cores} == {r.socket}
-        if any(g.socket == r.socket for g in node.gpus):
-            assert all(node.gpus[g].socket == r.socket for g in r.gpus)
-        if r.nic is not None and any(nic.socket == r.socket for nic in node.nics):
-            nic = next(x for x in node.nics if f"{x.device}:{x.port}" == r.nic)
-            assert nic.socket == r.socket
+        if plan.mode == "per-node":
+            # the node's one rank holds every usable core of every socket (EPCC ARCHER2: one task of 128 cores)
+            assert set(r.cores) == {c for s in range(node.sockets) for c in node.usable_cores_of_socket(s)}
+        else:
+            # the rank's cores, GPUs and NIC on its socket when the node has them there
+            assert {node.socket_of_core(c) for c in r.cores} == {r.socket}
+            if any(g.socket == r.socket for g in node.gpus):
+                assert all(node.gpus[g].socket == r.socket for g in r.gpus)
+            if r.nic is not None and any(nic.socket == r.socket for nic in node.nics):
+                nic = next(x for x in node.nics if f"{x.device}:{x.port}" == r.nic)
+                assert nic.socket == r.socket
         # threads no more than the cores can run; one per core unless more were asked for
         assert 1 <= r.omp_num_threads <= len(r.cpus)
         if request.threads_per_rank is None:

@@ -484,3 +484,43 @@ def test_a_centre_that_names_no_hca_leaves_each_ranks_nic_to_its_library(tmp_pat
     assert any("launch.nic_choice: library" in n for n in plan.notes)
     per_nic = make_plan(library, JobRequest(nodes=2, mode="per-nic"))
     assert [r.nic for r in per_nic.local_ranks()] == ["mlx5_0:1", "mlx5_1:1", "mlx5_2:1", "mlx5_3:1"]
+
+
+def test_one_thread_per_core_is_asked_in_the_centres_words(tmp_path):
+    """EPCC and IDRIS ask one hardware thread per core with --hint=nomultithread (in #SBATCH and on srun,
+    with no --cpu-bind: srun takes --hint beside neither); launch.threads_request: hint writes that, and
+    --threads-per-core=1 where the plan needs masks. Neither line carries --cpu-bind=cores, which binds
+    both threads of every core (a real slurmd 22.05, tests/test_slurm_binding.py)."""
+    jean_zay = SHIPPED / "jean-zay.yaml"
+    other = _profile(tmp_path, jean_zay, **{"launch.threads_request": "threads-per-core"})
+    plain = make_plan(other, JobRequest(nodes=2)).launcher_argv
+    assert "--threads-per-core=1" in plain and not any(w.startswith(("--hint", "--cpu-bind")) for w in plain)
+    site = load_site_file(jean_zay)  # IDRIS: "#SBATCH --hint=nomultithread"
+    text = _render(site, tmp_path)
+    assert "#SBATCH --hint=nomultithread" in text.splitlines() and "--threads-per-core" not in text
+    line = make_plan(site, JobRequest(nodes=2)).launcher_argv
+    assert "--hint=nomultithread" in line and "--distribution=block:block" in line
+    assert not any(w.startswith("--cpu-bind") for w in line)
+    # a rank layout only masks give: srun takes no --hint beside --cpu-bind=mask_cpu
+    masked = _profile(tmp_path, jean_zay, **{"launch.threads_request": "hint", "launch.cpu_bind_default": None,
+                                             "launch.args": ["--distribution=block:cyclic"]})
+    line = make_plan(masked, JobRequest(nodes=2)).launcher_argv
+    assert "--threads-per-core=1" in line and any(w.startswith("--cpu-bind=mask_cpu:") for w in line)
+    assert "--threads-per-core=1" in _render(masked, tmp_path)
+    with pytest.raises(HpcdlError, match=r"launch.threads_request: hint is srun's and sbatch's --hint=nomultithread, "
+                                         r"but the launcher is mpirun"):
+        _profile(tmp_path, GADI, **{"launch.threads_request": "hint"})
+
+
+def test_a_queue_by_size_keeps_its_own_time_limit(tmp_path):
+    """Purdue Anvil (docs.rcac.purdue.edu, Anvil queues): wholenode takes up to 16 nodes for 96 h, wide up
+    to 56 nodes for 12 h; a 24-hour job of 32 nodes goes to wide, which would not run it."""
+    anvil = load_site_file(SHIPPED / "anvil.yaml")
+    assert "#SBATCH --partition=wholenode" in _render(anvil, tmp_path, nodes=16, time="96:00:00", account="x").splitlines()
+    assert "#SBATCH --partition=wide" in _render(anvil, tmp_path, nodes=32, time="12:00:00", account="x").splitlines()
+    with pytest.raises(HpcdlError, match=r"^time: 24:00:00 is longer than queue 'wide' of site 'anvil' runs "
+                                         r"\(defaults.partition_by_nodes: wide max_time 12:00:00\)$"):
+        render_job_script(anvil, make_plan(anvil, JobRequest(nodes=32)), {}, JobOptions(time="24:00:00", account="x"))
+    with pytest.raises(HpcdlError, match=r"partition_by_nodes.1.max_time.*'half a day' is not a time limit"):
+        _profile(tmp_path, SHIPPED / "anvil.yaml", **{"defaults.partition_by_nodes": [
+            {"max_nodes": 16, "partition": "wholenode"}, {"max_nodes": 56, "partition": "wide", "max_time": "half a day"}]})

@@ -402,13 +402,15 @@ def test_every_slurm_site_poses_the_node_its_centre_publishes(path):
 def slurm_refuses(facts: dict, plan, job: Rendered) -> str | None:
     """Why a Slurm shaped like the published node would not run the job as the plan means it: a
     task gets the cores `-c` buys there (CPUs per core as the centre's Slurm counts them, or one
-    where the job asks --threads-per-core=1); they must be the plan's and fit beside the
-    system's cores (None: it runs as planned)."""
+    where the job asks --threads-per-core=1 or --hint=nomultithread, which "[don't] use extra threads
+    with in-core multi-threading", srun(1)); they must be the plan's and fit beside the system's
+    cores (None: it runs as planned)."""
     cores = facts["sockets"] * facts["cores_per_socket"]
     per_core = facts["cpus"] // cores
     options = {t[0].split("=", 1)[0]: (t[0].split("=", 1) + [None])[1] for t in job.options if len(t) == 1}
     directives = dict(d.split("=", 1) for d in job.directives if d.startswith("--") and "=" in d)
-    if (options.get("--threads-per-core") or directives.get("--threads-per-core")) == "1":
+    if (options.get("--threads-per-core") or directives.get("--threads-per-core")) == "1" or \
+            "nomultithread" in (options.get("--hint"), directives.get("--hint")):
         per_core = 1
     asked = options.get("--cpus-per-task") or directives.get("--cpus-per-task")
     if asked is None:

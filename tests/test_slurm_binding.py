@@ -147,7 +147,8 @@ def binding_mismatches(source: str, site, kind: str, request: dict) -> list[str]
         return []  # mask_cpu: Slurm binds each task to the mask given for it, whatever the distribution
     facts = _node_facts(source, site, kind)
     cores = facts["sockets"] * facts["cores_per_socket"]
-    per_core = int(_option(argv, "--threads-per-core") or facts["cpus"] // cores)
+    per_core = 1 if _option(argv, "--hint") == "nomultithread" else \
+        int(_option(argv, "--threads-per-core") or facts["cpus"] // cores)
     per_task = -(-int(_option(argv, "--cpus-per-task")) // per_core)
     free = set(range(cores)) - set(facts.get("spec_cores", ()))
     planned = [r.cores for r in plan.local_ranks()]
@@ -162,9 +163,13 @@ def binding_mismatches(source: str, site, kind: str, request: dict) -> list[str]
 
 def binds_by_cores(argv: list[str], site) -> bool:
     """Slurm lays the line's tasks out by --cpus-per-task and --distribution: --cpu-bind=cores, or no
-    --cpu-bind where the site declares that its Slurm binds tasks itself (launch.cpu_bind_default)."""
+    --cpu-bind where the site declares that its Slurm binds tasks itself (launch.cpu_bind_default) or
+    where --threads-per-core or --hint=nomultithread binds them ("Implies --cpu-bind=threads", srun(1):
+    one thread per core)."""
     bind = _option(argv, "--cpu-bind")
-    return bind == "cores" or (bind is None and site.launch.cpu_bind_default is not None)
+    return bind == "cores" or (bind is None and (site.launch.cpu_bind_default is not None
+                                                 or _option(argv, "--threads-per-core") is not None
+                                                 or _option(argv, "--hint") == "nomultithread"))
 
 
 # the node's CpuBind= that poses each launch.cpu_bind_default: auto is task/affinity's own default
@@ -208,12 +213,14 @@ def test_a_site_that_names_its_own_distribution_is_bound_as_planned():
     the sockets otherwise than the plan, the plan's masks are given instead of --cpu-bind=cores. (Jean Zay's
     node, with hpcdl naming the binding: its own profile leaves the binding to its Slurm.)"""
     site = _load(str(SHIPPED / "jean-zay.yaml"))
-    for args, bind in (((), "cores"), (("--distribution=block:cyclic",), "mask_cpu:"),
-                       (("-m", "block:block"), "cores"), (("--distribution=block",), "mask_cpu:")):
+    # Jean Zay's Slurm counts one thread per core: --threads-per-core=1 binds the blocks itself (no --cpu-bind)
+    for args, bind in (((), ""), (("--distribution=block:cyclic",), "mask_cpu:"),
+                       (("-m", "block:block"), ""), (("--distribution=block",), "mask_cpu:")):
         launch = site.launch.model_copy(update={"args": args, "cpu_bind_default": None})
         own = site.model_copy(update={"launch": launch})
         argv = list(make_plan(own, JobRequest(nodes=2)).launcher_argv)
-        assert _option(argv, "--cpu-bind").startswith(bind), (args, argv)
+        given = _option(argv, "--cpu-bind") or ""
+        assert given.startswith(bind) and (bind or not given), (args, argv)
         assert sum(w.startswith(("--distribution", "-m")) for w in argv) == 1, argv  # the site's, or hpcdl's
         assert not binding_mismatches(str(SHIPPED / "jean-zay.yaml"), own, "v100", {}), args
 
@@ -263,7 +270,7 @@ def _slurmd_masks(cluster, argv: list[str], absent_ok: bool = False) -> list[int
     return [int(m, 16) for m in lines[-1].rsplit(" ", 1)[1].split(",")]
 
 
-CPU_OPTIONS = ("--ntasks-per-node", "--cpus-per-task", "--threads-per-core", "--distribution", "--cpu-bind")
+CPU_OPTIONS = ("--ntasks-per-node", "--cpus-per-task", "--threads-per-core", "--hint", "--distribution", "--cpu-bind")
 MULTI_SOCKET = [(s, k) for s, k in SITE_KINDS if _load(s).node_kinds[k].sockets > 1]
 
 
@@ -295,7 +302,11 @@ def slurmd_mismatches(slurm_clusters, source: str, site, kind: str, cpu_bind: st
                       # posed laying tasks out as the profile declares its Slurm does (launch.distribution_default)
                       distribution_default=site.launch.distribution_default)
     cluster, out = None, []
-    for request in ({}, {"mode": "per-socket", "ranks_per_node": 2 * facts["sockets"]}):
+    node = site.node_kinds[kind]
+    # the default job, two ranks per published socket, one rank per socket of the profile (no --distribution
+    # where the Slurm's sockets are smaller than the package's: ARCHER2's 4-core CCX), and one per node
+    for request in ({}, {"mode": "per-socket", "ranks_per_node": 2 * facts["sockets"]},
+                    {"mode": "per-socket", "ranks_per_node": node.sockets}, {"mode": "per-node"}):
         try:
             plan = make_plan(site, JobRequest(nodes=2, node_kind=kind, **request))
         except HpcdlError:
@@ -316,6 +327,17 @@ def slurmd_mismatches(slurm_clusters, source: str, site, kind: str, cpu_bind: st
         if bound != planned:
             out.append(f"{request or 'default'}: slurmd binds local tasks to {[_span(b) for b in bound]}, "
                        f"the plan means {[_span(p) for p in planned]} ({' '.join(options)})")
+            continue
+        # and to the hardware threads the plan gives each rank (its cpus): all of a core's, or only the
+        # first where Slurm counts physical cores (a task bound to both threads of a core where the plan
+        # says one is not the plan, whatever its cores)
+        threads = [sorted({cpu % shape.threads_per_core for cpu in range(cores * shape.threads_per_core)
+                           if m >> cpu & 1}) for m in masks]
+        planned_threads = [sorted({next(t for c in r.cores for t, linux in enumerate(node.cpus_of_core(c)) if linux == cpu)
+                                   for cpu in r.cpus}) for r in plan.local_ranks()]
+        if threads != planned_threads:
+            out.append(f"{request or 'default'}: slurmd binds hardware threads {threads[0]} of each core, the plan's "
+                       f"cpus are threads {planned_threads[0]} ({' '.join(options)})")
     return out
 
 
@@ -329,21 +351,17 @@ def test_a_slurm_that_binds_by_default_gives_the_plans_cores(slurm_clusters, sou
     (as the centre's do), and a slurmd posing the published node with the default binding declared
     binds each task to the plan's cores; posed not binding (CpuBind=none: "Perform no task binding
     by default", slurm.conf TaskPluginParam), the same line leaves the tasks unbound, and this
-    notices; unless the line asks --threads-per-core (Slurm counting fewer of a core's threads than it
-    has: Jean Zay), which "Implies --cpu-bind=threads" (srun(1)): then it binds them as planned either way."""
+    notices; unless the line asks --threads-per-core or --hint=nomultithread (Slurm counting fewer of a core's
+    threads than it has), which "Implies --cpu-bind=threads" (srun(1)): then it binds them as planned either way."""
     site = _load(source)
     lines = [make_plan(site, JobRequest(nodes=2, node_kind=kind, **r)).launcher_argv for r in ({}, {"mode": "per-socket"})]
     assert not any(w.startswith("--cpu-bind") for line in lines for w in line), lines
     assert not slurmd_mismatches(slurm_clusters, source, site, kind, POSED_CPU_BIND[site.launch.cpu_bind_default])
-    if any(w.startswith("--threads-per-core") for line in lines for w in line):
-        # srun(1): --threads-per-core "Implies --cpu-bind=threads": a line that asks one thread of each core (CSC
-        # Mahti, SMT2 with -c counting cores) is bound by slurmd even on a node posed not binding (CpuBind=none)
-        return
     unbound = slurmd_mismatches(slurm_clusters, source, site, kind, "none")
-    if any(w.startswith("--threads-per-core") for line in lines for w in line):
+    if any(w.startswith(("--threads-per-core", "--hint=nomultithread")) for line in lines for w in line):
         # a line asking fewer threads than a core has binds by itself: --threads-per-core "Implies
-        # --cpu-bind=threads" (srun(1)), one thread of each of the task's cores, whatever the node's CpuBind
-        # (Pawsey Setonix: -c 8 at one thread per core on its SMT node)
+        # --cpu-bind=threads" (srun(1)), and so does --hint=nomultithread, which implies it: one thread of each
+        # of the task's cores, whatever the node's CpuBind (CSC Mahti, Pawsey Setonix, IDRIS Jean Zay)
         assert not unbound, unbound
     else:
         assert unbound and all("binds no task" in m for m in unbound), unbound

@@ -86,12 +86,7 @@ class SrunLauncher(Launcher):
             f"--cpus-per-task={cores_per_rank(plan) * site.node_kinds[plan.node_kind].cpus_per_core}",
         ]
         node = site.node_kinds[plan.node_kind]
-        if node.cpus_per_core < node.threads_per_core:
-            # ask for the unit -c was counted in, where that is fewer threads than a core has: the
-            # default on Frontier and LUMI-G, what JSC asks of every job ("we strongly recommend
-            # --hint=nomultithread (which implies --threads-per-core=1)"); srun takes no --hint
-            # beside --cpu-bind
-            argv.append(f"--threads-per-core={node.cpus_per_core}")
+        fewer_threads = node.cpus_per_core < node.threads_per_core
         blocks = _in_blocks(plan)
         # Slurm hands a task its cores by the second level of --distribution, whose default is cyclic
         # across sockets ("Use the default method for distributing CPUs across sockets (cyclic)",
@@ -100,6 +95,12 @@ class SrunLauncher(Launcher):
         # The same as the plan's blocks only where no socket holds two ranks.
         if _socket_lays_otherwise(plan, site):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
+        if fewer_threads:
+            # ask for the unit -c was counted in, where that is fewer threads than a core has: the
+            # default on Frontier and LUMI-G, what JSC asks of every job ("we strongly recommend
+            # --hint=nomultithread (which implies --threads-per-core=1)"), in the centre's words
+            # (launch.threads_request); srun takes no --hint beside --cpu-bind, so masks keep the other
+            argv.append(threads_option(site, node, blocks))
         if srun_cpu_bind_of(site.launch.args) is not None:
             # the centre's own --cpu-bind=none (JSC's deep-learning jobs), kept in launch.args as written: srun binds
             # no task, and each rank binds itself to the plan's cores from plan.json, so no layout is asked either
@@ -113,11 +114,14 @@ class SrunLauncher(Launcher):
                 argv.append("--distribution=block:block")
             # (a site whose Slurm lays tasks out in blocks by default, launch.distribution_default: block, gives the
             # plan's blocks with none, as the centre's lines name none)
-            if not site.launch.cpu_bind_default:
+            if not site.launch.cpu_bind_default and not fewer_threads:
                 argv.append("--cpu-bind=cores")
             # else the site's Slurm binds each task to its block of cores by itself, as the centre's lines rely on
             # (launch.cpu_bind_default: task/affinity's auto binding or TaskPluginParam=Cores), and the line names
-            # no --cpu-bind, as theirs do
+            # no --cpu-bind, as theirs do; or --threads-per-core binds it, which "Implies --cpu-bind=threads"
+            # (srun(1)): one thread of each of its cores, the plan's cpus, where --cpu-bind=cores would override
+            # that and bind both threads of every core (a real slurmd 22.05, tests/test_slurm_binding.py), as
+            # the centres' lines (EPCC's --hint=nomultithread, IDRIS's) name no --cpu-bind
         else:
             argv.append("--cpu-bind=mask_cpu:" + ",".join(_hex_mask(r.cpus) for r in local))
         plugin = srun_mpi_plugin(site)
@@ -166,6 +170,18 @@ class SrunLauncher(Launcher):
             else:
                 argv.append("--gpu-bind=mask_gpu:" + ",".join(_hex_mask(r.gpus) for r in local))
         return argv + list(site.launch.args)
+
+
+def threads_option(site: Site, node, blocks: bool) -> str:
+    """The srun/sbatch option that asks the hardware threads per core Slurm counts, where fewer than the
+    core has: --hint=nomultithread where the centre writes it (launch.threads_request: hint) and one is
+    asked with no mask beside it, else --threads-per-core=N. Either binds a task to that many threads
+    of each of its cores (srun(1): --threads-per-core "Implies --cpu-bind=threads"; a real slurmd 22.05
+    bound one thread per core under each)."""
+    if (site.launch.threads_request == "hint" and node.cpus_per_core == 1 and blocks
+            and srun_cpu_bind_of(site.launch.args) is None):  # nor beside the centre's own --cpu-bind=none
+        return "--hint=nomultithread"
+    return f"--threads-per-core={node.cpus_per_core}"
 
 
 def _off_block(plan: LaunchPlan):

@@ -32,6 +32,8 @@ class _Slot:
     domain: int | None = None  # NUMA domain its cores come from, when its device has one
     gpus: tuple[int, ...] = ()
     nic: int | None = None  # index into node.nics
+    # the node's one rank, on every usable core of every socket (per-node mode); `socket` is its first
+    whole_node: bool = False
 
 
 def check_request(site: Site, request: JobRequest) -> None:
@@ -330,9 +332,13 @@ def _slots(
     if mode == "per-node":
         if asked not in (None, 1):
             raise HpcdlError(f"ranks_per_node: per-node mode runs 1 rank per node, not {asked}; use per-socket")
-        rpn = 1
+        # the one rank holds the whole node, every socket's cores, as a centre's one task per node does
+        # (EPCC ARCHER2's PyTorch on CPU: --ntasks-per-node=1 --cpus-per-task=128 on 2 x 64 cores)
         if node.sockets > 1:
-            notes.append("one rank per node, bound to socket 0; per-socket mode uses every socket")
+            notes.append(f"one rank per node on the cores of all {node.sockets} sockets; per-socket mode "
+                         "runs a rank on each")
+        slot = _Slot(socket=0, whole_node=True)
+        return _share_gpus(node, [slot], notes) if use_gpus else [slot]
     elif mode == "per-core":
         rpn = asked or node.sockets * node.usable_cores_per_socket
     else:  # per-socket
@@ -388,7 +394,10 @@ def _share_gpus(node: NodeKind, slots: list[_Slot], notes: list[str]) -> list[_S
 
 
 def _nearest(devices: tuple[Gpu, ...] | tuple[Nic, ...], slot: _Slot) -> list[int]:
-    """Devices in the slot's NUMA domain, else on its socket, else anywhere on the node."""
+    """Devices in the slot's NUMA domain, else on its socket, else anywhere on the node (every device
+    for the rank that holds the whole node)."""
+    if slot.whole_node:
+        return list(range(len(devices)))
     if slot.domain is not None:
         same_domain = [i for i, d in enumerate(devices) if d.domain == slot.domain]
         if same_domain:
@@ -418,6 +427,11 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
     describes them all. Reserved cores are left to the OS and MPI progress (Summit: one per
     socket, so 42 of 44; Stampede2 KNL: 64 of 68; Frontier: the first core of each L3 region).
     """
+    reserved = node.reserved_cores_per_socket * node.sockets + len(node.reserved_cores)
+    if any(slot.whole_node for slot in slots):
+        if reserved:
+            notes.append(f"{reserved} core(s) per node left to the OS and MPI progress (site profile)")
+        return [tuple(c for socket in range(node.sockets) for c in node.usable_cores_of_socket(socket))]
     # group by NUMA domain only where every rank of the socket has one; a domain pool and the
     # whole socket's pool would overlap
     whole_socket = {s.socket for s in slots if s.domain is None}
@@ -459,7 +473,6 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
             continue
         for k, i in enumerate(members):
             cores[i] = pool[k * per_rank : (k + 1) * per_rank]
-    reserved = node.reserved_cores_per_socket * node.sockets + len(node.reserved_cores)
     if reserved:
         notes.append(f"{reserved} core(s) per node left to the OS and MPI progress (site profile)")
     idle = node.sockets * node.usable_cores_per_socket - per_rank * len(slots)

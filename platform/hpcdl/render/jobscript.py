@@ -282,6 +282,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
     if site.defaults.max_time and seconds > parse_time(site.defaults.max_time):
         raise HpcdlError(f"time: {options.time or site.defaults.time} is longer than site {site.name!r} allows "
                          f"(defaults.max_time {site.defaults.max_time})")
+    partition = options.partition or partition_for(site, plan, defaults)
+    _queue_time_limit(site, defaults, partition, seconds, options.time or site.defaults.time)
     gpus_per_rank = len(plan.ranks[0].gpus)
     cores_per_rank = len(plan.ranks[0].cores)
     exclusive = site.defaults.exclusive if options.exclusive is None else options.exclusive
@@ -297,6 +299,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "threads_per_rank": plan.threads_per_rank,
         # Slurm: the hardware threads per core -c counts, asked for where fewer than the core has
         "threads_per_core": node.cpus_per_core if node.cpus_per_core < node.threads_per_core else None,
+        # ... as the srun line asks it: --hint=nomultithread where the centre writes that (launch.threads_request)
+        "hint": "nomultithread" if "--hint=nomultithread" in plan.launcher_argv else None,
         "gpus_per_rank": gpus_per_rank,
         # none where the node's GPUs come with the node and the batch system takes no GPU request
         # (TACC: "--gres | TACC does not support this option"); each rank still gets its own GPU
@@ -304,7 +308,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "gpus_per_node": 0 if site.defaults.gpu_request == "none" else gpus_per_rank * plan.ranks_per_node,
         "seconds": seconds,
         "account": job_account(site, plan, options.account or site.defaults.account),
-        "partition": options.partition or partition_for(site, plan, defaults),
+        "partition": partition,
         "qos": options.qos or defaults.qos,
         # how the GPUs are asked: the style the centre's submit filter counts (Slurm: --gpus-per-node,
         # --gres=gpu:N or --gpus-per-task; LSF: -gpu or rusage)
@@ -396,6 +400,15 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         job["select"] = select
         job["place"] = "scatter:excl" if exclusive else "scatter"
     return job
+
+
+def _queue_time_limit(site: Site, defaults, partition: str | None, seconds: int, asked: str) -> None:
+    """Refuse a time limit longer than the queue the job goes to runs (a queue by size with its own
+    max_time: Purdue Anvil's wide runs 12 h where wholenode runs 96 h)."""
+    for size in defaults.partition_by_nodes or ():
+        if size.partition == partition and size.max_time and seconds > parse_time(size.max_time):
+            raise HpcdlError(f"time: {asked} is longer than queue {partition!r} of site {site.name!r} runs "
+                             f"(defaults.partition_by_nodes: {partition} max_time {size.max_time})")
 
 
 def partition_for(site: Site, plan: Plan, defaults) -> str | None:

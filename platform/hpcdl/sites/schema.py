@@ -190,6 +190,19 @@ class SizedPartition(_Strict):
 
     max_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES, description="the largest job this queue takes")
     partition: SchedulerWord
+    max_time: str | None = Field(
+        default=None,
+        description=("the longest job this queue runs, where it is shorter than the site's defaults.max_time "
+                     "(Purdue Anvil: wholenode 96 h to 16 nodes, wide 12 h to 56)"),
+    )
+
+    @field_validator("max_time")
+    @classmethod
+    def _a_slurm_time(cls, value: str | None) -> str | None:
+        # Slurm's forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
+        if value is not None and not re.fullmatch(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})", value):
+            raise ValueError(f"{value!r} is not a time limit; write HH:MM:SS, MM:SS, minutes or D-HH:MM:SS")
+        return value
 
 
 def _sizes_in_order(sizes: tuple[SizedPartition, ...]) -> tuple[SizedPartition, ...]:
@@ -651,6 +664,16 @@ class Launch(_Strict):
             "is bound by its map, with a note"
         ),
     )
+    threads_request: Literal["threads-per-core", "hint"] = Field(
+        default="threads-per-core",
+        description=(
+            "how a Slurm job asks one hardware thread per core where the site's Slurm counts cores on an SMT node "
+            "(scheduler_cpus_per_core: 1): threads-per-core (--threads-per-core=1) or hint (--hint=nomultithread, "
+            "as EPCC and IDRIS write it, in #SBATCH and on srun, with no --cpu-bind: srun takes --hint beside "
+            "neither); both bind each task to one thread of each of its cores. Where the plan's cores need "
+            "srun's masks (--cpu-bind=mask_cpu), --threads-per-core=1 is written instead"
+        ),
+    )
     gpu_visibility: Literal["per-rank", "node"] = Field(
         default="per-rank",
         description=(
@@ -878,6 +901,9 @@ class Site(_Strict):
         if self.launch.gpu_bind != "map" and self.defaults.gpu_request == "none":
             raise ValueError("launch.gpu_bind: closest binds the GPUs Slurm allocates, but defaults.gpu_request is "
                              "none (the job asks none)")
+        if self.launch.threads_request == "hint" and self.launcher != "srun":
+            raise ValueError(f"launch.threads_request: hint is srun's and sbatch's --hint=nomultithread, but the "
+                             f"launcher is {self.launcher}")
         if self.launch.srun_mpi and self.launcher != "srun":
             raise ValueError(f"launch.srun_mpi: an srun setting, but the launcher is {self.launcher}")
         if self.launch.srun_mpi and any(a == "--mpi" or a.startswith("--mpi=") for a in self.launch.args):
