@@ -107,6 +107,21 @@ def test_a_profile_or_recipe_that_is_not_utf8_is_one_line(tmp_path):
     one_line_error(proc, "r.yaml", "UTF-8")
 
 
+def test_a_key_given_twice_in_a_profile_or_recipe_is_one_line(tmp_path):
+    """YAML keys are unique; PyYAML keeps the last of two silently, so a profile with a second `launch:`
+    block lost the first's settings (a merge left Jean Zay's threads_request behind that way)."""
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    text = (FIXTURE_SITES / "ci-slurm.yaml").read_text().replace("name: ci-slurm", "name: twice")
+    (sites / "twice.yaml").write_text(text + "\nlaunch:\n  args: [--exclusive]\nlaunch:\n  args: []\n")
+    proc = hpcdl("render", "--site", "twice", RECIPES / "digits-quick.yaml", env={"HPCDL_SITE_PATH": str(sites)})
+    one_line_error(proc, "twice.yaml", "key 'launch' given twice")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text((RECIPES / "digits-quick.yaml").read_text() + "\nmax_iter: 10\nmax_iter: 20\n")
+    proc = hpcdl("render", "--site", "ci-slurm", recipe, env=SITES)
+    one_line_error(proc, "r.yaml", "key 'max_iter' given twice")
+
+
 @pytest.mark.parametrize("where", ["parent-is-a-file", "too-long", "dotdot"])
 def test_bad_output_paths_are_one_line(tmp_path, where):
     (tmp_path / "job.sh").write_text("x")

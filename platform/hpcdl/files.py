@@ -86,10 +86,32 @@ def read_text(path: str | Path, what: str = "") -> str:
         raise HpcdlError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a mapping naming one key twice. YAML says keys are unique, but
+    PyYAML keeps the last silently: a profile with two `launch:` blocks (one written by hand, one
+    merged in) lost the first block's settings without a word."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:
+                continue  # an unhashable key: the constructor below says so
+            if first != key_node.start_mark.line + 1:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice (first on line {first})", key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
 def load_yaml_text(text: str, where: str):
-    """yaml.safe_load with its failures as one line: bad YAML, and nesting too deep for the parser."""
+    """yaml.safe_load with its failures as one line: bad YAML, a key given twice in one mapping,
+    and nesting too deep for the parser."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         raise HpcdlError(f"{where}: not valid YAML: {exc}") from None
     except RecursionError:
