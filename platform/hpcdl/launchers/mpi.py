@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hpcdl.launchers.base import Launcher, LaunchPlan, cores_per_rank, gpus_per_rank, launchers
-from hpcdl.sites.schema import Site, srun_cpu_bind_of
+from hpcdl.sites.schema import NodeKind, Site, srun_cpu_bind_of
 
 # set by the job script for torch.distributed's rendezvous; launchers that copy only named
 # variables to remote nodes must carry these too
@@ -66,11 +66,12 @@ class SrunLauncher(Launcher):
     centre's lines carry no --cpu-bind (CSCS Alps), the blocks go without one; the planner refuses a
     plan that would need masks there. GPUs are bound by the
     plan's map with `--gpu-bind=map_gpu:`/`mask_gpu:`, so Slurm gives each task the GPU the plan
-    chose, never a different "closest" one. A centre whose own lines say `--cpu-bind=none` (JSC) keeps it, in
-    `launch.args`: srun binds no task and each rank binds itself to its cores from plan.json. Where every task
-    sees the node's GPUs
-    (`launch.gpu_visibility: node`), `--gpu-bind=none`, or nothing where the site's Slurm binds none
-    itself and the centre's lines say nothing (`launch.gpu_bind_default: none`: IDRIS).
+    chose, never a different "closest" one, unless the centre's lines say `--gpu-bind=closest` and its
+    nearest GPUs are the plan's (`launch.gpu_bind: closest`: Pawsey, NCSA). A centre whose own lines say
+    `--cpu-bind=none` (JSC) keeps it, in `launch.args`: srun binds no task and each rank binds itself to
+    its cores from plan.json. Where every task sees the node's GPUs (`launch.gpu_visibility: node`),
+    `--gpu-bind=none`, or nothing where the site's Slurm binds none itself and the centre's lines say
+    nothing (`launch.gpu_bind_default: none`: IDRIS).
     """
 
     binds_cores = True
@@ -172,7 +173,7 @@ class SrunLauncher(Launcher):
         return argv + list(site.launch.args)
 
 
-def threads_option(site: Site, node, blocks: bool) -> str:
+def threads_option(site: Site, node: NodeKind, blocks: bool) -> str:
     """The srun/sbatch option that asks the hardware threads per core Slurm counts, where fewer than the
     core has: --hint=nomultithread where the centre writes it (launch.threads_request: hint) and one is
     asked with no mask beside it, else --threads-per-core=N. Either binds a task to that many threads
