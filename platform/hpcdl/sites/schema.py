@@ -596,6 +596,15 @@ class Launch(_Strict):
             "which sets each rank's CUDA_VISIBLE_DEVICES from its local rank)"
         ),
     )
+    hostfile: bool = Field(
+        default=False,
+        description=(
+            "mpirun is given the batch system's host file (--hostfile \"$PBS_NODEFILE\" under PBS, "
+            "\"$LSB_DJOB_HOSTFILE\" under LSF), where the site's Open MPI is not built to read the allocation itself "
+            "(ABCI 3.0: \"a host file is also specified in the -hostfile option ... set in the $PBS_NODEFILE "
+            "environment variable\"); without one it starts every rank on the first node"
+        ),
+    )
     rank_order: Literal["devices", "cores"] = Field(
         default="devices",
         description=(
@@ -904,6 +913,9 @@ class Site(_Strict):
         if self.launch.threads_request == "hint" and self.launcher != "srun":
             raise ValueError(f"launch.threads_request: hint is srun's and sbatch's --hint=nomultithread, but the "
                              f"launcher is {self.launcher}")
+        if self.launch.hostfile and (self.launcher != "mpirun" or self.scheduler not in ("pbs", "lsf")):
+            raise ValueError(f"launch.hostfile: the PBS or LSF host file given to Open MPI's mpirun, but the "
+                             f"launcher is {self.launcher} under {self.scheduler}")
         if self.launch.srun_mpi and self.launcher != "srun":
             raise ValueError(f"launch.srun_mpi: an srun setting, but the launcher is {self.launcher}")
         if self.launch.srun_mpi and any(a == "--mpi" or a.startswith("--mpi=") for a in self.launch.args):
