@@ -163,6 +163,13 @@ def test_mpirun_is_given_the_batch_systems_host_file_where_the_site_asks_it():
     assert '--hostfile "${PBS_NODEFILE}"' in join(argv)  # expands when the job runs, quoted
     # left unset (Gadi: NCI's Open MPI reads the PBS allocation itself), the line names no host file
     assert "--hostfile" not in make_plan(load_site("gadi"), JobRequest(nodes=2)).launcher_argv
+    # under LSF the file is LSB_DJOB_HOSTFILE's (Mount Sinai Minerva: LSF without CSM, Open MPI mpirun)
+    from hpcdl.sites.schema import Site
+
+    data = load_site("minerva").model_dump(exclude_unset=True)
+    lsf = Site.model_validate({**data, "launch": {**data.get("launch", {}), "hostfile": True}})
+    argv = list(make_plan(lsf, JobRequest(nodes=2)).launcher_argv)
+    assert argv[argv.index("--hostfile") + 1] == "${LSB_DJOB_HOSTFILE}"
 
 
 def test_a_host_file_is_refused_where_the_launcher_or_the_scheduler_has_none():
