@@ -539,11 +539,13 @@ class Defaults(_Strict):
             "unit: mem: 382GB, jobfs: 400GB are asked as -l mem=764GB, -l jobfs=800GB on two nodes (NCI Gadi)"
         ),
     )
-    pbs_request: Literal["select", "job-wide"] = Field(
+    pbs_request: Literal["select", "processes", "job-wide"] = Field(
         default="select",
         description=(
             "PBS: how CPUs and GPUs are asked: select (-l select=N:ncpus=..:mpiprocs=..:ngpus=.., PBS Pro's "
-            "chunks; ALCF, NCAR) or job-wide (-l ncpus=<total> -l ngpus=<total>, the job's totals; NCI Gadi)"
+            "chunks; ALCF, NCAR), processes (-l select=N:mpiprocs=..:ompthreads=.., where the queue fixes a node's "
+            "CPUs and the user cannot change ncpus; AIST ABCI 3.0's resource types) or job-wide (-l ncpus=<total> "
+            "-l ngpus=<total>, the job's totals; NCI Gadi)"
         ),
     )
     max_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES)
