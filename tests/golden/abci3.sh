@@ -1,6 +1,6 @@
 #!/bin/bash
 #PBS -N digits-quick
-#PBS -l select=2:ncpus=192:mpiprocs=8:ompthreads=12
+#PBS -l select=2:mpiprocs=8:ompthreads=12
 #PBS -l place=scatter
 #PBS -l walltime=01:00:00
 #PBS -P prj123
