@@ -141,3 +141,42 @@ def test_aprun_uses_two_hardware_threads_per_core_when_the_plan_runs_twice_as_ma
     site, plan = _plan("cori-knl", nodes=2, ranks_per_node=4, threads_per_rank=32)
     argv = launcher_for("aprun").command(plan, site)
     assert argv == ["aprun", "-n", "8", "-N", "4", "-d", "32", "-j", "2", "-cc", "depth"]
+
+
+def _gadi_with_launch(**launch):
+    from hpcdl.sites.schema import Site
+
+    data = load_site("gadi").model_dump(exclude_unset=True)
+    return Site.model_validate({**data, "launch": {**data.get("launch", {}), **launch}})
+
+
+def test_mpirun_is_given_the_batch_systems_host_file_where_the_site_asks_it():
+    # ABCI 3.0 (docs.abci.ai/v3/en/mpi): "When executing the mpirun and mpiexec commands in a job, a host file is
+    # also specified in the -hostfile option. The host file is set in the $PBS_NODEFILE environment variable":
+    # an Open MPI built without PBS's launch support knows no other node, and starts every rank on the first
+    from hpcdl.shell import join
+
+    site = _gadi_with_launch(hostfile=True)
+    plan = make_plan(site, JobRequest(nodes=2))
+    argv = list(plan.launcher_argv)
+    assert argv[argv.index("--hostfile") + 1] == "${PBS_NODEFILE}"
+    assert '--hostfile "${PBS_NODEFILE}"' in join(argv)  # expands when the job runs, quoted
+    # left unset (Gadi: NCI's Open MPI reads the PBS allocation itself), the line names no host file
+    assert "--hostfile" not in make_plan(load_site("gadi"), JobRequest(nodes=2)).launcher_argv
+    # under LSF the file is LSB_DJOB_HOSTFILE's (Mount Sinai Minerva: LSF without CSM, Open MPI mpirun)
+    from hpcdl.sites.schema import Site
+
+    data = load_site("minerva").model_dump(exclude_unset=True)
+    lsf = Site.model_validate({**data, "launch": {**data.get("launch", {}), "hostfile": True}})
+    argv = list(make_plan(lsf, JobRequest(nodes=2)).launcher_argv)
+    assert argv[argv.index("--hostfile") + 1] == "${LSB_DJOB_HOSTFILE}"
+
+
+def test_a_host_file_is_refused_where_the_launcher_or_the_scheduler_has_none():
+    import pytest
+
+    from hpcdl.sites.schema import Site
+
+    data = load_site("polaris").model_dump(exclude_unset=True)
+    with pytest.raises(ValueError, match="launch.hostfile: the PBS or LSF host file .* launcher is pals"):
+        Site.model_validate({**data, "launch": {**data.get("launch", {}), "hostfile": True}})

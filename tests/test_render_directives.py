@@ -201,3 +201,19 @@ def test_lsf_constraints_keep_their_select_syntax(fixture_sites):
     assert '-R "select[skx&(ib|opa)]"' in d
     with pytest.raises(HpcdlError, match="constraint"):
         render("test-pbs-xeon", scheduler="lsf", constraint='a"b')
+
+
+def test_a_pbs_queue_that_fixes_a_nodes_cpus_gets_chunks_naming_only_the_processes():
+    # AIST ABCI 3.0: "-l select=num[:ncpus=num_cpus:mpiprocs=num_mpi:ompthreads=num_omp] ... The number of CPU cores
+    # corresponding to the resource type specified by -q option is set to ncpus by default and the user cannot
+    # change it"; its lines write "-l select=2:mpiprocs=8". One rank a node of 48 cores must not ask ncpus=96.
+    from hpcdl.sites.schema import Site
+
+    data = load_site("abci3").model_dump(exclude_unset=True)
+    site = Site.model_validate({**data, "defaults": {**data["defaults"], "pbs_request": "processes"}})
+    recipe = load_recipe(RECIPES / "digits-quick.yaml").model_dump(mode="json")
+    for ranks, threads in ((8, 12), (1, 48)):
+        plan = make_plan(site, JobRequest(nodes=2, ranks_per_node=ranks))
+        d = directives(render_job_script(site, plan, recipe, JobOptions(name="r", account="g")), "#PBS")
+        assert f"-l select=2:mpiprocs={ranks}:ompthreads={threads}" in d, d
+        assert not any("ncpus=" in x or "ngpus=" in x for x in d), d

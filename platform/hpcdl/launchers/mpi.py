@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from hpcdl.launchers.base import Launcher, LaunchPlan, cores_per_rank, gpus_per_rank, launchers
+from hpcdl.shell import Expanding
 from hpcdl.sites.schema import NodeKind, Site, srun_cpu_bind_of
 
 # set by the job script for torch.distributed's rendezvous; launchers that copy only named
 # variables to remote nodes must carry these too
 RENDEZVOUS_ENV = ("MASTER_ADDR", "MASTER_PORT")
+
+# the file each batch system writes with the job's hosts, one line per slot (launch.hostfile)
+HOSTFILE = {"pbs": "${PBS_NODEFILE}", "lsf": "${LSB_DJOB_HOSTFILE}"}
 
 
 @launchers.register("local")
@@ -31,6 +35,9 @@ class OpenMpiLauncher(Launcher):
             "--map-by", f"ppr:{plan.ranks_per_node}:node:PE={cores_per_rank(plan)}",
             "--bind-to", "core",
         ]
+        if site.launch.hostfile:
+            # an Open MPI without the batch system's launch support knows only the node it starts on
+            argv += ["--hostfile", Expanding(HOSTFILE[site.scheduler])]
         for name in sorted({*plan.env, *plan.env_paths, *RENDEZVOUS_ENV}):
             argv += ["-x", name]
         return argv + list(site.launch.args)

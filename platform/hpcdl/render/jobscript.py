@@ -385,8 +385,10 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
             # centre places whole nodes itself, and a constraint has no chunk to go in
             job["select"] = job["place"] = None
             return job
-        select = (f"select={plan.nodes}:ncpus={plan.ranks_per_node * job['cpus_per_rank']}"
-                  f":mpiprocs={plan.ranks_per_node}:ompthreads={plan.threads_per_rank}")
+        ncpus = f":ncpus={plan.ranks_per_node * job['cpus_per_rank']}"
+        if scheduler == site.scheduler and site.defaults.pbs_request == "processes":
+            ncpus = ""  # the queue gives every chunk its node's CPUs (ABCI: "the user cannot change it")
+        select = f"select={plan.nodes}{ncpus}:mpiprocs={plan.ranks_per_node}:ompthreads={plan.threads_per_rank}"
         if job["gpus_per_node"]:
             select += f":ngpus={job['gpus_per_node']}"
         for name, value in (defaults.job_resources_per_node if scheduler == site.scheduler else {}).items():

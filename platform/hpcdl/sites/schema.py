@@ -539,11 +539,13 @@ class Defaults(_Strict):
             "unit: mem: 382GB, jobfs: 400GB are asked as -l mem=764GB, -l jobfs=800GB on two nodes (NCI Gadi)"
         ),
     )
-    pbs_request: Literal["select", "job-wide"] = Field(
+    pbs_request: Literal["select", "processes", "job-wide"] = Field(
         default="select",
         description=(
             "PBS: how CPUs and GPUs are asked: select (-l select=N:ncpus=..:mpiprocs=..:ngpus=.., PBS Pro's "
-            "chunks; ALCF, NCAR) or job-wide (-l ncpus=<total> -l ngpus=<total>, the job's totals; NCI Gadi)"
+            "chunks; ALCF, NCAR), processes (-l select=N:mpiprocs=..:ompthreads=.., where the queue fixes a node's "
+            "CPUs and the user cannot change ncpus; AIST ABCI 3.0's resource types) or job-wide (-l ncpus=<total> "
+            "-l ngpus=<total>, the job's totals; NCI Gadi)"
         ),
     )
     max_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES)
@@ -594,6 +596,15 @@ class Launch(_Strict):
         description=(
             "as wrapper, for GPU jobs only, after wrapper's words (NCAR Derecho: mpiexec ... set_gpu_rank ./app, "
             "which sets each rank's CUDA_VISIBLE_DEVICES from its local rank)"
+        ),
+    )
+    hostfile: bool = Field(
+        default=False,
+        description=(
+            "mpirun is given the batch system's host file (--hostfile \"$PBS_NODEFILE\" under PBS, "
+            "\"$LSB_DJOB_HOSTFILE\" under LSF), where the site's Open MPI is not built to read the allocation itself "
+            "(ABCI 3.0: \"a host file is also specified in the -hostfile option ... set in the $PBS_NODEFILE "
+            "environment variable\"); without one it starts every rank on the first node"
         ),
     )
     rank_order: Literal["devices", "cores"] = Field(
@@ -904,6 +915,9 @@ class Site(_Strict):
         if self.launch.threads_request == "hint" and self.launcher != "srun":
             raise ValueError(f"launch.threads_request: hint is srun's and sbatch's --hint=nomultithread, but the "
                              f"launcher is {self.launcher}")
+        if self.launch.hostfile and (self.launcher != "mpirun" or self.scheduler not in ("pbs", "lsf")):
+            raise ValueError(f"launch.hostfile: the PBS or LSF host file given to Open MPI's mpirun, but the "
+                             f"launcher is {self.launcher} under {self.scheduler}")
         if self.launch.srun_mpi and self.launcher != "srun":
             raise ValueError(f"launch.srun_mpi: an srun setting, but the launcher is {self.launcher}")
         if self.launch.srun_mpi and any(a == "--mpi" or a.startswith("--mpi=") for a in self.launch.args):
