@@ -558,7 +558,9 @@ def activate_lines(site: Site, plan: Plan) -> list[str]:
     """The shell lines that enter the centre's conda environment or venv before the launch (the
     ranks inherit it); a uenv is entered by srun itself (--uenv)."""
     choice, env = plan.runtime, site.environment
-    if choice is None or env is None or choice.kind not in ("conda", "venv"):
+    # only where the plan runs the centre's environment: a framework its environment lacks runs from a venv
+    # beside hpcdl (kind venv too, the centre's `environment` being modules: CSC Mahti's TensorFlow)
+    if choice is None or env is None or choice.kind not in ("conda", "venv") or env.kind != choice.kind:
         return []
     if choice.kind == "conda":
         return ["conda activate" + (f" {quote(env.activate)}" if env.activate else "")]
