@@ -316,6 +316,18 @@ def test_a_job_goes_to_the_queue_that_takes_its_size_and_a_larger_one_is_refused
             {"max_nodes": 512, "partition": "normal"}, {"max_nodes": 2, "partition": "small"}]})
 
 
+def test_a_node_kinds_own_queues_by_size_route_its_jobs(tmp_path):
+    # A node kind's defaults.partition_by_nodes (docs/sites.md: "a node kind's own list replaces the site's")
+    # reached the renderer as plain dicts and stopped every job with an AttributeError
+    site = _profile(tmp_path, SHIPPED / "volta-x86.yaml", **{
+        "node_kinds.v100.defaults": {"partition_by_nodes": [{"max_nodes": 2, "partition": "tiny", "max_time": "12:00:00"},
+                                                            {"partition": "wide"}]}})
+    assert "#SBATCH --partition=tiny" in _render(site, tmp_path, nodes=2).splitlines()
+    assert "#SBATCH --partition=wide" in _render(site, tmp_path, nodes=3).splitlines()
+    with pytest.raises(HpcdlError, match=r"longer than queue 'tiny'"):
+        render_job_script(site, make_plan(site, JobRequest(nodes=1)), {}, JobOptions(time="13:00:00"))
+
+
 def test_the_rendezvous_address_and_port_follow_the_centre(tmp_path):
     frontier = load_site_file(SHIPPED / "frontier.yaml")
     lines = _render(frontier, tmp_path).splitlines()
