@@ -328,6 +328,28 @@ def test_a_node_kinds_own_queues_by_size_route_its_jobs(tmp_path):
         render_job_script(site, make_plan(site, JobRequest(nodes=1)), {}, JobOptions(time="13:00:00"))
 
 
+def test_a_job_that_shares_its_nodes_takes_its_gpus_share_of_the_cores(tmp_path):
+    # IT4I Karolina: "you can allocate 1/8 of the node - 1 GPU and 16 cores", charged "allocated gpus * time / 8";
+    # CSC Mahti: "You should reserve no more than 32 CPU cores per GPU". A one-GPU job on a node it does not hold
+    # whole (no --exclusive) asked a whole socket's cores, the cores of GPUs other jobs are given
+    volta = SHIPPED / "volta-x86.yaml"  # 2 x 20 cores, 4 GPUs: 10 cores come with each
+    whole = _profile(tmp_path, volta)
+    assert make_plan(whole, JobRequest(ranks_per_node=1)).ranks[0].cores == tuple(range(20))
+    shared = _profile(tmp_path, volta, **{"defaults.exclusive": False})
+    plan = make_plan(shared, JobRequest(ranks_per_node=1))
+    assert plan.ranks[0].cores == tuple(range(10)) and plan.ranks[0].gpus == (0,)
+    assert any("10 cores per GPU" in note for note in plan.notes)
+    assert "--cpus-per-task=20" in plan.launcher_argv  # 10 cores of two hardware threads
+    assert "--cpus-per-task=40" in make_plan(whole, JobRequest(ranks_per_node=1)).launcher_argv
+    # a full node is the same either way, and a CPU job is not capped
+    assert make_plan(shared, JobRequest()).ranks[1].cores == tuple(range(10, 20))
+    assert make_plan(shared, JobRequest(use_gpus=False, ranks_per_node=2)).ranks[0].cores == tuple(range(20))
+    assert make_plan(load_site("mahti"), JobRequest(ranks_per_node=1)).ranks[0].cores == tuple(range(32))
+    # two GPUs of four: the first two with their cores, on socket 0, as Slurm lays the tasks out there
+    two = make_plan(shared, JobRequest(ranks_per_node=2))
+    assert [(r.gpus, r.cores) for r in two.ranks[:2]] == [((0,), tuple(range(10))), ((1,), tuple(range(10, 20)))]
+
+
 def test_the_rendezvous_address_and_port_follow_the_centre(tmp_path):
     frontier = load_site_file(SHIPPED / "frontier.yaml")
     lines = _render(frontier, tmp_path).splitlines()
