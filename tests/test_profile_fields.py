@@ -316,6 +316,40 @@ def test_a_job_goes_to_the_queue_that_takes_its_size_and_a_larger_one_is_refused
             {"max_nodes": 512, "partition": "normal"}, {"max_nodes": 2, "partition": "small"}]})
 
 
+def test_a_node_kinds_own_queues_by_size_route_its_jobs(tmp_path):
+    # A node kind's defaults.partition_by_nodes (docs/sites.md: "a node kind's own list replaces the site's")
+    # reached the renderer as plain dicts and stopped every job with an AttributeError
+    site = _profile(tmp_path, SHIPPED / "volta-x86.yaml", **{
+        "node_kinds.v100.defaults": {"partition_by_nodes": [{"max_nodes": 2, "partition": "tiny", "max_time": "12:00:00"},
+                                                            {"partition": "wide"}]}})
+    assert "#SBATCH --partition=tiny" in _render(site, tmp_path, nodes=2).splitlines()
+    assert "#SBATCH --partition=wide" in _render(site, tmp_path, nodes=3).splitlines()
+    with pytest.raises(HpcdlError, match=r"longer than queue 'tiny'"):
+        render_job_script(site, make_plan(site, JobRequest(nodes=1)), {}, JobOptions(time="13:00:00"))
+
+
+def test_a_job_that_shares_its_nodes_takes_its_gpus_share_of_the_cores(tmp_path):
+    # IT4I Karolina: "you can allocate 1/8 of the node - 1 GPU and 16 cores", charged "allocated gpus * time / 8";
+    # CSC Mahti: "You should reserve no more than 32 CPU cores per GPU". A one-GPU job on a node it does not hold
+    # whole (no --exclusive) asked a whole socket's cores, the cores of GPUs other jobs are given
+    volta = SHIPPED / "volta-x86.yaml"  # 2 x 20 cores, 4 GPUs: 10 cores come with each
+    whole = _profile(tmp_path, volta)
+    assert make_plan(whole, JobRequest(ranks_per_node=1)).ranks[0].cores == tuple(range(20))
+    shared = _profile(tmp_path, volta, **{"defaults.exclusive": False})
+    plan = make_plan(shared, JobRequest(ranks_per_node=1))
+    assert plan.ranks[0].cores == tuple(range(10)) and plan.ranks[0].gpus == (0,)
+    assert any("10 cores per GPU" in note for note in plan.notes)
+    assert "--cpus-per-task=20" in plan.launcher_argv  # 10 cores of two hardware threads
+    assert "--cpus-per-task=40" in make_plan(whole, JobRequest(ranks_per_node=1)).launcher_argv
+    # a full node is the same either way, and a CPU job is not capped
+    assert make_plan(shared, JobRequest()).ranks[1].cores == tuple(range(10, 20))
+    assert make_plan(shared, JobRequest(use_gpus=False, ranks_per_node=2)).ranks[0].cores == tuple(range(20))
+    assert make_plan(load_site("mahti"), JobRequest(ranks_per_node=1)).ranks[0].cores == tuple(range(32))
+    # two GPUs of four: the first two with their cores, on socket 0, as Slurm lays the tasks out there
+    two = make_plan(shared, JobRequest(ranks_per_node=2))
+    assert [(r.gpus, r.cores) for r in two.ranks[:2]] == [((0,), tuple(range(10))), ((1,), tuple(range(10, 20)))]
+
+
 def test_the_rendezvous_address_and_port_follow_the_centre(tmp_path):
     frontier = load_site_file(SHIPPED / "frontier.yaml")
     lines = _render(frontier, tmp_path).splitlines()

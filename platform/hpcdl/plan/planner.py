@@ -65,7 +65,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         notes.append(f"site {site.name} was retired ({site.retired.date}, {site.retired.source}): "
                      "this plan reproduces how jobs ran there")
     slots = _slots(site, kind_name, node, request, mode, use_gpus, notes)
-    cores = _cores_of_slots(site, node, slots, notes)
+    cores = _cores_of_slots(site, node, slots, notes, _shared_node(site, kind_name, use_gpus))
     if site.launch.nic_choice == "plan":
         slots = [_with_nearest_nic(node, slots, i) for i in range(len(slots))]
     elif node.nics and mode != "per-nic":
@@ -304,6 +304,14 @@ def _slots(
                 f"ranks_per_node: {rpn} ranks do not fit one rank per GPU on a {_node_of(site.name, kind_name)} with "
                 f"{len(node.gpus)} GPUs; ask for at most {len(node.gpus)} ranks per node, or --mode per-socket"
             )
+        if rpn < len(node.gpus) and _shared_node(site, kind_name, use_gpus):
+            # a job that shares its nodes is handed GPUs with their cores, the first free ones, not a spread
+            # over the sockets that would hold back every socket's cores from other jobs
+            notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, the first ones with their cores, "
+                         "as Slurm hands out a node the job shares (defaults.exclusive: false)")
+            order = sorted(range(len(node.gpus)), key=lambda g: (node.gpus[g].socket, g))
+            return [_Slot(socket=node.gpus[g].socket, domain=node.gpus[g].domain, gpus=(g,))
+                    for g in sorted(order[:rpn], key=lambda g: (node.gpus[g].socket, g))]
         notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, spread evenly over the sockets")
         first = None
         if site.launch.rank_order == "cores" and (site.launch.gpu_bind == "closest" or site.launch.cpu_bind_default):
@@ -420,7 +428,15 @@ def _with_nearest_nic(node: NodeKind, slots: list[_Slot], i: int) -> _Slot:
     return replace(slot, nic=near[peers.index(i) % len(near)])
 
 
-def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[str]) -> list[tuple[int, ...]]:
+def _shared_node(site: Site, kind_name: str, use_gpus: bool) -> bool:
+    """A GPU job under Slurm on nodes it does not ask whole (`defaults.exclusive: false`): the centre hands a
+    node out by its GPUs, each with its share of the cores (IT4I Karolina: "1 GPU and 16 cores"; CSC Mahti:
+    "no more than 32 CPU cores per GPU"), and the other GPUs' cores go to other jobs."""
+    return use_gpus and site.scheduler == "slurm" and not site.job_defaults(kind_name).exclusive
+
+
+def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[str],
+                    shared_node: bool = False) -> list[tuple[int, ...]]:
     """Split the usable cores of each socket (or NUMA domain) evenly and contiguously among its ranks.
 
     Every rank gets the same number of cores, so one launcher line (`-c7`, `--cpus-per-task`)
@@ -454,6 +470,14 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
     if node.default_cores_per_rank and per_rank > node.default_cores_per_rank:
         per_rank = node.default_cores_per_rank
         notes.append(f"{per_rank} cores per rank from the site profile")
+    if shared_node and node.gpus and all(slot.gpus for slot in slots):
+        # a rank on a node the job shares takes the cores that come with its GPUs, not its socket's
+        per_gpu = sum(len(node.usable_cores_of_socket(s)) for s in range(node.sockets)) // len(node.gpus)
+        share = per_gpu * min(len(slot.gpus) for slot in slots)
+        if 0 < share < per_rank:
+            per_rank = share
+            notes.append(f"{per_gpu} cores per GPU: the job shares its nodes (defaults.exclusive: false), and each "
+                         "GPU comes with its share of the node's cores")
     if per_rank < 1:
         key, members = min(groups.items(), key=lambda kv: len(usable(kv[0])) / len(kv[1]))
         where = f"socket {key[0]}" + (f" (NUMA domain {key[1]})" if key[1] is not None else "")

@@ -1000,7 +1000,9 @@ class Site(_Strict):
     def job_defaults(self, kind: str | None = None) -> Defaults:
         """The site's `defaults` with the node kind's own partition, qos, constraint and directives."""
         _, node = self.node_kind(kind)
-        own = node.defaults.model_dump(exclude_none=True)
+        # the fields as they were validated (a dump would hand on the queues by size as plain dicts)
+        own = {name: value for name in type(node.defaults).model_fields
+               if (value := getattr(node.defaults, name)) is not None}
         return self.defaults.model_copy(update=own) if own else self.defaults
 
     def node_kind(self, name: str | None = None) -> tuple[str, NodeKind]:
