@@ -144,6 +144,9 @@ class SrunLauncher(Launcher):
                     # node itself, then each task's ("--gres=gpu:8 --gpus-per-task=1", Pawsey)
                     argv.append(f"--gres=gpu:{typed}{len(gpus_used)}")
                 argv.append(f"--gpus-per-task={typed}{gpus_per_rank(plan)}")
+            elif style == "gpus":
+                # the step's total, as the job asks it (PSC Bridges-2: --gpus=v100-32:16 on two nodes)
+                argv.append(f"--gpus={typed}{len(gpus_used) * plan.nodes}")
             else:
                 argv.append(f"--gpus-per-node={typed}{len(gpus_used)}")
             per_task = gpus_per_rank(plan)

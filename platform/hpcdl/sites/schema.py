@@ -504,12 +504,12 @@ class Defaults(_Strict):
         default=False,
         description="the centre refuses or ends jobs that name no account/project (Minerva: 'All jobs must specify project')",
     )
-    gpu_request: Literal["gpu", "rusage", "gpus-per-node", "gres", "gpus-per-task", "none"] | None = Field(
+    gpu_request: Literal["gpu", "rusage", "gpus-per-node", "gres", "gpus-per-task", "gpus", "none"] | None = Field(
         default=None,
         description=(
             "how the job asks for GPUs, as the centre's submit filter counts them. Slurm: --gpus-per-node=N "
-            "(gpus-per-node, the default), --gres=gpu:N (gres: IDRIS, JSC) or --gpus-per-task=G (gpus-per-task: "
-            "CSCS). LSF without CSM: -gpu \"num=N:mode=exclusive_process\" (gpu, the default) or "
+            "(gpus-per-node, the default), --gres=gpu:N (gres: IDRIS, JSC), --gpus-per-task=G (gpus-per-task: "
+            "CSCS) or the job's total, --gpus=N (gpus: PSC Bridges-2, --gpus=v100-32:16 on two nodes). LSF without CSM: -gpu \"num=N:mode=exclusive_process\" (gpu, the default) or "
             "-R \"rusage[ngpus_excl_p=N]\" (rusage). Any scheduler: none, where a node's GPUs come with the "
             "node and the batch system takes no GPU request (TACC: \"--gres: TACC does not support this option\")"
         ),
@@ -860,7 +860,7 @@ class Site(_Strict):
             if kind.defaults.gpu_type and self.scheduler != "slurm":
                 raise ValueError(f"node_kinds.{kind_name}.defaults.gpu_type: Slurm's GRES type, but the scheduler "
                                  f"is {self.scheduler}")
-        if self.defaults.gpu_request in ("gpus-per-node", "gres", "gpus-per-task") and self.scheduler != "slurm":
+        if self.defaults.gpu_request in ("gpus-per-node", "gres", "gpus-per-task", "gpus") and self.scheduler != "slurm":
             raise ValueError(f"defaults.gpu_request: {self.defaults.gpu_request} is a Slurm setting, but the scheduler "
                              f"is {self.scheduler}")
         if self.defaults.batch_request == "nodes" and (self.scheduler != "slurm" or self.launcher != "srun"):
