@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hpcdl.launchers.base import Launcher, LaunchPlan, cores_per_rank, gpus_per_rank, launchers
-from hpcdl.sites.schema import Site, srun_cpu_bind_of
+from hpcdl.sites.schema import Site, mpirun_option_of, srun_cpu_bind_of
 
 # set by the job script for torch.distributed's rendezvous; launchers that copy only named
 # variables to remote nodes must carry these too
@@ -25,12 +25,16 @@ class OpenMpiLauncher(Launcher):
     binds_cores = True
 
     def command(self, plan: LaunchPlan, site: Site) -> list[str]:
-        argv = [
-            "mpirun",
-            "-np", str(plan.world_size),
-            "--map-by", f"ppr:{plan.ranks_per_node}:node:PE={cores_per_rank(plan)}",
-            "--bind-to", "core",
-        ]
+        argv = ["mpirun", "-np", str(plan.world_size)]
+        if mpirun_option_of(site.launch.args, "bind-to") == "none":
+            # the centre's own -bind-to none (PSC's Bridges-2 lines), kept in launch.args as written: mpirun
+            # binds no rank and each binds itself to the plan's cores from plan.json, so no PE= either; a
+            # mapping of the centre's own (PSC: -map-by slot, filling the slots the header's --ntasks-per-node
+            # gives each node) is kept too
+            if mpirun_option_of(site.launch.args, "map-by") is None:
+                argv += ["--map-by", f"ppr:{plan.ranks_per_node}:node"]
+        else:
+            argv += ["--map-by", f"ppr:{plan.ranks_per_node}:node:PE={cores_per_rank(plan)}", "--bind-to", "core"]
         for name in sorted({*plan.env, *plan.env_paths, *RENDEZVOUS_ENV}):
             argv += ["-x", name]
         return argv + list(site.launch.args)

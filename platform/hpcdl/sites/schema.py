@@ -571,6 +571,18 @@ def srun_cpu_bind_of(args) -> str | None:
     return None
 
 
+def mpirun_option_of(args, name: str) -> str | None:
+    """The value Open MPI's mpirun arguments give an option (`--bind-to`, `--map-by`), in either of the spellings
+    mpirun takes (`--bind-to none`, `-bind-to none`, `--bind-to=none`); None where they give none."""
+    for i, word in enumerate(args):
+        for spelling in ("--" + name, "-" + name):
+            if word.startswith(spelling + "="):
+                return word.split("=", 1)[1]
+            if word == spelling:
+                return args[i + 1] if i + 1 < len(args) else ""
+    return None
+
+
 class Launch(_Strict):
     """How the launcher starts ranks beyond what the plan decides."""
 
@@ -918,6 +930,12 @@ class Site(_Strict):
             if self.launch.cpu_bind_default:
                 raise ValueError("launch.cpu_bind_default: the site's Slurm binding tasks by itself, but launch.args "
                                  "say --cpu-bind=none; keep one")
+        if self.launcher == "mpirun" and (bind := mpirun_option_of(self.launch.args, "bind-to")) is not None:
+            # as for srun's --cpu-bind: the centre's own word is kept only where it is none (PSC's Bridges-2 lines)
+            if bind != "none":
+                raise ValueError(f"launch.args: --bind-to {bind}: hpcdl writes the binding mpirun gives each rank from "
+                                 "the plan; only none, mpirun binding no rank and each rank binding itself to its "
+                                 "cores, is kept as the centre writes it")
         for what, words in (("launch.args", self.launch.args), ("launch.command", self.launch.command),
                             ("launch.wrapper", self.launch.wrapper), ("launch.gpu_wrapper", self.launch.gpu_wrapper),
                             ("container.args", self.container.args),
