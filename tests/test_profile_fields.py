@@ -278,6 +278,44 @@ def test_the_gpu_request_names_the_gres_type_the_centre_names(tmp_path, style, d
         _profile(tmp_path, PERLMUTTER, **{"node_kinds.cpu.defaults.gpu_type": "a100"})
 
 
+def test_the_gpu_request_may_be_the_jobs_total(tmp_path):
+    # PSC Bridges-2 asks the job's GPUs, typed, with sbatch's --gpus ("Specify the total number of GPUs
+    # required for the job", sbatch(1)): "#SBATCH -N 2", "#SBATCH --gpus=v100-32:16" (PSC staff's
+    # pt_horovod_multi_nodes.sbatch); Perlmutter's 2 nodes of 4 GPUs ask 8, srun the step's 8 alike
+    site = _profile(tmp_path, PERLMUTTER, **{"defaults.gpu_request": "gpus", "node_kinds.gpu.defaults.gpu_type": "a100"})
+    lines = _render(site, tmp_path).splitlines()
+    assert "#SBATCH --gpus=a100:8" in lines and not any(x.startswith("#SBATCH --gpus-per-") for x in lines)
+    launch = next(line for line in lines if line.startswith("srun "))
+    assert " --gpus=a100:8 " in launch and "--gpus-per-" not in launch
+    # Slurm may lay a job's total out unevenly over its nodes: a job of several nodes that leaves GPUs of each
+    # node unasked cannot say how many each node gets, so it is refused, naming the field
+    plan = make_plan(site, JobRequest(nodes=2, ranks_per_node=2))
+    with pytest.raises(HpcdlError, match=r"^defaults.gpu_request: gpus asks the job's 4 GPUs"):
+        render_job_script(site, plan, {}, JobOptions())
+    one = make_plan(site, JobRequest(nodes=1, ranks_per_node=2))
+    assert "#SBATCH --gpus=a100:2" in render_job_script(site, one, {}, JobOptions()).splitlines()
+    with pytest.raises(HpcdlError, match=r"defaults.gpu_request: gpus is a Slurm setting, but the scheduler is pbs"):
+        _profile(tmp_path, GADI, **{"defaults.gpu_request": "gpus"})
+
+
+def test_mpirun_keeps_the_centres_bind_to_none_and_its_mapping(tmp_path):
+    # PSC's Bridges-2 jobs: "mpirun -np 16 -H ... -bind-to none -map-by slot -x LD_LIBRARY_PATH -x PATH ..."
+    # (pscedu/bridges2-examples pt_horovod_multi_nodes.sbatch): mpirun binds no rank, and each rank binds itself
+    # to the plan's cores from plan.json, so hpcdl writes no --bind-to and no PE= of its own; the centre's
+    # -map-by slot fills each node's slots, which the header's --ntasks-per-node makes the plan's ranks per node
+    site = _profile(tmp_path, GADI, **{"launch.args": ["-bind-to", "none", "-map-by", "slot"]})
+    argv = make_plan(site, JobRequest(nodes=2)).launcher_argv
+    assert argv[:3] == ("mpirun", "-np", "8") and argv[-4:] == ("-bind-to", "none", "-map-by", "slot")
+    assert "--bind-to" not in argv and "--map-by" not in argv and not any("PE=" in w for w in argv)
+    # without a mapping of its own, the ranks per node are still said, unbound
+    site = _profile(tmp_path, GADI, **{"launch.args": ["--bind-to", "none"]})
+    argv = make_plan(site, JobRequest(nodes=2)).launcher_argv
+    assert ("--map-by", "ppr:4:node") == argv[3:5] and argv.count("--bind-to") == 1
+    # any other binding is the plan's to say
+    with pytest.raises(HpcdlError, match=r"launch.args: --bind-to socket: hpcdl writes the binding"):
+        _profile(tmp_path, GADI, **{"launch.args": ["--bind-to", "socket"]})
+
+
 def test_slurm_gpu_request_styles_are_refused_elsewhere(tmp_path):
     with pytest.raises(HpcdlError, match=r"defaults.gpu_request: gres is a Slurm setting, but the scheduler is pbs"):
         _profile(tmp_path, GADI, **{"defaults.gpu_request": "gres"})

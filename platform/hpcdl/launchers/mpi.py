@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hpcdl.launchers.base import Launcher, LaunchPlan, cores_per_rank, gpus_per_rank, launchers
 from hpcdl.shell import Expanding
-from hpcdl.sites.schema import NodeKind, Site, srun_cpu_bind_of
+from hpcdl.sites.schema import NodeKind, Site, mpirun_option_of, srun_cpu_bind_of
 
 # set by the job script for torch.distributed's rendezvous; launchers that copy only named
 # variables to remote nodes must carry these too
@@ -29,12 +29,16 @@ class OpenMpiLauncher(Launcher):
     binds_cores = True
 
     def command(self, plan: LaunchPlan, site: Site) -> list[str]:
-        argv = [
-            "mpirun",
-            "-np", str(plan.world_size),
-            "--map-by", f"ppr:{plan.ranks_per_node}:node:PE={cores_per_rank(plan)}",
-            "--bind-to", "core",
-        ]
+        argv = ["mpirun", "-np", str(plan.world_size)]
+        if mpirun_option_of(site.launch.args, "bind-to") == "none":
+            # the centre's own -bind-to none (PSC's Bridges-2 lines), kept in launch.args as written: mpirun
+            # binds no rank and each binds itself to the plan's cores from plan.json, so no PE= either; a
+            # mapping of the centre's own (PSC: -map-by slot, filling the slots the header's --ntasks-per-node
+            # gives each node) is kept too
+            if mpirun_option_of(site.launch.args, "map-by") is None:
+                argv += ["--map-by", f"ppr:{plan.ranks_per_node}:node"]
+        else:
+            argv += ["--map-by", f"ppr:{plan.ranks_per_node}:node:PE={cores_per_rank(plan)}", "--bind-to", "core"]
         if site.launch.hostfile:
             # an Open MPI without the batch system's launch support knows only the node it starts on
             argv += ["--hostfile", Expanding(HOSTFILE[site.scheduler])]
@@ -152,6 +156,9 @@ class SrunLauncher(Launcher):
                     # node itself, then each task's ("--gres=gpu:8 --gpus-per-task=1", Pawsey)
                     argv.append(f"--gres=gpu:{typed}{len(gpus_used)}")
                 argv.append(f"--gpus-per-task={typed}{gpus_per_rank(plan)}")
+            elif style == "gpus":
+                # the step's total, as the job asks it (PSC Bridges-2: --gpus=v100-32:16 on two nodes)
+                argv.append(f"--gpus={typed}{len(gpus_used) * plan.nodes}")
             else:
                 argv.append(f"--gpus-per-node={typed}{len(gpus_used)}")
             per_task = gpus_per_rank(plan)

@@ -343,8 +343,17 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         raise HpcdlError(f"qos: {options.qos!r} is a Slurm quality of service; {scheduler} jobs have none")
     if scheduler == "slurm":
         job["time"] = slurm_time(seconds)
-        if job["gpu_style"] not in ("gpus-per-node", "gres", "gpus-per-task"):
+        if job["gpu_style"] not in ("gpus-per-node", "gres", "gpus-per-task", "gpus"):
             job["gpu_style"] = "gpus-per-node"  # a profile's LSF style, rendered for Slurm
+        if (job["gpu_style"] == "gpus" and job["gpus_per_node"] and plan.nodes > 1
+                and job["gpus_per_node"] < len(node.gpus)):
+            # --gpus is the job's total ("Specify the total number of GPUs required for the job", sbatch(1)),
+            # which Slurm may spread over the nodes unevenly where a node holds more than the plan uses there
+            raise HpcdlError(
+                f"defaults.gpu_request: gpus asks the job's {job['gpus_per_node'] * plan.nodes} GPUs as one total, "
+                f"which Slurm may lay out unevenly over {plan.nodes} nodes of {len(node.gpus)} GPUs where the plan "
+                f"uses {job['gpus_per_node']} on each; use every GPU of each node, or one node"
+            )
     elif scheduler == "lsf":
         minutes = -(-seconds // 60)  # -W [hours:]minutes, rounded up
         job["time"] = f"{minutes // 60}:{minutes % 60:02d}"

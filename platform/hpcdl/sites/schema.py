@@ -504,12 +504,12 @@ class Defaults(_Strict):
         default=False,
         description="the centre refuses or ends jobs that name no account/project (Minerva: 'All jobs must specify project')",
     )
-    gpu_request: Literal["gpu", "rusage", "gpus-per-node", "gres", "gpus-per-task", "none"] | None = Field(
+    gpu_request: Literal["gpu", "rusage", "gpus-per-node", "gres", "gpus-per-task", "gpus", "none"] | None = Field(
         default=None,
         description=(
             "how the job asks for GPUs, as the centre's submit filter counts them. Slurm: --gpus-per-node=N "
-            "(gpus-per-node, the default), --gres=gpu:N (gres: IDRIS, JSC) or --gpus-per-task=G (gpus-per-task: "
-            "CSCS). LSF without CSM: -gpu \"num=N:mode=exclusive_process\" (gpu, the default) or "
+            "(gpus-per-node, the default), --gres=gpu:N (gres: IDRIS, JSC), --gpus-per-task=G (gpus-per-task: "
+            "CSCS) or the job's total, --gpus=N (gpus: PSC Bridges-2, --gpus=v100-32:16 on two nodes). LSF without CSM: -gpu \"num=N:mode=exclusive_process\" (gpu, the default) or "
             "-R \"rusage[ngpus_excl_p=N]\" (rusage). Any scheduler: none, where a node's GPUs come with the "
             "node and the batch system takes no GPU request (TACC: \"--gres: TACC does not support this option\")"
         ),
@@ -569,6 +569,18 @@ def srun_cpu_bind_of(args) -> str | None:
             if word.startswith(name + "="):
                 return word.split("=", 1)[1]
             if word == name:
+                return args[i + 1] if i + 1 < len(args) else ""
+    return None
+
+
+def mpirun_option_of(args, name: str) -> str | None:
+    """The value Open MPI's mpirun arguments give an option (`--bind-to`, `--map-by`), in either of the spellings
+    mpirun takes (`--bind-to none`, `-bind-to none`, `--bind-to=none`); None where they give none."""
+    for i, word in enumerate(args):
+        for spelling in ("--" + name, "-" + name):
+            if word.startswith(spelling + "="):
+                return word.split("=", 1)[1]
+            if word == spelling:
                 return args[i + 1] if i + 1 < len(args) else ""
     return None
 
@@ -871,7 +883,7 @@ class Site(_Strict):
             if kind.defaults.gpu_type and self.scheduler != "slurm":
                 raise ValueError(f"node_kinds.{kind_name}.defaults.gpu_type: Slurm's GRES type, but the scheduler "
                                  f"is {self.scheduler}")
-        if self.defaults.gpu_request in ("gpus-per-node", "gres", "gpus-per-task") and self.scheduler != "slurm":
+        if self.defaults.gpu_request in ("gpus-per-node", "gres", "gpus-per-task", "gpus") and self.scheduler != "slurm":
             raise ValueError(f"defaults.gpu_request: {self.defaults.gpu_request} is a Slurm setting, but the scheduler "
                              f"is {self.scheduler}")
         if self.defaults.batch_request == "nodes" and (self.scheduler != "slurm" or self.launcher != "srun"):
@@ -932,6 +944,12 @@ class Site(_Strict):
             if self.launch.cpu_bind_default:
                 raise ValueError("launch.cpu_bind_default: the site's Slurm binding tasks by itself, but launch.args "
                                  "say --cpu-bind=none; keep one")
+        if self.launcher == "mpirun" and (bind := mpirun_option_of(self.launch.args, "bind-to")) is not None:
+            # as for srun's --cpu-bind: the centre's own word is kept only where it is none (PSC's Bridges-2 lines)
+            if bind != "none":
+                raise ValueError(f"launch.args: --bind-to {bind}: hpcdl writes the binding mpirun gives each rank from "
+                                 "the plan; only none, mpirun binding no rank and each rank binding itself to its "
+                                 "cores, is kept as the centre writes it")
         for what, words in (("launch.args", self.launch.args), ("launch.command", self.launch.command),
                             ("launch.wrapper", self.launch.wrapper), ("launch.gpu_wrapper", self.launch.gpu_wrapper),
                             ("container.args", self.container.args),
