@@ -123,8 +123,10 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     if request.net_plugin and runtime.net_plugin_library == request.net_plugin:
         # the user's word on the image they run wins over the profile's
         env["NCCL_NET_PLUGIN"] = request.net_plugin
-    elif runtime.net_plugin_library and not {"NCCL_NET_PLUGIN", "NCCL_NET"} & set(env):
-        # the image's own build of the plugin: "Without this the plugin will not be used!" (OLCF)
+    elif runtime.net_plugin_library and "NCCL_NET_PLUGIN" not in env:
+        # the image's own build of the plugin: "Without this the plugin will not be used!" (OLCF). A
+        # centre's NCCL_NET ("AWS Libfabric": BriCS, CSCS) names the network, not where its library is:
+        # NCCL still looks for the plugin by this name, and fails to start without it
         env["NCCL_NET_PLUGIN"] = runtime.net_plugin_library
     env_paths = {k: {"prepend": list(v.prepend), "append": list(v.append)}
                  for k, v in site.env.items() if not isinstance(v, str)}
@@ -134,6 +136,11 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         notes.append(f"image {runtime.image!r} is not one hpcdl builds: whether it carries the libfabric NCCL/RCCL "
                      "plugin, and where, cannot be known, so the plan names none; say so with --net-plugin "
                      "LIBRARY (its path inside the image)")
+    if (use_gpus and site.scheduler == "slurm" and request.nodes > 1 and len(held) < len(node.gpus)
+            and site.defaults.gpu_request == "gpus"):
+        notes.append(f"defaults.gpu_request: gpus would ask the job's {len(held) * request.nodes} GPUs as one total, "
+                     f"which Slurm may lay out unevenly over {request.nodes} nodes the plan uses {len(held)} of "
+                     f"{len(node.gpus)} GPUs on: asked per node (--gpus-per-node) instead")
     if use_gpus and site.launch.gpu_visibility == "node":
         notes.append("every rank sees every GPU of its node and drives its own by local rank (HPCDL_GPU), "
                      "so CUDA IPC works between the ranks of a node")
