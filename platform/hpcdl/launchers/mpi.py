@@ -156,8 +156,9 @@ class SrunLauncher(Launcher):
                     # node itself, then each task's ("--gres=gpu:8 --gpus-per-task=1", Pawsey)
                     argv.append(f"--gres=gpu:{typed}{len(gpus_used)}")
                 argv.append(f"--gpus-per-task={typed}{gpus_per_rank(plan)}")
-            elif style == "gpus":
-                # the step's total, as the job asks it (PSC Bridges-2: --gpus=v100-32:16 on two nodes)
+            elif style == "gpus" and (plan.nodes == 1 or len(gpus_used) == len(site.node_kinds[plan.node_kind].gpus)):
+                # the step's total, as the job asks it (PSC Bridges-2: --gpus=v100-32:16 on two nodes); a total
+                # Slurm could lay out unevenly (part of each of several nodes) is asked per node, below
                 argv.append(f"--gpus={typed}{len(gpus_used) * plan.nodes}")
             else:
                 argv.append(f"--gpus-per-node={typed}{len(gpus_used)}")

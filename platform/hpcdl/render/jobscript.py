@@ -348,12 +348,9 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         if (job["gpu_style"] == "gpus" and job["gpus_per_node"] and plan.nodes > 1
                 and job["gpus_per_node"] < len(node.gpus)):
             # --gpus is the job's total ("Specify the total number of GPUs required for the job", sbatch(1)),
-            # which Slurm may spread over the nodes unevenly where a node holds more than the plan uses there
-            raise HpcdlError(
-                f"defaults.gpu_request: gpus asks the job's {job['gpus_per_node'] * plan.nodes} GPUs as one total, "
-                f"which Slurm may lay out unevenly over {plan.nodes} nodes of {len(node.gpus)} GPUs where the plan "
-                f"uses {job['gpus_per_node']} on each; use every GPU of each node, or one node"
-            )
+            # which Slurm may spread over the nodes unevenly where a node holds more than the plan uses there:
+            # asked per node instead, as the plan's note says (Slurm takes [type:]N there too)
+            job["gpu_style"] = "gpus-per-node"
     elif scheduler == "lsf":
         minutes = -(-seconds // 60)  # -W [hours:]minutes, rounded up
         job["time"] = f"{minutes // 60}:{minutes % 60:02d}"
