@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hpcdl.launchers.base import Launcher, LaunchPlan, cores_per_rank, gpus_per_rank, launchers
 from hpcdl.shell import Expanding
-from hpcdl.sites.schema import NodeKind, Site, mpirun_option_of, srun_cpu_bind_of
+from hpcdl.sites.schema import NodeKind, Site, mpirun_option_of, option_value, srun_cpu_bind_of
 
 # set by the job script for torch.distributed's rendezvous; launchers that copy only named
 # variables to remote nodes must carry these too
@@ -287,15 +287,7 @@ def _site_mpi(site: Site) -> str | None:
 def _site_option(site: Site, long: str, short: str | None = None) -> str | None:
     """The value the site's own `launch.args` give an srun option (`--long=X`, `--long X`, `-sX`,
     `-s X`; "" where it ends the line bare), None where they do not give it."""
-    args = list(site.launch.args)
-    for i, a in enumerate(args):
-        if a.startswith(long + "="):
-            return a.split("=", 1)[1]
-        if a == long or (short and a == short):
-            return args[i + 1] if i + 1 < len(args) else ""
-        if short and a.startswith(short) and not a.startswith("--"):
-            return a[len(short):]
-    return None
+    return option_value(site.launch.args, long, short=short)
 
 
 def _socket_level(distribution: str) -> str:

@@ -562,27 +562,33 @@ class EnvPath(_Strict):
     append: tuple[str, ...] = ()
 
 
+def option_value(args, *spellings: str, short: str | None = None) -> str | None:
+    """The value launcher arguments give an option, in any of its `spellings` (`--name=X`, `--name X`;
+    "" where one ends the line bare) or its one-dash `short` form (`-sX`, `-s X`); None where they give
+    none. The first word that names it wins."""
+    args = list(args)
+    for i, word in enumerate(args):
+        for spelling in spellings:
+            if word.startswith(spelling + "="):
+                return word.split("=", 1)[1]
+            if word == spelling:
+                return args[i + 1] if i + 1 < len(args) else ""
+        if short and word == short:
+            return args[i + 1] if i + 1 < len(args) else ""
+        if short and word.startswith(short) and not word.startswith("--"):
+            return word[len(short):]
+    return None
+
+
 def srun_cpu_bind_of(args) -> str | None:
     """The --cpu-bind (or srun's older --cpu_bind) that srun arguments give, None where they give none."""
-    for i, word in enumerate(args):
-        for name in ("--cpu-bind", "--cpu_bind"):
-            if word.startswith(name + "="):
-                return word.split("=", 1)[1]
-            if word == name:
-                return args[i + 1] if i + 1 < len(args) else ""
-    return None
+    return option_value(args, "--cpu-bind", "--cpu_bind")
 
 
 def mpirun_option_of(args, name: str) -> str | None:
     """The value Open MPI's mpirun arguments give an option (`--bind-to`, `--map-by`), in either of the spellings
     mpirun takes (`--bind-to none`, `-bind-to none`, `--bind-to=none`); None where they give none."""
-    for i, word in enumerate(args):
-        for spelling in ("--" + name, "-" + name):
-            if word.startswith(spelling + "="):
-                return word.split("=", 1)[1]
-            if word == spelling:
-                return args[i + 1] if i + 1 < len(args) else ""
-    return None
+    return option_value(args, "--" + name, "-" + name)
 
 
 class Launch(_Strict):
