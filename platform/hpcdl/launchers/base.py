@@ -62,3 +62,10 @@ def cores_per_rank(plan: LaunchPlan) -> int:
 
 def gpus_per_rank(plan: LaunchPlan) -> int:
     return len(plan.ranks[0].gpus)
+
+
+def gpu_total_uneven(nodes: int, held: int, node_gpus: int) -> bool:
+    """Whether a job's GPUs asked as one total (`--gpus=N`, defaults.gpu_request: gpus: "the total number of
+    GPUs required for the job", sbatch(1)) could be laid out otherwise than the plan's: several nodes, each
+    holding more GPUs than the plan uses there. Such a job asks its GPUs per node instead."""
+    return nodes > 1 and 0 < held < node_gpus

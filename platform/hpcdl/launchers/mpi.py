@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hpcdl.launchers.base import Launcher, LaunchPlan, cores_per_rank, gpus_per_rank, launchers
+from hpcdl.launchers.base import Launcher, LaunchPlan, cores_per_rank, gpu_total_uneven, gpus_per_rank, launchers
 from hpcdl.shell import Expanding
 from hpcdl.sites.schema import NodeKind, Site, mpirun_option_of, option_value, srun_cpu_bind_of
 
@@ -156,7 +156,8 @@ class SrunLauncher(Launcher):
                     # node itself, then each task's ("--gres=gpu:8 --gpus-per-task=1", Pawsey)
                     argv.append(f"--gres=gpu:{typed}{len(gpus_used)}")
                 argv.append(f"--gpus-per-task={typed}{gpus_per_rank(plan)}")
-            elif style == "gpus" and (plan.nodes == 1 or len(gpus_used) == len(site.node_kinds[plan.node_kind].gpus)):
+            elif style == "gpus" and not gpu_total_uneven(plan.nodes, len(gpus_used),
+                                                          len(site.node_kinds[plan.node_kind].gpus)):
                 # the step's total, as the job asks it (PSC Bridges-2: --gpus=v100-32:16 on two nodes); a total
                 # Slurm could lay out unevenly (part of each of several nodes) is asked per node, below
                 argv.append(f"--gpus={typed}{len(gpus_used) * plan.nodes}")

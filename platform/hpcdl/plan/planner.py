@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from hpcdl.errors import HpcdlError
 from hpcdl.launchers import launcher_for
+from hpcdl.launchers.base import gpu_total_uneven
 from hpcdl.launchers.mpi import closest_gpus_misses, default_binding_misses
 from hpcdl.plan.env import communication_env, intel_mpi_pin_domain, rank_env, threading_env
 from hpcdl.plan.model import Plan, RankPlacement, RuntimeChoice, SpatialLayout
@@ -136,8 +137,8 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         notes.append(f"image {runtime.image!r} is not one hpcdl builds: whether it carries the libfabric NCCL/RCCL "
                      "plugin, and where, cannot be known, so the plan names none; say so with --net-plugin "
                      "LIBRARY (its path inside the image)")
-    if (use_gpus and site.scheduler == "slurm" and request.nodes > 1 and len(held) < len(node.gpus)
-            and site.defaults.gpu_request == "gpus"):
+    if (use_gpus and site.scheduler == "slurm" and site.defaults.gpu_request == "gpus"
+            and gpu_total_uneven(request.nodes, len(held), len(node.gpus))):
         notes.append(f"defaults.gpu_request: gpus would ask the job's {len(held) * request.nodes} GPUs as one total, "
                      f"which Slurm may lay out unevenly over {request.nodes} nodes the plan uses {len(held)} of "
                      f"{len(node.gpus)} GPUs on: asked per node (--gpus-per-node) instead")
@@ -317,8 +318,7 @@ def _slots(
             notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, the first ones with their cores, "
                          "as Slurm hands out a node the job shares (defaults.exclusive: false)")
             order = sorted(range(len(node.gpus)), key=lambda g: (node.gpus[g].socket, g))
-            return [_Slot(socket=node.gpus[g].socket, domain=node.gpus[g].domain, gpus=(g,))
-                    for g in sorted(order[:rpn], key=lambda g: (node.gpus[g].socket, g))]
+            return [_Slot(socket=node.gpus[g].socket, domain=node.gpus[g].domain, gpus=(g,)) for g in order[:rpn]]
         notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, spread evenly over the sockets")
         first = None
         if site.launch.rank_order == "cores" and (site.launch.gpu_bind == "closest" or site.launch.cpu_bind_default):

@@ -21,6 +21,7 @@ import jinja2
 
 from hpcdl import __version__
 from hpcdl.errors import HpcdlError
+from hpcdl.launchers.base import gpu_total_uneven
 from hpcdl.plan.model import Plan
 from hpcdl.plan.runtime import IMAGE, choose_runtime
 from hpcdl.runtimes import IMAGE_FILE_SUFFIX, image_reference, runtime_for
@@ -345,8 +346,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         job["time"] = slurm_time(seconds)
         if job["gpu_style"] not in ("gpus-per-node", "gres", "gpus-per-task", "gpus"):
             job["gpu_style"] = "gpus-per-node"  # a profile's LSF style, rendered for Slurm
-        if (job["gpu_style"] == "gpus" and job["gpus_per_node"] and plan.nodes > 1
-                and job["gpus_per_node"] < len(node.gpus)):
+        if job["gpu_style"] == "gpus" and gpu_total_uneven(plan.nodes, job["gpus_per_node"], len(node.gpus)):
             # --gpus is the job's total ("Specify the total number of GPUs required for the job", sbatch(1)),
             # which Slurm may spread over the nodes unevenly where a node holds more than the plan uses there:
             # asked per node instead, as the plan's note says (Slurm takes [type:]N there too)
