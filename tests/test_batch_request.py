@@ -50,6 +50,13 @@ def test_a_whole_node_job_asks_its_nodes_only_and_srun_says_the_rest():
 def test_a_shared_job_asks_its_gpus_per_node_in_the_header():
     header = _sbatch(_site("alps-gh200", batch_request="nodes", exclusive=False))
     assert "--gres=gpu:4" in header and not any(d.startswith("--ntasks-per-node") for d in header)
+    # with the GRES type the centre names, as the srun line asks it (Slurm's [type:]number)
+    typed = load_site("alps-gh200").model_dump(exclude_unset=True)
+    typed["defaults"] = {**typed.get("defaults", {}), "batch_request": "nodes", "exclusive": False}
+    typed["node_kinds"]["gh200"].setdefault("defaults", {})["gpu_type"] = "gh200"
+    site = Site.model_validate(typed)
+    assert "--gres=gpu:gh200:4" in _sbatch(site)
+    assert "--gres=gpu:gh200:4" in make_plan(site, JobRequest(nodes=2)).launcher_argv
 
 
 def test_the_header_asks_tasks_cpus_and_gpus_by_default():
