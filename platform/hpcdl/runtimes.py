@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+
 from hpcdl.errors import HpcdlError
 from hpcdl.launchers.base import LaunchPlan
 from hpcdl.registry import Registry

@@ -16,6 +16,7 @@ job, never the job's own speed.
 from __future__ import annotations
 
 import os
+import statistics
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -175,4 +176,4 @@ def core_scaling(threads: int, window_s: float = 1.5, pairs: int = 3) -> float |
         if not solo or len(together) != threads or solo_share is None or together_share is None:
             return None
         ratios.append(scaling_from(solo[0], solo_share, together, together_share))
-    return sorted(ratios)[len(ratios) // 2]
+    return statistics.median_high(ratios)
