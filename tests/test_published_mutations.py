@@ -12,21 +12,35 @@ The mutations are generic, driven by the plan's own data, never written per site
 A rank's GPU and NIC settings (CUDA_VISIBLE_DEVICES, NCCL_IB_HCA ...) and the launch line's
 per-rank masks follow the mutated placement, as the planner would have written them.
 
-A mutation counts only if it changes what runs: the script's commands (comments are not run) and
+Beside the centre's checks, the launcher itself judges: a line the installed srun or Open MPI mpirun
+refuses (an option it does not know, a value it cannot take: tests/real_launchers.py) would not run,
+and that kills the mutation as surely as a check would. The unchanged line must be accepted.
+
+A mutation counts only if it changes what runs. Dropping an option whose value the launcher derives
+from the rest of the line starts the same step (an equivalent mutant, whatever the line's text):
+srun's task count from --nodes and --ntasks-per-node, its node count from --ntasks and
+--ntasks-per-node, Open MPI's -np from `--map-by ppr:K:node` ("Launch N times the number of objects of
+the specified type on each node", mpirun(1)) on the job's nodes; the real srun and mpirun show each
+(test_the_launcher_derives_what_a_dropped_option_said). Otherwise a mutation counts if it changes
+the script's commands (comments are not run) and
 what each rank applies from plan.json (its CPUs, environment, threads), compared as a set of
 per-rank settings, so a swap that only renames interchangeable ranks (two CPU-only ranks trading
 cores), or trades NICs that no setting names, is not a wrong plan. The kill rate is printed per
-site (pytest -s) and must be at least 95 %. Renders in-process, no subprocess per mutation.
+site (pytest -s) and must be at least 95 %. Renders in-process; the launchers' verdicts, one short
+process per distinct line, are kept.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from conftest import require_tool
+from real_launchers import mpirun_refuses, srun_refuses
 from test_published_practice import (CASES, Rendered, _case, _plan, checks_of_plan, judge, launcher_options, named_options,
                                      render_case)
 
@@ -34,6 +48,7 @@ from hpcdl.launchers import launcher_for
 from hpcdl.plan.env import intel_mpi_pin_domain, rank_env
 from hpcdl.plan.planner import make_plan
 from hpcdl.plan.request import JobRequest
+from hpcdl.sites.schema import option_value
 
 FOREIGN_OPTION = "--hpcdl-foreign-option"
 KILL_RATE = 0.95
@@ -42,19 +57,18 @@ CHECKED = [p for p in CASES if not _case(p).get("refused")]
 # (which GPU, cores or HCA a rank gets, hpcdl's own launcher options): a check needs a source that
 # says what it asserts, so these stay below the bar, named, until one is found.
 UNSOURCED = {
-    "abci3": "ABCI's v3 guide (job-execution, mpi, system-overview, containers, python: the markdown sources in github.com/aistabci/abci-docs v3/en/docs) gives the qsub directives, the mpirun line with its host file and wrap.sh's HCA per rank (checked), but no PyTorch or distributed-training job and no rank-to-GPU order (its containers page names only SINGULARITYENV_CUDA_VISIBLE_DEVICES), nor which socket an H200 sits on, so ranks trading GPUs and the reversed GPU order survive (18/21)",
-    "aspire2a": "NSCC's pages found and read (nsccsg.github.io systems/aspire2a/queue-structure) give the queues and their GPU counts only; the ASPIRE 2A jobs read (the HPC-AI Advisory Council's 2024-APAC-HPC-AI baseline llama.sh/submit.llama.sh, a third party's, and its HOOMD-blue notes) start four ranks a node under 'mpirun -map-by ppr:4:node' and leave each rank's GPU to LitGPT, with no rank-to-GPU order and no socket per A100, so ranks trading GPUs and the reversed GPU order survive (13/16)",
-    "delta": "NCSA's Delta guide (running_jobs: the sample GPU scripts, every setting in #SBATCH with --gpu-bind=closest and a bare 'srun -N 1 -n 4 ./a.out'; architecture: the node tables and GPU-to-NUMA maps; software: the NGC containers) gives no srun --cpu-bind and no affinity output showing how Delta's Slurm binds a plain srun's tasks, so dropping hpcdl's --cpu-bind=cores and a foreign option survive (11/13)",
-    "gadi": "NCI's published DL jobs run no mpirun line: FourCastNeXt's run_trainer.pbs and FourCastNet's job.sh start python directly, and NCI's PyTorch DDP page (https://opus.nci.org.au/x/OgBbCw) starts NCI-ai-ml's torchrun_nccl.sh wrapper, one torchrun per node; none gives a rank-to-GPU order or which socket a gpuvolta V100 sits on, so ranks trading GPUs and a foreign mpirun option survive. Open MPI's own page pins the rest (cores under --map-by/--bind-to, -x to the other node: checked), and says --map-by ppr:4:node alone launches 4 per node, so -np 8 dropped runs the same (13/18)",
-    "jean-zay": "IDRIS's own jobs (github.com/idriscnrs bench_fsdp_dlojz: slurm/bench_h100_cap.slurm starts 'srun python -u fsdp.py' bare under --gres=gpu:4 --ntasks-per-node=4 --hint=nomultithread, and fsdp.py calls torch.cuda.set_device(idr_torch.local_rank)) and the PyTorch multi-GPU page give the line hpcdl now writes (every task seeing the four GPUs, no --gpu-bind; no --cpu-bind, its Slurm binding the tasks: --hint=nomultithread, in the header and on srun, is 'Only supported with the task/affinity plugin', srun(1)), but none gives a --distribution or says whether its slurm.conf lays consecutive tasks on one socket (CR_Core_Default_Dist_Block) or across both (Slurm's default), nor which socket each V100 hangs off: hpcdl's --distribution=block:block cannot be checked, so dropping it, and a foreign option beside it (the line cannot be pinned whole), survive (12/14 killed)",
-    "juwels-booster": "the line and the environment are JSC's own now and checked whole (FZJ-JSC/jubench-resnet on the booster queue: four tasks a node, --cpu_bind=none, export CUDA_VISIBLE_DEVICES=0,1,2,3; jubench-megatron-lm: JSC's NCCL/UCX InfiniBand timeouts and no HCA named, NCCL choosing; the 2023 course: no --gpu-bind), but no JSC source says which cores sit beside which GPU: juwels/booster-overview.html has a node figure, no table; juwels/affinity.html says 'eight separate NUMA domains' and 'all tasks in a job step are pinned to a set of cores by default', not which; POP CoE's table (not JSC's) contradicts its own measurement, and JSC's own jobs leave their tasks unbound. So local ranks 0/1 or 0/3 trading the cores they bind themselves to (from plan.json) survive (16/18 killed)",
-    "snellius": "SURF's pages read (Snellius partitions and accounting, SLURM batch system, the opening of Snellius hardware) and SURF-ML's Snellius job scripts (Megatron-LM-Snellius train-gpt.job, Snellius-AI-Guide 5-multi-gpu-srun/run.sh) start the tasks with a bare 'srun apptainer exec --nv ...', every setting in #SBATCH; none names srun's --distribution, --cpu-bind or --gpu-bind or says how Snellius's Slurm binds tasks, so dropping hpcdl's three and a foreign option survive (11/15 killed)",
+    "abci3": "ABCI's v3 guide (job-execution, mpi, system-overview, containers, python: the markdown sources in github.com/aistabci/abci-docs v3/en/docs) gives the qsub directives, the mpirun line with its host file and wrap.sh's HCA per rank (checked), but no PyTorch or distributed-training job and no rank-to-GPU order (its containers page names only SINGULARITYENV_CUDA_VISIBLE_DEVICES), nor which socket an H200 sits on, so ranks trading GPUs and the reversed GPU order survive (17/20; -np dropped beside ppr:8:node is the same step, not counted)",
+    "aspire2a": "NSCC's pages found and read (nsccsg.github.io systems/aspire2a/queue-structure) give the queues and their GPU counts only; the ASPIRE 2A jobs read (the HPC-AI Advisory Council's 2024-APAC-HPC-AI baseline llama.sh/submit.llama.sh, a third party's, and its HOOMD-blue notes) start four ranks a node under 'mpirun -map-by ppr:4:node' and leave each rank's GPU to LitGPT, with no rank-to-GPU order and no socket per A100, so ranks trading GPUs and the reversed GPU order survive (12/15)",
+    "delta": "NCSA's Delta guide (running_jobs: the sample GPU scripts, every setting in #SBATCH with --gpu-bind=closest and a bare 'srun -N 1 -n 4 ./a.out'; architecture: the node tables and GPU-to-NUMA maps; software: the NGC containers) gives no srun --cpu-bind and no affinity output showing how Delta's Slurm binds a plain srun's tasks, so dropping hpcdl's --cpu-bind=cores survives (10/11; a foreign option srun itself refuses)",
+    "gadi": "NCI's published DL jobs run no mpirun line: FourCastNeXt's run_trainer.pbs and FourCastNet's job.sh start python directly, and NCI's PyTorch DDP page (https://opus.nci.org.au/x/OgBbCw) starts NCI-ai-ml's torchrun_nccl.sh wrapper, one torchrun per node; none gives a rank-to-GPU order or which socket a gpuvolta V100 sits on, so ranks trading GPUs and the reversed GPU order survive. Open MPI's own page pins the rest (cores under --map-by/--bind-to, -x to the other node: checked), and says --map-by ppr:4:node alone launches 4 per node, so -np 8 dropped runs the same and is not counted (14/17)",
+    "jean-zay": "IDRIS's own jobs (github.com/idriscnrs bench_fsdp_dlojz: slurm/bench_h100_cap.slurm starts 'srun python -u fsdp.py' bare under --gres=gpu:4 --ntasks-per-node=4 --hint=nomultithread, and fsdp.py calls torch.cuda.set_device(idr_torch.local_rank)) and the PyTorch multi-GPU page give the line hpcdl now writes (every task seeing the four GPUs, no --gpu-bind; no --cpu-bind, its Slurm binding the tasks: --hint=nomultithread, in the header and on srun, is 'Only supported with the task/affinity plugin', srun(1)), but none gives a --distribution or says whether its slurm.conf lays consecutive tasks on one socket (CR_Core_Default_Dist_Block) or across both (Slurm's default), nor which socket each V100 hangs off: hpcdl's --distribution=block:block cannot be checked, so dropping it survives (11/12 killed; a foreign option srun itself refuses)",
+    "juwels-booster": "the line and the environment are JSC's own now and checked whole (FZJ-JSC/jubench-resnet on the booster queue: four tasks a node, --cpu_bind=none, export CUDA_VISIBLE_DEVICES=0,1,2,3; jubench-megatron-lm: JSC's NCCL/UCX InfiniBand timeouts and no HCA named, NCCL choosing; the 2023 course: no --gpu-bind), but no JSC source says which cores sit beside which GPU: juwels/booster-overview.html has a node figure, no table; juwels/affinity.html says 'eight separate NUMA domains' and 'all tasks in a job step are pinned to a set of cores by default', not which; POP CoE's table (not JSC's) contradicts its own measurement, and JSC's own jobs leave their tasks unbound. So local ranks 0/1 or 0/3 trading the cores they bind themselves to (from plan.json) survive (14/16 killed)",
+    "snellius": "SURF's pages read (Snellius partitions and accounting, SLURM batch system, the opening of Snellius hardware) and SURF-ML's Snellius job scripts (Megatron-LM-Snellius train-gpt.job, Snellius-AI-Guide 5-multi-gpu-srun/run.sh) start the tasks with a bare 'srun apptainer exec --nv ...', every setting in #SBATCH; none names srun's --distribution, --cpu-bind or --gpu-bind or says how Snellius's Slurm binds tasks, so dropping hpcdl's three survives (10/13 killed; a foreign option srun itself refuses)",
     "lassen": "LBANN's jsrun line is checked whole now (its LSF batch script: --nrs --rs_per_host 1 --tasks_per_rs --cpu_per_rs ALL_CPUS --gpu_per_rs ALL_GPUS, with the LC launcher's --bind packed:8 --smpiargs=-gpu) and its GPU per node rank; it names no HCA per rank and leaves which 8 cores a rank gets to jsrun's packed binding, and neither LBANN's LC launcher nor LLNL's srun-vs-jsrun page read here gives a per-rank core list or HCA, so ranks trading NICs or cores survive (16/20)",
-    "karolina": "IT4I's pages read (docs.it4i.cz: general/resources-allocation-policy, the queues: 'qgpu ... 8x NVIDIA A100 ... you can allocate 1/8 of the node - 1 GPU and 16 cores', 'qgpu_big ... (>16 nodes)'; general/run-jobs/resource-allocation/resource-accounting: 'allocated gpus * time / 8', 'partial node allocation'; general/resource_allocation_and_job_execution: PBS to Slurm; karolina/network: HDR InfiniBand) give the queue, the account, the cores per GPU and no --exclusive, all checked; the Job Submission and Execution page and IT4I's GPU job examples were not found in the stored pages, so nothing gives an srun line, a GPU request form, a rank-to-GPU or core order or a PMI plugin: GPU and core swaps, the reversed GPU order, dropping --distribution, --cpu-bind=cores, --mpi=pmix, --gpus-per-node or --gpu-bind, and a foreign option survive (5/16 killed)",
-    "leonardo": "CINECA's Leonardo guide (docs.hpc.cineca.it/hpc/leonardo.html: node hardware, the two partitions), its accounting page ('every GPU will be treated as 8 cores ... 32 CPUs and 4 GPUs') and CINECA-HPC's GitHub container recipes (Galileo only) give no srun line, no GPU, HCA or core order and no PMI plugin, so every GPU, HCA and core swap, the reversed GPU order, dropping --nodes, --ntasks, --cpu-bind=cores, --mpi=pmix, --gpus-per-node or --gpu-bind, and a foreign option survive (2/16 killed)",
-    "isambard-ai": "BriCS's pages read (docs.isambard.ac.uk guides slurm, its multi-node and hybrid sections, mpi and nccl, in BriCS's own copy github.com/isambard-sc/skills.isambard.ac.uk) give the header (--nodes=2 --gpus-per-node=4 --ntasks-per-node=4 --cpus-per-task=72), a bare 'srun ./my_hybrid_application' and the NCCL settings, all checked; none names srun's --cpu-bind or shows how Isambard-AI's Slurm binds a plain srun's tasks ('For finer core-binding control, see --cpu-bind in the srun man page'), so dropping hpcdl's --cpu-bind=cores, its --ntasks (the same job beside --nodes and --ntasks-per-node) and a foreign option beside them (the line cannot be pinned whole) survive (28/31)",
+    "karolina": "IT4I's pages read (docs.it4i.cz: general/resources-allocation-policy, the queues: 'qgpu ... 8x NVIDIA A100 ... you can allocate 1/8 of the node - 1 GPU and 16 cores', 'qgpu_big ... (>16 nodes)'; general/run-jobs/resource-allocation/resource-accounting: 'allocated gpus * time / 8', 'partial node allocation'; general/resource_allocation_and_job_execution: PBS to Slurm; karolina/network: HDR InfiniBand) give the queue, the account, the cores per GPU and no --exclusive, all checked; the Job Submission and Execution page and IT4I's GPU job examples were not found in the stored pages, so nothing gives an srun line, a GPU request form, a rank-to-GPU or core order or a PMI plugin: GPU and core swaps, the reversed GPU order, dropping --distribution, --cpu-bind=cores, --mpi=pmix, --gpus-per-node or --gpu-bind survive (4/14 killed; a foreign option srun itself refuses)",
+    "leonardo": "CINECA's Leonardo guide (docs.hpc.cineca.it/hpc/leonardo.html: node hardware, the two partitions), its accounting page ('every GPU will be treated as 8 cores ... 32 CPUs and 4 GPUs') and CINECA-HPC's GitHub container recipes (Galileo only) give no srun line, no GPU, HCA or core order and no PMI plugin, so every GPU, HCA and core swap, the reversed GPU order, dropping --cpu-bind=cores, --mpi=pmix, --gpus-per-node or --gpu-bind survive (3/14 killed; a foreign option srun itself refuses; --nodes and --ntasks beside each other and --ntasks-per-node are the same step)",
     "bridges2-gpu": "PSC's line is checked whole now (PSC staff's bridges2-examples Horovod/pt_horovod_multi_nodes.sbatch: mpirun -np 16 -bind-to none -map-by slot -x LD_LIBRARY_PATH -x PATH -mca pml ob1 -mca btl ^openib, --gpus=v100-32:16, no CUDA_VISIBLE_DEVICES), but mpirun binds no rank there and neither that script, Pytorch/pytorch_ddp_single_node.sbatch, resnet50_imagenet_horovod/2-nodes-16-gpus/run_multi_node_horovod_v2.sbatch nor the Bridges-2 system configuration page gives which socket each V100 sits on, so local ranks trading the cores they bind themselves to (from plan.json) survive (22/24)",
-    "volta-x86": "a generic machine, no centre: Slurm's srun and MPI pages define what --gpu-bind=map_gpu, --cpu-bind, --distribution and --mpi=pmix do but prescribe no layout for a DL job, NCCL's page defines NCCL_IB_HCA, and the node itself (4 x V100 PCIe, 2 HCAs, GPUs and HCAs per socket) is the profile's own assumption, not a vendor's published topology; which GPU and cores a rank gets and which srun options the line carries are hpcdl's convention, which cannot be judged against a centre (4/16)",
+    "volta-x86": "a generic machine, no centre: Slurm's srun and MPI pages define what --gpu-bind=map_gpu, --cpu-bind, --distribution and --mpi=pmix do but prescribe no layout for a DL job, NCCL's page defines NCCL_IB_HCA, and the node itself (4 x V100 PCIe, 2 HCAs, GPUs and HCAs per socket) is the profile's own assumption, not a vendor's published topology; which GPU and cores a rank gets and which srun options the line carries are hpcdl's convention, which cannot be judged against a centre (5/14)",
 }
 
 
@@ -109,10 +123,40 @@ def mutations(checks: list[dict], site, plan):
     argv = list(plan.launcher_argv)
     for tokens in launcher_options(argv):
         at = next(i for i in range(1, len(argv)) if argv[i : i + len(tokens)] == tokens)
+        if derived_by_the_launcher(argv[0], argv[:at] + argv[at + len(tokens):], tokens, plan.nodes):
+            continue  # the launcher derives it from the rest of the line: the same step, an equivalent mutant
         yield f"launcher option {' '.join(tokens)} dropped", lambda s, p, at=at, n=len(tokens): replace(
             p, launcher_argv=p.launcher_argv[:at] + p.launcher_argv[at + n:])
     yield f"foreign launcher option {FOREIGN_OPTION} added", lambda s, p: replace(
         p, launcher_argv=(p.launcher_argv[0], FOREIGN_OPTION, *p.launcher_argv[1:]))
+
+
+def derived_by_the_launcher(launcher: str, rest: list[str], tokens: list[str], nodes: int) -> bool:
+    """Whether the option `tokens` says only what the launcher derives from the rest of its line on a
+    job of `nodes` nodes, so that the line without it starts the same step (an equivalent mutant):
+    srun(1) "--ntasks-per-node ... Meant to be used with the --nodes option", the task count from the
+    two and the node count from the tasks; Open MPI's mpirun(1) "--map-by ppr:N:<object>: Launch N
+    times the number of objects of the specified type on each node", -np from ppr:N:node. A real slurmd
+    and a real mpirun show both (test_the_launcher_derives_what_a_dropped_option_said)."""
+    name, _, value = tokens[0].partition("=")
+    value = value or (tokens[1] if len(tokens) > 1 else "")
+    if not value.isdigit():
+        return False
+
+    def count(*spellings, short=None) -> int | None:
+        given = option_value(rest, *spellings, short=short)
+        return int(given) if given and given.isdigit() else None
+
+    said = int(value)
+    if launcher == "srun" and (per_node := count("--ntasks-per-node")) is not None:
+        if name in ("--ntasks", "-n"):
+            return count("--nodes", short="-N") == nodes and said == nodes * per_node
+        if name in ("--nodes", "-N"):
+            return said == nodes and count("--ntasks", short="-n") == nodes * per_node
+    if launcher == "mpirun" and name in ("-np", "-n", "--np"):
+        ppr = (option_value(rest, "--map-by", "-map-by") or "").split(":")
+        return len(ppr) >= 3 and ppr[0] == "ppr" and ppr[1].isdigit() and ppr[2] == "node" and said == nodes * int(ppr[1])
+    return False
 
 
 RELOCATION = ("local ranks", "GPU order")  # the mutations that move ranks on the node
@@ -135,6 +179,18 @@ def what_runs(job: Rendered) -> tuple:
         {n: sorted(v) for n, v in ranks.items()}.__repr__()
 
 
+def launcher_refuses(job: Rendered, named: set[str]) -> str | None:
+    """The installed launcher's own refusal of the job's launch line, None where it accepts it or is
+    not installable here (jsrun, ibrun, PALS and Hydra mpiexec: their lines are checked by the centres'
+    checks alone). `named`: the options the centre's own line names (a SPANK plugin's, for srun)."""
+    launcher = job.launcher[0]
+    if launcher == "srun":
+        return srun_refuses(require_tool("srun"), tuple(job.launcher[1:]), frozenset(named))
+    if launcher == "mpirun" and job.site.mpi == "openmpi":
+        return mpirun_refuses(require_tool("mpirun"), tuple(job.launcher[1:]))
+    return None
+
+
 def kill_rate(path: Path, judge_check=judge) -> tuple[int, int, list[str]]:
     """(killed, mutations that change what runs, the names of those that survived) of the case's
     plan, judged by the checks that ask about that plan."""
@@ -147,6 +203,8 @@ def kill_rate(path: Path, judge_check=judge) -> tuple[int, int, list[str]]:
     # a check that already fails on the unchanged plan "kills" every mutation and proves nothing
     failing = [c["what"] for c in checks if judge_check(c, render_case(path, c)[1], "", named)]
     assert not failing, f"{path.stem}: checks that fail on the unchanged plan: {failing}"
+    refused = launcher_refuses(original, named)
+    assert refused is None, f"{path.stem}: the launcher refuses the unchanged line: {refused}"
     base = what_runs(original)
     killed, counted, survived = 0, 0, []
     for name, mutate in mutations(checks, site, plan):
@@ -163,7 +221,8 @@ def kill_rate(path: Path, judge_check=judge) -> tuple[int, int, list[str]]:
         if what_runs(job_for({})) == base:
             continue  # the same job: nothing a check could or should see
         counted += 1
-        if any(judge_check(check, job_for(check), "", named) for check in checks):
+        if (any(judge_check(check, job_for(check), "", named) for check in checks)
+                or launcher_refuses(job_for({}), named) is not None):
             killed += 1
         else:
             survived.append(name)
@@ -191,3 +250,71 @@ def test_a_mutation_that_renames_interchangeable_ranks_runs_the_same():
         plan = make_plan(site, JobRequest(**case["request"]))
         swapped = _relocate(site, plan, _swap(("cores", "cpus", "socket"), 0, 1))
         assert (placements(swapped) == placements(plan)) is same, site_name
+
+
+def test_only_what_the_launcher_derives_is_an_equivalent_drop():
+    srun = ["srun", "--nodes=2", "--ntasks=8", "--ntasks-per-node=4", "--cpus-per-task=8"]
+    assert derived_by_the_launcher("srun", srun[:2] + srun[3:], ["--ntasks=8"], 2)
+    assert derived_by_the_launcher("srun", srun[:1] + srun[2:], ["--nodes=2"], 2)
+    assert not derived_by_the_launcher("srun", srun[:4], ["--cpus-per-task=8"], 2)  # nothing else gives -c
+    assert not derived_by_the_launcher("srun", ["srun", "--nodes=2", "--ntasks-per-node=3"], ["--ntasks=8"], 2)
+    assert not derived_by_the_launcher("srun", ["srun", "--nodes=2"], ["--ntasks=8"], 2)  # one task a node by default
+    mpirun = ["mpirun", "--map-by", "ppr:4:node:PE=12", "--bind-to", "core"]
+    assert derived_by_the_launcher("mpirun", mpirun, ["-np", "8"], 2)
+    assert not derived_by_the_launcher("mpirun", mpirun, ["-np", "6"], 2)
+    assert not derived_by_the_launcher("mpirun", ["mpirun", "--map-by", "ppr:2:socket"], ["-np", "8"], 2)
+
+
+def _step(cluster, *options: str) -> list[str]:
+    """What each task of an srun step reports of itself: its node, rank and the step's task count."""
+    done = subprocess.run(["srun", *options, "bash", "-c", 'echo "$SLURMD_NODENAME $SLURM_PROCID $SLURM_STEP_NUM_TASKS"'],
+                          env=cluster.env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr + cluster.logs()
+    return sorted(done.stdout.split("\n"))
+
+
+@pytest.mark.slurm
+def test_the_launcher_derives_what_a_dropped_option_said(slurm_clusters):
+    """A real slurmd 22.05 (two pretend nodes) starts the same tasks on the same nodes with --ntasks
+    or --nodes dropped from a line that has the other two; a real Open MPI mpirun starts the same
+    ranks with -np dropped beside --map-by ppr:N:node (on this host, one node)."""
+    cluster = slurm_clusters.ensure(2)
+    whole = ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=1"]
+    started = _step(cluster, *whole)
+    assert len([line for line in started if line]) == 2, started
+    for dropped in ("--ntasks=2", "--nodes=2"):
+        rest = [w for w in whole if w != dropped]
+        assert derived_by_the_launcher("srun", ["srun", *rest], [dropped], 2)
+        assert _step(cluster, *rest) == started, dropped
+    # and where the rest does not give it, the step differs: the test can tell
+    assert _step(cluster, "--nodes=2", "--cpus-per-task=1") != _step(cluster, "--nodes=2", "--ntasks=4", "--cpus-per-task=1")
+
+    mpirun = [require_tool("mpirun"), "--allow-run-as-root", "--oversubscribe", "--map-by", "ppr:2:node", "--bind-to", "none"]
+    program = ["bash", "-c", 'echo "$OMPI_COMM_WORLD_RANK $OMPI_COMM_WORLD_SIZE"']
+    ranks = [sorted(subprocess.run([*mpirun, *np, *program], capture_output=True, text=True, timeout=120).stdout.split("\n"))
+             for np in (["-np", "2"], [])]
+    assert ranks[0] == ranks[1] and len([r for r in ranks[0] if r]) == 2, ranks
+    assert derived_by_the_launcher("mpirun", ["mpirun", "--map-by", "ppr:2:node"], ["-np", "2"], 1)
+
+
+@pytest.mark.parametrize("path", CHECKED, ids=[p.stem for p in CHECKED])
+def test_the_real_launcher_accepts_every_published_line(path):
+    """Every case's launch line as rendered is one the installed srun (Slurm 22.05) or Open MPI mpirun
+    takes whole, values included (a centre's SPANK plugin option aside, where its own line names it)."""
+    case = _case(path)
+    site, job = render_case(path)
+    named = named_options(checks_of_plan(case, site, _plan(site, case.get("request", {}))))
+    assert launcher_refuses(job, named) is None
+
+
+def test_the_launchers_refuse_what_they_cannot_run():
+    """The verdicts can fail: an unknown option, a mask or distribution srun cannot parse, an MPI
+    plugin it lacks; an option Open MPI's mpirun does not know. A centre's plugin option passes only
+    where the centre's line names it."""
+    srun, mpirun = require_tool("srun"), require_tool("mpirun")
+    assert srun_refuses(srun, ("--nodes=2", "--ntasks-per-node=4", "--cpu-bind=cores")) is None
+    for wrong in (FOREIGN_OPTION, "--cpu-bind=mask_cpu:zz", "--distribution=blerg", "--mpi=nosuch", "--mpibind=off"):
+        assert srun_refuses(srun, ("--nodes=2", wrong)) is not None, wrong
+    assert srun_refuses(srun, ("--nodes=2", "--mpibind=off"), frozenset({"--mpibind"})) is None
+    assert mpirun_refuses(mpirun, ("-np", "8", "--map-by", "ppr:4:node", "--bind-to", "core")) is None
+    assert mpirun_refuses(mpirun, (FOREIGN_OPTION, "-np", "8")) is not None
