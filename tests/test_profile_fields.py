@@ -438,6 +438,21 @@ def test_a_site_whose_slurm_binds_tasks_itself_names_no_cpu_bind_and_refuses_a_p
         _profile(tmp_path, GADI, **{"launch.cpu_bind_default": "auto"})
 
 
+def test_a_bare_srun_centre_silent_on_its_binding_gets_a_line_asking_none_and_ranks_that_bind_themselves(tmp_path):
+    """launch.cpu_bind_default: unstated (SURF's and BriCS's lines are a bare srun; no page says how their Slurm
+    binds it): no --cpu-bind, --distribution or mask on the line, even where the plan's cores need masks under
+    srun's own binding (Frontier's, beside each GCD), which is no longer refused: each rank binds itself to its
+    cores from plan.json. Beside --gpu-bind=closest, which picks GPUs by the cores Slurm binds, it is refused."""
+    frontier = _profile(tmp_path, SHIPPED / "frontier.yaml", **{"launch.cpu_bind_default": "unstated"})
+    plan = make_plan(frontier, JobRequest(nodes=2))
+    assert not [w for w in plan.launcher_argv if w.startswith(("--cpu-bind", "--distribution"))], plan.launcher_argv
+    assert plan.local_ranks()[0].cores == tuple(range(49, 56))
+    assert "--threads-per-core=1" in plan.launcher_argv  # the CPUs Slurm counts are still asked
+    with pytest.raises(HpcdlError, match=r"launch.cpu_bind_default: unstated leaves each task's cores to the site's "
+                                         r"Slurm until the rank binds itself, but launch.gpu_bind: closest [^\n]*keep one$"):
+        _profile(tmp_path, SHIPPED / "delta.yaml", **{"launch.cpu_bind_default": "unstated"})
+
+
 def test_a_centre_that_starts_from_a_clean_module_environment_purges_first(tmp_path):
     # CSC ("module purge", "module load pytorch") and SURF ("module purge", "module load 2024 ..."): the job's
     # modules are loaded into an empty environment, not on top of what the submitting shell had loaded

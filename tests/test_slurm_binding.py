@@ -166,6 +166,8 @@ def binds_by_cores(argv: list[str], site) -> bool:
     --cpu-bind where the site declares that its Slurm binds tasks itself (launch.cpu_bind_default) or
     where --threads-per-core or --hint=nomultithread binds them ("Implies --cpu-bind=threads", srun(1):
     one thread per core)."""
+    if site.launch.cpu_bind_default == "unstated":
+        return False  # the centre's Slurm binds a bare srun's tasks as it will: each rank binds itself from plan.json
     bind = _option(argv, "--cpu-bind")
     return bind == "cores" or (bind is None and (site.launch.cpu_bind_default is not None
                                                  or _option(argv, "--threads-per-core") is not None
@@ -341,7 +343,7 @@ def slurmd_mismatches(slurm_clusters, source: str, site, kind: str, cpu_bind: st
     return out
 
 
-BINDS_BY_ITSELF = [(s, k) for s, k in SITE_KINDS if _load(s).launch.cpu_bind_default]
+BINDS_BY_ITSELF = [(s, k) for s, k in SITE_KINDS if _load(s).launch.cpu_bind_default in ("auto", "cores")]
 
 
 @pytest.mark.slurm
@@ -396,3 +398,46 @@ def test_a_slurm_that_binds_to_cores_by_default_gives_the_plans_cores(slurm_clus
     assert not any(w.startswith("--cpu-bind") for w in make_plan(site, JobRequest(nodes=2)).launcher_argv)
     assert not slurmd_mismatches(slurm_clusters, source, site, "zen2", POSED_CPU_BIND["cores"])
     assert slurmd_mismatches(slurm_clusters, source, site, "zen2", "none")
+
+
+UNSTATED = [(s, k) for s, k in SITE_KINDS if _load(s).launch.cpu_bind_default == "unstated"]
+
+
+@pytest.mark.parametrize(("source", "kind"), UNSTATED, ids=[f"{Path(p).stem}-{k}" for p, k in UNSTATED])
+def test_a_bare_srun_centre_gets_a_line_asking_no_binding(source, kind):
+    """launch.cpu_bind_default: unstated (SURF, BriCS: a bare srun, and no page saying how their Slurm binds
+    it): the line names no --cpu-bind, --distribution or mask, whatever the layout, and every rank has the
+    cores it binds itself to in plan.json."""
+    site = _load(source)
+    for request in _requests(site.node_kinds[kind]):
+        try:
+            plan = make_plan(site, JobRequest(nodes=2, node_kind=kind, **request))
+        except HpcdlError:
+            continue
+        assert not [w for w in plan.launcher_argv if w.startswith(("--cpu-bind", "--distribution"))], plan.launcher_argv
+        assert all(r.cores and r.cpus for r in plan.local_ranks())
+
+
+@pytest.mark.slurm
+def test_a_rank_binds_itself_to_its_planned_cpus_whatever_slurm_bound_it_to(slurm_clusters, tmp_path):
+    """What launch.cpu_bind_default: unstated and a centre's --cpu-bind=none rest on: the trainer's first act
+    (train/binding.apply_plan) binds the rank to its CPUs in plan.json, inside the CPUs of its step, whatever
+    CPU the site's Slurm bound the task to. A real slurmd binds the task to CPU 1 (map_cpu); the rank, whose
+    plan says CPU 0, ends on CPU 0."""
+    import json
+    import sys
+
+    cluster = slurm_clusters.ensure(1)
+    plan = {"nodes": 1, "ranks_per_node": 1, "world_size": 1, "env": {},
+            "ranks": [{"rank": 0, "local_rank": 0, "cpus": [0], "env": {}, "omp_num_threads": 1}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    code = ("import json, os, sys; from hpcdl.train.binding import apply_plan, load_plan; "
+            "from hpcdl.train.ranks import RankInfo; before = sorted(os.sched_getaffinity(0)); "
+            f"applied = apply_plan(load_plan({str(tmp_path / 'plan.json')!r}), RankInfo(0, 1, 0, 'srun')); "
+            "print(json.dumps([before, applied, sorted(os.sched_getaffinity(0))]))")
+    done = subprocess.run(["srun", "-N1", "-n1", "--cpus-per-task=2", "--cpu-bind=map_cpu:1", sys.executable, "-c", code],
+                          env=cluster.env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr + cluster.logs()
+    before, applied, after = json.loads(done.stdout.strip().splitlines()[-1])
+    assert before == [1], before  # Slurm bound the task to CPU 1
+    assert applied["bound"] is True and after == [0], (applied, after)

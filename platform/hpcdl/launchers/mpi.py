@@ -75,7 +75,8 @@ class SrunLauncher(Launcher):
     passed with `--cpu-bind=mask_cpu:`, as the LUMI-G/Frontier guides do. Where the site's Slurm
     binds tasks itself (`launch.cpu_bind_default`: auto binding, TaskPluginParam=Cores) and the
     centre's lines carry no --cpu-bind (CSCS Alps), the blocks go without one; the planner refuses a
-    plan that would need masks there. GPUs are bound by the
+    plan that would need masks there. Where the centre's line is a bare srun and its pages do not say
+    how its Slurm binds (`unstated`: SURF, BriCS), the line asks no binding and each rank binds itself. GPUs are bound by the
     plan's map with `--gpu-bind=map_gpu:`/`mask_gpu:`, so Slurm gives each task the GPU the plan
     chose, never a different "closest" one, unless the centre's lines say `--gpu-bind=closest` and its
     nearest GPUs are the plan's (`launch.gpu_bind: closest`: Pawsey, NCSA). A centre whose own lines say
@@ -107,15 +108,18 @@ class SrunLauncher(Launcher):
         # The same as the plan's blocks only where no socket holds two ranks.
         if _socket_lays_otherwise(plan, site):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
+        ranks_bind_themselves = (srun_cpu_bind_of(site.launch.args) is not None
+                                 or site.launch.cpu_bind_default == "unstated")
         if fewer_threads:
             # ask for the unit -c was counted in, where that is fewer threads than a core has: the
             # default on Frontier and LUMI-G, what JSC asks of every job ("we strongly recommend
             # --hint=nomultithread (which implies --threads-per-core=1)"), in the centre's words
             # (launch.threads_request); srun takes no --hint beside --cpu-bind, so masks keep the other
-            argv.append(threads_option(site, node, blocks))
-        if srun_cpu_bind_of(site.launch.args) is not None:
-            # the centre's own --cpu-bind=none (JSC's deep-learning jobs), kept in launch.args as written: srun binds
-            # no task, and each rank binds itself to the plan's cores from plan.json, so no layout is asked either
+            argv.append(threads_option(site, node, blocks or ranks_bind_themselves))
+        if ranks_bind_themselves:
+            # the centre's own --cpu-bind=none (JSC's deep-learning jobs), kept in launch.args as written, or its bare
+            # srun, its pages silent on how its Slurm binds (launch.cpu_bind_default: unstated): srun is asked for no
+            # binding, and each rank binds itself to the plan's cores from plan.json, so no layout is asked either
             pass
         elif blocks:
             if (_shares_a_socket(plan, site) and _site_option(site, "--distribution", "-m") is None

@@ -660,7 +660,7 @@ class Launch(_Strict):
             "Open MPI gets --mpi=pmix"
         ),
     )
-    cpu_bind_default: Literal["auto", "cores"] | None = Field(
+    cpu_bind_default: Literal["auto", "cores", "unstated"] | None = Field(
         default=None,
         description=(
             "how the site's Slurm binds tasks when srun names no --cpu-bind, where the centre's srun lines carry "
@@ -669,6 +669,9 @@ class Launch(_Strict):
             "tasks will by default be bound to the appropriate resources') or cores (slurm.conf "
             "TaskPluginParam=Cores or the node's or partition's CpuBind=core: 'Bind tasks to cores by default'); the "
             "srun line then names no --cpu-bind, and a plan whose cores that binding would not give is refused. "
+            "unstated: the centre's lines are a bare srun and its pages do not say how its Slurm binds their tasks; "
+            "the line names no binding either (no --cpu-bind, no --distribution, no mask) and each rank binds itself "
+            "to its cores from plan.json when it starts, whatever Slurm did, as under a centre's --cpu-bind=none. "
             "Unset, hpcdl writes --cpu-bind=cores or the plan's masks"
         ),
     )
@@ -914,6 +917,10 @@ class Site(_Strict):
                              "host-ip (its address); keep one")
         if self.launch.cpu_bind_default and self.launcher != "srun":
             raise ValueError(f"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is {self.launcher}")
+        if self.launch.cpu_bind_default == "unstated" and self.launch.gpu_bind == "closest":
+            raise ValueError("launch.cpu_bind_default: unstated leaves each task's cores to the site's Slurm until the "
+                             "rank binds itself, but launch.gpu_bind: closest picks each task's GPU by the cores Slurm "
+                             "binds it to; keep one")
         if self.launch.distribution_default and self.launcher != "srun":
             raise ValueError(f"launch.distribution_default: an srun setting, but the launcher is {self.launcher}")
         if self.launch.gpu_bind_default and self.launcher != "srun":
