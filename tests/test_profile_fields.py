@@ -464,6 +464,40 @@ def test_a_centre_that_starts_from_a_clean_module_environment_purges_first(tmp_p
     assert out.stdout.strip().splitlines()[-1] == "image=/images stale= site=1", out.stderr
 
 
+def test_a_centre_that_starts_from_its_default_modules_resets_first(tmp_path):
+    # NRIS Olivia's PyTorch jobs start `ml reset; ml load NRIS/GPU; ...` (Lmod's return to the site's default modules,
+    # its sticky stacks kept), not `module purge`: the job writes `module reset` before its loads
+    site = _profile(tmp_path, PERLMUTTER, **{"modules.reset": True})
+    lines = _render(site, tmp_path).splitlines()
+    reset = lines.index("module reset")
+    assert reset < next(i for i, line in enumerate(lines) if line.startswith("module load "))
+    assert "module purge" not in lines
+    # a purge would unload what the reset restores: one or the other, and reset is Lmod's alone
+    with pytest.raises(HpcdlError, match=r"modules: .*purge and reset both set"):
+        _profile(tmp_path, PERLMUTTER, **{"modules.reset": True, "modules.purge": True})
+    with pytest.raises(HpcdlError, match=r"modules: .*reset: `module reset` is Lmod's; modules.system is tcl"):
+        _profile(tmp_path, PERLMUTTER, **{"modules.reset": True, "modules.system": "tcl"})
+    # with Lmod itself: a module the submitting shell had is gone, the site's default (LMOD_SYSTEM_DEFAULT_MODULES)
+    # is back, the job's own modules are loaded, and so is hpcdl's module again after the reset
+    require_tool("lua")
+    tree = tmp_path / "mf"
+    for name, body in (("hpcdl/0.1", 'setenv("HPCDL_IMAGE_DIR", "/images")'), ("stale/1", 'setenv("STALE", "1")'),
+                       ("site/1", 'setenv("SITE_STACK", "1")'), ("StdEnv/1", 'setenv("DEFAULT_STACK", "1")'),
+                       ("craype-accel-nvidia80", 'setenv("GTL", "1")')):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / f"{name}.lua").write_text(body + "\n")
+    site = _profile(tmp_path, PERLMUTTER,
+                    **{"modules.reset": True, "modules.load": ["site/1"], "modules.init": LMOD_INIT})
+    text = _render(site, tmp_path)
+    block = text[text.index("source -- "):text.index("set -u", text.index("source -- "))]
+    # the folder is the site's own MODULEPATH (what the login shell starts with, and a reset returns to)
+    probe = (f"source {LMOD_INIT}; module load hpcdl/0.1 stale/1; set -euo pipefail\n" + block
+             + 'echo "image=${HPCDL_IMAGE_DIR:-} stale=${STALE:-} site=${SITE_STACK:-} default=${DEFAULT_STACK:-}"\n')
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True,
+                         env={**os.environ, "MODULEPATH": str(tree), "LMOD_SYSTEM_DEFAULT_MODULES": "StdEnv"})
+    assert out.stdout.strip().splitlines()[-1] == "image=/images stale= site=1 default=1", out.stderr
+
+
 def test_a_port_whose_device_the_centre_does_not_name_gets_no_device_settings(tmp_path):
     # docs/sites.md: "If the guide does not say, leave domain out rather than guess"; the same for a port's device
     # name (SURF names no HCA of Snellius's GPU nodes): NCCL_IB_HCA==<guess> is an exact match, so a wrong guess

@@ -454,6 +454,14 @@ class Modules(_Strict):
             "hpcdl's own module, if the job had it, is loaded again after the site's"
         ),
     )
+    reset: bool = Field(
+        default=False,
+        description=(
+            "`module reset` before the job's loads: Lmod's return to the site's default modules (sticky ones stay), "
+            "where the centre's job scripts start so (NRIS Olivia: ml reset; ml load NRIS/GPU); like purge, hpcdl's "
+            "own module, if the job had it, is loaded again after the site's"
+        ),
+    )
     use: tuple[SitePath, ...] = Field(default=(), description="module folders to `module use` before loading")
     load: tuple[ModuleName, ...] = Field(default=(), description="modules every hpcdl job loads")
     gpu_mpi: tuple[ModuleName, ...] = Field(
@@ -467,6 +475,16 @@ class Modules(_Strict):
     frameworks: dict[str, ModuleName] = Field(
         default_factory=dict, description="the centre's own framework module, by framework (pytorch: open-ce/1.10.0...)"
     )
+
+    @model_validator(mode="after")
+    def _one_clean_start(self) -> Modules:
+        # a purge unloads what a reset would restore: a centre's scripts start one way or the other
+        if self.purge and self.reset:
+            raise ValueError("purge and reset both set: a centre's job starts with `module purge` or `module reset`, "
+                             "not both; keep the one its scripts write")
+        if self.reset and self.system != "lmod":
+            raise ValueError(f"reset: `module reset` is Lmod's; modules.system is {self.system}")
+        return self
 
 
 class Defaults(_Strict):
