@@ -438,6 +438,25 @@ def test_a_site_whose_slurm_binds_tasks_itself_names_no_cpu_bind_and_refuses_a_p
         _profile(tmp_path, GADI, **{"launch.cpu_bind_default": "auto"})
 
 
+def test_a_site_whose_slurm_binds_no_task_names_no_binding_and_each_rank_binds_itself(tmp_path):
+    """launch.cpu_bind_default: none (NRIS Olivia: jobs "are bound to the cpu cores they are allocated. However, the
+    tasks and threads are free to use all cores the job has access to on the node", and its srun lines name no
+    binding): the line names no --cpu-bind, no mask and no --distribution, even for a plan only masks would give
+    (Frontier's rank 0 on cores 49-55), which is not refused: each rank binds itself to its plan.json cores.
+    Beside launch.args' --cpu-bind=none (the same, said twice) it is refused in one line."""
+    for base in (SHIPPED / "volta-x86.yaml", SHIPPED / "frontier.yaml"):
+        site = _profile(tmp_path, base, **{"launch.cpu_bind_default": "none"})
+        plan = make_plan(site, JobRequest(nodes=2))
+        assert not any(w.startswith(("--cpu-bind", "--distribution", "-m", "--hint")) for w in plan.launcher_argv), \
+            plan.launcher_argv
+        assert plan.local_ranks()[0].cores == make_plan(load_site_file(base), JobRequest(nodes=2)).local_ranks()[0].cores
+    assert make_plan(site, JobRequest(nodes=2)).local_ranks()[0].cores == tuple(range(49, 56))  # Frontier's, kept
+    with pytest.raises(HpcdlError, match=r"launch.cpu_bind_default: none, the site's Slurm binding no task, and "
+                                         r"launch.args say --cpu-bind=none too; keep one"):
+        _profile(tmp_path, SHIPPED / "volta-x86.yaml",
+                 **{"launch.cpu_bind_default": "none", "launch.args": ["--cpu-bind=none"]})
+
+
 def test_a_centre_that_starts_from_a_clean_module_environment_purges_first(tmp_path):
     # CSC ("module purge", "module load pytorch") and SURF ("module purge", "module load 2024 ..."): the job's
     # modules are loaded into an empty environment, not on top of what the submitting shell had loaded

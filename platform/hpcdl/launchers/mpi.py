@@ -80,7 +80,9 @@ class SrunLauncher(Launcher):
     chose, never a different "closest" one, unless the centre's lines say `--gpu-bind=closest` and its
     nearest GPUs are the plan's (`launch.gpu_bind: closest`: Pawsey, NCSA). A centre whose own lines say
     `--cpu-bind=none` (JSC) keeps it, in `launch.args`: srun binds no task and each rank binds itself to
-    its cores from plan.json. Where every task sees the node's GPUs (`launch.gpu_visibility: node`),
+    its cores from plan.json; so does a site whose Slurm binds no task and whose lines name no binding
+    (`launch.cpu_bind_default: none`, NRIS Olivia), with no binding word at all. Where every task sees
+    the node's GPUs (`launch.gpu_visibility: node`),
     `--gpu-bind=none`, or nothing where the site's Slurm binds none itself and the centre's lines say
     nothing (`launch.gpu_bind_default: none`: IDRIS).
     """
@@ -113,9 +115,11 @@ class SrunLauncher(Launcher):
             # --hint=nomultithread (which implies --threads-per-core=1)"), in the centre's words
             # (launch.threads_request); srun takes no --hint beside --cpu-bind, so masks keep the other
             argv.append(threads_option(site, node, blocks))
-        if srun_cpu_bind_of(site.launch.args) is not None:
-            # the centre's own --cpu-bind=none (JSC's deep-learning jobs), kept in launch.args as written: srun binds
-            # no task, and each rank binds itself to the plan's cores from plan.json, so no layout is asked either
+        if srun_cpu_bind_of(site.launch.args) is not None or site.launch.cpu_bind_default == "none":
+            # the centre's own --cpu-bind=none (JSC's deep-learning jobs), kept in launch.args as written, or a Slurm
+            # that binds no task by itself and lines that name none (launch.cpu_bind_default: none, NRIS Olivia):
+            # srun binds no task, and each rank binds itself to the plan's cores from plan.json, so no layout is
+            # asked either
             pass
         elif blocks:
             if (_shares_a_socket(plan, site) and _site_option(site, "--distribution", "-m") is None
@@ -196,7 +200,8 @@ def threads_option(site: Site, node: NodeKind, blocks: bool) -> str:
     of each of its cores (srun(1): --threads-per-core "Implies --cpu-bind=threads"; a real slurmd 22.05
     bound one thread per core under each)."""
     if (site.launch.threads_request == "hint" and node.cpus_per_core == 1 and blocks
-            and srun_cpu_bind_of(site.launch.args) is None):  # nor beside the centre's own --cpu-bind=none
+            and srun_cpu_bind_of(site.launch.args) is None  # nor beside the centre's own --cpu-bind=none
+            and site.launch.cpu_bind_default != "none"):  # nor where the site's Slurm binds no task
         return "--hint=nomultithread"
     return f"--threads-per-core={node.cpus_per_core}"
 

@@ -168,8 +168,9 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     )
     plan = replace(plan, notes=tuple(notes))
     argv = launcher_for(site.launcher).command(plan, site)
-    if site.launch.cpu_bind_default:
+    if site.launch.cpu_bind_default in ("auto", "cores"):
         # the srun line names no --cpu-bind there: the plan's cores must be those Slurm binds by itself
+        # (with none, Slurm binds no task and each rank binds itself to its cores from plan.json)
         if (miss := default_binding_misses(plan, site)) is not None:
             raise HpcdlError(f"launch.cpu_bind_default: {site.launch.cpu_bind_default} binding cannot give this "
                              f"plan's cores: {miss}; ask another layout (--ranks-per-node, --mode), or unset it so "
@@ -321,7 +322,8 @@ def _slots(
             return [_Slot(socket=node.gpus[g].socket, domain=node.gpus[g].domain, gpus=(g,)) for g in order[:rpn]]
         notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, spread evenly over the sockets")
         first = None
-        if site.launch.rank_order == "cores" and (site.launch.gpu_bind == "closest" or site.launch.cpu_bind_default):
+        if site.launch.rank_order == "cores" and (site.launch.gpu_bind == "closest"
+                                                  or site.launch.cpu_bind_default in ("auto", "cores")):
             # Slurm lays task i on the i-th block of cores (launch.cpu_bind_default) or picks its GPUs by them
             # (--gpu-bind=closest): a node not filled takes the GPUs beside its first cores, as Pawsey's 3 packs
             # on chiplets 0-2 drive the GCDs beside them

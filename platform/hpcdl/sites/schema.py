@@ -678,7 +678,7 @@ class Launch(_Strict):
             "Open MPI gets --mpi=pmix"
         ),
     )
-    cpu_bind_default: Literal["auto", "cores"] | None = Field(
+    cpu_bind_default: Literal["auto", "cores", "none"] | None = Field(
         default=None,
         description=(
             "how the site's Slurm binds tasks when srun names no --cpu-bind, where the centre's srun lines carry "
@@ -687,7 +687,10 @@ class Launch(_Strict):
             "tasks will by default be bound to the appropriate resources') or cores (slurm.conf "
             "TaskPluginParam=Cores or the node's or partition's CpuBind=core: 'Bind tasks to cores by default'); the "
             "srun line then names no --cpu-bind, and a plan whose cores that binding would not give is refused. "
-            "Unset, hpcdl writes --cpu-bind=cores or the plan's masks"
+            "none: the site's Slurm binds no task (the job to its cores only: NRIS Olivia, 'the tasks and threads "
+            "are free to use all cores the job has access to on the node'); the line names no --cpu-bind, no mask "
+            "and no --distribution, and each rank binds itself to its cores from plan.json, as with a --cpu-bind=none "
+            "in launch.args. Unset, hpcdl writes --cpu-bind=cores or the plan's masks"
         ),
     )
     distribution_default: Literal["cyclic", "block"] | None = Field(
@@ -965,6 +968,9 @@ class Site(_Strict):
                 raise ValueError(f"launch.args: --cpu-bind={bind}: hpcdl writes the binding srun gives each task from "
                                  "the plan (or none at all with launch.cpu_bind_default); only none, srun binding no "
                                  "task and each rank binding itself to its cores, is kept as the centre writes it")
+            if self.launch.cpu_bind_default == "none":
+                raise ValueError("launch.cpu_bind_default: none, the site's Slurm binding no task, and launch.args say "
+                                 "--cpu-bind=none too; keep one")
             if self.launch.cpu_bind_default:
                 raise ValueError("launch.cpu_bind_default: the site's Slurm binding tasks by itself, but launch.args "
                                  "say --cpu-bind=none; keep one")
