@@ -453,6 +453,25 @@ def test_a_bare_srun_centre_silent_on_its_binding_gets_a_line_asking_none_and_ra
         _profile(tmp_path, SHIPPED / "delta.yaml", **{"launch.cpu_bind_default": "unstated"})
 
 
+def test_a_site_whose_slurm_binds_no_task_names_no_binding_and_each_rank_binds_itself(tmp_path):
+    """launch.cpu_bind_default: none (NRIS Olivia: jobs "are bound to the cpu cores they are allocated. However, the
+    tasks and threads are free to use all cores the job has access to on the node", and its srun lines name no
+    binding): the line names no --cpu-bind, no mask and no --distribution, even for a plan only masks would give
+    (Frontier's rank 0 on cores 49-55), which is not refused: each rank binds itself to its plan.json cores.
+    Beside launch.args' --cpu-bind=none (the same, said twice) it is refused in one line."""
+    for base in (SHIPPED / "volta-x86.yaml", SHIPPED / "frontier.yaml"):
+        site = _profile(tmp_path, base, **{"launch.cpu_bind_default": "none"})
+        plan = make_plan(site, JobRequest(nodes=2))
+        assert not any(w.startswith(("--cpu-bind", "--distribution", "-m", "--hint")) for w in plan.launcher_argv), \
+            plan.launcher_argv
+        assert plan.local_ranks()[0].cores == make_plan(load_site_file(base), JobRequest(nodes=2)).local_ranks()[0].cores
+    assert make_plan(site, JobRequest(nodes=2)).local_ranks()[0].cores == tuple(range(49, 56))  # Frontier's, kept
+    with pytest.raises(HpcdlError, match=r"launch.cpu_bind_default: none, the line asking no binding, and "
+                                         r"launch.args say --cpu-bind=none too; keep one"):
+        _profile(tmp_path, SHIPPED / "volta-x86.yaml",
+                 **{"launch.cpu_bind_default": "none", "launch.args": ["--cpu-bind=none"]})
+
+
 def test_a_centre_that_starts_from_a_clean_module_environment_purges_first(tmp_path):
     # CSC ("module purge", "module load pytorch") and SURF ("module purge", "module load 2024 ..."): the job's
     # modules are loaded into an empty environment, not on top of what the submitting shell had loaded
@@ -477,6 +496,40 @@ def test_a_centre_that_starts_from_a_clean_module_environment_purges_first(tmp_p
              + 'echo "image=${HPCDL_IMAGE_DIR:-} stale=${STALE:-} site=${SITE_STACK:-}"\n')
     out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env={**os.environ, "MODULEPATH": ""})
     assert out.stdout.strip().splitlines()[-1] == "image=/images stale= site=1", out.stderr
+
+
+def test_a_centre_that_starts_from_its_default_modules_resets_first(tmp_path):
+    # NRIS Olivia's PyTorch jobs start `ml reset; ml load NRIS/GPU; ...` (Lmod's return to the site's default modules,
+    # its sticky stacks kept), not `module purge`: the job writes `module reset` before its loads
+    site = _profile(tmp_path, PERLMUTTER, **{"modules.reset": True})
+    lines = _render(site, tmp_path).splitlines()
+    reset = lines.index("module reset")
+    assert reset < next(i for i, line in enumerate(lines) if line.startswith("module load "))
+    assert "module purge" not in lines
+    # a purge would unload what the reset restores: one or the other, and reset is Lmod's alone
+    with pytest.raises(HpcdlError, match=r"modules: .*purge and reset both set"):
+        _profile(tmp_path, PERLMUTTER, **{"modules.reset": True, "modules.purge": True})
+    with pytest.raises(HpcdlError, match=r"modules: .*reset: `module reset` is Lmod's; modules.system is tcl"):
+        _profile(tmp_path, PERLMUTTER, **{"modules.reset": True, "modules.system": "tcl"})
+    # with Lmod itself: a module the submitting shell had is gone, the site's default (LMOD_SYSTEM_DEFAULT_MODULES)
+    # is back, the job's own modules are loaded, and so is hpcdl's module again after the reset
+    require_tool("lua")
+    tree = tmp_path / "mf"
+    for name, body in (("hpcdl/0.1", 'setenv("HPCDL_IMAGE_DIR", "/images")'), ("stale/1", 'setenv("STALE", "1")'),
+                       ("site/1", 'setenv("SITE_STACK", "1")'), ("StdEnv/1", 'setenv("DEFAULT_STACK", "1")'),
+                       ("craype-accel-nvidia80", 'setenv("GTL", "1")')):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / f"{name}.lua").write_text(body + "\n")
+    site = _profile(tmp_path, PERLMUTTER,
+                    **{"modules.reset": True, "modules.load": ["site/1"], "modules.init": LMOD_INIT})
+    text = _render(site, tmp_path)
+    block = text[text.index("source -- "):text.index("set -u", text.index("source -- "))]
+    # the folder is the site's own MODULEPATH (what the login shell starts with, and a reset returns to)
+    probe = (f"source {LMOD_INIT}; module load hpcdl/0.1 stale/1; set -euo pipefail\n" + block
+             + 'echo "image=${HPCDL_IMAGE_DIR:-} stale=${STALE:-} site=${SITE_STACK:-} default=${DEFAULT_STACK:-}"\n')
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True,
+                         env={**os.environ, "MODULEPATH": str(tree), "LMOD_SYSTEM_DEFAULT_MODULES": "StdEnv"})
+    assert out.stdout.strip().splitlines()[-1] == "image=/images stale= site=1 default=1", out.stderr
 
 
 def test_a_port_whose_device_the_centre_does_not_name_gets_no_device_settings(tmp_path):

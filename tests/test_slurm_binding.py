@@ -169,14 +169,14 @@ def binds_by_cores(argv: list[str], site) -> bool:
     if site.launch.cpu_bind_default == "unstated":
         return False  # the centre's Slurm binds a bare srun's tasks as it will: each rank binds itself from plan.json
     bind = _option(argv, "--cpu-bind")
-    return bind == "cores" or (bind is None and (site.launch.cpu_bind_default is not None
+    return bind == "cores" or (bind is None and (site.launch.cpu_bind_default in ("auto", "cores")
                                                  or _option(argv, "--threads-per-core") is not None
                                                  or _option(argv, "--hint") == "nomultithread"))
 
 
 # the node's CpuBind= that poses each launch.cpu_bind_default: auto is task/affinity's own default
 # (no CpuBind), cores is CpuBind=core (slurm.conf: the node's CpuBind "will control how tasks are bound")
-POSED_CPU_BIND = {None: None, "auto": None, "cores": "core"}
+POSED_CPU_BIND = {None: None, "auto": None, "cores": "core", "none": "none"}
 
 
 def _span(cores) -> str:
@@ -273,7 +273,10 @@ def _slurmd_masks(cluster, argv: list[str], absent_ok: bool = False) -> list[int
 
 
 CPU_OPTIONS = ("--ntasks-per-node", "--cpus-per-task", "--threads-per-core", "--hint", "--distribution", "--cpu-bind")
-MULTI_SOCKET = [(s, k) for s, k in SITE_KINDS if _load(s).node_kinds[k].sockets > 1]
+# (a centre whose line asks no binding and does not say how its Slurm binds, launch.cpu_bind_default: unstated, is
+# not here: its ranks bind themselves, test_a_rank_binds_itself_to_its_planned_cpus_whatever_slurm_bound_it_to)
+MULTI_SOCKET = [(s, k) for s, k in SITE_KINDS
+                if _load(s).node_kinds[k].sockets > 1 and _load(s).launch.cpu_bind_default != "unstated"]
 
 
 @pytest.mark.slurm
@@ -314,7 +317,8 @@ def slurmd_mismatches(slurm_clusters, source: str, site, kind: str, cpu_bind: st
         except HpcdlError:
             continue
         line = list(plan.launcher_argv)
-        if not binds_by_cores(line, site) and not (unbound_lines and _option(line, "--cpu-bind") == "none"):
+        says_unbound = _option(line, "--cpu-bind") == "none" or site.launch.cpu_bind_default == "none"
+        if not binds_by_cores(line, site) and not (unbound_lines and says_unbound):
             continue  # explicit masks: Slurm binds each task to its own
         cluster = cluster or slurm_clusters.ensure(1, shape, task_layout=True)
         options = [w for w in line[1:] if w.split("=", 1)[0] in CPU_OPTIONS]
@@ -369,7 +373,8 @@ def test_a_slurm_that_binds_by_default_gives_the_plans_cores(slurm_clusters, sou
         assert unbound and all("binds no task" in m for m in unbound), unbound
 
 
-UNBOUND_BY_SLURM = [(s, k) for s, k in SITE_KINDS if srun_cpu_bind_of(_load(s).launch.args) is not None]
+UNBOUND_BY_SLURM = [(s, k) for s, k in SITE_KINDS if srun_cpu_bind_of(_load(s).launch.args) is not None
+                    or _load(s).launch.cpu_bind_default == "none"]
 
 
 @pytest.mark.slurm
@@ -378,12 +383,16 @@ def test_a_line_saying_cpu_bind_none_leaves_every_task_to_bind_itself(slurm_clus
     """A centre whose lines say --cpu-bind=none (JSC's deep-learning jobs, launch.args): the rendered line's
     CPU options, --threads-per-core included (which "Implies --cpu-bind=threads unless overridden by command
     line", srun(1)), leave every task unbound on a slurmd posing the published node with task/affinity's own
-    default, so each rank's binding is the trainer's, to its cores in plan.json (train/binding.py)."""
+    default, so each rank's binding is the trainer's, to its cores in plan.json (train/binding.py). A site whose
+    Slurm binds no task (launch.cpu_bind_default: none, NRIS Olivia) is posed so (CpuBind=none) and its line
+    names no binding word at all."""
     site = _load(source)
     plan = make_plan(site, JobRequest(nodes=2, node_kind=kind))
-    assert [w for w in plan.launcher_argv if w.startswith(("--cpu-bind", "--distribution"))] == ["--cpu-bind=none"]
+    own = [] if site.launch.cpu_bind_default == "none" else ["--cpu-bind=none"]
+    assert [w for w in plan.launcher_argv if w.startswith(("--cpu-bind", "--distribution", "--hint"))] == own
     assert all(r.cores for r in plan.local_ranks())
-    unbound = slurmd_mismatches(slurm_clusters, source, site, kind, None, unbound_lines=True)
+    unbound = slurmd_mismatches(slurm_clusters, source, site, kind, POSED_CPU_BIND[site.launch.cpu_bind_default],
+                                unbound_lines=True)
     assert unbound and all("binds no task" in m for m in unbound), unbound
 
 

@@ -76,12 +76,15 @@ class SrunLauncher(Launcher):
     binds tasks itself (`launch.cpu_bind_default`: auto binding, TaskPluginParam=Cores) and the
     centre's lines carry no --cpu-bind (CSCS Alps), the blocks go without one; the planner refuses a
     plan that would need masks there. Where the centre's line is a bare srun and its pages do not say
-    how its Slurm binds (`unstated`: SURF, BriCS), the line asks no binding and each rank binds itself. GPUs are bound by the
+    how its Slurm binds (`unstated`: SURF, BriCS), or where its Slurm binds no task (`none`: NRIS), the
+    line asks no binding and each rank binds itself. GPUs are bound by the
     plan's map with `--gpu-bind=map_gpu:`/`mask_gpu:`, so Slurm gives each task the GPU the plan
     chose, never a different "closest" one, unless the centre's lines say `--gpu-bind=closest` and its
     nearest GPUs are the plan's (`launch.gpu_bind: closest`: Pawsey, NCSA). A centre whose own lines say
     `--cpu-bind=none` (JSC) keeps it, in `launch.args`: srun binds no task and each rank binds itself to
-    its cores from plan.json. Where every task sees the node's GPUs (`launch.gpu_visibility: node`),
+    its cores from plan.json; so does a site whose Slurm binds no task and whose lines name no binding
+    (`launch.cpu_bind_default: none`, NRIS Olivia), with no binding word at all. Where every task sees
+    the node's GPUs (`launch.gpu_visibility: node`),
     `--gpu-bind=none`, or nothing where the site's Slurm binds none itself and the centre's lines say
     nothing (`launch.gpu_bind_default: none`: IDRIS).
     """
@@ -109,7 +112,7 @@ class SrunLauncher(Launcher):
         if _socket_lays_otherwise(plan, site):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
         ranks_bind_themselves = (srun_cpu_bind_of(site.launch.args) is not None
-                                 or site.launch.cpu_bind_default == "unstated")
+                                 or site.launch.cpu_bind_default in ("none", "unstated"))
         if fewer_threads:
             # ask for the unit -c was counted in, where that is fewer threads than a core has: the
             # default on Frontier and LUMI-G, what JSC asks of every job ("we strongly recommend
@@ -117,9 +120,10 @@ class SrunLauncher(Launcher):
             # (launch.threads_request); srun takes no --hint beside --cpu-bind, so masks keep the other
             argv.append(threads_option(site, node, blocks or ranks_bind_themselves))
         if ranks_bind_themselves:
-            # the centre's own --cpu-bind=none (JSC's deep-learning jobs), kept in launch.args as written, or its bare
-            # srun, its pages silent on how its Slurm binds (launch.cpu_bind_default: unstated): srun is asked for no
-            # binding, and each rank binds itself to the plan's cores from plan.json, so no layout is asked either
+            # the centre's own --cpu-bind=none (JSC's deep-learning jobs), kept in launch.args as written, a Slurm that
+            # binds no task by itself (launch.cpu_bind_default: none, NRIS Olivia), or a bare srun whose centre does not
+            # say how its Slurm binds (unstated: SURF, BriCS): srun is asked for no binding, and each rank binds itself
+            # to the plan's cores from plan.json, so no layout is asked either
             pass
         elif blocks:
             if (_shares_a_socket(plan, site) and _site_option(site, "--distribution", "-m") is None
@@ -200,7 +204,8 @@ def threads_option(site: Site, node: NodeKind, blocks: bool) -> str:
     of each of its cores (srun(1): --threads-per-core "Implies --cpu-bind=threads"; a real slurmd 22.05
     bound one thread per core under each)."""
     if (site.launch.threads_request == "hint" and node.cpus_per_core == 1 and blocks
-            and srun_cpu_bind_of(site.launch.args) is None):  # nor beside the centre's own --cpu-bind=none
+            and srun_cpu_bind_of(site.launch.args) is None  # nor beside the centre's own --cpu-bind=none
+            and site.launch.cpu_bind_default != "none"):  # nor where the site's Slurm binds no task
         return "--hint=nomultithread"
     return f"--threads-per-core={node.cpus_per_core}"
 

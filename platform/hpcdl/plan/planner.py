@@ -170,7 +170,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     argv = launcher_for(site.launcher).command(plan, site)
     if site.launch.cpu_bind_default in ("auto", "cores"):
         # the srun line names no --cpu-bind there: the plan's cores must be those Slurm binds by itself
-        # (with unstated, the line names none either, but each rank binds itself to its own cores)
+        # (with none or unstated, the line names none either, and each rank binds itself to its cores from plan.json)
         if (miss := default_binding_misses(plan, site)) is not None:
             raise HpcdlError(f"launch.cpu_bind_default: {site.launch.cpu_bind_default} binding cannot give this "
                              f"plan's cores: {miss}; ask another layout (--ranks-per-node, --mode), or unset it so "

@@ -542,7 +542,7 @@ def module_lines(site: Site, plan: Plan | None = None) -> dict:
     """`module use` and `module load` for the site's modules, the plan's (the GTL of GPU-aware
     Cray MPICH) and the container runtime's, and the init to source."""
     if site.modules.system == "none":
-        return {"init": None, "load": [], "use": [], "purge": False}
+        return {"init": None, "load": [], "use": [], "clean": None}
     load = [*site.modules.load, *(plan.modules if plan else ())]
     choice = plan.runtime if plan else None
     in_container = choice.in_container if choice is not None else site.runtime != "none"
@@ -557,7 +557,9 @@ def module_lines(site: Site, plan: Plan | None = None) -> dict:
         load.append(site.modules.frameworks[framework])
     use = [path_with_variables(p) for p in site.modules.use] if load else []
     init = path_with_variables(site.modules.init) if site.modules.init and load else None
-    return {"init": init, "load": load, "use": use, "purge": site.modules.purge and bool(load)}
+    # the clean start the centre's scripts make before their loads: `module purge`, or Lmod's `module reset`
+    clean = "purge" if site.modules.purge else "reset" if site.modules.reset else None
+    return {"init": init, "load": load, "use": use, "clean": clean if load else None}
 
 
 def activate_lines(site: Site, plan: Plan) -> list[str]:

@@ -454,6 +454,14 @@ class Modules(_Strict):
             "hpcdl's own module, if the job had it, is loaded again after the site's"
         ),
     )
+    reset: bool = Field(
+        default=False,
+        description=(
+            "`module reset` before the job's loads: Lmod's return to the site's default modules (sticky ones stay), "
+            "where the centre's job scripts start so (NRIS Olivia: ml reset; ml load NRIS/GPU); like purge, hpcdl's "
+            "own module, if the job had it, is loaded again after the site's"
+        ),
+    )
     use: tuple[SitePath, ...] = Field(default=(), description="module folders to `module use` before loading")
     load: tuple[ModuleName, ...] = Field(default=(), description="modules every hpcdl job loads")
     gpu_mpi: tuple[ModuleName, ...] = Field(
@@ -467,6 +475,16 @@ class Modules(_Strict):
     frameworks: dict[str, ModuleName] = Field(
         default_factory=dict, description="the centre's own framework module, by framework (pytorch: open-ce/1.10.0...)"
     )
+
+    @model_validator(mode="after")
+    def _one_clean_start(self) -> Modules:
+        # a purge unloads what a reset would restore: a centre's scripts start one way or the other
+        if self.purge and self.reset:
+            raise ValueError("purge and reset both set: a centre's job starts with `module purge` or `module reset`, "
+                             "not both; keep the one its scripts write")
+        if self.reset and self.system != "lmod":
+            raise ValueError(f"reset: `module reset` is Lmod's; modules.system is {self.system}")
+        return self
 
 
 class Defaults(_Strict):
@@ -660,7 +678,7 @@ class Launch(_Strict):
             "Open MPI gets --mpi=pmix"
         ),
     )
-    cpu_bind_default: Literal["auto", "cores", "unstated"] | None = Field(
+    cpu_bind_default: Literal["auto", "cores", "none", "unstated"] | None = Field(
         default=None,
         description=(
             "how the site's Slurm binds tasks when srun names no --cpu-bind, where the centre's srun lines carry "
@@ -669,9 +687,11 @@ class Launch(_Strict):
             "tasks will by default be bound to the appropriate resources') or cores (slurm.conf "
             "TaskPluginParam=Cores or the node's or partition's CpuBind=core: 'Bind tasks to cores by default'); the "
             "srun line then names no --cpu-bind, and a plan whose cores that binding would not give is refused. "
-            "unstated: the centre's lines are a bare srun and its pages do not say how its Slurm binds their tasks; "
-            "the line names no binding either (no --cpu-bind, no --distribution, no mask) and each rank binds itself "
-            "to its cores from plan.json when it starts, whatever Slurm did, as under a centre's --cpu-bind=none. "
+            "none: the site's Slurm binds no task (the job to its cores only: NRIS Olivia, 'the tasks and threads "
+            "are free to use all cores the job has access to on the node'); unstated: the centre's lines are a bare "
+            "srun and its pages do not say how its Slurm binds their tasks (SURF, BriCS). With either, the line names "
+            "no --cpu-bind, no mask and no --distribution, and each rank binds itself to its cores from plan.json when "
+            "it starts, whatever Slurm did, as with a --cpu-bind=none in launch.args. "
             "Unset, hpcdl writes --cpu-bind=cores or the plan's masks"
         ),
     )
@@ -917,10 +937,10 @@ class Site(_Strict):
                              "host-ip (its address); keep one")
         if self.launch.cpu_bind_default and self.launcher != "srun":
             raise ValueError(f"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is {self.launcher}")
-        if self.launch.cpu_bind_default == "unstated" and self.launch.gpu_bind == "closest":
-            raise ValueError("launch.cpu_bind_default: unstated leaves each task's cores to the site's Slurm until the "
-                             "rank binds itself, but launch.gpu_bind: closest picks each task's GPU by the cores Slurm "
-                             "binds it to; keep one")
+        if self.launch.cpu_bind_default in ("none", "unstated") and self.launch.gpu_bind == "closest":
+            raise ValueError(f"launch.cpu_bind_default: {self.launch.cpu_bind_default} leaves each task's cores to the "
+                             "site's Slurm until the rank binds itself, but launch.gpu_bind: closest picks each task's "
+                             "GPU by the cores Slurm binds it to; keep one")
         if self.launch.distribution_default and self.launcher != "srun":
             raise ValueError(f"launch.distribution_default: an srun setting, but the launcher is {self.launcher}")
         if self.launch.gpu_bind_default and self.launcher != "srun":
@@ -954,6 +974,9 @@ class Site(_Strict):
                 raise ValueError(f"launch.args: --cpu-bind={bind}: hpcdl writes the binding srun gives each task from "
                                  "the plan (or none at all with launch.cpu_bind_default); only none, srun binding no "
                                  "task and each rank binding itself to its cores, is kept as the centre writes it")
+            if self.launch.cpu_bind_default in ("none", "unstated"):
+                raise ValueError(f"launch.cpu_bind_default: {self.launch.cpu_bind_default}, the line asking no binding, "
+                                 "and launch.args say --cpu-bind=none too; keep one")
             if self.launch.cpu_bind_default:
                 raise ValueError("launch.cpu_bind_default: the site's Slurm binding tasks by itself, but launch.args "
                                  "say --cpu-bind=none; keep one")
