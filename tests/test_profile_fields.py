@@ -667,3 +667,19 @@ def test_a_queue_by_size_keeps_its_own_time_limit(tmp_path):
     with pytest.raises(HpcdlError, match=r"partition_by_nodes.1.max_time.*'half a day' is not a time limit"):
         _profile(tmp_path, SHIPPED / "anvil.yaml", **{"defaults.partition_by_nodes": [
             {"max_nodes": 16, "partition": "wholenode"}, {"max_nodes": 56, "partition": "wide", "max_time": "half a day"}]})
+
+
+def test_a_job_of_several_nodes_takes_every_gpu_of_each_where_the_centre_shares_only_one(tmp_path):
+    # CSD3's Wilkes-3 template: "Specify the number of GPUs per node (between 1 and 4; must be 4 if nodes>1)": a
+    # node is shared GPU by GPU only by a one-node job, so two nodes of two GPUs each are refused before submission,
+    # naming the field, where the centre's submit script would refuse them after
+    volta = SHIPPED / "volta-x86.yaml"  # 4 GPUs a node
+    shared = _profile(tmp_path, volta, **{"defaults.exclusive": False, "defaults.max_nodes_partial": 1})
+    assert make_plan(shared, JobRequest(nodes=1, ranks_per_node=2)).ranks_per_node == 2
+    assert make_plan(shared, JobRequest(nodes=2)).ranks_per_node == 4
+    with pytest.raises(HpcdlError, match=r"2 of its 4 GPUs.*defaults\.max_nodes_partial"):
+        make_plan(shared, JobRequest(nodes=2, ranks_per_node=2))
+    # a CPU-only job on the same nodes asks no GPU, and a site without the field shares nodes at any size
+    assert make_plan(shared, JobRequest(nodes=2, use_gpus=False)).ranks_per_node == 2
+    assert make_plan(_profile(tmp_path, volta, **{"defaults.exclusive": False}),
+                     JobRequest(nodes=2, ranks_per_node=2)).ranks_per_node == 2

@@ -107,6 +107,21 @@ def test_collectives_run_across_nodes_only_when_several_nodes_are_asked_for():
     assert "inter-node" not in one and 2 in two
 
 
+def test_collectives_across_nodes_ask_every_gpu_of_each_where_a_site_shares_nodes_only_in_one_node_jobs():
+    # CSD3 Wilkes-3: "between 1 and 4; must be 4 if nodes>1" (defaults.max_nodes_partial: 1): one rank of one GPU
+    # on each of two nodes is refused there, so each node's one rank holds the node's four GPUs
+    from hpcdl.plan import make_plan
+    from hpcdl.validate.checks import checks
+
+    site = load_site("csd3-ampere")
+    across = [j for j in checks.get("collectives").jobs(context(site, nodes=(1, 2))) if j.request.nodes == 2]
+    plan = make_plan(site, across[0].request)
+    assert plan.ranks_per_node == 1 and plan.ranks[0].gpus == (0, 1, 2, 3)
+    # a site that shares nodes at any size keeps one GPU per rank
+    other = [j for j in checks.get("collectives").jobs(context(load_site("karolina"), nodes=(1, 2))) if j.request.nodes == 2]
+    assert make_plan(load_site("karolina"), other[0].request).ranks[0].gpus == (0,)
+
+
 def test_a_two_node_point_whose_ranks_all_ran_on_one_node_fails_naming_the_node():
     """Two node names that are one (pretend nodes reporting the host name) must not pass as scaling."""
     from hpcdl.validate.checks import JobOutcome, checks

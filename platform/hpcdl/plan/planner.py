@@ -66,6 +66,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         notes.append(f"site {site.name} was retired ({site.retired.date}, {site.retired.source}): "
                      "this plan reproduces how jobs ran there")
     slots = _slots(site, kind_name, node, request, mode, use_gpus, notes)
+    _check_partial_nodes(site, kind_name, node, request, slots)
     cores = _cores_of_slots(site, node, slots, notes, _shared_node(site, kind_name, use_gpus))
     if site.launch.nic_choice == "plan":
         slots = [_with_nearest_nic(node, slots, i) for i in range(len(slots))]
@@ -435,6 +436,21 @@ def _with_nearest_nic(node: NodeKind, slots: list[_Slot], i: int) -> _Slot:
     near = _nearest(node.nics, key)
     peers = [j for j, other in enumerate(slots) if _nearest(node.nics, replace(other, gpus=(), nic=None)) == near]
     return replace(slot, nic=near[peers.index(i) % len(near)])
+
+
+def _check_partial_nodes(site: Site, kind_name: str, node: NodeKind, request: JobRequest, slots: list[_Slot]) -> None:
+    """Refuse a GPU job of more nodes than the centre lets a job take in part that leaves some of each node's GPUs
+    unused (`defaults.max_nodes_partial`): the centre's submit filter would refuse it (CSD3: "between 1 and 4; must
+    be 4 if nodes>1")."""
+    limit = site.defaults.max_nodes_partial
+    held = {g for slot in slots for g in slot.gpus}
+    if limit is None or request.nodes <= limit or not held or len(held) == len(node.gpus):
+        return
+    raise HpcdlError(
+        f"ranks_per_node: a job of {request.nodes} nodes uses {len(held)} of its {len(node.gpus)} GPUs on each "
+        f"{_node_of(site.name, kind_name)}, but the site takes nodes in part only in jobs of at most {limit} "
+        f"node(s) (defaults.max_nodes_partial); ask for {len(node.gpus)} ranks per node, or {limit} node(s)"
+    )
 
 
 def _shared_node(site: Site, kind_name: str, use_gpus: bool) -> bool:

@@ -567,6 +567,14 @@ class Defaults(_Strict):
         ),
     )
     max_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES)
+    max_nodes_partial: int | None = Field(
+        default=None, ge=1, le=MAX_NODES,
+        description=(
+            "the most nodes a GPU job may take in part, some of each node's GPUs: a larger job must use every GPU "
+            "of each node, and one that does not is refused naming this field (Cambridge CSD3's Wilkes-3 template: "
+            "'Specify the number of GPUs per node (between 1 and 4; must be 4 if nodes>1)': 1); unset, any size"
+        ),
+    )
     max_time: str | None = None
     image: SitePath | None = Field(default=None, description="image (path or name in image_dir) jobs run in")
     image_dir: SitePath | None = None

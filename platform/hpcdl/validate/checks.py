@@ -202,7 +202,12 @@ class CollectivesCheck(Check):
             jobs.append(ValidationJob(f"1n{rpn}r-collectives", "collectives", JobRequest(nodes=1),
                                       {"name": "validate-collectives", "probe": {**probe, "scope": "intra-node"}}))
         if max(ctx.nodes) > 1:
-            jobs.append(ValidationJob("2n1r-collectives", "collectives", JobRequest(nodes=2, ranks_per_node=1),
+            across = JobRequest(nodes=2, ranks_per_node=1)
+            if ctx.uses_gpus and (ctx.site.defaults.max_nodes_partial or 2) < 2:
+                # the site takes a node GPU by GPU only in one-node jobs (defaults.max_nodes_partial, CSD3: "must be
+                # 4 if nodes>1"): each node's one rank holds the node's GPUs, as such a job must ask them
+                across = JobRequest(nodes=2, ranks_per_node=1, mode="per-node")
+            jobs.append(ValidationJob("2n1r-collectives", "collectives", across,
                                       {"name": "validate-collectives", "probe": {**probe, "scope": "inter-node"}}))
         return jobs
 
