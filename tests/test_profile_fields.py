@@ -488,6 +488,26 @@ def test_a_port_whose_device_the_centre_does_not_name_gets_no_device_settings(tm
     assert draw_node(site, make_plan(site, JobRequest(nodes=1)), tmp_path / "node.png").stat().st_size > 0
 
 
+def test_a_port_the_centre_names_by_its_interface_only_is_the_rank_s_nic_by_that_name(tmp_path):
+    # NCSA DeltaAI's GPU affinity table pairs each GPU with its Slingshot interface ("GPU0 ... HSN hsn0 ... CPU
+    # Affinity 0-71") and names no CXI device: the plan gives each rank the port beside it by its interface name,
+    # as the centre's table does, and still no device setting (NCCL_IB_HCA and UCX_NET_DEVICES take device names)
+    volta = SHIPPED / "volta-x86.yaml"
+    data = yaml.safe_load(volta.read_text())
+    nics = data["node_kinds"]["v100"]["nics"]
+    for nic in nics:
+        nic.pop("device")
+    site = _profile(tmp_path, volta, **{"node_kinds.v100.nics": nics})
+    plan = make_plan(site, JobRequest(nodes=2))
+    assert [(r.socket, r.nic) for r in plan.ranks[:4]] == [(0, "ib0"), (0, "ib0"), (1, "ib1"), (1, "ib1")]
+    assert not any(k in r.env for r in plan.ranks for k in ("NCCL_IB_HCA", "UCX_NET_DEVICES"))
+    assert plan.env["NCCL_SOCKET_IFNAME"] == "ib0,ib1"
+    assert "NIC ib1" in _render(site, tmp_path)
+    from hpcdl.plan.picture import draw_node
+
+    assert draw_node(site, make_plan(site, JobRequest(nodes=1)), tmp_path / "node.png").stat().st_size > 0
+
+
 def test_a_slurm_that_lays_tasks_out_in_blocks_by_default_gets_no_distribution(tmp_path):
     # CSC Mahti: "By default, Slurm scatters MPI tasks --cpus-per-task apart, i.e. with --cpus-per-task=8 the MPI
     # task 0 is bound to CPU core 0, the MPI task 1 is bound to CPU core 7 etc." on two 64-core sockets: consecutive

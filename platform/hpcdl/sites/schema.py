@@ -175,6 +175,12 @@ class Nic(_Strict):
         "oversubscribed); past one leaf a node's bytes get 1/taper of its NIC (hpcdl predict)",
     )
 
+    @property
+    def name(self) -> str | None:
+        """How the plan names this port as a rank's NIC: `device:port`, or its interface where the centre names
+        only that (NCSA DeltaAI's "GPU0 ... HSN hsn0"); None where it names neither, so no rank holds it."""
+        return f"{self.device}:{self.port}" if self.device else self.netdev
+
 
 class IntraNodeLink(_Strict):
     """How the ranks of one node reach each other (hpcdl predict's inside-the-node level)."""
