@@ -96,6 +96,29 @@ def test_a_project_path_takes_the_account_or_the_one_slurm_charged(tmp_path):
         render_job_script(polaris, make_plan(polaris, JobRequest()), {}, JobOptions())
 
 
+@pytest.mark.parametrize("account", ["bbka", "bbka-dtai-gh", None])
+def test_a_project_path_takes_the_project_not_the_node_kinds_account(tmp_path, account):
+    # NCSA DeltaAI charges the project's GH200 account, "abcd-dtai-gh" ($ accounts, Job Accounting), and its folders
+    # are the project's own: "a user ... that has an allocated project with a local project serial code abcd will
+    # see ... /work/hdd/abcd" (Data Management). The folder is the project, whichever way the account is given:
+    # the project, the charged account, or none (Slurm's $SLURM_JOB_ACCOUNT, the charged one, less the suffix)
+    site = load_site("deltaai")
+    text = _render(site, tmp_path, nodes=1, account=account)
+    assert "#SBATCH --account=bbka-dtai-gh" in text or account is None
+    line = next(x for x in text.splitlines() if x.startswith("srun "))
+    bind = line.split("--bind ", 1)[1].split()[0]
+    env = {"PATH": os.environ["PATH"], "USER": "auser", "SLURM_JOB_ACCOUNT": "bbka-dtai-gh"}
+    out = subprocess.run(["bash", "-uc", f"printf %s {bind}"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and out.stdout == "/work/hdd/bbka/auser", (bind, out.stderr)
+    # a value in the shell's own suffix-removal form stays inert: only the suffix word, no pattern, no command
+    from hpcdl.shell import path_with_variables
+
+    hostile = path_with_variables("/x/${SLURM_JOB_ACCOUNT%$(touch pwned)}/${A%*}")
+    out = subprocess.run(["bash", "-c", f"cd {tmp_path} && printf %s {hostile}"], capture_output=True, text=True,
+                         env={"PATH": os.environ["PATH"], "SLURM_JOB_ACCOUNT": "p", "A": "a"})
+    assert not (tmp_path / "pwned").exists() and "$(touch pwned)" in out.stdout
+
+
 def test_gpu_aware_cray_mpich_comes_with_its_gtl_module_or_not_at_all(tmp_path):
     site = load_site("frontier")
     plan = make_plan(site, JobRequest())
