@@ -76,7 +76,7 @@ trap 'hpcdl_signal=TERM; [ -z "$hpcdl_launcher_pid" ] || kill -s TERM "$hpcdl_la
 # exits 75 (requeue to resume) even where the launcher reports its own status (mpirun: 1).
 rm -f .hpcdl-preempted
 
-srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=72 --cpu-bind=cores --gpus-per-node=4 --gpu-bind=map_gpu:0,1,2,3 apptainer exec --nv --bind /work/hdd/"${SLURM_JOB_ACCOUNT}"/"${USER}" --bind /tmp "${HPCDL_IMAGE_DIR}"/gh200-cuda.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
+srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=72 --cpu-bind=cores --gpus-per-node=4 --gpu-bind=map_gpu:0,1,2,3 apptainer exec --nv --bind /work/hdd/"${SLURM_JOB_ACCOUNT%-dtai-gh}"/"${USER}" --bind /tmp "${HPCDL_IMAGE_DIR}"/gh200-cuda.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
 hpcdl_launcher_pid=$!
 hpcdl_status=0
 while :; do
