@@ -371,3 +371,16 @@ def test_the_image_is_chosen_by_hardware_unless_the_profile_names_one():
     site = load_site("volta-x86")
     named = site.model_copy(update={"defaults": site.defaults.model_copy(update={"image": "registry.x/hpcdl/volta-cuda:0.1"})})
     assert image_name_for_site(named) == "volta-cuda"
+
+
+def test_a_wrapper_binds_the_project_folder_of_the_account_slurm_charged(tmp_path):
+    # NCSA DeltaAI charges "abcd-dtai-gh" and keeps the project's files in /work/hdd/abcd: in a job, the wrapper's
+    # project folder is $SLURM_JOB_ACCOUNT less the node kind's account suffix, as the job script's is
+    python = next(f for f in render_site(load_site("deltaai")) if f.relpath.endswith("/python"))
+    line = next(x for x in python.text.splitlines() if x.startswith("bind ") and "/work/hdd/" in x)
+    proc = subprocess.run(["bash", "-uc", f"printf '%s\\n' {line.split(' ', 2)[2]}"], capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], "USER": "auser", "SLURM_JOB_ACCOUNT": "bbka-dtai-gh"})
+    assert proc.stdout.splitlines() == ["/work/hdd/bbka/auser"] * 2, (line, proc.stderr)
+    write_tree([python], tmp_path / "tree")
+    shellcheck(tmp_path / "tree" / python.relpath)
+    assert sh_expanding("/p/${A%-x}/${B%$(id)}") == '"/p/${A%-x}/\\${B%\\$(id)}"'

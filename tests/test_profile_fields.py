@@ -96,6 +96,29 @@ def test_a_project_path_takes_the_account_or_the_one_slurm_charged(tmp_path):
         render_job_script(polaris, make_plan(polaris, JobRequest()), {}, JobOptions())
 
 
+@pytest.mark.parametrize("account", ["bbka", "bbka-dtai-gh", None])
+def test_a_project_path_takes_the_project_not_the_node_kinds_account(tmp_path, account):
+    # NCSA DeltaAI charges the project's GH200 account, "abcd-dtai-gh" ($ accounts, Job Accounting), and its folders
+    # are the project's own: "a user ... that has an allocated project with a local project serial code abcd will
+    # see ... /work/hdd/abcd" (Data Management). The folder is the project, whichever way the account is given:
+    # the project, the charged account, or none (Slurm's $SLURM_JOB_ACCOUNT, the charged one, less the suffix)
+    site = load_site("deltaai")
+    text = _render(site, tmp_path, nodes=1, account=account)
+    assert "#SBATCH --account=bbka-dtai-gh" in text or account is None
+    line = next(x for x in text.splitlines() if x.startswith("srun "))
+    bind = line.split("--bind ", 1)[1].split()[0]
+    env = {"PATH": os.environ["PATH"], "USER": "auser", "SLURM_JOB_ACCOUNT": "bbka-dtai-gh"}
+    out = subprocess.run(["bash", "-uc", f"printf %s {bind}"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and out.stdout == "/work/hdd/bbka/auser", (bind, out.stderr)
+    # a value in the shell's own suffix-removal form stays inert: only the suffix word, no pattern, no command
+    from hpcdl.shell import path_with_variables
+
+    hostile = path_with_variables("/x/${SLURM_JOB_ACCOUNT%$(touch pwned)}/${A%*}")
+    out = subprocess.run(["bash", "-c", f"cd {tmp_path} && printf %s {hostile}"], capture_output=True, text=True,
+                         env={"PATH": os.environ["PATH"], "SLURM_JOB_ACCOUNT": "p", "A": "a"})
+    assert not (tmp_path / "pwned").exists() and "$(touch pwned)" in out.stdout
+
+
 def test_gpu_aware_cray_mpich_comes_with_its_gtl_module_or_not_at_all(tmp_path):
     site = load_site("frontier")
     plan = make_plan(site, JobRequest())
@@ -551,6 +574,26 @@ def test_a_port_whose_device_the_centre_does_not_name_gets_no_device_settings(tm
     # the ports still count for what crosses the network (hpcdl predict reads their kind and speed)
     assert [n.kind for n in site.node_kinds["v100"].nics] == ["infiniband", "infiniband"]
     # and the node's picture draws them, pinned to no rank
+    from hpcdl.plan.picture import draw_node
+
+    assert draw_node(site, make_plan(site, JobRequest(nodes=1)), tmp_path / "node.png").stat().st_size > 0
+
+
+def test_a_port_the_centre_names_by_its_interface_only_is_the_rank_s_nic_by_that_name(tmp_path):
+    # NCSA DeltaAI's GPU affinity table pairs each GPU with its Slingshot interface ("GPU0 ... HSN hsn0 ... CPU
+    # Affinity 0-71") and names no CXI device: the plan gives each rank the port beside it by its interface name,
+    # as the centre's table does, and still no device setting (NCCL_IB_HCA and UCX_NET_DEVICES take device names)
+    volta = SHIPPED / "volta-x86.yaml"
+    data = yaml.safe_load(volta.read_text())
+    nics = data["node_kinds"]["v100"]["nics"]
+    for nic in nics:
+        nic.pop("device")
+    site = _profile(tmp_path, volta, **{"node_kinds.v100.nics": nics})
+    plan = make_plan(site, JobRequest(nodes=2))
+    assert [(r.socket, r.nic) for r in plan.ranks[:4]] == [(0, "ib0"), (0, "ib0"), (1, "ib1"), (1, "ib1")]
+    assert not any(k in r.env for r in plan.ranks for k in ("NCCL_IB_HCA", "UCX_NET_DEVICES"))
+    assert plan.env["NCCL_SOCKET_IFNAME"] == "ib0,ib1"
+    assert "NIC ib1" in _render(site, tmp_path)
     from hpcdl.plan.picture import draw_node
 
     assert draw_node(site, make_plan(site, JobRequest(nodes=1)), tmp_path / "node.png").stat().st_size > 0

@@ -230,6 +230,10 @@ def test_a_path_may_use_only_variables_the_scheduler_or_the_profile_guarantees(t
     site = _load(tmp_path, _site_data(**{"filesystems.scratch": "$MYSCRATCH/dl", "provides_env": ["MYSCRATCH"]}))
     assert site.filesystems.scratch == "$MYSCRATCH/dl"
     assert _load(tmp_path, _site_data(**{"filesystems.node_local": "/tmp/$SLURM_JOB_ID"}))
+    # the suffix-removal form a path also expands (${NAME%word}) names a variable all the same
+    with pytest.raises(HpcdlError, match=r"filesystems.scratch: \$PROJECT is set neither by slurm"):
+        _load(tmp_path, _site_data(**{"filesystems.scratch": "/lustre/${PROJECT%-gpu}/scratch"}))
+    assert _load(tmp_path, _site_data(**{"filesystems.scratch": "/lustre/${SLURM_JOB_ACCOUNT%-gpu}"}))
 
 
 @pytest.mark.parametrize("directive", ["--network=a b", "--x=$(reboot)", "not-an-option", "--mem=1G\n#SBATCH -N 9"])

@@ -7,7 +7,9 @@ import shlex
 
 from hpcdl.errors import HpcdlError
 
-_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+# $NAME, ${NAME}, or ${NAME%word}: the shell's removal of a literal suffix (a project's folder from the account
+# Slurm charged, $SLURM_JOB_ACCOUNT less a node kind's account suffix); the word holds no pattern or expansion
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(%[A-Za-z0-9._-]+)?\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
 class Expanding(str):
@@ -98,7 +100,7 @@ def path_with_variables(path: str) -> str:
     for match in _VARIABLE.finditer(path):
         if match.start() > last:
             parts.append(quote(path[last:match.start()]))
-        parts.append('"${' + (match.group(1) or match.group(2)) + '}"')
+        parts.append('"${' + (match.group(1) or match.group(3)) + (match.group(2) or "") + '}"')
         last = match.end()
     if last < len(path) or not parts:
         parts.append(quote(path[last:]))

@@ -77,7 +77,7 @@ trap 'hpcdl_signal=TERM; [ -z "$hpcdl_launcher_pid" ] || kill -s TERM "$hpcdl_la
 # exits 75 (requeue to resume) even where the launcher reports its own status (mpirun: 1).
 rm -f .hpcdl-preempted
 
-srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=16 --cpu-bind=cores --gpus-per-node=4 --gpu-bind=closest singularity exec --nv --bind /scratch/"${SLURM_JOB_ACCOUNT}"/"${USER}" --bind /tmp "${HPCDL_IMAGE_DIR}"/ampere-cuda.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
+srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=16 --cpu-bind=cores --gpus-per-node=4 --gpu-bind=closest singularity exec --nv --bind /scratch/"${SLURM_JOB_ACCOUNT%-delta-gpu}"/"${USER}" --bind /tmp "${HPCDL_IMAGE_DIR}"/ampere-cuda.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
 hpcdl_launcher_pid=$!
 hpcdl_status=0
 while :; do

@@ -185,9 +185,10 @@ def container_argv(site: Site) -> tuple[tuple[str, ...], tuple[tuple[str, str, s
     with a missing bind source, which would break `python` on a login node.
     """
     try:
-        # a project folder ({project}) is the job's account: Slurm sets $SLURM_JOB_ACCOUNT in a job,
-        # and outside one the folder does not exist, so the wrapper leaves it unbound
-        site = with_project(site, None)
+        # a project folder ({project}) is the job's project: Slurm sets the account it charged in
+        # $SLURM_JOB_ACCOUNT, less the node kind's account suffix (NCSA DeltaAI: abcd-dtai-gh, /work/hdd/abcd),
+        # and outside a job the folder does not exist, so the wrapper leaves it unbound
+        site = with_project(site, None, account_suffix=site.node_kind()[1].defaults.account_suffix)
     except HpcdlError:
         pass
     plan = make_plan(site, JobRequest(nodes=1, ranks_per_node=1))

@@ -42,7 +42,8 @@ def lua_long_string(value) -> str:
     return f"[{eq}[\n{text}\n]{eq}]"
 
 
-_SHELL_VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})")
+# $NAME, ${NAME}, or ${NAME%word}, the removal of a literal suffix (hpcdl.shell.path_with_variables)
+_SHELL_VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*(?:%[A-Za-z0-9._-]+)?\})")
 
 
 def sh_expanding(value) -> str:

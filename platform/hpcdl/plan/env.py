@@ -67,8 +67,8 @@ def rank_env(site: Site, node: NodeKind, gpus: tuple[int, ...], nic: str | None,
         vendor = node.gpus[gpus[0]].vendor
         # ROCm's own selector for AMD GCDs (LUMI-G/Frontier launch lines set ROCR_VISIBLE_DEVICES)
         env["ROCR_VISIBLE_DEVICES" if vendor == "amd" else "CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
-    if nic is not None:
-        port = next(n for n in node.nics if f"{n.device}:{n.port}" == nic)
+    port = next((n for n in node.nics if n.name == nic), None) if nic is not None else None
+    if port is not None and port.device:
         if port.kind == "infiniband":
             # '=' asks NCCL for an exact device match (NCCL environment docs), so mlx5_1 never
             # also matches mlx5_10; UCX takes device:port.

@@ -80,9 +80,8 @@ def draw_node(site: Site, plan: Plan, path: Path) -> Path:
             y += 1.5
         nics = [n for n in node.nics if n.socket == s]
         _device_row(ax, x0 + 0.5, y, cols, [
-            # a port whose device the centre names none of is pinned to no rank (NCCL and UCX pick it themselves)
-            (f"{n.device}:{n.port}", [r.local_rank for r in local if r.nic == f"{n.device}:{n.port}"]) if n.device
-            else (n.kind, None) for n in nics],
+            # a port the centre names by neither device nor interface is pinned to no rank (NCCL and UCX pick it)
+            (n.name, [r.local_rank for r in local if r.nic == n.name]) if n.name else (n.kind, None) for n in nics],
             colours)
 
     handles = [Patch(fc=colours[r.local_rank], ec="#555555",

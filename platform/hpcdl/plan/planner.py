@@ -268,9 +268,10 @@ def _check_collective_plugin(site: Site, kind_name: str, node: NodeKind, distrib
 
 
 def _port(nic: Nic) -> str | None:
-    # a port whose device the centre does not name is no rank's: NCCL_IB_HCA and UCX_NET_DEVICES take exact
-    # names, and a guessed one would keep NCCL and UCX off the fabric, where unset they pick the HCAs themselves
-    return f"{nic.device}:{nic.port}" if nic.device else None
+    # a port the centre names by neither device nor interface is no rank's; one named by its interface only is
+    # the rank's by that name, with no device setting (rank_env): NCCL_IB_HCA and UCX_NET_DEVICES take exact
+    # device names, and a guessed one would keep NCCL and UCX off the fabric, where unset they pick the HCAs
+    return nic.name
 
 
 def _use_gpus(site: Site, kind_name: str, node: NodeKind, request: JobRequest) -> bool:

@@ -161,7 +161,8 @@ def render_job_script(
         # immediately terminated"): better refused here than after the queue wait
         raise HpcdlError(f"account: site {site.name!r} runs no job without an account or project "
                          "(defaults.account_required); give it with --account")
-    site = with_project(site, options.account or site.defaults.account, scheduler)
+    site = with_project(site, options.account or site.defaults.account, scheduler,
+                        site.node_kinds[plan.node_kind].defaults.account_suffix)
     if plan.runtime is not None and plan.runtime.refusal:
         # the job would start no framework: refused here, before the queue wait
         raise HpcdlError(f"runtime: {plan.runtime.refusal}")

@@ -71,7 +71,8 @@ LAUNCHER_NEEDS: dict[str, tuple[str, ...]] = {
 #: variables every job shell has: the login's and the batch system's own (a path may use them)
 ALWAYS_SET = ("USER", "HOME", "LOGNAME", "HOSTNAME", "PWD", "TMPDIR")
 SCHEDULER_VARIABLE_PREFIX = {"slurm": "SLURM_", "lsf": "LSB_", "pbs": "PBS_", "local": "HPCDL_"}
-_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+# $NAME, ${NAME} or ${NAME%word} (a literal suffix removed): the references a path expands (hpcdl.shell)
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:%[A-Za-z0-9._-]+)?\}|([A-Za-z_][A-Za-z0-9_]*))")
 #: the placeholder in a site path that takes the account/project given at render time
 PROJECT_PLACEHOLDER = "{project}"
 _DIRECTIVE = re.compile(r"^--?[A-Za-z][A-Za-z0-9_-]*(?:[ =][A-Za-z0-9._:+=,@/%\[\]-]+)?$")
@@ -174,6 +175,12 @@ class Nic(_Strict):
         description="the leaf switch's downlink to uplink bandwidth ratio (1: non-blocking fat tree, 2: 2:1 "
         "oversubscribed); past one leaf a node's bytes get 1/taper of its NIC (hpcdl predict)",
     )
+
+    @property
+    def name(self) -> str | None:
+        """How the plan names this port as a rank's NIC: `device:port`, or its interface where the centre names
+        only that (NCSA DeltaAI's "GPU0 ... HSN hsn0"); None where it names neither, so no rank holds it."""
+        return f"{self.device}:{self.port}" if self.device else self.netdev
 
 
 class IntraNodeLink(_Strict):
