@@ -5,7 +5,6 @@ pipeline, the halo exchange of spatial parallelism, and strong scaling that neve
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import yaml
@@ -233,6 +232,7 @@ def test_the_halo_exchange_by_hand():
     assert halo_time(link, net, 2, 1) == 0.0
     machine = Machine(rank_flops_per_s=1e12, batch_half=5.0, memory_gbyte_s=1e6, intra=link, inter=link)
     one = predict_iteration(machine, Workload(net, 2, "gloo", 0), 1, 1)
+    assert one.halo_s == 0.0  # unsplit: no neighbour to borrow from
     two = predict_iteration(machine, Workload(net, 2, "gloo", 0, spatial_ways=2), 1, 2)
     # slab efficiency: one sample's worth of work per rank runs at 1/(1+5) of the large-batch rate, not 2/(2+5)
     assert two.compute_s == pytest.approx(1 * 1e9 * 3 / 1e12 * 6 / 1)

@@ -124,7 +124,7 @@ class Rendered:
         self.code = "\n".join(code)  # what a shell runs (and the plan it writes), with directives
         self.code_and_directives = "\n".join(line for line in lines if line.startswith(prefix)
                                              or not line.lstrip().startswith("#"))
-        assigned, exported, self.exports = {}, set(), {}
+        assigned, self.exports = {}, {}
         for line in code:
             try:
                 words = shlex.split(line, comments=True) if line and not line.startswith((" ", "\t")) else []

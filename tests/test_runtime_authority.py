@@ -9,7 +9,6 @@ in a container, by the image, the runtime's module or hook, or a carried library
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
 import pytest
 
