@@ -506,11 +506,7 @@ def test_a_centre_that_starts_from_a_clean_module_environment_purges_first(tmp_p
     # with Lmod itself: the site's module is loaded, a module the submitting shell had is gone, and hpcdl's own
     # module (its HPCDL_IMAGE_DIR) is loaded again after the purge
     require_tool("lua")  # Lmod runs on lua; its init script is read from Debian's lmod package
-    tree = tmp_path / "mf"
-    for name, body in (("hpcdl/0.1", 'setenv("HPCDL_IMAGE_DIR", "/images")'), ("stale/1", 'setenv("STALE", "1")'),
-                       ("site/1", 'setenv("SITE_STACK", "1")'), ("craype-accel-nvidia80", 'setenv("GTL", "1")')):
-        (tree / name).parent.mkdir(parents=True, exist_ok=True)
-        (tree / f"{name}.lua").write_text(body + "\n")
+    tree = _module_tree(tmp_path)
     site = _profile(tmp_path, PERLMUTTER,
                     **{"modules.purge": True, "modules.load": ["site/1"], "modules.init": LMOD_INIT})
     text = _render(site, tmp_path)
@@ -519,6 +515,17 @@ def test_a_centre_that_starts_from_a_clean_module_environment_purges_first(tmp_p
              + 'echo "image=${HPCDL_IMAGE_DIR:-} stale=${STALE:-} site=${SITE_STACK:-}"\n')
     out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env={**os.environ, "MODULEPATH": ""})
     assert out.stdout.strip().splitlines()[-1] == "image=/images stale= site=1", out.stderr
+
+
+def _module_tree(tmp_path, *more: tuple[str, str]):
+    """A folder of Lmod modules for the purge and reset tests: hpcdl's own, one the submitting shell had loaded,
+    the site's, its GPU-aware MPI's (and `more`), each setting one variable."""
+    tree = tmp_path / "mf"
+    for name, body in (("hpcdl/0.1", 'setenv("HPCDL_IMAGE_DIR", "/images")'), ("stale/1", 'setenv("STALE", "1")'),
+                       ("site/1", 'setenv("SITE_STACK", "1")'), ("craype-accel-nvidia80", 'setenv("GTL", "1")'), *more):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / f"{name}.lua").write_text(body + "\n")
+    return tree
 
 
 def test_a_centre_that_starts_from_its_default_modules_resets_first(tmp_path):
@@ -537,12 +544,7 @@ def test_a_centre_that_starts_from_its_default_modules_resets_first(tmp_path):
     # with Lmod itself: a module the submitting shell had is gone, the site's default (LMOD_SYSTEM_DEFAULT_MODULES)
     # is back, the job's own modules are loaded, and so is hpcdl's module again after the reset
     require_tool("lua")
-    tree = tmp_path / "mf"
-    for name, body in (("hpcdl/0.1", 'setenv("HPCDL_IMAGE_DIR", "/images")'), ("stale/1", 'setenv("STALE", "1")'),
-                       ("site/1", 'setenv("SITE_STACK", "1")'), ("StdEnv/1", 'setenv("DEFAULT_STACK", "1")'),
-                       ("craype-accel-nvidia80", 'setenv("GTL", "1")')):
-        (tree / name).parent.mkdir(parents=True, exist_ok=True)
-        (tree / f"{name}.lua").write_text(body + "\n")
+    tree = _module_tree(tmp_path, ("StdEnv/1", 'setenv("DEFAULT_STACK", "1")'))
     site = _profile(tmp_path, PERLMUTTER,
                     **{"modules.reset": True, "modules.load": ["site/1"], "modules.init": LMOD_INIT})
     text = _render(site, tmp_path)
