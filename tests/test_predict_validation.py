@@ -55,9 +55,43 @@ def test_the_measured_throughput_at_p_above_1_is_never_an_input_to_its_predictio
     scaling, collectives = _split(_records())
     site = load_site("local")
     before = {(m["mode"], m["p"]): m.get("predicted_images_per_sec") for m in with_predictions(site, scaling, collectives)}
-    doctored = [{**m, "images_per_sec": m["images_per_sec"] * (10 if m["p"] > 1 else 1)} for m in scaling]
+    doctored = [{**m, "images_per_sec": m["images_per_sec"] * 10, "steady_images_per_sec": m["images_per_sec"] * 9}
+                if m["p"] > 1 else m for m in scaling]
     after = {(m["mode"], m["p"]): m.get("predicted_images_per_sec") for m in with_predictions(site, doctored, collectives)}
     assert before == after
+
+
+def test_a_prediction_is_held_against_the_jobs_steady_state_and_calibrated_from_the_one_rank_jobs_own():
+    """The model gives an iteration in steady state: a job's windows after the warm-up (their median,
+    steady_images_per_sec) are what a point is held against, and what the one-rank jobs calibrate the rank
+    from; the whole run's rate only where a job had too few windows (the stored run's records predate it)."""
+    scaling, collectives = _split(_records())
+    site = load_site("local")
+    steadier = [{**m, "steady_images_per_sec": m["images_per_sec"] * 1.1} if m["p"] > 1 else m for m in scaling]
+    for m in (m for m in with_predictions(site, steadier, collectives) if m["series"] == "scaling" and m["p"] > 1):
+        measured = m["images_per_sec"] * 1.1
+        assert m["prediction_measured_images_per_sec"] == pytest.approx(measured)
+        assert m["prediction_error"] == pytest.approx((m["predicted_images_per_sec"] - measured) / measured)
+    faster = [{**m, "steady_images_per_sec": m["images_per_sec"] * 1.2} if m["p"] == 1 else m for m in scaling]
+    assert _weak_two_rank_prediction(faster) > _weak_two_rank_prediction(scaling)
+
+
+def test_the_steady_state_is_the_median_of_the_full_windows_after_the_warm_up():
+    from hpcdl.validate.checks import steady_rate
+
+    def steps(*windows):
+        out, at = [], 0
+        for n, rate in windows:
+            at += n
+            out.append({"event": "step", "iter": at, "images_per_sec_total": rate})
+        return out
+
+    # a 2-node job's windows on a shaped 1 Gbit/s link (one real run): warm-up, four of 37, two left over
+    run = steps((37, 1489), (37, 1383), (37, 1708), (37, 1581), (2, 1777))
+    assert steady_rate(run) == 1581  # median of 1383, 1708, 1581: not the warm-up, not the 2-iteration stub
+    assert steady_rate(steps((37, 1000), (37, 1200), (37, 1300))) == 1250
+    assert steady_rate(steps((37, 1000), (37, 1200))) is None  # one window after the warm-up is no median
+    assert steady_rate([]) is None
 
 
 def test_a_busier_host_during_the_p_2_job_predicts_less_and_a_slower_p_1_rank_predicts_less():

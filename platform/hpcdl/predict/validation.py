@@ -44,7 +44,7 @@ def with_predictions(site: Site, measurements: list[dict], collectives: list[dic
                 out.append(base)
                 continue
             try:
-                out.append(_predicted(site, m, cal, net, base["images_per_sec"]))
+                out.append(_predicted(site, m, cal, net, steady(base)))
             except HpcdlError as exc:  # e.g. a GPU with no reference rate: the measurement still stands
                 out.append({**m, "prediction_note": str(exc)})
     return out + [m for m in measurements if m.get("series") != "scaling"]
@@ -58,7 +58,7 @@ def _calibration(site: Site, measurements: list[dict], collectives: list[dict]):
     """
     # a one-node job with several ranks already had its cores slow each other down: its rank's
     # rate over its effective share is one core's rate alone, as the p > 1 points need
-    bases = [{**b, "cpu_share": _effective_share(b)} for b in
+    bases = [{**b, "cpu_share": _effective_share(b), "images_per_sec": steady(b)} for b in
              (_with_share(site, m) for m in measurements
               if m.get("series") == "scaling" and m.get("p") == 1 and _complete(m))]
     cal = calibrate([*collectives, *({**b, "mode": "weak"} for b in bases)], site.name, "this validation run")
@@ -68,6 +68,14 @@ def _calibration(site: Site, measurements: list[dict], collectives: list[dict]):
         cal = replace(cal, compute=(replace(same[0], flops_per_s=mean,
                                             source=f"the mean of this run's {len(same)} one-rank jobs"),))
     return cal
+
+
+def steady(m: dict) -> float:
+    """The measured rate a prediction is held against and calibrated from: the job's steady state (the median
+    of its display windows after the warm-up, hpcdl.validate.checks.steady_rate), as the model predicts an
+    iteration in steady state over a link measured by its median window; the whole run's rate where the job
+    had too few windows."""
+    return m.get("steady_images_per_sec") or m["images_per_sec"]
 
 
 def _complete(m: dict) -> bool:
@@ -107,8 +115,9 @@ def _predicted(site: Site, m: dict, cal, net, baseline: float) -> dict:
     machine = machine_for(site, plan, cal, options)
     work = workload_for(plan, net, max(1, m["global_batch"] // m["ranks"]), options)
     it = predict_iteration(machine, work, nodes, rpn)
-    error = (it.images_per_sec - m["images_per_sec"]) / m["images_per_sec"] if m["images_per_sec"] else None
-    return {**m, "predicted_images_per_sec": it.images_per_sec,
+    measured = steady(m)
+    error = (it.images_per_sec - measured) / measured if measured else None
+    return {**m, "predicted_images_per_sec": it.images_per_sec, "prediction_measured_images_per_sec": measured,
             "predicted_efficiency": it.images_per_sec / (m["p"] * baseline) if baseline else None,
             "predicted_compute_s": it.compute_s, "predicted_exposed_comm_s": it.exposed_comm_s,
             "predicted_algorithm": it.algorithm, "prediction_error": error,

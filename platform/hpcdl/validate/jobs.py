@@ -127,7 +127,9 @@ def train_job(
     recipe = dict(recipe or base_recipe())
     batch = batch or ctx.settings.batch_size
     iters = iters or ctx.settings.train_iters
-    recipe.update(batch_size=batch, max_iter=iters, test_interval=iters, display=max(1, iters // 4))
+    # eight display windows: the steady state a scaling point is judged by is the median of those after the
+    # first (hpcdl.validate.checks.steady_rate), and seven windows outvote a burst that slows two of them
+    recipe.update(batch_size=batch, max_iter=iters, test_interval=iters, display=max(1, iters // 8))
     if net != recipe["net"]:
         # other nets measure speed on synthetic images at their own input size
         recipe.update(net=net, data={"source": "synthetic", "synthetic_samples": max(256, 4 * batch)})
