@@ -112,7 +112,7 @@ class SrunLauncher(Launcher):
         if _socket_lays_otherwise(plan, site):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
         ranks_bind_themselves = (srun_cpu_bind_of(site.launch.args) is not None
-                                 or site.launch.cpu_bind_default in ("none", "unstated"))
+                                 or site.launch.line_asks_no_binding)
         if fewer_threads:
             # ask for the unit -c was counted in, where that is fewer threads than a core has: the
             # default on Frontier and LUMI-G, what JSC asks of every job ("we strongly recommend
@@ -134,7 +134,7 @@ class SrunLauncher(Launcher):
                 argv.append("--distribution=block:block")
             # (a site whose Slurm lays tasks out in blocks by default, launch.distribution_default: block, gives the
             # plan's blocks with none, as the centre's lines name none)
-            if not site.launch.cpu_bind_default and not fewer_threads:
+            if not site.launch.slurm_binds_tasks and not fewer_threads:
                 argv.append("--cpu-bind=cores")
             # else the site's Slurm binds each task to its block of cores by itself, as the centre's lines rely on
             # (launch.cpu_bind_default: task/affinity's auto binding or TaskPluginParam=Cores), and the line names

@@ -97,7 +97,10 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
             # where it counts physical cores (OLCF Frontier: --threads-per-core=1 by default)
             cpus=tuple(cpu for core in cores[lr] for cpu in node.cpus_of_core(core)[: node.cpus_per_core]),
             gpus=slot.gpus,
-            nic=_port(node.nics[slot.nic]) if slot.nic is not None else None,
+            # a port the centre names by neither device nor interface is no rank's; one named by its interface
+            # only is the rank's by that name, with no device setting (rank_env): NCCL_IB_HCA and UCX_NET_DEVICES
+            # take exact device names, and a guessed one would keep NCCL and UCX off the fabric
+            nic=node.nics[slot.nic].name if slot.nic is not None else None,
             omp_num_threads=threads,
         )
         for lr, slot in enumerate(slots)
@@ -169,7 +172,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     )
     plan = replace(plan, notes=tuple(notes))
     argv = launcher_for(site.launcher).command(plan, site)
-    if site.launch.cpu_bind_default in ("auto", "cores"):
+    if site.launch.slurm_binds_tasks:
         # the srun line names no --cpu-bind there: the plan's cores must be those Slurm binds by itself
         # (with none or unstated, the line names none either, and each rank binds itself to its cores from plan.json)
         if (miss := default_binding_misses(plan, site)) is not None:
@@ -267,13 +270,6 @@ def _check_collective_plugin(site: Site, kind_name: str, node: NodeKind, distrib
         "environment.net_plugin; docs/sites.md)")
 
 
-def _port(nic: Nic) -> str | None:
-    # a port the centre names by neither device nor interface is no rank's; one named by its interface only is
-    # the rank's by that name, with no device setting (rank_env): NCCL_IB_HCA and UCX_NET_DEVICES take exact
-    # device names, and a guessed one would keep NCCL and UCX off the fabric, where unset they pick the HCAs
-    return nic.name
-
-
 def _use_gpus(site: Site, kind_name: str, node: NodeKind, request: JobRequest) -> bool:
     wants = request.use_gpus if request.use_gpus is not None else (True if request.mode == "per-gpu" else None)
     if wants and not node.gpus:
@@ -325,7 +321,7 @@ def _slots(
         notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, spread evenly over the sockets")
         first = None
         if site.launch.rank_order == "cores" and (site.launch.gpu_bind == "closest"
-                                                  or site.launch.cpu_bind_default in ("auto", "cores")):
+                                                  or site.launch.slurm_binds_tasks):
             # Slurm lays task i on the i-th block of cores (launch.cpu_bind_default) or picks its GPUs by them
             # (--gpu-bind=closest): a node not filled takes the GPUs beside its first cores, as Pawsey's 3 packs
             # on chiplets 0-2 drive the GCDs beside them

@@ -767,6 +767,18 @@ class Launch(_Strict):
         ),
     )
 
+    @property
+    def slurm_binds_tasks(self) -> bool:
+        """The site's Slurm binds each task to its block of cores by itself (cpu_bind_default auto or cores): the
+        line names no --cpu-bind, and the plan's cores must be those it gives."""
+        return self.cpu_bind_default in ("auto", "cores")
+
+    @property
+    def line_asks_no_binding(self) -> bool:
+        """The line asks srun for no binding word (cpu_bind_default none or unstated): each rank binds itself to
+        its cores from plan.json, whatever the site's Slurm did."""
+        return self.cpu_bind_default in ("none", "unstated")
+
 
 class Container(_Strict):
     """Container-runtime modules and flags (podman-hpc --nccl, Shifter --module=gpu,nccl-plugin)."""
@@ -952,7 +964,7 @@ class Site(_Strict):
                              "host-ip (its address); keep one")
         if self.launch.cpu_bind_default and self.launcher != "srun":
             raise ValueError(f"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is {self.launcher}")
-        if self.launch.cpu_bind_default in ("none", "unstated") and self.launch.gpu_bind == "closest":
+        if self.launch.line_asks_no_binding and self.launch.gpu_bind == "closest":
             raise ValueError(f"launch.cpu_bind_default: {self.launch.cpu_bind_default} leaves each task's cores to the "
                              "site's Slurm until the rank binds itself, but launch.gpu_bind: closest picks each task's "
                              "GPU by the cores Slurm binds it to; keep one")
@@ -989,7 +1001,7 @@ class Site(_Strict):
                 raise ValueError(f"launch.args: --cpu-bind={bind}: hpcdl writes the binding srun gives each task from "
                                  "the plan (or none at all with launch.cpu_bind_default); only none, srun binding no "
                                  "task and each rank binding itself to its cores, is kept as the centre writes it")
-            if self.launch.cpu_bind_default in ("none", "unstated"):
+            if self.launch.line_asks_no_binding:
                 raise ValueError(f"launch.cpu_bind_default: {self.launch.cpu_bind_default}, the line asking no binding, "
                                  "and launch.args say --cpu-bind=none too; keep one")
             if self.launch.cpu_bind_default:
