@@ -392,6 +392,34 @@ def test_a_node_kinds_own_queues_by_size_route_its_jobs(tmp_path):
         render_job_script(site, make_plan(site, JobRequest(nodes=1)), {}, JobOptions(time="13:00:00"))
 
 
+def test_a_queue_that_limits_a_jobs_gpus_takes_every_job_within_them_over_any_nodes(tmp_path):
+    # PSI Merlin7 limits a job's GPUs per partition, not its nodes (hpce.pages.psi.ch/merlin7/slurm-configuration.html:
+    # "a100-general | 1-00:00:00 | 7-00:00:00 | ... | gres/gpu=4", "a100-daily | ... | 1-00:00:00 | ... | gres/gpu=8"):
+    # two nodes of two GPUs each are 4 GPUs, which a100-general runs for a week; by nodes alone they went to
+    # a100-daily and a 3-day job was refused
+    site = _profile(tmp_path, SHIPPED / "volta-x86.yaml", **{
+        "defaults.exclusive": False, "defaults.max_time": "7-00:00:00",
+        "node_kinds.v100.defaults": {"partition_by_nodes": [
+            {"max_gpus": 4, "partition": "a100-general"},
+            {"max_gpus": 8, "partition": "a100-daily", "max_time": "1-00:00:00"}]}})
+
+    def header(nodes, ranks, time="3-00:00:00"):
+        plan = make_plan(site, JobRequest(nodes=nodes, ranks_per_node=ranks))
+        return render_job_script(site, plan, {}, JobOptions(time=time)).splitlines()
+
+    assert "#SBATCH --partition=a100-general" in header(2, 2)
+    assert "#SBATCH --partition=a100-general" in header(4, 1)
+    assert "#SBATCH --partition=a100-daily" in header(2, 4, time="12:00:00")
+    with pytest.raises(HpcdlError, match=r"longer than queue 'a100-daily'"):
+        header(2, 4)
+    with pytest.raises(HpcdlError, match=r"^gpus: 12 is more than any queue of site 'volta-x86' takes "
+                                         r"\(defaults.partition_by_nodes: at most 8 GPUs in a100-daily\)$"):
+        header(3, 4, time="12:00:00")
+    with pytest.raises(HpcdlError, match=r"partition_by_nodes.*each max_gpus larger than the one before"):
+        _profile(tmp_path, SHIPPED / "volta-x86.yaml", **{"node_kinds.v100.defaults": {"partition_by_nodes": [
+            {"max_gpus": 8, "partition": "daily"}, {"max_gpus": 4, "partition": "general"}]}})
+
+
 def test_a_job_that_shares_its_nodes_takes_its_gpus_share_of_the_cores(tmp_path):
     # IT4I Karolina: "you can allocate 1/8 of the node - 1 GPU and 16 cores", charged "allocated gpus * time / 8";
     # CSC Mahti: "You should reserve no more than 32 CPU cores per GPU". A one-GPU job on a node it does not hold

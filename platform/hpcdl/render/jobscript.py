@@ -422,15 +422,21 @@ def _queue_time_limit(site: Site, defaults, partition: str | None, seconds: int,
 
 def partition_for(site: Site, plan: Plan, defaults) -> str | None:
     """The queue a job of the plan's size goes to: the first of the profile's queues by size that takes
-    its nodes (TACC Frontera: small for one or two nodes, normal from three), else the one partition."""
+    its nodes (TACC Frontera: small for one or two nodes, normal from three) and its GPUs (PSI Merlin7:
+    a100-general takes a job of up to 4 GPUs, over as many nodes as it likes), else the one partition."""
     sizes = defaults.partition_by_nodes
     if not sizes:
         return defaults.partition
+    gpus = plan.nodes * plan.ranks_per_node * len(plan.ranks[0].gpus)
     for size in sizes:
-        if size.max_nodes is None or plan.nodes <= size.max_nodes:
+        if (size.max_nodes is None or plan.nodes <= size.max_nodes) and (size.max_gpus is None or gpus <= size.max_gpus):
             return size.partition
+    last = sizes[-1]
+    if last.max_gpus is not None and gpus > last.max_gpus:
+        raise HpcdlError(f"gpus: {gpus} is more than any queue of site {site.name!r} takes "
+                         f"(defaults.partition_by_nodes: at most {last.max_gpus} GPUs in {last.partition})")
     raise HpcdlError(f"nodes: {plan.nodes} is more than any queue of site {site.name!r} takes "
-                     f"(defaults.partition_by_nodes: at most {sizes[-1].max_nodes} in {sizes[-1].partition})")
+                     f"(defaults.partition_by_nodes: at most {last.max_nodes} in {last.partition})")
 
 
 def job_account(site: Site, plan: Plan, account: str | None) -> str | None:

@@ -192,10 +192,17 @@ class IntraNodeLink(_Strict):
 
 
 class SizedPartition(_Strict):
-    """One queue of a site that routes jobs by their node count (TACC Frontera: small for 1-2 nodes,
-    normal from 3): jobs up to `max_nodes` nodes go to `partition`; the last may leave max_nodes out."""
+    """One queue of a site that routes jobs by their size (TACC Frontera: small for 1-2 nodes, normal from
+    3): jobs up to `max_nodes` nodes, and up to `max_gpus` GPUs where the queue limits a job's GPUs, go to
+    `partition`; the last may leave both out."""
 
     max_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES, description="the largest job this queue takes")
+    max_gpus: int | None = Field(
+        default=None, ge=1,
+        description=("the most GPUs a job of this queue may hold, where the centre limits a job's GPUs rather than "
+                     "its nodes (Slurm's per-job limit gres/gpu=N; PSI Merlin7: a100-general gres/gpu=4, "
+                     "a100-daily gres/gpu=8)"),
+    )
     partition: SchedulerWord
     max_time: str | None = Field(
         default=None,
@@ -213,12 +220,14 @@ class SizedPartition(_Strict):
 
 
 def _sizes_in_order(sizes: tuple[SizedPartition, ...]) -> tuple[SizedPartition, ...]:
-    bounds = [s.max_nodes for s in sizes]
-    if None in bounds[:-1] or bounds[:-1] != sorted(bounds[:-1]) or len(set(bounds)) != len(bounds):
-        raise ValueError("list the queues from the smallest jobs up, each max_nodes larger than the one before; "
-                         "only the last may leave max_nodes out")
-    if len(bounds) > 1 and bounds[-1] is not None and bounds[-1] <= bounds[-2]:
-        raise ValueError("list the queues from the smallest jobs up, each max_nodes larger than the one before")
+    if any(s.max_nodes is None and s.max_gpus is None for s in sizes[:-1]):
+        raise ValueError("list the queues from the smallest jobs up, each max_nodes (or max_gpus) larger than the "
+                         "one before; only the last may leave both out")
+    for bound in ("max_nodes", "max_gpus"):
+        given = [getattr(s, bound) for s in sizes if getattr(s, bound) is not None]
+        if any(later <= earlier for earlier, later in zip(given, given[1:])):
+            raise ValueError(f"list the queues from the smallest jobs up, each {bound} larger than the one before; "
+                             "only the last may leave max_nodes and max_gpus out")
     return sizes
 
 
