@@ -270,7 +270,8 @@ def default_binding_misses(plan: LaunchPlan, site: Site) -> str | None:
                 "(--cpu-bind=mask_cpu) gives the plan's")
     if _socket_lays_otherwise(plan, site):
         return (f"the site's own --distribution {_site_option(site, '--distribution', '-m')} lays the ranks' "
-                "cores out over the sockets otherwise than the plan's blocks; only a mask (--cpu-bind=mask_cpu) gives them")
+                "cores out over the sockets otherwise than the plan's blocks; only a mask (--cpu-bind=mask_cpu) "
+                "gives them")
     return None
 
 
