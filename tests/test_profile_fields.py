@@ -643,6 +643,31 @@ def test_a_slurm_that_lays_tasks_out_in_blocks_by_default_gets_no_distribution(t
         _profile(tmp_path, SHIPPED / "vista.yaml", **{"launch.distribution_default": "block"})
 
 
+def test_a_slurm_that_splits_a_task_over_the_sockets_by_default_is_told_block(tmp_path):
+    # TU Dresden ZIH: "The default binding pattern of hybrid jobs will split the cores allocated to a rank between the
+    # sockets of a node" (its Slurm 20.11's cyclic, srun(1)'s fcyclic today: "Tasks requiring more than one CPU will
+    # have each CPUs allocated in a cyclic fashion across sockets"). One rank per socket (volta-x86's two sockets of
+    # 20 cores) names no distribution where Slurm keeps a task on one socket, but must where Slurm splits it
+    from test_slurm_binding import binding_mismatches
+
+    volta = SHIPPED / "volta-x86.yaml"
+    request = JobRequest(mode="per-socket", ranks_per_node=2)
+    cyclic = _profile(tmp_path, volta, **{"launch.distribution_default": "cyclic"})
+    assert not any(w.startswith("--distribution") for w in make_plan(cyclic, request).launcher_argv)
+    site = _profile(tmp_path, volta, **{"launch.distribution_default": "fcyclic"})
+    for req in (request, JobRequest(ranks_per_node=1), JobRequest()):
+        assert "--distribution=block:block" in make_plan(site, req).launcher_argv, req
+    # one rank on every core of the node: fcyclic gives it the same cores, and the line names none
+    whole = make_plan(site, JobRequest(mode="per-node", use_gpus=False)).launcher_argv
+    assert not any(w.startswith("--distribution") for w in whole)
+    # the layouts a real slurmd gives (tests/test_slurm_binding.py's rule, checked against slurmd 22.05 there)
+    for kwargs in ({"mode": "per-socket", "ranks_per_node": 2}, {"ranks_per_node": 1}, {}):
+        assert not binding_mismatches(str(volta), site, "v100", kwargs), kwargs
+    # a centre's own fcyclic in launch.args lays a lone rank's cores over both sockets: the plan's masks instead
+    own = _profile(tmp_path, volta, **{"launch.args": ["--distribution=block:fcyclic"]})
+    assert any(w.startswith("--cpu-bind=mask_cpu:") for w in make_plan(own, JobRequest(ranks_per_node=1)).launcher_argv)
+
+
 def test_a_site_whose_slurm_binds_no_gpu_names_no_gpu_bind(tmp_path):
     """launch.gpu_bind_default: none: every task of a bare srun sees the step's GPUs and drives its own by
     local rank (IDRIS's jobs: `srun python -u fsdp.py` under --gres=gpu:4, each task

@@ -60,12 +60,27 @@ PUBLISHED = Path(__file__).parent / "published"
 def slurm_task_cores(sockets: int, cores_per_socket: int, free: set[int], tasks: int, per_task: int,
                      level: str) -> list[tuple[int, ...]]:
     """The physical cores Slurm binds each local task to (`--cpu-bind=cores`), by the second level of
-    --distribution: `block` or `cyclic` (the words above). `free`: the node's cores the job holds."""
+    --distribution: `block`, `cyclic` or `fcyclic` (the words above). `free`: the node's cores the job holds."""
     by_socket = [[c for c in range(s * cores_per_socket, (s + 1) * cores_per_socket) if c in free]
                  for s in range(sockets)]
     if level == "block":
         pool = [c for on_socket in by_socket for c in on_socket]
         return [tuple(pool[i * per_task:(i + 1) * per_task]) for i in range(tasks)]
+    if level == "fcyclic":
+        # srun(1): "Tasks requiring more than one CPU will have each CPUs allocated in a cyclic fashion across
+        # sockets": every CPU of every task from the next socket in turn, round the sockets that have one left
+        taken, socket, dealt = [0] * sockets, 0, []
+        for _ in range(tasks):
+            mine = []
+            while len(mine) < per_task:
+                if taken[socket] < len(by_socket[socket]):
+                    mine.append(by_socket[socket][taken[socket]])
+                    taken[socket] += 1
+                else:
+                    assert any(t < len(cs) for t, cs in zip(taken, by_socket)), "more CPUs asked than the node has"
+                socket = (socket + 1) % sockets
+            dealt.append(tuple(sorted(mine)))
+        return dealt
     assert level == "cyclic", level
     taken, socket, out = [0] * sockets, 0, []
     for _ in range(tasks):
@@ -229,7 +244,10 @@ def test_a_site_that_names_its_own_distribution_is_bound_as_planned():
 
 # a real slurmd's own layout: (tasks, cores per task, the srun options that choose the distribution)
 SLURMD_CASES = [(4, 2, ()), (4, 2, ("--distribution=block:block",)), (2, 4, ()), (3, 2, ()),
-                (3, 2, ("--distribution=block:block",)), (2, 1, ()), (2, 1, ("--distribution=block:block",))]
+                (3, 2, ("--distribution=block:block",)), (2, 1, ()), (2, 1, ("--distribution=block:block",)),
+                # fcyclic: each task's CPUs dealt over the sockets in turn (ZIH's Slurm by default)
+                (2, 2, ("--distribution=block:fcyclic",)), (1, 4, ("--distribution=block:fcyclic",)),
+                (4, 2, ("--distribution=block:fcyclic",))]
 
 
 @pytest.mark.slurm

@@ -159,7 +159,8 @@ class NodeShape:
     gpu_type: the GPUs' GRES type (Gres=gpu:a100:4, gres.conf Type=a100), where the centre names one in its
     requests (CSC Mahti: --gres=gpu:a100:4, which an untyped node would refuse).
     distribution_default: block poses a Slurm that lays a step's tasks out socket by socket when srun names
-    no --distribution (SelectTypeParameters=...,CR_Core_Default_Dist_Block); None keeps Slurm's cyclic.
+    no --distribution (SelectTypeParameters=...,CR_Core_Default_Dist_Block); None keeps Slurm's cyclic, and so
+    does fcyclic, which no slurm.conf makes the default (its sites' lines name --distribution where it matters).
     """
 
     sockets: int = 1

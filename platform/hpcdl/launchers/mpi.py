@@ -126,7 +126,8 @@ class SrunLauncher(Launcher):
             # to the plan's cores from plan.json, so no layout is asked either
             pass
         elif blocks:
-            if (_shares_a_socket(plan, site) and _site_option(site, "--distribution", "-m") is None
+            if ((_shares_a_socket(plan, site) or _spread_by_default(plan, site))
+                    and _site_option(site, "--distribution", "-m") is None
                     and site.launch.distribution_default != "block"):
                 # consecutive tasks fill a socket before the next, as the plan's blocks do (srun(1): "block
                 # ... distribute allocated CPUs consecutively from the same socket for binding to tasks,
@@ -233,6 +234,22 @@ def _shares_a_socket(plan: LaunchPlan, site: Site) -> bool:
     return node.sockets > 1 and len({r.socket for r in local}) < len(local)
 
 
+def _spread_by_default(plan: LaunchPlan, site: Site) -> bool:
+    """The site's Slurm deals a task's own CPUs over the sockets in turn (launch.distribution_default:
+    fcyclic; srun(1): "Tasks requiring more than one CPU will have each CPUs allocated in a cyclic
+    fashion across sockets"), and a local rank holds several cores of one socket of a multi-socket node:
+    Slurm would split them between the sockets (TU Dresden ZIH's default "will split the cores
+    allocated to a rank between the sockets of a node"), so the line names the distribution."""
+    return site.launch.distribution_default == "fcyclic" and _one_socket_ranks(plan, site)
+
+
+def _one_socket_ranks(plan: LaunchPlan, site: Site) -> bool:
+    """A local rank holds several cores, all on one socket of a multi-socket node."""
+    node = site.node_kinds[plan.node_kind]
+    return node.sockets > 1 and any(len(r.cores) > 1 and len({node.socket_of_core(c) for c in r.cores}) == 1
+                                    for r in plan.local_ranks())
+
+
 def default_binding_misses(plan: LaunchPlan, site: Site) -> str | None:
     """Why the site's Slurm, binding tasks by itself (launch.cpu_bind_default), would not put each
     local rank on the plan's cores; None where it would.
@@ -252,8 +269,9 @@ def default_binding_misses(plan: LaunchPlan, site: Site) -> str | None:
                 f"default binding gives it cores {_cpu_ranges(list(block))}; only a mask "
                 "(--cpu-bind=mask_cpu) gives the plan's")
     if _socket_lays_otherwise(plan, site):
-        return (f"the site's own --distribution {_site_option(site, '--distribution', '-m')} lays two ranks of a "
-                "socket out otherwise than the plan's blocks; only a mask (--cpu-bind=mask_cpu) gives them")
+        return (f"the site's own --distribution {_site_option(site, '--distribution', '-m')} lays the ranks' "
+                "cores out over the sockets otherwise than the plan's blocks; only a mask (--cpu-bind=mask_cpu) "
+                "gives them")
     return None
 
 
@@ -283,9 +301,14 @@ def closest_gpus_misses(plan: LaunchPlan, site: Site) -> str | None:
 
 def _socket_lays_otherwise(plan: LaunchPlan, site: Site) -> bool:
     """Two local ranks share a socket of a multi-socket node and the site's own --distribution
-    hands consecutive tasks cores on other sockets (its second level not block)."""
+    hands consecutive tasks cores on other sockets (its second level not block), or it deals each
+    task's own CPUs over the sockets (fcyclic) where a rank's cores sit on one socket."""
     site_dist = _site_option(site, "--distribution", "-m")
-    return _shares_a_socket(plan, site) and site_dist is not None and _socket_level(site_dist) != "block"
+    if site_dist is None:
+        return False
+    level = _socket_level(site_dist)
+    return ((_shares_a_socket(plan, site) and level != "block")
+            or (level == "fcyclic" and _one_socket_ranks(plan, site)))
 
 
 def _site_mpi(site: Site) -> str | None:

@@ -719,15 +719,19 @@ class Launch(_Strict):
             "Unset, hpcdl writes --cpu-bind=cores or the plan's masks"
         ),
     )
-    distribution_default: Literal["cyclic", "block"] | None = Field(
+    distribution_default: Literal["cyclic", "block", "fcyclic"] | None = Field(
         default=None,
         description=(
             "how the site's Slurm lays a task's CPUs over the sockets when srun names no --distribution, where the "
             "centre's examples show it: cyclic (Slurm's own default, srun(1): 'Use the default method for "
-            "distributing CPUs across sockets (cyclic)') or block (slurm.conf SelectTypeParameters="
+            "distributing CPUs across sockets (cyclic)'), block (slurm.conf SelectTypeParameters="
             "CR_Core_Default_Dist_Block; CSC Mahti: 'with --cpus-per-task=8 the MPI task 0 is bound to CPU core 0, "
-            "the MPI task 1 is bound to CPU core 7'); with block, hpcdl's line names no --distribution=block:block. "
-            "Unset, hpcdl cannot know and names it where two ranks share a socket"
+            "the MPI task 1 is bound to CPU core 7'), or fcyclic, where a task's own CPUs are dealt over the sockets "
+            "in turn (srun(1): 'Tasks requiring more than one CPU will have each CPUs allocated in a cyclic fashion "
+            "across sockets'; Slurm before 21.08 called that cyclic; TU Dresden ZIH: the default 'will split the "
+            "cores allocated to a rank between the sockets of a node'); with block, hpcdl's line names no "
+            "--distribution=block:block; with fcyclic it names it also where a rank of several cores sits alone on "
+            "its socket. Unset, hpcdl cannot know and names it where two ranks share a socket"
         ),
     )
     gpu_bind: Literal["map", "closest"] = Field(
