@@ -301,6 +301,26 @@ def test_the_gpu_request_names_the_gres_type_the_centre_names(tmp_path, style, d
         _profile(tmp_path, PERLMUTTER, **{"node_kinds.cpu.defaults.gpu_type": "a100"})
 
 
+def test_a_job_asks_the_node_memory_that_comes_with_its_gpus(tmp_path):
+    # MPCDF Raven's GPU job: "--gres=gpu:a100:1 --cpus-per-task=18 --mem=125000" on a shared node, ":2 ... 250000",
+    # ":4 ... --cpus-per-task=72 --mem=500000" on a full one: the memory grows with the GPUs the job takes per node
+    site = _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.mem_per_gpu": "125000"})
+    assert "#SBATCH --mem=500000" in _render(site, tmp_path).splitlines()
+    one = render_job_script(site, make_plan(site, JobRequest(nodes=1, ranks_per_node=1)), {}, JobOptions()).splitlines()
+    assert "#SBATCH --mem=125000" in one
+    # a unit is kept, the number multiplied; a job on a kind that names none asks no --mem
+    site = _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.mem_per_gpu": "60G"})
+    assert "#SBATCH --mem=240G" in _render(site, tmp_path).splitlines()
+    assert not any(x.startswith("#SBATCH --mem") for x in _render(_profile(tmp_path, PERLMUTTER), tmp_path).splitlines())
+    with pytest.raises(HpcdlError, match=r"node_kinds.gpu.defaults.mem_per_gpu"):
+        _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.mem_per_gpu": "125 GB"})
+    with pytest.raises(HpcdlError, match=r"node_kinds.cpu.*defaults.mem_per_gpu: 1000 but the node kind has no GPUs"):
+        _profile(tmp_path, PERLMUTTER, **{"node_kinds.cpu.defaults.mem_per_gpu": "1000"})
+    with pytest.raises(HpcdlError,
+                       match=r"node_kinds.gpuvolta.defaults.mem_per_gpu: Slurm's --mem per GPU, but the scheduler is pbs"):
+        _profile(tmp_path, GADI, **{"node_kinds.gpuvolta.defaults.mem_per_gpu": "95000"})
+
+
 def test_the_gpu_request_may_be_the_jobs_total(tmp_path):
     # PSC Bridges-2 asks the job's GPUs, typed, with sbatch's --gpus ("Specify the total number of GPUs
     # required for the job", sbatch(1)): "#SBATCH -N 2", "#SBATCH --gpus=v100-32:16" (PSC staff's

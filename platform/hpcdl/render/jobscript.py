@@ -317,6 +317,9 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "gpu_style": site.defaults.gpu_request or "gpus-per-node",
         # Slurm's GRES type where the centre names it ("--gres=gpu:a100:4", CSC Mahti)
         "gpu_type_prefix": f"{node.defaults.gpu_type}:" if node.defaults.gpu_type else "",
+        # Slurm: the node memory that comes with the job's GPUs, where the centre asks it so ("--gres=gpu:a100:1
+        # --mem=125000", "--gres=gpu:a100:4 --mem=500000", MPCDF Raven): the GPUs per node times the kind's share
+        "mem": _mem_for_gpus(node.defaults.mem_per_gpu, gpus_per_rank * plan.ranks_per_node),
         # Slurm: the header asks tasks, CPUs and GPUs (tasks), or the nodes alone (nodes: Pawsey's
         # allocation-packs, where srun says the rest)
         "batch_request": site.defaults.batch_request,
@@ -537,6 +540,14 @@ def slurm_time(seconds: int) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # Modules and data staging.
+
+
+def _mem_for_gpus(mem_per_gpu: str | None, gpus_per_node: int) -> str | None:
+    """Slurm's --mem for a node's GPUs: the kind's memory per GPU times the GPUs, in its unit."""
+    if not mem_per_gpu or not gpus_per_node:
+        return None
+    unit = mem_per_gpu[-1] if mem_per_gpu[-1].isalpha() else ""
+    return f"{int(mem_per_gpu.rstrip('KMGT')) * gpus_per_node}{unit}"
 
 
 def module_lines(site: Site, plan: Plan | None = None) -> dict:
