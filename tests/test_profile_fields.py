@@ -535,6 +535,17 @@ def test_a_centre_that_starts_from_a_clean_module_environment_purges_first(tmp_p
              + 'echo "image=${HPCDL_IMAGE_DIR:-} stale=${STALE:-} site=${SITE_STACK:-}"\n')
     out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env={**os.environ, "MODULEPATH": ""})
     assert out.stdout.strip().splitlines()[-1] == "image=/images stale= site=1", out.stderr
+    # MPCDF Raven's GPU job starts "module purge" whatever it loads after: a job that loads nothing (its framework
+    # in hpcdl's image) still purges, so no module of the submitting shell reaches the container, and still gets
+    # hpcdl's own module (its HPCDL_IMAGE_DIR, which names the image) back
+    site = _profile(tmp_path, SHIPPED / "volta-x86.yaml", **{"modules.purge": True, "modules.init": LMOD_INIT})
+    text = _render(site, tmp_path)
+    assert "module purge" in text.splitlines() and not any(x.startswith("module load ") for x in text.splitlines())
+    block = text[text.index("source -- "):text.index("set -u", text.index("source -- "))]
+    probe = (f"source {LMOD_INIT}; module use {tree}; module load hpcdl/0.1 stale/1; set -euo pipefail\n" + block
+             + 'echo "image=${HPCDL_IMAGE_DIR:-} stale=${STALE:-}"\n')
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env={**os.environ, "MODULEPATH": ""})
+    assert out.stdout.strip().splitlines()[-1] == "image=/images stale=", out.stderr
 
 
 def _module_tree(tmp_path, *more: tuple[str, str]):

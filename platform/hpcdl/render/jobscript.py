@@ -568,10 +568,12 @@ def module_lines(site: Site, plan: Plan | None = None) -> dict:
         # no container: the framework comes from the centre's own module (modules.frameworks)
         load.append(site.modules.frameworks[framework])
     use = [path_with_variables(p) for p in site.modules.use] if load else []
-    init = path_with_variables(site.modules.init) if site.modules.init and load else None
-    # the clean start the centre's scripts make before their loads: `module purge`, or Lmod's `module reset`
+    # the clean start the centre's scripts make before their loads: `module purge`, or Lmod's `module reset`; made
+    # where the job loads nothing too (MPCDF Raven's GPU job starts `module purge`), since the runtime carries the
+    # host's environment, and what a module the submitting shell had loaded set, into the container
     clean = "purge" if site.modules.purge else "reset" if site.modules.reset else None
-    return {"init": init, "load": load, "use": use, "clean": clean if load else None}
+    init = path_with_variables(site.modules.init) if site.modules.init and (load or clean) else None
+    return {"init": init, "load": load, "use": use, "clean": clean}
 
 
 def activate_lines(site: Site, plan: Plan) -> list[str]:
