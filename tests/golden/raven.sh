@@ -28,6 +28,17 @@ HPCDL_JOB_ID=$SLURM_JOB_ID
 HPCDL_JOB_NAME=digits-quick
 export HPCDL_JOB_ID HPCDL_JOB_NAME
 
+# The site's software stack. `module` is the one the job inherits from the submitting shell
+# (the profile names no init script: modules.init); module scripts read unset variables,
+# hence set +u around them.
+set +u
+# The centre's scripts load their modules into a clean environment; a purge unloads hpcdl's own
+# module too (its PATH and HPCDL_IMAGE_DIR), so the job loads it again after the site's.
+hpcdl_module=$(printf '%s\n' "${LOADEDMODULES:-}" | tr ':' '\n' | grep -m1 -E '^hpcdl(/|$)' || true)
+module purge
+if [ -n "$hpcdl_module" ]; then module load "$hpcdl_module"; fi
+set -u
+
 HPCDL_JOB_DIR=${HPCDL_JOB_DIR:-"$SLURM_SUBMIT_DIR/hpcdl-runs/digits-quick-$HPCDL_JOB_ID"}
 mkdir -p "$HPCDL_JOB_DIR"
 cd "$HPCDL_JOB_DIR"
