@@ -301,6 +301,26 @@ def test_the_gpu_request_names_the_gres_type_the_centre_names(tmp_path, style, d
         _profile(tmp_path, PERLMUTTER, **{"node_kinds.cpu.defaults.gpu_type": "a100"})
 
 
+def test_a_job_asks_the_node_memory_that_comes_with_its_gpus(tmp_path):
+    # MPCDF Raven's GPU job: "--gres=gpu:a100:1 --cpus-per-task=18 --mem=125000" on a shared node, ":2 ... 250000",
+    # ":4 ... --cpus-per-task=72 --mem=500000" on a full one: the memory grows with the GPUs the job takes per node
+    site = _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.mem_per_gpu": "125000"})
+    assert "#SBATCH --mem=500000" in _render(site, tmp_path).splitlines()
+    one = render_job_script(site, make_plan(site, JobRequest(nodes=1, ranks_per_node=1)), {}, JobOptions()).splitlines()
+    assert "#SBATCH --mem=125000" in one
+    # a unit is kept, the number multiplied; a job on a kind that names none asks no --mem
+    site = _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.mem_per_gpu": "60G"})
+    assert "#SBATCH --mem=240G" in _render(site, tmp_path).splitlines()
+    assert not any(x.startswith("#SBATCH --mem") for x in _render(_profile(tmp_path, PERLMUTTER), tmp_path).splitlines())
+    with pytest.raises(HpcdlError, match=r"node_kinds.gpu.defaults.mem_per_gpu"):
+        _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.mem_per_gpu": "125 GB"})
+    with pytest.raises(HpcdlError, match=r"node_kinds.cpu.*defaults.mem_per_gpu: 1000 but the node kind has no GPUs"):
+        _profile(tmp_path, PERLMUTTER, **{"node_kinds.cpu.defaults.mem_per_gpu": "1000"})
+    with pytest.raises(HpcdlError,
+                       match=r"node_kinds.gpuvolta.defaults.mem_per_gpu: Slurm's --mem per GPU, but the scheduler is pbs"):
+        _profile(tmp_path, GADI, **{"node_kinds.gpuvolta.defaults.mem_per_gpu": "95000"})
+
+
 def test_the_gpu_request_may_be_the_jobs_total(tmp_path):
     # PSC Bridges-2 asks the job's GPUs, typed, with sbatch's --gpus ("Specify the total number of GPUs
     # required for the job", sbatch(1)): "#SBATCH -N 2", "#SBATCH --gpus=v100-32:16" (PSC staff's
@@ -543,6 +563,17 @@ def test_a_centre_that_starts_from_a_clean_module_environment_purges_first(tmp_p
              + 'echo "image=${HPCDL_IMAGE_DIR:-} stale=${STALE:-} site=${SITE_STACK:-}"\n')
     out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env={**os.environ, "MODULEPATH": ""})
     assert out.stdout.strip().splitlines()[-1] == "image=/images stale= site=1", out.stderr
+    # MPCDF Raven's GPU job starts "module purge" whatever it loads after: a job that loads nothing (its framework
+    # in hpcdl's image) still purges, so no module of the submitting shell reaches the container, and still gets
+    # hpcdl's own module (its HPCDL_IMAGE_DIR, which names the image) back
+    site = _profile(tmp_path, SHIPPED / "volta-x86.yaml", **{"modules.purge": True, "modules.init": LMOD_INIT})
+    text = _render(site, tmp_path)
+    assert "module purge" in text.splitlines() and not any(x.startswith("module load ") for x in text.splitlines())
+    block = text[text.index("source -- "):text.index("set -u", text.index("source -- "))]
+    probe = (f"source {LMOD_INIT}; module use {tree}; module load hpcdl/0.1 stale/1; set -euo pipefail\n" + block
+             + 'echo "image=${HPCDL_IMAGE_DIR:-} stale=${STALE:-}"\n')
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env={**os.environ, "MODULEPATH": ""})
+    assert out.stdout.strip().splitlines()[-1] == "image=/images stale=", out.stderr
 
 
 def _module_tree(tmp_path, *more: tuple[str, str]):

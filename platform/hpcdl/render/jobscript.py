@@ -317,6 +317,9 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "gpu_style": site.defaults.gpu_request or "gpus-per-node",
         # Slurm's GRES type where the centre names it ("--gres=gpu:a100:4", CSC Mahti)
         "gpu_type_prefix": f"{node.defaults.gpu_type}:" if node.defaults.gpu_type else "",
+        # Slurm: the node memory that comes with the job's GPUs, where the centre asks it so ("--gres=gpu:a100:1
+        # --mem=125000", "--gres=gpu:a100:4 --mem=500000", MPCDF Raven): the GPUs per node times the kind's share
+        "mem": _mem_for_gpus(node.defaults.mem_per_gpu, gpus_per_rank * plan.ranks_per_node),
         # Slurm: the header asks tasks, CPUs and GPUs (tasks), or the nodes alone (nodes: Pawsey's
         # allocation-packs, where srun says the rest)
         "batch_request": site.defaults.batch_request,
@@ -545,6 +548,14 @@ def slurm_time(seconds: int) -> str:
 # Modules and data staging.
 
 
+def _mem_for_gpus(mem_per_gpu: str | None, gpus_per_node: int) -> str | None:
+    """Slurm's --mem for a node's GPUs: the kind's memory per GPU times the GPUs, in its unit."""
+    if not mem_per_gpu or not gpus_per_node:
+        return None
+    unit = mem_per_gpu[-1] if mem_per_gpu[-1].isalpha() else ""
+    return f"{int(mem_per_gpu.rstrip('KMGT')) * gpus_per_node}{unit}"
+
+
 def module_lines(site: Site, plan: Plan | None = None) -> dict:
     """`module use` and `module load` for the site's modules, the plan's (the GTL of GPU-aware
     Cray MPICH) and the container runtime's, and the init to source."""
@@ -563,10 +574,12 @@ def module_lines(site: Site, plan: Plan | None = None) -> dict:
         # no container: the framework comes from the centre's own module (modules.frameworks)
         load.append(site.modules.frameworks[framework])
     use = [path_with_variables(p) for p in site.modules.use] if load else []
-    init = path_with_variables(site.modules.init) if site.modules.init and load else None
-    # the clean start the centre's scripts make before their loads: `module purge`, or Lmod's `module reset`
+    # the clean start the centre's scripts make before their loads: `module purge`, or Lmod's `module reset`; made
+    # where the job loads nothing too (MPCDF Raven's GPU job starts `module purge`), since the runtime carries the
+    # host's environment, and what a module the submitting shell had loaded set, into the container
     clean = "purge" if site.modules.purge else "reset" if site.modules.reset else None
-    return {"init": init, "load": load, "use": use, "clean": clean if load else None}
+    init = path_with_variables(site.modules.init) if site.modules.init and (load or clean) else None
+    return {"init": init, "load": load, "use": use, "clean": clean}
 
 
 def activate_lines(site: Site, plan: Plan) -> list[str]:

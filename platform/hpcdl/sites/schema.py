@@ -269,6 +269,14 @@ class NodeKindDefaults(_Strict):
             "and --gpus-per-task alike)"
         ),
     )
+    mem_per_gpu: Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]*[KMGT]?$", max_length=16)] | None = Field(
+        default=None,
+        description=(
+            "Slurm: the node memory a job asks with each GPU it takes, a whole number in Slurm's units (megabytes, "
+            "or with K, M, G or T), written as --mem=<GPUs per node x this> (MPCDF Raven: 125000 gives --mem=125000 "
+            "for one A100 and --mem=500000 for the four of a full node)"
+        ),
+    )
 
 
 class NodeKind(_Strict):
@@ -422,6 +430,8 @@ class NodeKind(_Strict):
                 raise ValueError(f"reserved_cores: socket {s} is left without a usable core")
         if self.defaults.gpu_type and not self.gpus:
             raise ValueError(f"defaults.gpu_type: {self.defaults.gpu_type} but the node kind has no GPUs (gpus)")
+        if self.defaults.mem_per_gpu and not self.gpus:
+            raise ValueError(f"defaults.mem_per_gpu: {self.defaults.mem_per_gpu} but the node kind has no GPUs (gpus)")
         return self
 
 
@@ -952,6 +962,9 @@ class Site(_Strict):
             if kind.defaults.gpu_type and self.scheduler != "slurm":
                 raise ValueError(f"node_kinds.{kind_name}.defaults.gpu_type: Slurm's GRES type, but the scheduler "
                                  f"is {self.scheduler}")
+            if kind.defaults.mem_per_gpu and self.scheduler != "slurm":
+                raise ValueError(f"node_kinds.{kind_name}.defaults.mem_per_gpu: Slurm's --mem per GPU, but the "
+                                 f"scheduler is {self.scheduler}")
         if self.defaults.gpu_request in ("gpus-per-node", "gres", "gpus-per-task", "gpus") and self.scheduler != "slurm":
             raise ValueError(f"defaults.gpu_request: {self.defaults.gpu_request} is a Slurm setting, but the scheduler "
                              f"is {self.scheduler}")
