@@ -3,6 +3,7 @@ host: their CPU ids name the same host CPUs, so pinning would stack every node's
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -60,3 +61,43 @@ def test_pretend_nodes_of_one_host_are_not_pinned_by_their_shared_cpu_ids(ci_slu
 def test_a_real_machines_plan_says_nothing_of_hosts(fixture_sites):
     plan = make_plan(load_site("frontier"), JobRequest(nodes=2)).to_dict()
     assert "nodes_per_host" not in plan
+
+
+def _cpuset_of(cpus: str):
+    """A real cpuset cgroup (v1) holding only `cpus`, as Slurm's task/cgroup confines a job on a shared node;
+    missing (no root, no cpuset controller): a failure in CI, a skip elsewhere."""
+    root = "/sys/fs/cgroup/cpuset"
+    if os.geteuid() != 0 or not os.path.exists(os.path.join(root, "cpuset.cpus")):
+        message = "a cpuset cgroup needs root and the cgroup v1 cpuset controller"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    path = os.path.join(root, f"hpcdl-test-{os.getpid()}")
+    os.mkdir(path)
+    with open(os.path.join(root, "cpuset.mems")) as mems, open(os.path.join(path, "cpuset.mems"), "w") as out:
+        out.write(mems.read())
+    with open(os.path.join(path, "cpuset.cpus"), "w") as out:
+        out.write(cpus)
+    return path
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
+                    reason="needs CPU affinity and two CPUs")
+def test_a_rank_whose_planned_cpus_its_job_was_not_given_keeps_the_launchers(ci_slurm):
+    # on a node shared with other jobs (defaults.exclusive: false) Slurm may give a job other cores than the
+    # plan's first ones, and its cgroup holds only those: the kernel refuses an affinity outside them
+    # (sched_setaffinity(2), EINVAL), which must not stop the rank
+    plan = make_plan(ci_slurm, JobRequest(nodes=1, ranks_per_node=2)).to_dict()
+    assert list(plan["ranks"][0]["cpus"]) == [0]
+    cpuset = _cpuset_of("1")
+    try:
+        code = ("import json, os, sys; from hpcdl.train.binding import apply_plan; from hpcdl.train.ranks import RankInfo; "
+                "plan = json.loads(sys.stdin.read()); applied = apply_plan(plan, RankInfo(0, 2, 0, 'srun')); "
+                "print(json.dumps([applied, sorted(os.sched_getaffinity(0))]))")
+        proc = subprocess.run(["sh", "-c", f'echo $$ > {cpuset}/tasks && exec "$0" -c "$1"', sys.executable, code],
+                              input=json.dumps(plan), capture_output=True, text=True, env={**os.environ, **plan["env"]})
+    finally:
+        os.rmdir(cpuset)
+    assert proc.returncode == 0, proc.stderr
+    applied, affinity = json.loads(proc.stdout)
+    assert applied["bound"] is False and affinity == [1]

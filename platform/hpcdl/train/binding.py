@@ -48,9 +48,15 @@ def apply_plan(plan: dict | None, me: RankInfo) -> dict:
     elif hasattr(os, "sched_setaffinity"):
         available = os.sched_getaffinity(0)
         if cpus and cpus <= set(range(os.cpu_count() or 0)):
-            if available != cpus:
-                os.sched_setaffinity(0, cpus)
-            applied["bound"] = True
+            try:
+                if available != cpus:
+                    os.sched_setaffinity(0, cpus)
+                applied["bound"] = True
+            except OSError:
+                # none of the plan's CPUs is in the job's cgroup (sched_setaffinity(2): EINVAL): on a node
+                # shared with other jobs Slurm gave this job other cores than the plan's first ones, so the
+                # rank keeps the mask its launcher gave it rather than stopping
+                applied["bound"] = False
         else:
             applied["bound"] = False  # the plan is for another machine: leave the launcher's mask
     return applied
