@@ -410,7 +410,9 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
                 feature = plain_word("constraint", "PBS", feature.strip())
                 select += f":{feature}" if "=" in feature else f":{feature}=True"
         job["select"] = select
-        job["place"] = "scatter:excl" if exclusive else "scatter"
+        # scatter: "only one chunk ... from any host", nothing to say of a job of one chunk, which a shared node
+        # takes where PBS puts it (the default, free); excl asks a node whole at any size
+        job["place"] = "scatter:excl" if exclusive else "scatter" if plan.nodes > 1 else None
     return job
 
 
