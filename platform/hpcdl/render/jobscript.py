@@ -38,7 +38,7 @@ from hpcdl.shell import (
     slurm_directive_value,
 )
 from hpcdl.sites.project import with_project
-from hpcdl.sites.schema import Site
+from hpcdl.sites.schema import NodeKind, Site
 
 SCHEDULERS = ("local", "slurm", "lsf", "pbs")
 
@@ -416,7 +416,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
     return job
 
 
-def node_share(node, job: dict, ranks_per_node: int) -> Fraction | None:
+def node_share(node: NodeKind, job: dict, ranks_per_node: int) -> Fraction | None:
     """The share of a node a job's chunk takes where the job shares it with others: its GPUs' share of the node's
     GPUs, or for a CPU job its CPUs' share of the node's usable CPUs; None where it takes the node whole."""
     if job["gpus_per_node"] and node.gpus:
