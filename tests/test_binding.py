@@ -60,3 +60,42 @@ def test_pretend_nodes_of_one_host_are_not_pinned_by_their_shared_cpu_ids(ci_slu
 def test_a_real_machines_plan_says_nothing_of_hosts(fixture_sites):
     plan = make_plan(load_site("frontier"), JobRequest(nodes=2)).to_dict()
     assert "nodes_per_host" not in plan
+
+
+def test_the_cpuset_a_batch_system_confines_a_job_to_is_read_from_its_cgroup(tmp_path):
+    # cgroup v1 (a cpuset hierarchy of its own) and v2 (one unified tree), as PBS's cgroup hook and Slurm's
+    # task/cgroup leave them; None where no cpuset can be read
+    from hpcdl.train.binding import job_cpuset
+
+    (tmp_path / "v1" / "cpuset" / "pbs_jobs.service" / "jobid" / "42").mkdir(parents=True)
+    (tmp_path / "v1" / "cpuset" / "pbs_jobs.service" / "jobid" / "42" / "cpuset.effective_cpus").write_text("8-15,40\n")
+    (tmp_path / "v1.cgroup").write_text("4:memory:/pbs_jobs.service/jobid/42\n3:cpuset:/pbs_jobs.service/jobid/42\n0::/\n")
+    assert job_cpuset(tmp_path / "v1.cgroup", tmp_path / "v1") == {*range(8, 16), 40}
+    (tmp_path / "v2" / "system.slice" / "slurmstepd.scope" / "job_7").mkdir(parents=True)
+    (tmp_path / "v2" / "system.slice" / "slurmstepd.scope" / "job_7" / "cpuset.cpus.effective").write_text("0-3\n")
+    (tmp_path / "v2.cgroup").write_text("0::/system.slice/slurmstepd.scope/job_7\n")
+    assert job_cpuset(tmp_path / "v2.cgroup", tmp_path / "v2") == {0, 1, 2, 3}
+    assert job_cpuset(tmp_path / "none.cgroup", tmp_path / "v2") is None
+    # this host's own: it holds at least the CPUs this process may run on
+    held = job_cpuset()
+    assert held is None or set(os.sched_getaffinity(0)) <= held
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
+                    reason="needs CPU affinity and two CPUs")
+def test_a_rank_whose_planned_cpus_its_job_does_not_hold_keeps_the_launchers_mask(ci_slurm):
+    # Imperial CX3: "Our systems utilises Cgroups, meaning you will only be able to see the resource that is
+    # allocated to your job"; on a node the job shares, the batch system may hand it other cores than the plan's
+    # first ones, and binding to the plan's would leave the rank on the few it holds of them (or stop it)
+    import json
+
+    plan = make_plan(ci_slurm, JobRequest(nodes=1, ranks_per_node=2)).to_dict()
+    code = ("import json, os, sys; from hpcdl.train import binding; from hpcdl.train.ranks import RankInfo; "
+            "plan = json.loads(sys.stdin.read()); binding.job_cpuset = lambda: {0}; os.sched_setaffinity(0, {0}); "
+            "applied = binding.apply_plan(plan, RankInfo(1, 2, 1, 'mpirun')); "
+            "print(json.dumps([applied, sorted(os.sched_getaffinity(0))]))")
+    proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(plan), capture_output=True, text=True,
+                          check=True)
+    applied, affinity = json.loads(proc.stdout)
+    assert plan["ranks"][1]["cpus"] != [0]
+    assert applied["bound"] is False and affinity == [0], (applied, affinity)
