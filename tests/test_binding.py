@@ -81,6 +81,25 @@ def _cpuset_of(cpus: str):
     return path
 
 
+def test_the_cpuset_a_batch_system_confines_a_job_to_is_read_from_its_cgroup(tmp_path):
+    # cgroup v1 (a cpuset hierarchy of its own) and v2 (one unified tree), as PBS's cgroup hook and Slurm's
+    # task/cgroup leave them; None where no cpuset can be read
+    from hpcdl.train.binding import job_cpuset
+
+    (tmp_path / "v1" / "cpuset" / "pbs_jobs.service" / "jobid" / "42").mkdir(parents=True)
+    (tmp_path / "v1" / "cpuset" / "pbs_jobs.service" / "jobid" / "42" / "cpuset.effective_cpus").write_text("8-15,40\n")
+    (tmp_path / "v1.cgroup").write_text("4:memory:/pbs_jobs.service/jobid/42\n3:cpuset:/pbs_jobs.service/jobid/42\n0::/\n")
+    assert job_cpuset(tmp_path / "v1.cgroup", tmp_path / "v1") == {*range(8, 16), 40}
+    (tmp_path / "v2" / "system.slice" / "slurmstepd.scope" / "job_7").mkdir(parents=True)
+    (tmp_path / "v2" / "system.slice" / "slurmstepd.scope" / "job_7" / "cpuset.cpus.effective").write_text("0-3\n")
+    (tmp_path / "v2.cgroup").write_text("0::/system.slice/slurmstepd.scope/job_7\n")
+    assert job_cpuset(tmp_path / "v2.cgroup", tmp_path / "v2") == {0, 1, 2, 3}
+    assert job_cpuset(tmp_path / "none.cgroup", tmp_path / "v2") is None
+    # this host's own: it holds at least the CPUs this process may run on
+    held = job_cpuset()
+    assert held is None or set(os.sched_getaffinity(0)) <= held
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
                     reason="needs CPU affinity and two CPUs")
 def test_a_rank_whose_planned_cpus_its_job_was_not_given_keeps_the_launchers(ci_slurm):
@@ -89,15 +108,34 @@ def test_a_rank_whose_planned_cpus_its_job_was_not_given_keeps_the_launchers(ci_
     # (sched_setaffinity(2), EINVAL), which must not stop the rank
     plan = make_plan(ci_slurm, JobRequest(nodes=1, ranks_per_node=2)).to_dict()
     assert list(plan["ranks"][0]["cpus"]) == [0]
-    cpuset = _cpuset_of("1")
+    applied, affinity = _bind_in_cpuset(plan, (0, 2, 0, "srun"), "1")
+    assert applied["bound"] is False and affinity == [1]
+
+
+def _bind_in_cpuset(plan: dict, rank, cpus: str) -> tuple[dict, list[int]]:
+    """What apply_plan does for `rank` (a RankInfo's arguments) in a process a real cpuset cgroup holding `cpus`
+    confines: what it applied, and the CPUs it then runs on."""
+    cpuset = _cpuset_of(cpus)
     try:
         code = ("import json, os, sys; from hpcdl.train.binding import apply_plan; from hpcdl.train.ranks import RankInfo; "
-                "plan = json.loads(sys.stdin.read()); applied = apply_plan(plan, RankInfo(0, 2, 0, 'srun')); "
+                f"plan = json.loads(sys.stdin.read()); applied = apply_plan(plan, RankInfo{tuple(rank)!r}); "
                 "print(json.dumps([applied, sorted(os.sched_getaffinity(0))]))")
         proc = subprocess.run(["sh", "-c", f'echo $$ > {cpuset}/tasks && exec "$0" -c "$1"', sys.executable, code],
                               input=json.dumps(plan), capture_output=True, text=True, env={**os.environ, **plan["env"]})
     finally:
         os.rmdir(cpuset)
     assert proc.returncode == 0, proc.stderr
-    applied, affinity = json.loads(proc.stdout)
-    assert applied["bound"] is False and affinity == [1]
+    return tuple(json.loads(proc.stdout))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
+                    reason="needs CPU affinity and two CPUs")
+def test_a_rank_whose_planned_cpus_its_job_holds_only_in_part_keeps_the_launchers_mask(ci_slurm):
+    # Imperial CX3: "Our systems utilises Cgroups, meaning you will only be able to see the resource that is
+    # allocated to your job"; the kernel cuts an affinity down to the cpuset's CPUs without a word, so a rank
+    # planned on CPUs 0-1 whose job holds CPU 1 alone would run on one of its two CPUs, bound where the batch
+    # system did not place it: it keeps the mask the launcher drew from the CPUs the job holds
+    plan = make_plan(ci_slurm, JobRequest(nodes=1, ranks_per_node=1)).to_dict()
+    assert len(plan["ranks"][0]["cpus"]) > 1 and 1 in plan["ranks"][0]["cpus"]
+    applied, affinity = _bind_in_cpuset(plan, (0, 1, 0, "srun"), "1")
+    assert applied["bound"] is False and affinity == [1], (applied, affinity)

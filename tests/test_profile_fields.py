@@ -251,6 +251,27 @@ def test_pbs_job_wide_totals_grow_with_the_nodes_and_the_project_fills_the_stora
     assert "#PBS -l ncpus=96" not in lines
 
 
+def test_a_pbs_chunk_on_a_node_the_job_shares_asks_the_nodes_resources_in_its_share_of_the_gpus(tmp_path):
+    # Imperial CX3: "`mem` This is the amount of memory to allocate to the job per compute node" (default 1GB) and
+    # PBS puts jobs "co-located on the execution node"; a one-GPU job asking the node's 920gb would hold back the
+    # other seven GPUs' jobs, so on a node the job shares (exclusive: false) a chunk asks its GPUs' share
+    def chunk(site, nodes=1, **request):
+        plan = make_plan(site, JobRequest(nodes=nodes, **request))
+        text = render_job_script(site, plan, {}, JobOptions(account="a00"))
+        return next(line for line in text.splitlines() if line.startswith("#PBS -l select="))
+
+    per_node = {"node_kinds.gpuvolta.defaults.job_resources_per_node": {"mem": "380GB"}}
+    shared = _profile(tmp_path, GADI, **{"defaults.pbs_request": "select", "defaults.exclusive": False}, **per_node)
+    assert chunk(shared, ranks_per_node=1).endswith(":ngpus=1:mem=95GB")
+    assert chunk(shared, nodes=2) == "#PBS -l select=2:ncpus=48:mpiprocs=4:ompthreads=12:ngpus=4:mem=380GB"
+    # a job that takes its nodes whole asks all of each, whatever share of the GPUs it drives
+    whole = _profile(tmp_path, GADI, **{"defaults.pbs_request": "select"}, **per_node)
+    assert chunk(whole, ranks_per_node=1).endswith(":ngpus=1:mem=380GB")
+    # a CPU job on a shared node asks the share of the node's CPUs it takes: one rank on one of two sockets
+    cpu = chunk(shared, node_kind="normal", ranks_per_node=1)
+    assert cpu.startswith("#PBS -l select=1:ncpus=24:") and cpu.endswith(":jobfs=200GB:mem=96GB"), cpu
+
+
 def test_an_account_per_node_kind_takes_the_kinds_suffix(tmp_path):
     site = _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.account_suffix": "_g"})
     assert "#SBATCH --account=m1234_g" in _render(site, tmp_path, account="m1234").splitlines()

@@ -69,6 +69,15 @@ def test_pbs_asks_for_a_select_statement_with_mpiprocs_and_ompthreads(fixture_si
     assert "-j oe" in d
 
 
+def test_a_pbs_job_of_one_shared_chunk_names_no_place(fixture_sites):
+    # PBS Pro: place=scatter takes "only one chunk ... from any host", which says nothing of a job of one chunk, and
+    # Imperial CX3's one-node examples name no place ("The default is "free""); two chunks are scattered over two
+    # nodes (Imperial's multi-node job: "#PBS -lplace=scatter"), and a job asking its node whole says so
+    assert not any(x.startswith("-l place") for x in directives(render("test-pbs-xeon", nodes=1, exclusive=False), "#PBS"))
+    assert "-l place=scatter" in directives(render("test-pbs-xeon", nodes=2, exclusive=False), "#PBS")
+    assert "-l place=scatter:excl" in directives(render("test-pbs-xeon", nodes=1), "#PBS")
+
+
 def test_pbs_writes_node_features_as_boolean_host_resources(fixture_sites):
     d = directives(render("test-slurm-knl", scheduler="pbs"), "#PBS")
     assert any(x.startswith("-l select=") and x.endswith(":quad=True:cache=True") for x in d), d

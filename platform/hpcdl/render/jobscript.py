@@ -14,6 +14,7 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import PurePosixPath
 from typing import Sequence
 
@@ -37,7 +38,7 @@ from hpcdl.shell import (
     slurm_directive_value,
 )
 from hpcdl.sites.project import with_project
-from hpcdl.sites.schema import Site
+from hpcdl.sites.schema import NodeKind, Site
 
 SCHEDULERS = ("local", "slurm", "lsf", "pbs")
 
@@ -401,8 +402,10 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         select = f"select={plan.nodes}{ncpus}:mpiprocs={plan.ranks_per_node}:ompthreads={plan.threads_per_rank}"
         if job["gpus_per_node"]:
             select += f":ngpus={job['gpus_per_node']}"
+        share = None if exclusive else node_share(node, job, plan.ranks_per_node)
         for name, value in (defaults.job_resources_per_node if scheduler == site.scheduler else {}).items():
-            select += f":{name}={value}"  # a chunk is one node: its own share, as the profile gives it
+            # a chunk is one node: all it holds where the job takes it whole, else the job's share of it
+            select += f":{name}={value if share is None else share_of(value, share)}"
         if job["constraint"]:
             # PBS Pro has no node features, only host resources: a Slurm-style feature list
             # "quad,cache" becomes the boolean resources quad=True:cache=True in the chunk.
@@ -410,8 +413,29 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
                 feature = plain_word("constraint", "PBS", feature.strip())
                 select += f":{feature}" if "=" in feature else f":{feature}=True"
         job["select"] = select
-        job["place"] = "scatter:excl" if exclusive else "scatter"
+        # scatter: "only one chunk ... from any host", nothing to say of a job of one chunk, which a shared node
+        # takes where PBS puts it (the default, free); excl asks a node whole at any size
+        job["place"] = "scatter:excl" if exclusive else "scatter" if plan.nodes > 1 else None
     return job
+
+
+def node_share(node: NodeKind, job: dict, ranks_per_node: int) -> Fraction | None:
+    """The share of a node a job's chunk takes where the job shares it with others: its GPUs' share of the node's
+    GPUs, or for a CPU job its CPUs' share of the node's usable CPUs; None where it takes the node whole."""
+    if job["gpus_per_node"] and node.gpus:
+        share = Fraction(job["gpus_per_node"], len(node.gpus))
+    else:
+        usable = sum(len(node.usable_cores_of_socket(s)) for s in range(node.sockets)) * node.cpus_per_core
+        share = Fraction(ranks_per_node * job["cpus_per_rank"], usable)
+    return share if share < 1 else None
+
+
+def share_of(value: str, share: Fraction) -> str:
+    """A per-node resource ("920gb") in a share of the node, rounded down to a whole number of its unit (at least 1):
+    on a node other jobs share, PBS hands each its own (Imperial CX3: "`mem` ... the amount of memory to allocate to
+    the job per compute node"), and a chunk asking all of it would keep the node's other GPUs' jobs waiting."""
+    number = re.match(r"[0-9]+", value).group()
+    return f"{max(1, int(int(number) * share))}{value[len(number):]}"
 
 
 def _queue_time_limit(site: Site, defaults, partition: str | None, seconds: int, asked: str) -> None:

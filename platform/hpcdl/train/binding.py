@@ -47,16 +47,57 @@ def apply_plan(plan: dict | None, me: RankInfo) -> dict:
         applied["bound"] = False
     elif hasattr(os, "sched_setaffinity"):
         available = os.sched_getaffinity(0)
-        if cpus and cpus <= set(range(os.cpu_count() or 0)):
+        held = job_cpuset()
+        if cpus and cpus <= set(range(os.cpu_count() or 0)) and (held is None or cpus <= held):
             try:
                 if available != cpus:
                     os.sched_setaffinity(0, cpus)
                 applied["bound"] = True
             except OSError:
-                # none of the plan's CPUs is in the job's cgroup (sched_setaffinity(2): EINVAL): on a node
-                # shared with other jobs Slurm gave this job other cores than the plan's first ones, so the
-                # rank keeps the mask its launcher gave it rather than stopping
+                # the kernel refused the plan's CPUs (sched_setaffinity(2): EINVAL, none of them is allowed here)
+                # where the job's cpuset could not be read: keep the launcher's mask rather than stop
                 applied["bound"] = False
         else:
-            applied["bound"] = False  # the plan is for another machine: leave the launcher's mask
+            # the plan is for another machine, or for other cores than the batch system gave the job on a node it
+            # shares (its cgroup's cpuset, which the kernel would cut the plan's CPUs down to, or refuse): leave the
+            # launcher's mask, which it drew from the CPUs the job holds
+            applied["bound"] = False
     return applied
+
+
+def job_cpuset(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> set[int] | None:
+    """The CPUs this process's cgroup holds: the cpuset a batch system confines a job to (PBS's cgroup hook, Slurm's
+    task/cgroup; Imperial CX3: "Our systems utilises Cgroups, meaning you will only be able to see the resource that
+    is allocated to your job"), from cgroup v2's unified tree or v1's cpuset hierarchy; None where none is readable."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.count(":") < 2:
+            continue
+        _, controllers, path = line.split(":", 2)
+        here = path.lstrip("/")
+        if controllers == "":
+            files = [root / here / "cpuset.cpus.effective"]
+        elif "cpuset" in controllers.split(","):
+            files = [root / "cpuset" / here / "cpuset.effective_cpus", root / "cpuset" / here / "cpuset.cpus"]
+        else:
+            continue
+        for file in files:
+            try:
+                text = file.read_text().strip()
+            except OSError:
+                continue
+            if text:
+                return _cpu_list(text)
+    return None
+
+
+def _cpu_list(text: str) -> set[int]:
+    """A kernel CPU list ("0-3,8,10-11") as a set."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
