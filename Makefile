@@ -81,8 +81,10 @@ run: apt $(STAMPS)/venv
 # The quick tests on every core at once (pytest-xdist), then the slow ones (training, clusters,
 # images, anything that times itself) one at a time, so no timing shares the machine with
 # another test. Both parts always run; either failing fails `make test`.
+# setup installed every tool the tests use, so under `make test` a missing one fails its test instead of
+# skipping it (tests/conftest.py: require_tool reads CI); GPU tests skip where CUDA sees no GPU.
 test: setup
-	@status=0; \
+	@status=0; export CI="$${CI:-true}"; \
 	$(PY) -m pytest -m "not slow and not slurm" -n auto || status=$$?; \
 	$(PY) -m pytest -m "slow or slurm" || status=$$?; \
 	exit $$status
