@@ -461,6 +461,22 @@ def test_a_queue_that_limits_a_jobs_gpus_takes_every_job_within_them_over_any_no
             {"max_gpus": 8, "partition": "daily"}, {"max_gpus": 4, "partition": "general"}]}})
 
 
+def test_a_centre_that_counts_a_jobs_tasks_gets_their_total_beside_the_tasks_of_each_node(tmp_path):
+    # Cambridge CSD3's template: "How many (MPI) tasks will there be in total? ... #SBATCH --ntasks=1"; NSC
+    # Berzelius's: "--ntasks=1 --ntasks-per-node=1". sbatch(1): with both, "--ntasks ... will take precedence and the
+    # --ntasks-per-node will be treated as a maximum count of tasks per node", so the plan's layout stays
+    base = SHIPPED / "volta-x86.yaml"
+    site = _profile(tmp_path, base, **{"defaults.total_tasks": True})
+    header = [line for line in render_job_script(site, make_plan(site, JobRequest(nodes=2)), {}, JobOptions())
+              .splitlines() if line.startswith("#SBATCH --ntasks")]
+    assert header == ["#SBATCH --ntasks=8", "#SBATCH --ntasks-per-node=4"]
+    plain = load_site_file(base)
+    assert not [line for line in render_job_script(plain, make_plan(plain, JobRequest(nodes=2)), {}, JobOptions())
+                .splitlines() if line.startswith("#SBATCH --ntasks=")]
+    with pytest.raises(HpcdlError, match=r"defaults\.total_tasks: .* but the scheduler is pbs"):
+        _profile(tmp_path, SHIPPED / "polaris.yaml", **{"defaults.total_tasks": True})
+
+
 def test_a_job_that_shares_its_nodes_takes_its_gpus_share_of_the_cores(tmp_path):
     # IT4I Karolina: "you can allocate 1/8 of the node - 1 GPU and 16 cores", charged "allocated gpus * time / 8";
     # CSC Mahti: "You should reserve no more than 32 CPU cores per GPU". A one-GPU job on a node it does not hold

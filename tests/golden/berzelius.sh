@@ -1,6 +1,7 @@
 #!/bin/bash
 #SBATCH --job-name=digits-quick
 #SBATCH --nodes=2
+#SBATCH --ntasks=16
 #SBATCH --ntasks-per-node=8
 #SBATCH --cpus-per-task=16
 #SBATCH --gpus=16

@@ -1,6 +1,7 @@
 #!/bin/bash
 #SBATCH --job-name=digits-quick
 #SBATCH --nodes=2
+#SBATCH --ntasks=8
 #SBATCH --ntasks-per-node=4
 #SBATCH --cpus-per-task=32
 #SBATCH --gres=gpu:4

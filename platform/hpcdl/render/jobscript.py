@@ -324,6 +324,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # Slurm: the header asks tasks, CPUs and GPUs (tasks), or the nodes alone (nodes: Pawsey's
         # allocation-packs, where srun says the rest)
         "batch_request": site.defaults.batch_request,
+        # the job's total tasks named beside the tasks per node, where the centre's scripts count them so (CSD3)
+        "total_tasks": plan.nodes * plan.ranks_per_node if site.defaults.total_tasks else None,
         "constraint": options.constraint if options.constraint is not None else defaults.constraint,
         "exclusive": exclusive,
         "requeue": options.requeue,

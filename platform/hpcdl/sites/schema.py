@@ -569,6 +569,17 @@ class Defaults(_Strict):
             "--gpus-per-task=1 --gpu-bind=closest')"
         ),
     )
+    total_tasks: bool = Field(
+        default=False,
+        description=(
+            "Slurm: the header names the job's total tasks too, #SBATCH --ntasks=N beside --ntasks-per-node, where the "
+            "centre's job scripts count them so (Cambridge CSD3's template: '#SBATCH --ntasks=$np'; NSC Berzelius: "
+            "'--ntasks=1 --ntasks-per-node=1'); --ntasks-per-node stays beside it, since a total alone leaves the tasks "
+            "of each node to Slurm, which may fill one node before the next. sbatch(1): 'If used with the --ntasks "
+            "option, the --ntasks option will take precedence and the --ntasks-per-node will be treated as a maximum "
+            "count of tasks per node': N nodes of at most R tasks each, N x R in all, is R on every node"
+        ),
+    )
     job_resources: dict[str, str] = Field(
         default_factory=dict,
         description=(
@@ -971,6 +982,10 @@ class Site(_Strict):
         if self.defaults.batch_request == "nodes" and (self.scheduler != "slurm" or self.launcher != "srun"):
             raise ValueError(f"defaults.batch_request: nodes leaves tasks, CPUs and GPUs to srun, but the scheduler "
                              f"is {self.scheduler} and the launcher {self.launcher}")
+        if self.defaults.total_tasks and (self.scheduler != "slurm" or self.defaults.batch_request == "nodes"):
+            raise ValueError(f"defaults.total_tasks: #SBATCH --ntasks beside --ntasks-per-node, a Slurm header that asks "
+                             f"tasks, but the scheduler is {self.scheduler} and batch_request "
+                             f"{self.defaults.batch_request}")
         suffixes = {k: n.defaults.account_suffix for k, n in self.node_kinds.items() if n.defaults.account_suffix}
         if suffixes and self.defaults.account and any(self.defaults.account.endswith(x) for x in suffixes.values()):
             raise ValueError("defaults.account: give the project without a node kind's account_suffix; the job adds it")
