@@ -8,6 +8,7 @@ import pytest
 import yaml
 from conftest import hpcdl, shellcheck
 
+from hpcdl.errors import HpcdlError
 from hpcdl.sites import Site, list_sites, load_site
 from hpcdl.validate.checks import ORDER
 from hpcdl.validate.jobs import SUITES, SuiteContext, scaling_points, suite_jobs, thread_sweep_configs
@@ -174,6 +175,14 @@ def test_the_sites_the_issue_names_are_among_the_shipped_ones_rendered_below():
     assert {"summit", "stampede2-knl", "perlmutter"} <= set(SHIPPED_SITES)
 
 
+def test_a_suite_larger_than_the_site_runs_in_one_job_is_refused_naming_the_field():
+    # Imperial CX3's GPU jobs are one node ("select=1", defaults.max_nodes: 1): an inter-node point cannot run there
+    with pytest.raises(HpcdlError, match=r"^--nodes: 2 nodes asked for but site 'imperial-cx3' takes at most 1 in one "
+                                         r"job \(defaults\.max_nodes\)$"):
+        build_context("imperial-cx3", "quick", (1, 2))
+    assert build_context("imperial-cx3", "quick", None).nodes == (1,)
+
+
 @pytest.mark.parametrize("site_name", SHIPPED_SITES)
 def test_every_shipped_site_renders_the_full_suite_with_its_own_scheduler(site_name, tmp_path):
     """summit, stampede2-knl, perlmutter and the rest: rendered (not run here) and linted."""
@@ -182,10 +191,12 @@ def test_every_shipped_site_renders_the_full_suite_with_its_own_scheduler(site_n
         # a centre that runs no job without a project (Minerva) or names its folders by it (Polaris):
         # the suite takes the profile's own defaults.account, as a user's copy of it would set
         site = site.model_copy(update={"defaults": site.defaults.model_copy(update={"account": "prj123"})})
-    ctx = build_context(site_name, "full", (1, 2))
+    # two nodes, or one where the centre runs no job on more (Imperial CX3's GPU queue: "select=1")
+    nodes = (1, 2) if (site.defaults.max_nodes or 2) >= 2 else (1,)
+    ctx = build_context(site_name, "full", nodes)
     jobs = suite_jobs(ctx, select_checks(None))
     assert {j.kind for j in jobs} == {"environment", "collectives", "train"}
-    assert any(j.request.nodes == 2 for j in jobs if j.kind == "collectives")  # across nodes too
+    assert any(j.request.nodes == max(nodes) for j in jobs if j.kind == "collectives")  # across nodes too
     from hpcdl.errors import HpcdlError
     from hpcdl.plan import make_plan
 

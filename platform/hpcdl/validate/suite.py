@@ -99,6 +99,9 @@ def build_context(site_name: str, suite: str, nodes: tuple[int, ...] | None, ref
     nodes = nodes or default_nodes(site, suite)
     if node.count and max(nodes) > node.count:
         raise HpcdlError(f"--nodes: {max(nodes)} nodes asked for but site {site.name!r} has {node.count}")
+    if site.defaults.max_nodes and max(nodes) > site.defaults.max_nodes:
+        raise HpcdlError(f"--nodes: {max(nodes)} nodes asked for but site {site.name!r} takes at most "
+                         f"{site.defaults.max_nodes} in one job (defaults.max_nodes)")
     refs = load_references(site.name, references, node_kind=kind, node=node)
     return SuiteContext(site, suite, nodes, refs, SUITES[suite], frameworks=frameworks_present() or ("pytorch",))
 
