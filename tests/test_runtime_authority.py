@@ -95,6 +95,14 @@ def test_an_image_built_for_the_nodes_fabric_comes_before_one_whose_mpi_falls_ba
     assert not better, f"{name}:{kind} runs {choice.image} ({fabric_mismatch(spec, site, kind)}) though {better} fit"
 
 
+def test_roihus_gh200_nodes_on_infiniband_run_the_open_mpi_ucx_image_not_the_slingshot_one():
+    # CSC Roihu: 4 x GH200 and "four 200 Gb/s links per node, one for each GPU" (InfiniBand NDR); both aarch64
+    # GH200 images fit, the first in the specs (gh200-cuda) built for Slingshot (CSCS Alps)
+    site = load_site("roihu-gpu")
+    assert fabric_mismatch(load_images(IMAGES_YAML)["gh200-cuda"], site, "gpu")
+    assert choose_runtime(site, "gpu", "pytorch", use_gpus=True).image == "gh200-cuda-openmpi"
+
+
 def _slingshot_gpu_container_sites():
     for where, name in SITES:
         site = _load(where, name)
