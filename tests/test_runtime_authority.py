@@ -14,9 +14,11 @@ import pytest
 
 from conftest import ROOT, hpcdl
 from hpcdl.errors import HpcdlError
+from hpcdl.images.compat import fabric_mismatch
+from hpcdl.images.frameworks import image_frameworks
 from hpcdl.images.spec import IMAGES_YAML, load_images
 from hpcdl.plan import JobRequest, make_plan
-from hpcdl.plan.runtime import IMAGE, NATIVE_KINDS, SITE_CONTAINER, compat_problems
+from hpcdl.plan.runtime import IMAGE, NATIVE_KINDS, SITE_CONTAINER, choose_runtime, compat_problems
 from hpcdl.render import JobOptions, render_job_script
 from hpcdl.sites import load_site
 from hpcdl.sites.registry import SHIPPED, load_site_file
@@ -72,6 +74,33 @@ def test_plan_and_render_run_what_the_authority_accepts_or_refuse_in_one_line(wh
         assert choice.kind in NATIVE_KINDS and not choice.in_container
         assert not {"apptainer", "singularity", "shifter", "podman-hpc", "ch-run"} & set(argv)
     assert choice.framework_from and choice.mpi_from
+
+
+@pytest.mark.parametrize("where,name,kind", list(_kinds()))
+def test_an_image_built_for_the_nodes_fabric_comes_before_one_whose_mpi_falls_back_to_tcp(where, name, kind):
+    # An image built for Slingshot (libfabric, no verbs) on an InfiniBand node runs, but its MPI reaches the
+    # other nodes over TCP sockets; where an image built for the node's own fabric also fits, that one runs
+    # (unless the first is the one meant for the site: its `serves`)
+    site = _load(where, name)
+    node = site.node_kinds[kind]
+    choice = choose_runtime(site, kind, "pytorch", use_gpus=bool(node.gpus))
+    if choice.kind != IMAGE or not fabric_mismatch(spec := load_images(IMAGES_YAML)[choice.image], site, kind):
+        return
+    if name in spec.serves or f"{name}:{kind}" in spec.serves:
+        return
+    better = [other.name for other in load_images(IMAGES_YAML).values()
+              if other.gpu == bool(node.gpus) and not fabric_mismatch(other, site, kind)
+              and not compat_problems(other, site, kind) and "pytorch" in image_frameworks(other).frameworks
+              and not any(e.local_wheels for e in other.environments.values())]
+    assert not better, f"{name}:{kind} runs {choice.image} ({fabric_mismatch(spec, site, kind)}) though {better} fit"
+
+
+def test_roihus_gh200_nodes_on_infiniband_run_the_open_mpi_ucx_image_not_the_slingshot_one():
+    # CSC Roihu: 4 x GH200 and "four 200 Gb/s links per node, one for each GPU" (InfiniBand NDR); both aarch64
+    # GH200 images fit, the first in the specs (gh200-cuda) built for Slingshot (CSCS Alps)
+    site = load_site("roihu-gpu")
+    assert fabric_mismatch(load_images(IMAGES_YAML)["gh200-cuda"], site, "gpu")
+    assert choose_runtime(site, "gpu", "pytorch", use_gpus=True).image == "gh200-cuda-openmpi"
 
 
 def _slingshot_gpu_container_sites():

@@ -319,6 +319,26 @@ def mpi_problems(spec: ImageSpec, site: Site) -> list[str]:
     return problems
 
 
+#: the fabrics an image's MPI stack is built for (images.spec Fabric) that reach only their own kind of
+#: port: UCX over verbs for InfiniBand (the image's OFED), PSM2 for Omni-Path, libfabric's cxi provider (the
+#: site's own libfabric, swapped in at run time) for Slingshot. An `ethernet` image speaks TCP everywhere.
+FABRIC_PORTS = ("infiniband", "omnipath", "slingshot")
+
+
+def fabric_mismatch(spec: ImageSpec, site: Site, kind: str | None = None) -> str | None:
+    """Why the image's MPI cannot use the node kind's network ports, or None: an image built for one fabric
+    has none of the user-space drivers of another (a Slingshot image carries libfabric and the libfabric NCCL
+    plugin but no verbs; an InfiniBand image UCX and OFED but no cxi provider), so between nodes its MPI falls
+    back to TCP sockets. It still runs, so compat does not refuse it; the runtime decision takes an image
+    built for the node's fabric before it. A node that names no such port (or only Ethernet) fits any image."""
+    kind, node = site.node_kind(kind)
+    ports = sorted({n.kind for n in node.nics if n.kind in FABRIC_PORTS})
+    if spec.mpi.fabric not in FABRIC_PORTS or not ports or spec.mpi.fabric in ports:
+        return None
+    return (f"the image's MPI is built for {spec.mpi.fabric} but site {site.name} ({kind}) reaches other nodes "
+            f"over {', '.join(ports)}")
+
+
 def site_problems(spec: ImageSpec, site: Site, kind: str | None = None) -> list[str]:
     """Why the image cannot run on one node kind of the site (its default kind where None):
     hardware (CPU family and ISA, GPU vendor, architecture, driver) and MPI (ABI family, PMI,

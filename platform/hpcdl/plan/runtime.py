@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hpcdl.images.compat import launcher_needs, site_problems
+from hpcdl.images.compat import fabric_mismatch, launcher_needs, site_problems
 from hpcdl.images.frameworks import image_frameworks, image_spec_named, image_specs
 from hpcdl.plan.model import (
     CE_HOOK_PLUGIN, CE_PLUGIN_HOOK, IMAGE, NATIVE_KINDS, REFUSED, SITE_CONTAINER, USER_IMAGE, RuntimeChoice,
@@ -87,8 +87,9 @@ def choose_runtime(site: Site, kind: str, framework: str = "pytorch", use_gpus: 
                 continue
             problems = compat_problems(spec, site, kind)
             (refused.__setitem__(name, problems[0]) if problems else fitting.append(spec))
-        # the image meant for this site or node kind (its `serves`) first, then the specs' order
-        fitting.sort(key=lambda spec: not _claims(spec, site, kind))
+        # the image meant for this site or node kind (its `serves`) first, then one built for the node's
+        # fabric (another's MPI falls back to TCP between nodes: compat.fabric_mismatch), then the specs' order
+        fitting.sort(key=lambda spec: (not _claims(spec, site, kind), fabric_mismatch(spec, site, kind) is not None))
         if fitting:
             choice = _image_choice(site, fitting[0], fitting[0].name, framework)
         elif env is not None:
