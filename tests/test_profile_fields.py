@@ -849,3 +849,20 @@ def test_a_job_of_several_nodes_takes_every_gpu_of_each_where_the_centre_shares_
     assert make_plan(shared, JobRequest(nodes=2, use_gpus=False)).ranks_per_node == 2
     assert make_plan(_profile(tmp_path, volta, **{"defaults.exclusive": False}),
                      JobRequest(nodes=2, ranks_per_node=2)).ranks_per_node == 2
+
+
+def test_a_conda_environment_defines_condas_shell_function_where_the_centre_does(tmp_path):
+    # Mahidol's MAI HPC DDP jobs (ai-hpc-mu.github.io/document/adv_guide/ddp-training.html): 'module load cuda12.2/toolkit
+    # ...', 'eval "$(conda shell.bash hook)"', 'conda activate hpc_lab': a batch shell reads no ~/.bashrc, so without the
+    # hook `conda activate` stops ("Run 'conda init' before 'conda activate'")
+    hooked = _profile(tmp_path, POLARIS, **{"environment.hook": True, "environment.activate": "hpc_lab"})
+    lines = _render(hooked, tmp_path, account="p").splitlines()
+    hook = lines.index('eval "$(conda shell.bash hook)"')
+    assert lines[hook + 1] == "conda activate hpc_lab"
+    assert hook > max(i for i, line in enumerate(lines) if line.startswith("module load "))
+    # a centre whose conda module defines the function itself (ALCF Polaris) gets no hook
+    assert 'conda shell.bash hook' not in _render(load_site_file(POLARIS), tmp_path, account="p")
+    with pytest.raises(HpcdlError, match=r"environment.*hook: conda's shell hook, not for a venv environment"):
+        _profile(tmp_path, POLARIS, **{"environment.kind": "venv", "environment.activate": "/opt/venv",
+                                       "environment.hook": True})
+

@@ -844,6 +844,11 @@ class SiteEnvironment(_Strict):
         default=None, description="conda: the environment (name or path); uenv: image label; venv: its folder"
     )
     view: DeviceName | None = Field(default=None, description="uenv: the view to start (CSCS: default)")
+    hook: bool = Field(
+        default=False,
+        description="conda: define conda's shell function first, `eval \"$(conda shell.bash hook)\"`, where the centre's "
+        "job scripts do (a batch shell runs no ~/.bashrc, so `conda init`'s function is not there)",
+    )
     frameworks: tuple[Literal["pytorch", "tensorflow", "mxnet"], ...] = Field(
         default=("pytorch",), description="the frameworks it holds"
     )
@@ -867,6 +872,8 @@ class SiteEnvironment(_Strict):
             raise ValueError(f"activate: a {self.kind} environment names what to activate")
         if self.kind == "modules" and not self.modules:
             raise ValueError("modules: a modules environment names the modules to load")
+        if self.hook and self.kind != "conda":
+            raise ValueError(f"hook: conda's shell hook, not for a {self.kind} environment")
         for key, value in self.annotations.items():
             if not _WORD.match(key) or any(c in value for c in '"\\\n\r\0'):
                 raise ValueError(f"annotations.{key}: not a plain annotation name and value")
