@@ -866,3 +866,18 @@ def test_a_conda_environment_defines_condas_shell_function_where_the_centre_does
         _profile(tmp_path, POLARIS, **{"environment.kind": "venv", "environment.activate": "/opt/venv",
                                        "environment.hook": True})
 
+
+def test_a_centre_whose_container_stack_wants_nvidia_container_cli_gets_nvccli(tmp_path):
+    # Mahidol's MAI HPC (ai-hpc-mu.github.io/document/adv_guide/zeta-A100-80GB-singularity.html): "singularity exec
+    # --nvccli [other flags] image.sif command", "Driver stack: nvidia-container-toolkit (CDI)", --nvccli preferred
+    site = _profile(tmp_path, POLARIS, **{"container.nvidia": "nvccli"})
+    text = _render(site, tmp_path, account="p", image="/lus/eagle/projects/p/my.sif",
+                   net_plugin="/opt/aws-ofi-nccl/lib/libnccl-net.so")
+    line = next(x for x in text.splitlines() if " apptainer exec " in x)
+    assert "apptainer exec --nvccli --bind" in line and "--nv" not in line.split()
+    # the default stays --nv
+    text = _render(load_site_file(POLARIS), tmp_path, account="p", image="/lus/eagle/projects/p/my.sif",
+                   net_plugin="/opt/aws-ofi-nccl/lib/libnccl-net.so")
+    assert "--nv" in next(x for x in text.splitlines() if " apptainer exec " in x).split()
+    with pytest.raises(HpcdlError, match=r"container.nvidia: --nvccli is Apptainer's and Singularity's; the runtime is none"):
+        _profile(tmp_path, POLARIS, **{"container.nvidia": "nvccli", "runtime": "none", "environment.prefer": True})

@@ -822,6 +822,12 @@ class Container(_Strict):
     )
     modules: tuple[str, ...] = Field(default=(), description="runtime modules every job uses")
     args: tuple[str, ...] = Field(default=(), description="further runtime arguments, word by word")
+    nvidia: Literal["nv", "nvccli"] = Field(
+        default="nv",
+        description="Apptainer/Singularity: how NVIDIA GPUs reach the container, `--nv` (the runtime binds the host's "
+        "driver libraries) or `--nvccli` (nvidia-container-cli sets the container up, where the centre's "
+        "container stack asks for it)",
+    )
 
 
 class SiteEnvironment(_Strict):
@@ -1078,6 +1084,9 @@ class Site(_Strict):
                 raise ValueError("environment: a container environment needs a container runtime (runtime)")
             if environment.kind == "uenv" and self.launcher != "srun":
                 raise ValueError("environment: a uenv starts through srun --uenv; the launcher is " + self.launcher)
+        if self.container.nvidia != "nv" and self.runtime not in ("apptainer", "singularity"):
+            raise ValueError(f"container.nvidia: --{self.container.nvidia} is Apptainer's and Singularity's; the "
+                             f"runtime is {self.runtime}")
         if self.runtime == "container-engine" and self.launcher != "srun":
             raise ValueError("runtime: the container engine starts through srun --environment; the launcher is "
                              + self.launcher)
