@@ -182,10 +182,14 @@ def test_every_shipped_site_renders_the_full_suite_with_its_own_scheduler(site_n
         # a centre that runs no job without a project (Minerva) or names its folders by it (Polaris):
         # the suite takes the profile's own defaults.account, as a user's copy of it would set
         site = site.model_copy(update={"defaults": site.defaults.model_copy(update={"account": "prj123"})})
-    ctx = build_context(site_name, "full", (1, 2))
+    # across nodes too, where the machine has two nodes of its default kind (Mahidol's MAI HPC has one H100 node:
+    # the suite refuses --nodes 2 there, naming the count)
+    count = site.node_kind(None)[1].count
+    nodes = (1, 2) if count is None or count >= 2 else (1,)
+    ctx = build_context(site_name, "full", nodes)
     jobs = suite_jobs(ctx, select_checks(None))
     assert {j.kind for j in jobs} == {"environment", "collectives", "train"}
-    assert any(j.request.nodes == 2 for j in jobs if j.kind == "collectives")  # across nodes too
+    assert any(j.request.nodes == max(nodes) for j in jobs if j.kind == "collectives")
     from hpcdl.errors import HpcdlError
     from hpcdl.plan import make_plan
 
