@@ -849,3 +849,35 @@ def test_a_job_of_several_nodes_takes_every_gpu_of_each_where_the_centre_shares_
     assert make_plan(shared, JobRequest(nodes=2, use_gpus=False)).ranks_per_node == 2
     assert make_plan(_profile(tmp_path, volta, **{"defaults.exclusive": False}),
                      JobRequest(nodes=2, ranks_per_node=2)).ranks_per_node == 2
+
+
+def test_a_conda_environment_defines_condas_shell_function_where_the_centre_does(tmp_path):
+    # Mahidol's MAI HPC DDP jobs (ai-hpc-mu.github.io/document/adv_guide/ddp-training.html): 'module load cuda12.2/toolkit
+    # ...', 'eval "$(conda shell.bash hook)"', 'conda activate hpc_lab': a batch shell reads no ~/.bashrc, so without the
+    # hook `conda activate` stops ("Run 'conda init' before 'conda activate'")
+    hooked = _profile(tmp_path, POLARIS, **{"environment.hook": True, "environment.activate": "hpc_lab"})
+    lines = _render(hooked, tmp_path, account="p").splitlines()
+    hook = lines.index('eval "$(conda shell.bash hook)"')
+    assert lines[hook + 1] == "conda activate hpc_lab"
+    assert hook > max(i for i, line in enumerate(lines) if line.startswith("module load "))
+    # a centre whose conda module defines the function itself (ALCF Polaris) gets no hook
+    assert 'conda shell.bash hook' not in _render(load_site_file(POLARIS), tmp_path, account="p")
+    with pytest.raises(HpcdlError, match=r"environment.*hook: conda's shell hook, not for a venv environment"):
+        _profile(tmp_path, POLARIS, **{"environment.kind": "venv", "environment.activate": "/opt/venv",
+                                       "environment.hook": True})
+
+
+def test_a_centre_whose_container_stack_wants_nvidia_container_cli_gets_nvccli(tmp_path):
+    # Mahidol's MAI HPC (ai-hpc-mu.github.io/document/adv_guide/zeta-A100-80GB-singularity.html): "singularity exec
+    # --nvccli [other flags] image.sif command", "Driver stack: nvidia-container-toolkit (CDI)", --nvccli preferred
+    site = _profile(tmp_path, POLARIS, **{"container.nvidia": "nvccli"})
+    text = _render(site, tmp_path, account="p", image="/lus/eagle/projects/p/my.sif",
+                   net_plugin="/opt/aws-ofi-nccl/lib/libnccl-net.so")
+    line = next(x for x in text.splitlines() if " apptainer exec " in x)
+    assert "apptainer exec --nvccli --bind" in line and "--nv" not in line.split()
+    # the default stays --nv
+    text = _render(load_site_file(POLARIS), tmp_path, account="p", image="/lus/eagle/projects/p/my.sif",
+                   net_plugin="/opt/aws-ofi-nccl/lib/libnccl-net.so")
+    assert "--nv" in next(x for x in text.splitlines() if " apptainer exec " in x).split()
+    with pytest.raises(HpcdlError, match=r"container.nvidia: --nvccli is Apptainer's and Singularity's; the runtime is none"):
+        _profile(tmp_path, POLARIS, **{"container.nvidia": "nvccli", "runtime": "none", "environment.prefer": True})

@@ -157,8 +157,8 @@ print("HPCDL-PROBE " + json.dumps({
 
 
 def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple[object, Path]:
-    """The job script for two nodes of `kind`; `runnable`: the probe instead of the trainer,
-    without the container runtime and modules this host does not have."""
+    """The job script for two nodes of `kind` (one where the machine has one); `runnable`: the probe instead of the trainer,
+    without the container runtime, modules and conda environment this host does not have."""
     from hpcdl.plan import JobRequest, make_plan
     from hpcdl.render.jobscript import JobOptions, render_job_script
     from hpcdl.sites.schema import Modules
@@ -167,10 +167,13 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
         # launcher options of the site's own Slurm plugins (LLNL's --mpibind) are not on this host
         launch = site.launch.model_copy(update={"args": tuple(a for a in site.launch.args if _srun_knows(a, conf))})
         site = site.model_copy(update={"launch": launch})
-    plan = make_plan(site, JobRequest(nodes=NODES, node_kind=kind))
+    # a machine with a single node of the kind (Mahidol's MAI HPC: one H100 node, one A100 node) gets a one-node job
+    count = site.node_kinds[kind].count
+    plan = make_plan(site, JobRequest(nodes=min(NODES, count or NODES), node_kind=kind))
     program = None
     if runnable:
-        site = site.model_copy(update={"runtime": "none", "modules": Modules(system="none")})
+        # nor the centre's conda environment (Mahidol's MAI HPC: conda activate hpc_lab), which this host lacks too
+        site = site.model_copy(update={"runtime": "none", "modules": Modules(system="none"), "environment": None})
         program = [sys.executable, "-c", PROBE]
     recipe = {"name": "shape-probe", "net": "cifar10_quick", "data": {"source": "digits"}}
     # a centre that runs no job without a project (CSC: "The billing project argument is mandatory") gets one;
@@ -316,7 +319,7 @@ def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters
     if fields.get("OverSubscribe") == "NO" and shape.spec_cores:
         # a whole node, less its specialised cores: every core the plan uses is one Slurm gave the job
         allocated = allocated_cores(cluster, fields, node.threads_per_core)
-        assert sorted(allocated) == [f"n{i}" for i in range(1, NODES + 1)], fields["_text"]
+        assert sorted(allocated) == [f"n{i}" for i in range(1, plan.nodes + 1)], fields["_text"]
         for name, cores in allocated.items():
             planned = {c for r in plan.local_ranks() for c in r.cores}
             assert planned <= cores, f"{name}: planned cores {sorted(planned - cores)} are not allocated"

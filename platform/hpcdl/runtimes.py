@@ -95,7 +95,8 @@ class ApptainerRuntime(Runtime):
         argv = [self.program, "exec"]
         vendor = _gpu_vendor(plan, site)
         if vendor == "nvidia":
-            argv.append("--nv")
+            # --nv binds the host's driver libraries in; --nvccli has nvidia-container-cli set the container up
+            argv.append(f"--{site.container.nvidia}")
         elif vendor == "amd":
             argv.append("--rocm")
         for path in self.binds(site):

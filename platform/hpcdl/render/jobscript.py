@@ -617,7 +617,10 @@ def activate_lines(site: Site, plan: Plan) -> list[str]:
     if choice is None or env is None or choice.kind not in ("conda", "venv") or env.kind != choice.kind:
         return []
     if choice.kind == "conda":
-        return ["conda activate" + (f" {quote(env.activate)}" if env.activate else "")]
+        # conda's own shell function, where the centre's scripts define it first: a batch shell reads no ~/.bashrc,
+        # so without it `conda activate` stops with "Run 'conda init' before 'conda activate'"
+        hook = ['eval "$(conda shell.bash hook)"'] if env.hook else []
+        return hook + ["conda activate" + (f" {quote(env.activate)}" if env.activate else "")]
     return [f"source {path_with_variables(env.activate.rstrip('/') + '/bin/activate')}"]
 
 

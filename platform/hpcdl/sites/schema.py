@@ -822,6 +822,12 @@ class Container(_Strict):
     )
     modules: tuple[str, ...] = Field(default=(), description="runtime modules every job uses")
     args: tuple[str, ...] = Field(default=(), description="further runtime arguments, word by word")
+    nvidia: Literal["nv", "nvccli"] = Field(
+        default="nv",
+        description="Apptainer/Singularity: how NVIDIA GPUs reach the container, `--nv` (the runtime binds the host's "
+        "driver libraries) or `--nvccli` (nvidia-container-cli sets the container up, where the centre's "
+        "container stack asks for it)",
+    )
 
 
 class SiteEnvironment(_Strict):
@@ -844,6 +850,11 @@ class SiteEnvironment(_Strict):
         default=None, description="conda: the environment (name or path); uenv: image label; venv: its folder"
     )
     view: DeviceName | None = Field(default=None, description="uenv: the view to start (CSCS: default)")
+    hook: bool = Field(
+        default=False,
+        description="conda: define conda's shell function first, `eval \"$(conda shell.bash hook)\"`, where the centre's "
+        "job scripts do (a batch shell runs no ~/.bashrc, so `conda init`'s function is not there)",
+    )
     frameworks: tuple[Literal["pytorch", "tensorflow", "mxnet"], ...] = Field(
         default=("pytorch",), description="the frameworks it holds"
     )
@@ -867,6 +878,8 @@ class SiteEnvironment(_Strict):
             raise ValueError(f"activate: a {self.kind} environment names what to activate")
         if self.kind == "modules" and not self.modules:
             raise ValueError("modules: a modules environment names the modules to load")
+        if self.hook and self.kind != "conda":
+            raise ValueError(f"hook: conda's shell hook, not for a {self.kind} environment")
         for key, value in self.annotations.items():
             if not _WORD.match(key) or any(c in value for c in '"\\\n\r\0'):
                 raise ValueError(f"annotations.{key}: not a plain annotation name and value")
@@ -1071,6 +1084,9 @@ class Site(_Strict):
                 raise ValueError("environment: a container environment needs a container runtime (runtime)")
             if environment.kind == "uenv" and self.launcher != "srun":
                 raise ValueError("environment: a uenv starts through srun --uenv; the launcher is " + self.launcher)
+        if self.container.nvidia != "nv" and self.runtime not in ("apptainer", "singularity"):
+            raise ValueError(f"container.nvidia: --{self.container.nvidia} is Apptainer's and Singularity's; the "
+                             f"runtime is {self.runtime}")
         if self.runtime == "container-engine" and self.launcher != "srun":
             raise ValueError("runtime: the container engine starts through srun --environment; the launcher is "
                              + self.launcher)
