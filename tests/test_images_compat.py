@@ -266,6 +266,29 @@ def test_the_cuda_driver_floor_follows_nvidias_minor_version_compatibility_table
                 if "driver" in p]
 
 
+def test_a_driver_given_by_the_cuda_it_supports_refuses_an_image_of_a_newer_cuda_major():
+    """Centres often publish the CUDA their driver carries, not its number (TTU REPACSS: "CUDA 13.1 is
+    available through the NVIDIA driver", https://github.com/nsfcac/repacss-user-guide/blob/
+    0d16007ecd293f7ee27fb34641245a3430695c7c/docs/running-jobs/basics.md), as nvidia-smi prints it
+    ("CUDA Version: 13.1"). By minor-version compatibility that driver runs any CUDA 13.x image, and
+    no CUDA 14; a "CUDA 12.4" driver runs no CUDA 13 image (hopper-cuda's 13.0)."""
+    h100 = {"cpu_target": "sapphirerapids", "gpus": [{"model": "NVIDIA H100 NVL", "socket": 0}]}
+    cuda12 = _site("srun", "openmpi", gpu_driver_cuda="12.4", **h100)
+    cuda13 = _site("srun", "openmpi", gpu_driver_cuda="13.1", **h100)
+    assert [p for p in site_problems(SPECS["hopper-cuda"], cuda12) if "driver" in p] == [
+        "the image's CUDA 13.0 needs a driver of CUDA 13 or newer but site testsite (cpu: sapphirerapids) runs a "
+        "driver of CUDA 12.4"]
+    assert not [p for p in site_problems(SPECS["hopper-cuda"], cuda13) if "driver" in p]
+    later_minor = _with(SPECS["hopper-cuda"], cuda=SPECS["hopper-cuda"].cuda.model_copy(update={"version": "13.2"}))
+    assert not [p for p in site_problems(later_minor, cuda13) if "driver" in p]
+    # REPACSS's profile says it so, and hpcdl's CUDA 13 image is accepted there
+    assert load_site("repacss").node_kind("h100")[1].gpu_driver_cuda == "13.1"
+    assert site_problems(SPECS["hopper-cuda"], load_site("repacss"), "h100") == []
+    # the CUDA of an NVIDIA driver on a node without NVIDIA GPUs is refused when the profile loads
+    with pytest.raises(ValueError, match="gpu_driver_cuda: 13.1 is the CUDA of an NVIDIA driver, but the node kind"):
+        _site("srun", "openmpi", gpu_driver_cuda="13.1", cpu_target="sapphirerapids")
+
+
 def test_an_open_mpi_5_image_is_refused_under_a_host_open_mpi_4_mpirun():
     h100 = {"cpu_target": "x86_64_v4", "gpus": [{"model": "NVIDIA H100", "socket": 0}]}
     host4 = _site("mpirun", "openmpi", mpi_version="4.1.4", **h100)

@@ -292,6 +292,11 @@ def hardware_problems(spec: ImageSpec, site: Site, kind: str | None = None) -> l
     if floor and node.gpu_driver and version_tuple(node.gpu_driver)[0] < floor:
         problems.append(f"the image's CUDA {spec.cuda.version} needs an NVIDIA driver >= {floor} (minor-version "
                         f"compatibility) but {where} runs driver {node.gpu_driver}")
+    # a driver runs the CUDA it reports and, by minor-version compatibility, any later minor of the same
+    # major; a newer major needs a newer driver (nvidia-smi's "CUDA Version: 12.4" runs no CUDA 13 image)
+    if node.gpu_driver_cuda and spec.cuda.major > version_tuple(node.gpu_driver_cuda)[0]:
+        problems.append(f"the image's CUDA {spec.cuda.version} needs a driver of CUDA {spec.cuda.major} or newer but "
+                        f"{where} runs a driver of CUDA {node.gpu_driver_cuda}")
     return problems
 
 

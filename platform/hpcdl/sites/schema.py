@@ -315,6 +315,11 @@ class NodeKind(_Strict):
         default=None, pattern=r"^[0-9]+(\.[0-9]+){0,2}$",
         description="the GPU driver the nodes run (NVIDIA: 535.183.06); images whose CUDA needs a newer one are refused",
     )
+    gpu_driver_cuda: str | None = Field(
+        default=None, pattern=r"^[0-9]+\.[0-9]+$",
+        description="the newest CUDA the nodes' NVIDIA driver supports, as nvidia-smi prints it ('CUDA Version: 13.1') "
+                    "and centres publish it where they give no driver number; images of a newer CUDA major are refused",
+    )
     nics: tuple[Nic, ...] = Field(default=(), max_length=64)
     domains_per_socket: int = Field(
         default=1, ge=1,
@@ -432,6 +437,9 @@ class NodeKind(_Strict):
             raise ValueError(f"defaults.gpu_type: {self.defaults.gpu_type} but the node kind has no GPUs (gpus)")
         if self.defaults.mem_per_gpu and not self.gpus:
             raise ValueError(f"defaults.mem_per_gpu: {self.defaults.mem_per_gpu} but the node kind has no GPUs (gpus)")
+        if self.gpu_driver_cuda and not any(g.vendor == "nvidia" for g in self.gpus):
+            raise ValueError(f"gpu_driver_cuda: {self.gpu_driver_cuda} is the CUDA of an NVIDIA driver, but the node kind "
+                             "has no NVIDIA GPUs (gpus)")
         return self
 
 
