@@ -157,8 +157,9 @@ print("HPCDL-PROBE " + json.dumps({
 
 
 def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple[object, Path]:
-    """The job script for two nodes of `kind`; `runnable`: the probe instead of the trainer,
-    without the container runtime and modules this host does not have."""
+    """The job script for two nodes of `kind` (one where the machine has one: RCC Midway3's A100 node);
+    `runnable`: the probe instead of the trainer, without the container runtime and modules this host
+    does not have."""
     from hpcdl.plan import JobRequest, make_plan
     from hpcdl.render.jobscript import JobOptions, render_job_script
     from hpcdl.sites.schema import Modules
@@ -167,7 +168,8 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
         # launcher options of the site's own Slurm plugins (LLNL's --mpibind) are not on this host
         launch = site.launch.model_copy(update={"args": tuple(a for a in site.launch.args if _srun_knows(a, conf))})
         site = site.model_copy(update={"launch": launch})
-    plan = make_plan(site, JobRequest(nodes=NODES, node_kind=kind))
+    count = site.node_kinds[kind].count
+    plan = make_plan(site, JobRequest(nodes=min(NODES, count) if count else NODES, node_kind=kind))
     program = None
     if runnable:
         site = site.model_copy(update={"runtime": "none", "modules": Modules(system="none")})
