@@ -881,3 +881,39 @@ def test_a_centre_whose_container_stack_wants_nvidia_container_cli_gets_nvccli(t
     assert "--nv" in next(x for x in text.splitlines() if " apptainer exec " in x).split()
     with pytest.raises(HpcdlError, match=r"container.nvidia: --nvccli is Apptainer's and Singularity's; the runtime is none"):
         _profile(tmp_path, POLARIS, **{"container.nvidia": "nvccli", "runtime": "none", "environment.prefer": True})
+
+
+def test_a_centre_that_raises_a_shell_limit_before_its_launch_gets_it_raised_in_the_job(tmp_path):
+    """launch.ulimit: the job sets the limits the centre's scripts set before the launcher (UChicago
+    RCC Midway3: `ulimit -l unlimited` before mpirun), carried in the plan; where the kernel refuses
+    one the job goes on, as the centre's scripts (no set -e) do. A value that is not a limit is refused
+    naming the field, at load and from a plan read back."""
+    volta = SHIPPED / "volta-x86.yaml"
+    assert "ulimit" not in _render(load_site_file(volta), tmp_path)
+    # more open files than the kernel's fs.nr_open is refused even to root; a lower locked-memory limit never is
+    too_many = int(Path("/proc/sys/fs/nr_open").read_text()) + 1
+    site = _profile(tmp_path, volta, **{"launch.ulimit": {"memlock": 64, "nofile": too_many}})
+    plan = make_plan(site, JobRequest(nodes=2))
+    assert plan.ulimit == {"memlock": "64", "nofile": str(too_many)}
+    assert type(plan).from_dict(plan.to_dict()) == plan
+    lines = _render(site, tmp_path).splitlines()
+    raised = [i for i, line in enumerate(lines) if line.startswith("ulimit ")]
+    launch = next(i for i, line in enumerate(lines) if line.startswith("srun "))
+    assert [lines[i].split(" ||")[0] for i in raised] == ["ulimit -l 64", f"ulimit -n {too_many}"]
+    assert raised[-1] < launch
+    # run as the job's shell runs them: the one the kernel takes holds, the one it refuses warns and the job goes on
+    shell = "set -euo pipefail\n" + "\n".join(lines[i] for i in raised) + "\nulimit -l\n"
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["64"]
+    assert f"hpcdl: ulimit -n {too_many} refused; the ranks keep " in done.stderr
+    unlimited = _profile(tmp_path, volta, **{"launch.ulimit": {"memlock": "unlimited"}})
+    assert "ulimit -l unlimited || " in _render(unlimited, tmp_path)
+    for name, value, says in (("memlock", "unlimited; rm -rf ~", "is not unlimited or a whole number"),
+                              ("memlock", 0, "is not unlimited or a whole number"),
+                              ("nofile", True, "is not unlimited or a whole number"),
+                              ("locked", "unlimited", "Input should be 'core'")):
+        with pytest.raises(HpcdlError, match=rf"launch\.ulimit\.{name}[^\n]*{re.escape(says)}"):
+            _profile(tmp_path, volta, **{"launch.ulimit": {name: value}})
+    hostile = type(plan).from_dict({**plan.to_dict(), "ulimit": {"memlock": "unlimited; touch x"}})
+    with pytest.raises(HpcdlError, match=r"^plan ulimit: memlock='unlimited; touch x' is not a limit launch.ulimit"):
+        render_job_script(site, hostile, {}, JobOptions())

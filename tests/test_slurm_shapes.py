@@ -157,7 +157,7 @@ print("HPCDL-PROBE " + json.dumps({
 
 
 def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple[object, Path]:
-    """The job script for two nodes of `kind` (one where the machine has one); `runnable`: the probe instead of the trainer,
+    """The job script for two nodes of `kind` (one where the machine has one: Mahidol's MAI HPC, RCC Midway3's A100 node); `runnable`: the probe instead of the trainer,
     without the container runtime, modules and conda environment this host does not have."""
     from hpcdl.plan import JobRequest, make_plan
     from hpcdl.render.jobscript import JobOptions, render_job_script

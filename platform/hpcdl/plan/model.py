@@ -121,6 +121,8 @@ class Plan:
     env_paths: dict[str, dict] = field(default_factory=dict)
     # what the ranks run in and where their framework, MPI and network plugin come from (hpcdl.plan.runtime)
     runtime: RuntimeChoice | None = None
+    # shell limits the job raises before it starts the ranks (the profile's launch.ulimit): {"memlock": "unlimited"}
+    ulimit: dict[str, str] = field(default_factory=dict)
     # pretend nodes that share one host (a test cluster, the node kind's nodes_per_host): each node's CPU
     # ids are the same host CPUs, so a job over several of them must not pin by them (train/binding.py)
     nodes_per_host: int = 1
@@ -138,7 +140,7 @@ class Plan:
         data["world_size"] = self.world_size
         if self.spatial is None:
             data.pop("spatial")  # plans without spatial parallelism read as they always have
-        for name in ("modules", "env_paths", "runtime"):
+        for name in ("modules", "env_paths", "runtime", "ulimit"):
             if not data[name]:
                 data.pop(name)  # nor do plans without these
         if self.nodes_per_host == 1:
@@ -163,5 +165,6 @@ class Plan:
             **{**data, "ranks": ranks, "launcher_argv": tuple(data["launcher_argv"]), "notes": tuple(data.get("notes", ())),
                "spatial": spatial, "runtime": runtime, "modules": tuple(data.get("modules", ())),
                "env_paths": {k: {"prepend": list(v.get("prepend", ())), "append": list(v.get("append", ()))}
-                             for k, v in data.get("env_paths", {}).items()}}
+                             for k, v in data.get("env_paths", {}).items()},
+               "ulimit": dict(data.get("ulimit", {}))}
         )

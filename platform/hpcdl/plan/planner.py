@@ -168,6 +168,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         modules=modules,
         env_paths=env_paths,
         runtime=runtime,
+        ulimit={name: str(value) for name, value in site.launch.ulimit.items()},
         nodes_per_host=node.nodes_per_host,
     )
     plan = replace(plan, notes=tuple(notes))

@@ -38,7 +38,7 @@ from hpcdl.shell import (
     slurm_directive_value,
 )
 from hpcdl.sites.project import with_project
-from hpcdl.sites.schema import NodeKind, Site
+from hpcdl.sites.schema import ULIMIT_OPTIONS, ULIMIT_VALUE, NodeKind, Site
 
 SCHEDULERS = ("local", "slurm", "lsf", "pbs")
 
@@ -205,6 +205,7 @@ def render_job_script(
         job=job,
         env=env,
         env_paths=env_path_lines(plan),
+        ulimits=ulimit_lines(plan),
         modules=module_lines(site, plan),
         activate=activate_lines(site, plan),
         runtime_files=runtime_files,
@@ -622,6 +623,20 @@ def activate_lines(site: Site, plan: Plan) -> list[str]:
         hook = ['eval "$(conda shell.bash hook)"'] if env.hook else []
         return hook + ["conda activate" + (f" {quote(env.activate)}" if env.activate else "")]
     return [f"source {path_with_variables(env.activate.rstrip('/') + '/bin/activate')}"]
+
+
+def ulimit_lines(plan: Plan) -> list[str]:
+    """`ulimit -l unlimited` for each limit the plan raises (the profile's launch.ulimit). A plan read
+    back from JSON is checked again: only the limits and values the profile may name reach the shell."""
+    lines = []
+    for name, value in plan.ulimit.items():
+        if name not in ULIMIT_OPTIONS or not ULIMIT_VALUE.fullmatch(str(value)):
+            raise HpcdlError(f"plan ulimit: {name}={value!r} is not a limit launch.ulimit takes "
+                             f"({', '.join(ULIMIT_OPTIONS)}; unlimited or a whole number)")
+        option = ULIMIT_OPTIONS[name]
+        lines.append(f"ulimit {option} {value} || echo \"hpcdl: ulimit {option} {value} refused; the ranks keep "
+                     f"$(ulimit {option})\" >&2")
+    return lines
 
 
 def env_path_lines(plan: Plan) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 Scheduler = Literal["slurm", "lsf", "pbs", "local"]
 Launcher = Literal["srun", "jsrun", "ibrun", "mpirun", "mpiexec", "pals", "aprun", "local"]
@@ -662,6 +662,26 @@ def mpirun_option_of(args, name: str) -> str | None:
     return option_value(args, "--" + name, "-" + name)
 
 
+# bash's `ulimit` option for each limit a profile may raise (bash(1), ulimit)
+ULIMIT_OPTIONS = {
+    "core": "-c", "data": "-d", "fsize": "-f", "memlock": "-l", "nofile": "-n", "stack": "-s", "cpu": "-t",
+    "nproc": "-u", "as": "-v",
+}
+UlimitName = Literal["core", "data", "fsize", "memlock", "nofile", "stack", "cpu", "nproc", "as"]
+ULIMIT_VALUE = re.compile(r"unlimited|[1-9][0-9]{0,17}")
+
+
+def _ulimit_value(value: object) -> str:
+    # YAML gives a number as an int: 65536 and "65536" alike, but no bool or float
+    text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+    if not ULIMIT_VALUE.fullmatch(text):
+        raise ValueError(f"{value!r} is not unlimited or a whole number (in ulimit's units)")
+    return text
+
+
+UlimitValue = Annotated[str, BeforeValidator(_ulimit_value)]
+
+
 class Launch(_Strict):
     """How the launcher starts ranks beyond what the plan decides."""
 
@@ -806,6 +826,15 @@ class Launch(_Strict):
             "sees the step's GPUs without one: none (IDRIS's jobs, a bare srun under --gres=gpu:4 with "
             "torch.cuda.set_device(local_rank); JSC's, export CUDA_VISIBLE_DEVICES=0,1,2,3, an env: setting, before a "
             "bare srun); the srun line then names no --gpu-bind. Unset, hpcdl writes --gpu-bind=none"
+        ),
+    )
+
+    ulimit: dict[UlimitName, UlimitValue] = Field(
+        default_factory=dict,
+        description=(
+            "shell resource limits the job raises before it starts the ranks, as the centre's job scripts do "
+            "(UChicago RCC Midway3: ulimit -l unlimited before mpirun, the memory InfiniBand registers): "
+            "{memlock: unlimited} gives `ulimit -l unlimited`; a value is unlimited or a whole number in ulimit's units"
         ),
     )
 
