@@ -109,6 +109,9 @@ GPU_TABLE: tuple[DeviceRate, ...] = (
     *_by_bandwidth("a10", ("a10",), (62.5, 125.0), 600, "NVIDIA A10 data sheet: 600 GB/s GDDR6"),
     *_by_bandwidth("a40", ("a40",), (74.8, 149.7), 696, "NVIDIA A40 data sheet: 696 GB/s GDDR6"),
     *_by_bandwidth("l40s", ("l40s",), (183.0, 362.1), 864, "NVIDIA L40S data sheet: 864 GB/s GDDR6"),
+    # Turing workstation GPUs by their one shared word (RCC Midway3's "Quadro RTX 6000"; the RTX 8000 has the same
+    # memory): V100's measured rate x the bandwidth ratio, as for T4
+    *_by_bandwidth("rtx", ("rtx",), (16.3, 130.5), 672, "NVIDIA Quadro RTX 6000 data sheet: 672 GB/s GDDR6", "v100"),
     # no DLE table for H100 (the README stops at A100): A100's measured rate x the HBM bandwidth
     # ratio 3.35/2.04 TB/s (H100 SXM and A100 80GB data sheets); conv-net training is not tensor-core bound
     DeviceRate("h100", ("h100",), "fp32", 494.7, 3350, "resnet50", 938.0 * 3350 / 2039, 256, None,
