@@ -14,6 +14,7 @@ import pytest
 import yaml
 from conftest import require_tool, shellcheck
 
+from hpcdl.cluster import NodeShape
 from hpcdl.errors import HpcdlError
 from hpcdl.plan import JobRequest, make_plan
 from hpcdl.render.jobscript import JobOptions, render_job_script
@@ -917,3 +918,41 @@ def test_a_centre_that_raises_a_shell_limit_before_its_launch_gets_it_raised_in_
     hostile = type(plan).from_dict({**plan.to_dict(), "ulimit": {"memlock": "unlimited; touch x"}})
     with pytest.raises(HpcdlError, match=r"^plan ulimit: memlock='unlimited; touch x' is not a limit launch.ulimit"):
         render_job_script(site, hostile, {}, JobOptions())
+
+
+def _tasks_per_socket(site, **request) -> list[str]:
+    text = render_job_script(site, make_plan(site, JobRequest(nodes=2, **request)), {}, JobOptions(account="t01"))
+    return [line for line in text.splitlines() if line.startswith("#SBATCH --ntasks-per-socket")]
+
+
+def test_a_centre_that_counts_tasks_per_socket_gets_them_as_its_slurm_counts_sockets(tmp_path):
+    # ULHPC: "always explicitly specify upon resource allocation the number of tasks you want per node/socket
+    # (--ntasks-per-node <n> --ntasks-per-socket <s>)", on Aion's "8 (virtual) sockets" of 16 cores; a Slurm that
+    # counts L3 caches as sockets (l3cache_as_socket: EPCC ARCHER2's 32 of 4 cores) counts them alike
+    base = SHIPPED / "archer2.yaml"  # 2 x 64 cores, 8 ranks of 16 by default
+    assert _tasks_per_socket(load_site_file(base)) == []
+    physical = _profile(tmp_path, base, **{"defaults.tasks_per_socket": True})
+    assert _tasks_per_socket(physical) == ["#SBATCH --ntasks-per-socket=4"]
+    numa = _profile(tmp_path, base, **{"defaults.tasks_per_socket": True, "node_kinds.standard.scheduler_sockets": 8})
+    assert _tasks_per_socket(numa) == ["#SBATCH --ntasks-per-socket=1"]
+    assert _tasks_per_socket(numa, ranks_per_node=128) == ["#SBATCH --ntasks-per-socket=16"]
+    assert _tasks_per_socket(numa, ranks_per_node=2) == ["#SBATCH --ntasks-per-socket=1"]  # 64 cores each
+    # the test Slurm poses the node as that Slurm counts it: 8 sockets of 16 cores
+    shape = NodeShape.from_site(numa)
+    assert (shape.sockets, shape.cores_per_socket) == (8, 16)
+    assert (NodeShape.from_site(physical).sockets, NodeShape.from_site(physical).cores_per_socket) == (2, 64)
+    l3 = _profile(tmp_path, base, **{"defaults.tasks_per_socket": True, "node_kinds.standard.scheduler_sockets": 32})
+    assert _tasks_per_socket(l3, ranks_per_node=128) == ["#SBATCH --ntasks-per-socket=4"]
+    with pytest.raises(HpcdlError, match=r"scheduler_sockets: 3 does not split"):
+        _profile(tmp_path, base, **{"node_kinds.standard.scheduler_sockets": 3})
+    with pytest.raises(HpcdlError, match=r"defaults\.tasks_per_socket: .* but the scheduler is pbs"):
+        _profile(tmp_path, SHIPPED / "polaris.yaml", **{"defaults.tasks_per_socket": True})
+
+
+def test_a_centre_whose_scripts_run_in_a_login_shell_gets_one(tmp_path):
+    # ULHPC: "#!/bin/bash -l # <--- DO NOT FORGET '-l' to facilitate further access to ULHPC modules"
+    base = SHIPPED / "anvil.yaml"
+    assert _render(load_site_file(base), tmp_path).splitlines()[0] == "#!/bin/bash"
+    login = _profile(tmp_path, base, **{"modules.login_shell": True})
+    text = _render(login, tmp_path)
+    assert text.splitlines()[0] == "#!/bin/bash -l" and text.splitlines()[1].startswith("#SBATCH ")

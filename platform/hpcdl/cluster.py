@@ -207,8 +207,10 @@ class NodeShape:
         features = tuple(f for f in (defaults.constraint or "").replace("&", ",").split(",") if f)
         usable = {c for s in range(node.sockets) for c in node.usable_cores_of_socket(s)}
         reserved = tuple(c for c in range(node.cores) if c not in usable)
+        # the sockets that machine's Slurm counts: its NUMA domains or L3 caches where it poses them as sockets
+        sockets = node.scheduler_sockets or node.sockets
         return cls(
-            sockets=node.sockets, cores_per_socket=node.cores_per_socket, threads_per_core=node.threads_per_core,
+            sockets=sockets, cores_per_socket=node.cores // sockets, threads_per_core=node.threads_per_core,
             cpus_per_core=node.scheduler_cpus_per_core, spec_cores=reserved, gpus=len(node.gpus),
             gpu_vendor=node.gpus[0].vendor if node.gpus else "nvidia", gpu_type=node.defaults.gpu_type,
             memory_mb=int(node.memory_gb * 1024),

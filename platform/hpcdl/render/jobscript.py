@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import PurePosixPath
@@ -256,6 +257,13 @@ def refuse_nodes_the_scheduler_cannot_take(one_node: Plan, nodes: int, scheduler
         raise _too_large(nodes, one_node.ranks_per_node, nodes * per_node, scheduler)
 
 
+def _tasks_per_socket(node: NodeKind, plan: Plan) -> int:
+    """The most of a node's ranks that start on one socket as Slurm counts them: the S of
+    --ntasks-per-socket=S that lets Slurm lay the tasks out as the plan does."""
+    starts = Counter(node.scheduler_socket(min(rank.cores)) for rank in plan.local_ranks())
+    return max(starts.values())
+
+
 def _too_large(nodes: int, ranks_per_node: int, size: int, scheduler: str) -> HpcdlError:
     return HpcdlError(f"nodes: {nodes} nodes of {ranks_per_node} rank(s) make a job script of "
                       f"{size / 2**20:.1f} MiB or more, over the {SCRIPT_LIMITS[scheduler][1]}; ask for fewer nodes")
@@ -327,6 +335,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "batch_request": site.defaults.batch_request,
         # the job's total tasks named beside the tasks per node, where the centre's scripts count them so (CSD3)
         "total_tasks": plan.nodes * plan.ranks_per_node if site.defaults.total_tasks else None,
+        # the most tasks on one socket as the site's Slurm counts sockets, where the centre's scripts ask it (ULHPC)
+        "tasks_per_socket": _tasks_per_socket(node, plan) if site.defaults.tasks_per_socket else None,
         "constraint": options.constraint if options.constraint is not None else defaults.constraint,
         "exclusive": exclusive,
         "requeue": options.requeue,
@@ -587,7 +597,7 @@ def module_lines(site: Site, plan: Plan | None = None) -> dict:
     """`module use` and `module load` for the site's modules, the plan's (the GTL of GPU-aware
     Cray MPICH) and the container runtime's, and the init to source."""
     if site.modules.system == "none":
-        return {"init": None, "load": [], "use": [], "clean": None}
+        return {"init": None, "load": [], "use": [], "clean": None, "login": False}
     load = [*site.modules.load, *(plan.modules if plan else ())]
     choice = plan.runtime if plan else None
     in_container = choice.in_container if choice is not None else site.runtime != "none"
@@ -606,7 +616,8 @@ def module_lines(site: Site, plan: Plan | None = None) -> dict:
     # host's environment, and what a module the submitting shell had loaded set, into the container
     clean = "purge" if site.modules.purge else "reset" if site.modules.reset else None
     init = path_with_variables(site.modules.init) if site.modules.init and (load or clean) else None
-    return {"init": init, "load": load, "use": use, "clean": clean}
+    # a login shell (#!/bin/bash -l) where the centre's scripts start so: `module` from /etc/profile (ULHPC)
+    return {"init": init, "load": load, "use": use, "clean": clean, "login": site.modules.login_shell}
 
 
 def activate_lines(site: Site, plan: Plan) -> list[str]:

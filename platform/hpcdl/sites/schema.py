@@ -289,6 +289,16 @@ class NodeKind(_Strict):
     sockets: int = Field(ge=1, le=64, strict=True)  # the largest shared-memory nodes (HPE Superdome Flex) have 32
     cores_per_socket: int = Field(ge=1, le=1024, strict=True)  # today's most: 192 (AMD Zen 5c), 260 (Sunway SW26010)
     threads_per_core: int = Field(default=1, ge=1, le=8, strict=True)  # POWER8/9 SMT8
+    scheduler_sockets: int | None = Field(
+        default=None, ge=1, le=1024,
+        description=(
+            "the sockets the site's Slurm counts on a node (slurmd's Sockets=), where it poses smaller parts of "
+            "a processor as sockets: NUMA domains (ULHPC Aion: '16 cores per socket and 8 (virtual) sockets (CPUs) "
+            "per aion node' on 2 x 64 cores) or L3 caches (SlurmdParameters=l3cache_as_socket); each takes an "
+            "equal block of the node's cores in order. Default: sockets. Only what --ntasks-per-socket counts "
+            "(defaults.tasks_per_socket)"
+        ),
+    )
     scheduler_cpus_per_core: int | None = Field(
         default=None, ge=1,
         description=(
@@ -350,6 +360,10 @@ class NodeKind(_Strict):
     @property
     def cores(self) -> int:
         return self.sockets * self.cores_per_socket
+
+    def scheduler_socket(self, core: int) -> int:
+        """The socket the site's Slurm counts this core on (scheduler_sockets: equal blocks of cores, in order)."""
+        return core * (self.scheduler_sockets or self.sockets) // self.cores
 
     @property
     def cpus_per_core(self) -> int:
@@ -416,6 +430,12 @@ class NodeKind(_Strict):
         for port in ports:
             if ports.count(port) > 1:
                 raise ValueError(f"nics: {port} is listed twice")
+        if self.scheduler_sockets is not None and (self.scheduler_sockets % self.sockets
+                                                   or self.cores % self.scheduler_sockets):
+            raise ValueError(
+                f"scheduler_sockets: {self.scheduler_sockets} does not split the node's {self.sockets} socket(s) "
+                f"of {self.cores_per_socket} cores into equal blocks of whole cores"
+            )
         if self.scheduler_cpus_per_core is not None and self.scheduler_cpus_per_core > self.threads_per_core:
             raise ValueError(
                 f"scheduler_cpus_per_core: {self.scheduler_cpus_per_core} but a core has {self.threads_per_core} "
@@ -480,6 +500,14 @@ class Modules(_Strict):
             raise ValueError(f"{init!r} must be an absolute path (or start with a $VARIABLE the job has, "
                              "such as $HOME or one named in provides_env)")
         return init
+    login_shell: bool = Field(
+        default=False,
+        description=(
+            "the job script runs in a login shell, #!/bin/bash -l, where the centre's job scripts start so that "
+            "`module` and the site's module path come from /etc/profile (ULHPC: '#!/bin/bash -l # <--- DO NOT "
+            "FORGET '-l' to facilitate further access to ULHPC modules')"
+        ),
+    )
     purge: bool = Field(
         default=False,
         description=(
@@ -586,6 +614,16 @@ class Defaults(_Strict):
             "of each node to Slurm, which may fill one node before the next. sbatch(1): 'If used with the --ntasks "
             "option, the --ntasks option will take precedence and the --ntasks-per-node will be treated as a maximum "
             "count of tasks per node': N nodes of at most R tasks each, N x R in all, is R on every node"
+        ),
+    )
+    tasks_per_socket: bool = Field(
+        default=False,
+        description=(
+            "Slurm: the header names the most tasks on one socket too, #SBATCH --ntasks-per-socket=S beside "
+            "--ntasks-per-node, where the centre's job scripts ask it so (ULHPC: 'always explicitly specify upon "
+            "resource allocation the number of tasks you want per node/socket (--ntasks-per-node <n> "
+            "--ntasks-per-socket <s>)'); S counts the plan's ranks whose first core lies on one socket as the "
+            "site's Slurm counts sockets (node_kinds.<kind>.scheduler_sockets)"
         ),
     )
     job_resources: dict[str, str] = Field(
@@ -1032,6 +1070,10 @@ class Site(_Strict):
         if self.defaults.batch_request == "nodes" and (self.scheduler != "slurm" or self.launcher != "srun"):
             raise ValueError(f"defaults.batch_request: nodes leaves tasks, CPUs and GPUs to srun, but the scheduler "
                              f"is {self.scheduler} and the launcher {self.launcher}")
+        if self.defaults.tasks_per_socket and (self.scheduler != "slurm" or self.defaults.batch_request == "nodes"):
+            raise ValueError(f"defaults.tasks_per_socket: #SBATCH --ntasks-per-socket beside --ntasks-per-node, a Slurm "
+                             f"header that asks tasks, but the scheduler is {self.scheduler} and batch_request "
+                             f"{self.defaults.batch_request}")
         if self.defaults.total_tasks and (self.scheduler != "slurm" or self.defaults.batch_request == "nodes"):
             raise ValueError(f"defaults.total_tasks: #SBATCH --ntasks beside --ntasks-per-node, a Slurm header that asks "
                              f"tasks, but the scheduler is {self.scheduler} and batch_request "
