@@ -937,6 +937,9 @@ def test_a_centre_that_counts_tasks_per_socket_gets_them_as_its_slurm_counts_soc
     assert _tasks_per_socket(numa) == ["#SBATCH --ntasks-per-socket=1"]
     assert _tasks_per_socket(numa, ranks_per_node=128) == ["#SBATCH --ntasks-per-socket=16"]
     assert _tasks_per_socket(numa, ranks_per_node=2) == ["#SBATCH --ntasks-per-socket=1"]  # 64 cores each
+    # srun repeats it, as ULHPC asks "in every call of srun"
+    assert "--ntasks-per-socket=1" in make_plan(numa, JobRequest(nodes=2)).launcher_argv
+    assert not [w for w in make_plan(load_site_file(base), JobRequest(nodes=2)).launcher_argv if "per-socket" in w]
     # the test Slurm poses the node as that Slurm counts it: 8 sockets of 16 cores
     shape = NodeShape.from_site(numa)
     assert (shape.sockets, shape.cores_per_socket) == (8, 16)

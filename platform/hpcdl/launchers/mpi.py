@@ -102,6 +102,9 @@ class SrunLauncher(Launcher):
             f"--cpus-per-task={cores_per_rank(plan) * site.node_kinds[plan.node_kind].cpus_per_core}",
         ]
         node = site.node_kinds[plan.node_kind]
+        if site.defaults.tasks_per_socket:
+            # the header's most tasks on one socket, repeated "in every call of srun" (ULHPC), as its Slurm counts sockets
+            argv.append(f"--ntasks-per-socket={node.tasks_per_scheduler_socket(min(r.cores) for r in local)}")
         fewer_threads = node.cpus_per_core < node.threads_per_core
         blocks = _in_blocks(plan)
         # Slurm hands a task its cores by the second level of --distribution, whose default is cyclic

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import PurePosixPath
@@ -257,13 +256,6 @@ def refuse_nodes_the_scheduler_cannot_take(one_node: Plan, nodes: int, scheduler
         raise _too_large(nodes, one_node.ranks_per_node, nodes * per_node, scheduler)
 
 
-def _tasks_per_socket(node: NodeKind, plan: Plan) -> int:
-    """The most of a node's ranks that start on one socket as Slurm counts them: the S of
-    --ntasks-per-socket=S that lets Slurm lay the tasks out as the plan does."""
-    starts = Counter(node.scheduler_socket(min(rank.cores)) for rank in plan.local_ranks())
-    return max(starts.values())
-
-
 def _too_large(nodes: int, ranks_per_node: int, size: int, scheduler: str) -> HpcdlError:
     return HpcdlError(f"nodes: {nodes} nodes of {ranks_per_node} rank(s) make a job script of "
                       f"{size / 2**20:.1f} MiB or more, over the {SCRIPT_LIMITS[scheduler][1]}; ask for fewer nodes")
@@ -336,7 +328,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # the job's total tasks named beside the tasks per node, where the centre's scripts count them so (CSD3)
         "total_tasks": plan.nodes * plan.ranks_per_node if site.defaults.total_tasks else None,
         # the most tasks on one socket as the site's Slurm counts sockets, where the centre's scripts ask it (ULHPC)
-        "tasks_per_socket": _tasks_per_socket(node, plan) if site.defaults.tasks_per_socket else None,
+        "tasks_per_socket": (node.tasks_per_scheduler_socket(min(r.cores) for r in plan.local_ranks())
+                             if site.defaults.tasks_per_socket else None),
         "constraint": options.constraint if options.constraint is not None else defaults.constraint,
         "exclusive": exclusive,
         "requeue": options.requeue,

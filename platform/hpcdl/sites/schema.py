@@ -10,7 +10,8 @@ See docs/sites.md for the field-by-field guide.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from collections import Counter
+from typing import Annotated, Iterable, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
@@ -361,9 +362,12 @@ class NodeKind(_Strict):
     def cores(self) -> int:
         return self.sockets * self.cores_per_socket
 
-    def scheduler_socket(self, core: int) -> int:
-        """The socket the site's Slurm counts this core on (scheduler_sockets: equal blocks of cores, in order)."""
-        return core * (self.scheduler_sockets or self.sockets) // self.cores
+    def tasks_per_scheduler_socket(self, first_cores: Iterable[int]) -> int:
+        """The most tasks that start on one socket as the site's Slurm counts sockets (scheduler_sockets:
+        equal blocks of cores, in order), given each task's first core: the S of --ntasks-per-socket=S
+        that lets Slurm lay the tasks out as they are."""
+        sockets = self.scheduler_sockets or self.sockets
+        return max(Counter(core * sockets // self.cores for core in first_cores).values())
 
     @property
     def cpus_per_core(self) -> int:
