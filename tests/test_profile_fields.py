@@ -955,7 +955,7 @@ def test_a_centre_that_counts_tasks_per_socket_gets_them_as_its_slurm_counts_soc
 def test_a_centre_whose_scripts_run_in_a_login_shell_gets_one(tmp_path):
     # ULHPC: "#!/bin/bash -l # <--- DO NOT FORGET '-l' to facilitate further access to ULHPC modules"
     base = SHIPPED / "anvil.yaml"
-    assert _render(load_site_file(base), tmp_path).splitlines()[0] == "#!/bin/bash"
+    assert _render(load_site_file(base), tmp_path, account="x-abc").splitlines()[0] == "#!/bin/bash"
     login = _profile(tmp_path, base, **{"modules.login_shell": True})
-    text = _render(login, tmp_path)
+    text = _render(login, tmp_path, account="x-abc")
     assert text.splitlines()[0] == "#!/bin/bash -l" and text.splitlines()[1].startswith("#SBATCH ")
