@@ -343,6 +343,28 @@ def test_a_job_asks_the_node_memory_that_comes_with_its_gpus(tmp_path):
         _profile(tmp_path, GADI, **{"node_kinds.gpuvolta.defaults.mem_per_gpu": "95000"})
 
 
+def test_the_memory_a_jobs_gpus_ask_is_capped_at_the_most_a_job_may_ask_of_a_node(tmp_path):
+    # UQ RCC Bunya: "appropriate CPU resource requests per GPU": 700000 MB with each of a node's three H100, and "Ask
+    # for 2000000M to get the maximum memory on a epyc3 standard node": three GPUs' 2100000 would never be allocated
+    site = _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.mem_per_gpu": "700000",
+                                             "node_kinds.gpu.defaults.max_mem": "2000000"})
+    assert "#SBATCH --mem=2000000" in _render(site, tmp_path).splitlines()
+    one = render_job_script(site, make_plan(site, JobRequest(nodes=1, ranks_per_node=1)), {}, JobOptions()).splitlines()
+    assert "#SBATCH --mem=700000" in one
+    # the units are Slurm's, compared as such: 4 x 300G is 1200G, more than 1T, and 4 x 200G (800G) is not
+    site = _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.mem_per_gpu": "300G",
+                                             "node_kinds.gpu.defaults.max_mem": "1T"})
+    assert "#SBATCH --mem=1T" in _render(site, tmp_path).splitlines()
+    site = _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.mem_per_gpu": "200G",
+                                             "node_kinds.gpu.defaults.max_mem": "1T"})
+    assert "#SBATCH --mem=800G" in _render(site, tmp_path).splitlines()
+    with pytest.raises(HpcdlError, match=r"node_kinds.gpu.*defaults.max_mem: 2000000 caps the memory mem_per_gpu asks"):
+        _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.max_mem": "2000000"})
+    with pytest.raises(HpcdlError, match=r"node_kinds.gpu.defaults.max_mem"):
+        _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.mem_per_gpu": "700000",
+                                          "node_kinds.gpu.defaults.max_mem": "2 TB"})
+
+
 def test_the_gpu_request_may_be_the_jobs_total(tmp_path):
     # PSC Bridges-2 asks the job's GPUs, typed, with sbatch's --gpus ("Specify the total number of GPUs
     # required for the job", sbatch(1)): "#SBATCH -N 2", "#SBATCH --gpus=v100-32:16" (PSC staff's

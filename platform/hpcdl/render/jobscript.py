@@ -321,7 +321,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "gpu_type_prefix": f"{node.defaults.gpu_type}:" if node.defaults.gpu_type else "",
         # Slurm: the node memory that comes with the job's GPUs, where the centre asks it so ("--gres=gpu:a100:1
         # --mem=125000", "--gres=gpu:a100:4 --mem=500000", MPCDF Raven): the GPUs per node times the kind's share
-        "mem": _mem_for_gpus(node.defaults.mem_per_gpu, gpus_per_rank * plan.ranks_per_node),
+        # (at most the kind's max_mem, the most the centre lets a job ask of a node: UQ RCC Bunya's 2000000M)
+        "mem": _mem_for_gpus(node.defaults.mem_per_gpu, gpus_per_rank * plan.ranks_per_node, node.defaults.max_mem),
         # Slurm: the header asks tasks, CPUs and GPUs (tasks), or the nodes alone (nodes: Pawsey's
         # allocation-packs, where srun says the rest)
         "batch_request": site.defaults.batch_request,
@@ -578,12 +579,26 @@ def slurm_time(seconds: int) -> str:
 # Modules and data staging.
 
 
-def _mem_for_gpus(mem_per_gpu: str | None, gpus_per_node: int) -> str | None:
-    """Slurm's --mem for a node's GPUs: the kind's memory per GPU times the GPUs, in its unit."""
+# Slurm's memory units in KiB: a bare number is megabytes (sbatch(1): "Default units are megabytes"), the
+# suffixes powers of 1024
+_SLURM_MEM_KIB = {"K": 1, "": 1024, "M": 1024, "G": 1024**2, "T": 1024**3}
+
+
+def _slurm_mem_kib(mem: str) -> int:
+    unit = mem[-1] if mem[-1].isalpha() else ""
+    return int(mem.rstrip("KMGT")) * _SLURM_MEM_KIB[unit]
+
+
+def _mem_for_gpus(mem_per_gpu: str | None, gpus_per_node: int, max_mem: str | None = None) -> str | None:
+    """Slurm's --mem for a node's GPUs: the kind's memory per GPU times the GPUs, in its unit, or the kind's
+    max_mem where that is less (more than the centre lets a job ask would keep the job from ever starting)."""
     if not mem_per_gpu or not gpus_per_node:
         return None
     unit = mem_per_gpu[-1] if mem_per_gpu[-1].isalpha() else ""
-    return f"{int(mem_per_gpu.rstrip('KMGT')) * gpus_per_node}{unit}"
+    mem = f"{int(mem_per_gpu.rstrip('KMGT')) * gpus_per_node}{unit}"
+    if max_mem and _slurm_mem_kib(mem) > _slurm_mem_kib(max_mem):
+        return max_mem
+    return mem
 
 
 def module_lines(site: Site, plan: Plan | None = None) -> dict:

@@ -278,6 +278,14 @@ class NodeKindDefaults(_Strict):
             "for one A100 and --mem=500000 for the four of a full node)"
         ),
     )
+    max_mem: Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]*[KMGT]?$", max_length=16)] | None = Field(
+        default=None,
+        description=(
+            "Slurm: the most node memory a job may ask on this kind, in Slurm's units, where the centre publishes it "
+            "below what mem_per_gpu times the node's GPUs comes to (UQ RCC Bunya: 700000 MB per H100, three a node, "
+            "and 'Ask for 2000000M to get the maximum memory'): a job whose GPUs would ask more asks this"
+        ),
+    )
 
 
 class NodeKind(_Strict):
@@ -461,6 +469,9 @@ class NodeKind(_Strict):
             raise ValueError(f"defaults.gpu_type: {self.defaults.gpu_type} but the node kind has no GPUs (gpus)")
         if self.defaults.mem_per_gpu and not self.gpus:
             raise ValueError(f"defaults.mem_per_gpu: {self.defaults.mem_per_gpu} but the node kind has no GPUs (gpus)")
+        if self.defaults.max_mem and not self.defaults.mem_per_gpu:
+            raise ValueError(f"defaults.max_mem: {self.defaults.max_mem} caps the memory mem_per_gpu asks, but the node "
+                             "kind names no mem_per_gpu")
         if self.gpu_driver_cuda and not any(g.vendor == "nvidia" for g in self.gpus):
             raise ValueError(f"gpu_driver_cuda: {self.gpu_driver_cuda} is the CUDA of an NVIDIA driver, but the node kind "
                              "has no NVIDIA GPUs (gpus)")
