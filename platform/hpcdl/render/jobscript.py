@@ -584,9 +584,15 @@ def slurm_time(seconds: int) -> str:
 _SLURM_MEM_KIB = {"K": 1, "": 1024, "M": 1024, "G": 1024**2, "T": 1024**3}
 
 
-def _slurm_mem_kib(mem: str) -> int:
+def _slurm_mem(mem: str) -> tuple[int, str]:
+    """A Slurm memory amount as its number and its unit ("" for megabytes)."""
     unit = mem[-1] if mem[-1].isalpha() else ""
-    return int(mem.rstrip("KMGT")) * _SLURM_MEM_KIB[unit]
+    return int(mem.rstrip("KMGT")), unit
+
+
+def _slurm_mem_kib(mem: str) -> int:
+    number, unit = _slurm_mem(mem)
+    return number * _SLURM_MEM_KIB[unit]
 
 
 def _mem_for_gpus(mem_per_gpu: str | None, gpus_per_node: int, max_mem: str | None = None) -> str | None:
@@ -594,8 +600,8 @@ def _mem_for_gpus(mem_per_gpu: str | None, gpus_per_node: int, max_mem: str | No
     max_mem where that is less (more than the centre lets a job ask would keep the job from ever starting)."""
     if not mem_per_gpu or not gpus_per_node:
         return None
-    unit = mem_per_gpu[-1] if mem_per_gpu[-1].isalpha() else ""
-    mem = f"{int(mem_per_gpu.rstrip('KMGT')) * gpus_per_node}{unit}"
+    number, unit = _slurm_mem(mem_per_gpu)
+    mem = f"{number * gpus_per_node}{unit}"
     if max_mem and _slurm_mem_kib(mem) > _slurm_mem_kib(max_mem):
         return max_mem
     return mem

@@ -235,6 +235,10 @@ def _sizes_in_order(sizes: tuple[SizedPartition, ...]) -> tuple[SizedPartition, 
 PartitionsBySize = Annotated[tuple[SizedPartition, ...], AfterValidator(_sizes_in_order)]
 
 
+# a Slurm memory amount: a whole number of megabytes, or of K, M, G or T (sbatch(1) --mem)
+SlurmMemory = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]*[KMGT]?$", max_length=16)]
+
+
 class NodeKindDefaults(_Strict):
     """What a job on this node kind asks the scheduler for, where it differs from the site's `defaults`.
 
@@ -270,7 +274,7 @@ class NodeKindDefaults(_Strict):
             "and --gpus-per-task alike)"
         ),
     )
-    mem_per_gpu: Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]*[KMGT]?$", max_length=16)] | None = Field(
+    mem_per_gpu: SlurmMemory | None = Field(
         default=None,
         description=(
             "Slurm: the node memory a job asks with each GPU it takes, a whole number in Slurm's units (megabytes, "
@@ -278,7 +282,7 @@ class NodeKindDefaults(_Strict):
             "for one A100 and --mem=500000 for the four of a full node)"
         ),
     )
-    max_mem: Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]*[KMGT]?$", max_length=16)] | None = Field(
+    max_mem: SlurmMemory | None = Field(
         default=None,
         description=(
             "Slurm: the most node memory a job may ask on this kind, in Slurm's units, where the centre publishes it "
