@@ -8,7 +8,9 @@ or cores where the site schedules cores: Frontier), its core specialisation (Cpu
 GPUs as GRES, its memory, features and partition. The hardware and the counting come from what
 the centre publishes (tests/published/<case>.yaml, slurm_nodes), not from the profile under
 test, wherever a published case has them; fixtures and the machines written here are posed
-from their own profile. Then:
+from their own profile. Up to SIDE_BY_SIDE machines are posed at once, side by side in one
+cluster, each in its own partition (the job names it, so Slurm weighs it against that machine's
+nodes alone): one bring-up judges many machines. Then:
 
   1. `sbatch --test-only` of the script exactly as rendered for the machine: Slurm itself
      says whether the directives can ever be allocated there (nodes, tasks, -c, GPUs,
@@ -32,6 +34,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -44,6 +47,7 @@ from hpcdl.sites.registry import SHIPPED as SHIPPED_DIR
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 NODES = 2  # two pretend nodes: enough for a multi-node request and rank numbering across nodes
+SIDE_BY_SIDE = 12  # machines posed in one cluster: 24 slurmd, one bring-up instead of twelve
 
 
 # Machines hpcdl does not ship, written as a centre would from its guide: the shapes the
@@ -108,14 +112,19 @@ def site_kinds(keep, *, published: bool = False) -> list[tuple[str, str]]:
     return found
 
 
+@functools.lru_cache(maxsize=None)
+def _published_cases() -> tuple[dict, ...]:
+    import yaml
+
+    return tuple(yaml.load(p.read_text(), Loader=yaml.CSafeLoader)
+                 for p in sorted((Path(__file__).parent / "published").glob("*.yaml")))
+
+
 def _published_facts(source: str, kind: str) -> dict | None:
     """The node the machine's centre publishes (tests/published/<case>.yaml, slurm_nodes), where a
     case covers this profile: the shipped site it names, or the profile file it carries."""
-    import yaml
-
     published = Path(__file__).parent / "published"
-    for case_path in sorted(published.glob("*.yaml")):
-        case = yaml.safe_load(case_path.read_text())
+    for case in _published_cases():
         covers = (case.get("site") and Path(source).resolve() == (SHIPPED_DIR / f"{case['site']}.yaml").resolve()) or (
             case.get("profile") and Path(source).resolve() == (published / case["profile"]).resolve())
         if covers:
@@ -131,6 +140,7 @@ def _shape(source: str, site, kind: str) -> NodeShape:
     return NodeShape.from_published(site, kind, facts) if facts else NodeShape.from_site(site, kind)
 
 
+@functools.lru_cache(maxsize=None)
 def _load(source: str):
     import yaml
 
@@ -142,7 +152,42 @@ def _load(source: str):
     return load_site_file(Path(source))
 
 
+def side_by_side(shapes) -> list[tuple[NodeShape, ...]]:
+    """The shapes packed into clusters of up to SIDE_BY_SIDE machines, each cluster's partitions all
+    different and its machines agreeing on the default task distribution (slurm.conf says it once).
+    """
+    groups: list[list[NodeShape]] = []
+    for shape in dict.fromkeys(shapes):
+        group = next((g for g in groups if len(g) < SIDE_BY_SIDE and shape.partition not in {s.partition for s in g}
+                      and g[0].distribution_default == shape.distribution_default), None)
+        if group is None:
+            groups.append(group := [])
+        group.append(shape)
+    return [tuple(g) for g in groups]
+
+
+def _posed(source: str, kind: str) -> NodeShape:
+    """The node a slurmd poses for this kind. A machine whose jobs name no partition (they go to its
+    default: NERSC Perlmutter, NSC Berzelius) is posed in a partition named after it, which its jobs
+    are sent to on sbatch's command line (posed_partition): the partition a job names is the one it
+    would get on the machine, and machines side by side do not share a default."""
+    site = _load(source)
+    shape = _shape(source, site, kind)
+    defaults = site.job_defaults(kind)
+    names_none = not defaults.partition and not defaults.partition_by_nodes
+    return replace(shape, partition=f"{Path(source).stem}-{kind}") if names_none else shape
+
+
+def posed_partition(shape: NodeShape, script: Path) -> list[str]:
+    """sbatch's --partition for a script that names none: its machine's posed default."""
+    return [] if re.search(r"(?m)^#SBATCH (--partition[= ]|-p )", script.read_text()) else [f"--partition={shape.partition}"]
+
+
 SITE_KINDS = site_kinds(lambda site: site.scheduler == "slurm")
+SHAPES = {(source, kind): _posed(source, kind) for source, kind in SITE_KINDS}
+CLUSTERS = side_by_side(SHAPES.values())
+# the machines of one cluster one after another, so each cluster comes up once
+SITE_KINDS.sort(key=lambda sk: next(i for i, group in enumerate(CLUSTERS) if SHAPES[sk] in group))
 
 PROBE = """
 import json, os
@@ -174,7 +219,7 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
     if runnable:
         # nor the centre's conda environment (Mahidol's MAI HPC: conda activate hpc_lab), which this host lacks too
         site = site.model_copy(update={"runtime": "none", "modules": Modules(system="none"), "environment": None})
-        program = [sys.executable, "-c", PROBE]
+        program = [sys.executable, "-S", "-c", PROBE]  # -S: the probe needs no site-packages, and starts in half the time
     recipe = {"name": "shape-probe", "net": "cifar10_quick", "data": {"source": "digits"}}
     # a centre that runs no job without a project (CSC: "The billing project argument is mandatory") gets one;
     # the test Slurm keeps no accounts, so any name passes
@@ -248,12 +293,12 @@ def _expand(ranges: str) -> list[int]:
 def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters, tmp_path, source, kind):
     site = _load(source)
     node = site.node_kinds[kind]
-    shape = _shape(source, site, kind)
-    cluster = slurm_clusters.ensure(NODES, shape)
+    shape = SHAPES[source, kind]
+    cluster = slurm_clusters.ensure(NODES, shapes=next(group for group in CLUSTERS if shape in group))
 
     # 1. the script as the machine would get it
     plan, script = render(site, kind, tmp_path / "as-rendered", runnable=False)
-    proc = sbatch(cluster, "--test-only", script, cwd=tmp_path)
+    proc = sbatch(cluster, "--test-only", *posed_partition(shape, script), script, cwd=tmp_path)
     assert proc.returncode == 0 and "to start at" in proc.stderr, (
         f"{site.name} {kind}: Slurm shaped like the node refuses the rendered job:\n{proc.stderr}\n"
         + "\n".join(line for line in script.read_text().splitlines() if line.startswith("#SBATCH")))
@@ -271,14 +316,14 @@ def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters
         text = re.sub(r"(?m)^(#SBATCH --nodes=\d+)$",
                       rf"\1\n#SBATCH --ntasks-per-node={plan.ranks_per_node}\n#SBATCH --cpus-per-task=0{unit}", text)
     greedy.write_text(re.sub(r"(?m)^#SBATCH --cpus-per-task=\d+$", f"#SBATCH --cpus-per-task={too_many}", text))
-    proc = sbatch(cluster, "--test-only", greedy, cwd=tmp_path)
+    proc = sbatch(cluster, "--test-only", *posed_partition(shape, greedy), greedy, cwd=tmp_path)
     assert proc.returncode != 0 and "Requested node configuration is not available" in proc.stderr, proc.stderr
 
     # 3. the job step itself, with the probe in place of the trainer
     if site.launcher != "srun":
         return  # ibrun/mpirun are not on this host; Slurm judged the allocation above
     plan, probe_script = render(site, kind, tmp_path / "run", runnable=True, conf=str(cluster.conf))
-    proc = sbatch(cluster, "--parsable", probe_script, cwd=tmp_path)
+    proc = sbatch(cluster, "--parsable", *posed_partition(shape, probe_script), probe_script, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip().split(";")[0]
     fields = wait_gone(cluster, job_id)
@@ -319,7 +364,7 @@ def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters
     if fields.get("OverSubscribe") == "NO" and shape.spec_cores:
         # a whole node, less its specialised cores: every core the plan uses is one Slurm gave the job
         allocated = allocated_cores(cluster, fields, node.threads_per_core)
-        assert sorted(allocated) == [f"n{i}" for i in range(1, plan.nodes + 1)], fields["_text"]
+        assert sorted(allocated) == sorted(cluster.nodes_of(shape)[:plan.nodes]), fields["_text"]
         for name, cores in allocated.items():
             planned = {c for r in plan.local_ranks() for c in r.cores}
             assert planned <= cores, f"{name}: planned cores {sorted(planned - cores)} are not allocated"
@@ -355,3 +400,20 @@ def test_slurm_posed_from_the_centre_refuses_a_profile_that_counts_cpus_wrongly(
     _, script = render(site, kind, tmp_path / "right", runnable=False)
     proc = sbatch(cluster, "--test-only", script, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_machines_posed_side_by_side_judge_each_job_by_its_own_partitions_nodes(slurm_clusters, tmp_path):
+    """One cluster posing a 4-core and a 64-core machine: a job asking 32 CPUs a task is taken in the large
+    machine's partition and refused in the small one's, so a job is never judged against a neighbour's node."""
+    small = NodeShape(sockets=1, cores_per_socket=4, partition="small", memory_mb=8192)
+    large = NodeShape(sockets=2, cores_per_socket=32, partition="large", memory_mb=262144)
+    cluster = slurm_clusters.ensure(NODES, shapes=(small, large))
+    assert cluster.nodes_of(small) == ["n1", "n2"] and cluster.nodes_of(large) == ["n3", "n4"]
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=1 --cpus-per-task=32\nsrun true\n")
+    taken = sbatch(cluster, "--test-only", "--partition=large", script, cwd=tmp_path)
+    assert taken.returncode == 0 and "n[3-4]" in taken.stderr, taken.stderr
+    refused = sbatch(cluster, "--test-only", "--partition=small", script, cwd=tmp_path)
+    assert refused.returncode != 0 and "Requested node configuration is not available" in refused.stderr, refused.stderr
+    with pytest.raises(ValueError, match="share a partition"):
+        slurm_clusters.ensure(NODES, shapes=(small, replace(large, partition="small")))

@@ -26,6 +26,12 @@ starts its job ids at a random number (jobs derive MASTER_PORT from the job id).
            HWLOC_SYNTHETIC topology) and runs TaskPlugin task/affinity, so it lays a step's tasks
            out over the posed CPUs and logs each task's mask (`_lllp_generate_cpu_bind`); a task
            bound to a CPU this host lacks cannot start, so these clusters judge binding, not jobs.
+  shapes=(NodeShape(...), ...)  several machines side by side in one cluster, `nodes` pretend nodes
+           each (n1..nN the first, nN+1..n2N the next ...), each machine in its own partition with
+           its own time limit and memory per CPU: one bring-up judges many machines' jobs (a job
+           names its partition, so slurmctld weighs it against that machine's nodes alone). Their
+           partitions must differ, and the few settings slurm.conf holds once for the whole cluster
+           (the default task distribution) must agree.
 
 All pretend nodes are this host, so a job's MASTER_ADDR is the batch host's own name
 (`hostname`, which /etc/hosts maps to 127.0.0.1); /etc/hosts is not edited.
@@ -243,6 +249,16 @@ class NodeShape:
         )
 
 
+def _check_side_by_side(shapes: tuple[NodeShape, ...]) -> None:
+    """Machines posed in one cluster need partitions of their own, and must agree on what slurm.conf
+    says once for all (the default task distribution)."""
+    partitions = [shape.partition for shape in shapes]
+    if len(set(partitions)) < len(partitions):
+        raise ValueError(f"shapes: two machines in one cluster share a partition name: {partitions}")
+    if len({shape.distribution_default == "block" for shape in shapes}) > 1:
+        raise ValueError("shapes: machines in one cluster must agree on distribution_default (CR_Core_Default_Dist_Block)")
+
+
 def _slurm_minutes(text: str) -> str:
     from hpcdl.render.jobscript import parse_time
 
@@ -251,12 +267,16 @@ def _slurm_minutes(text: str) -> str:
 
 class SlurmCluster:
     def __init__(self, root: Path, nodes: int = 1, shape: NodeShape | None = None, link_gbit_s: float | None = None,
-                 task_layout: bool = False):
+                 task_layout: bool = False, shapes: tuple[NodeShape, ...] = ()):
         self.root = Path(root)
         self.nodes = nodes
-        self.shape = shape
-        if task_layout and shape is None:
+        if shape is not None and shapes:
+            raise ValueError("give one shape or several shapes, not both")
+        self.shapes = tuple(shapes) or ((shape,) if shape is not None else ())
+        self.shape = self.shapes[0] if len(self.shapes) == 1 else None
+        if task_layout and not self.shapes:
             raise ValueError("task_layout: the tasks are laid out over a posed node; give its shape")
+        _check_side_by_side(self.shapes)
         self.task_layout = task_layout
         # link_gbit_s: each pretend node in its own network namespace, its link shaped to this rate
         # (hpcdl.netshape); None (the default): every slurmd on 127.0.0.1, as before
@@ -269,9 +289,14 @@ class SlurmCluster:
 
     @property
     def node_names(self) -> list[str]:
-        if self.nodes == 1 and self.shape is None and self.link_gbit_s is None:
+        if self.nodes == 1 and not self.shapes and self.link_gbit_s is None:
             return ["localhost"]
-        return [f"n{i}" for i in range(1, self.nodes + 1)]
+        return [f"n{i}" for i in range(1, self.nodes * max(1, len(self.shapes)) + 1)]
+
+    def nodes_of(self, shape: NodeShape) -> list[str]:
+        """The pretend nodes posing as `shape` (one of the cluster's shapes)."""
+        at = self.shapes.index(shape)
+        return self.node_names[at * self.nodes:(at + 1) * self.nodes]
 
     @property
     def env(self) -> dict[str, str]:
@@ -304,7 +329,10 @@ class SlurmCluster:
                 self.running = True
                 for name in self.node_names:
                     argv = ["/usr/sbin/slurmd", "-N", name, "-f", str(self.conf)]
-                    env = {**self.env, "HWLOC_SYNTHETIC": self.shape.hwloc_synthetic} if self.task_layout else self.env
+                    env = self.env
+                    if self.task_layout:
+                        posed = next(s for s in self.shapes if name in self.nodes_of(s))
+                        env = {**self.env, "HWLOC_SYNTHETIC": posed.hwloc_synthetic}
                     _run(self.network.exec_argv(name, argv) if self.network else argv, env=env)
                 self._wait_idle()
         except BaseException:
@@ -365,10 +393,14 @@ class SlurmCluster:
                 for name, port in self.node_ports.items()
             ]
             task_plugin, part_nodes = "task/none", f"n[1-{self.nodes}]"
-        elif self.shape is not None:
-            node_lines, gres_lines = self._shaped_nodes(self.shape)
+        elif self.shapes:
+            node_lines, gres_lines = [], []
+            for shape in self.shapes:
+                nodes, gres = self._shaped_nodes(shape)
+                node_lines += nodes
+                gres_lines += [line for line in gres if line not in gres_lines]
             task_plugin = "task/affinity" if self.task_layout else "task/none"
-            part_nodes = f"n[1-{self.nodes}]"
+            part_nodes = None  # each machine in a partition of its own (below)
         elif self.nodes == 1:
             node_lines = [f"NodeName=localhost NodeAddr=127.0.0.1 Port={ports[0]} CPUs={cpus} RealMemory={mem} "
                           "State=UNKNOWN"]
@@ -384,8 +416,17 @@ class SlurmCluster:
             task_plugin, part_nodes = "task/none", f"n[1-{self.nodes}]"
         self.task_plugin = task_plugin  # `cluster up` says once when ranks cannot be bound
         r = self.root
-        partition = self.shape.partition if self.shape else "debug"
-        max_time = self.shape.max_time if self.shape else "INFINITE"
+        if self.shapes:
+            # each machine its own partition; a job that names none goes to the first (Default=YES)
+            partitions = [
+                f"PartitionName={shape.partition} Nodes={','.join(self.nodes_of(shape))} "
+                f"Default={'YES' if at == 0 else 'NO'} MaxTime={shape.max_time} "
+                # a shaped node shares its memory out over its CPUs, so a whole-node job fits it
+                f"DefMemPerCPU={shape.memory_mb // shape.cpus} State=UP"
+                for at, shape in enumerate(self.shapes)]
+        else:
+            partitions = [f"PartitionName=debug Nodes={part_nodes} Default=YES MaxTime=INFINITE State=UP"]
+        block = any(shape.distribution_default == "block" for shape in self.shapes)
         (self.root / "gres.conf").write_text("\n".join([*gres_lines, ""]))
         self.conf.write_text("\n".join([
             "ClusterName=hpcdltest",
@@ -408,10 +449,12 @@ class SlurmCluster:
             "ProctrackType=proctrack/linuxproc",
             f"TaskPlugin={task_plugin}",
             "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core_Memory" + (
-                ",CR_Core_Default_Dist_Block" if self.shape and self.shape.distribution_default == "block" else ""),
-            # a shaped node shares its memory out over its CPUs, so a whole-node job fits it
-            f"DefMemPerCPU={self.shape.memory_mb // self.shape.cpus if self.shape else 1000}",
+            "SelectTypeParameters=CR_Core_Memory" + (",CR_Core_Default_Dist_Block" if block else ""),
+            # schedule a batch job when it is submitted: slurm.conf's batch_sched_delay ("How long, in seconds,
+            # the scheduling of batch jobs can be delayed ... The default value is 3 seconds") is for a
+            # high-throughput machine; here it left each job pending about 2.4 s of its 3 s
+            "SchedulerParameters=batch_sched_delay=0",
+            "DefMemPerCPU=1000",
             "MpiDefault=none",
             "MailProg=/bin/true",
             "ReturnToService=2",
@@ -422,7 +465,7 @@ class SlurmCluster:
             "AccountingStorageType=accounting_storage/none",
             *(["GresTypes=gpu"] if gres_lines else []),
             *node_lines,
-            f"PartitionName={partition} Nodes={part_nodes} Default=YES MaxTime={max_time} State=UP",
+            *partitions,
             "",
         ]))
 
@@ -444,7 +487,8 @@ class SlurmCluster:
         lines, gres = [], []
         if shape.gpus:
             gres.append("AutoDetect=off")
-        for name, port in self.node_ports.items():
+        for name in self.nodes_of(shape):
+            port = self.node_ports[name]
             words = [f"NodeName={name}", "NodeHostname=localhost", "NodeAddr=127.0.0.1", f"Port={port}",
                      f"CPUs={shape.cpus}", f"Sockets={shape.sockets}", f"CoresPerSocket={shape.cores_per_socket}",
                      f"ThreadsPerCore={shape.threads_per_core}", f"RealMemory={shape.memory_mb}"]
@@ -564,17 +608,19 @@ class SlurmClusters:
         self.root = Path(root)
         self.current: SlurmCluster | None = None
 
-    def ensure(self, nodes: int, shape: NodeShape | None = None, task_layout: bool = False) -> SlurmCluster:
+    def ensure(self, nodes: int, shape: NodeShape | None = None, task_layout: bool = False,
+               shapes: tuple[NodeShape, ...] = ()) -> SlurmCluster:
         """A cluster of `nodes` nodes, shaped like `shape` when given (laying tasks out over it with
-        task_layout); the one up is reused when it fits."""
+        task_layout), or `nodes` of each of several `shapes` side by side; the one up is reused when it fits."""
+        wanted = tuple(shapes) or ((shape,) if shape is not None else ())
         current = self.current
-        if current is not None and current.nodes == nodes and current.shape == shape and \
+        if current is not None and current.nodes == nodes and current.shapes == wanted and \
                 current.task_layout == task_layout:
             return current
         self.down()
         self.count = getattr(self, "count", 0) + 1
-        folder = f"{nodes}-node" if shape is None else f"{nodes}-shaped-{self.count}"
-        cluster = SlurmCluster(self.root / folder, nodes, shape, task_layout=task_layout)
+        folder = f"{nodes}-node" if not wanted else f"{nodes}-shaped-{self.count}"
+        cluster = SlurmCluster(self.root / folder, nodes, task_layout=task_layout, shapes=wanted)
         self.current = cluster.up()
         return cluster
 
