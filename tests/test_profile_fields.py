@@ -994,8 +994,8 @@ def test_a_centre_that_keeps_apptainers_work_folder_on_node_local_disk_gets_it_i
     line = next(x for x in text.splitlines() if " apptainer exec " in x)
     assert ' apptainer exec --nv --workdir "${SLURM_TMPDIR}" ' in line
     # the folder expands in the job shell: the word apptainer gets is the job's node-local folder
-    words = subprocess.run(["bash", "-c", 'SLURM_TMPDIR=/localscratch/job.1; set -- ' + line.split(" apptainer exec ", 1)[1]
-                            .split(" --bind ", 1)[0] + '; printf "%s\\n" "$@"'],
+    options = line.split(" apptainer exec ", 1)[1].split(" --bind ", 1)[0]
+    words = subprocess.run(["bash", "-c", f'SLURM_TMPDIR=/localscratch/job.1; set -- {options}; printf "%s\\n" "$@"'],
                            capture_output=True, text=True, check=True).stdout.split()
     assert words == ["--nv", "--workdir", "/localscratch/job.1"]
     # unset, apptainer keeps its own default (no --workdir)
