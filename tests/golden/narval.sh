@@ -75,7 +75,7 @@ trap 'hpcdl_signal=TERM; [ -z "$hpcdl_launcher_pid" ] || kill -s TERM "$hpcdl_la
 # exits 75 (requeue to resume) even where the launcher reports its own status (mpirun: 1).
 rm -f .hpcdl-preempted
 
-srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=12 --distribution=block:block --gpus-per-node=a100:4 apptainer exec --nv --workdir "${SLURM_TMPDIR}" --bind /scratch/"${USER}" --bind "${SLURM_TMPDIR}" "${HPCDL_IMAGE_DIR}"/cuda12-openmpi.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
+srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=12 --distribution=block:block --gpus-per-node=a100:4 apptainer exec --nv --workdir "${SLURM_TMPDIR}" --bind /scratch/"${USER}" --bind "${SLURM_TMPDIR}" --bind /project --bind /scratch "${HPCDL_IMAGE_DIR}"/cuda12-openmpi.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
 hpcdl_launcher_pid=$!
 hpcdl_status=0
 while :; do
