@@ -981,3 +981,35 @@ def test_a_centre_whose_scripts_run_in_a_login_shell_gets_one(tmp_path):
     login = _profile(tmp_path, base, **{"modules.login_shell": True})
     text = _render(login, tmp_path, account="x-abc")
     assert text.splitlines()[0] == "#!/bin/bash -l" and text.splitlines()[1].startswith("#SBATCH ")
+
+
+def test_a_centre_that_keeps_apptainers_work_folder_on_node_local_disk_gets_it_in_the_job(tmp_path):
+    """container.workdir: the Alliance's Apptainer page (https://docs.alliancecan.ca/wiki/Apptainer/fr) says a job's
+    /tmp lives in RAM, which the job has little of, so "le répertoire de travail doit être ${SLURM_TMPDIR}, par exemple
+    -W ${SLURM_TMPDIR}": the runtime gets --workdir with the job's variable expanded when the job runs, not quoted
+    as a literal; a variable the job may not have, a relative path or another runtime is refused naming the field."""
+    raven = SHIPPED / "raven.yaml"
+    site = _profile(tmp_path, raven, **{"container.workdir": "$SLURM_TMPDIR"})
+    text = _render(site, tmp_path, account="p")
+    line = next(x for x in text.splitlines() if " apptainer exec " in x)
+    assert ' apptainer exec --nv --workdir "${SLURM_TMPDIR}" ' in line
+    # the folder expands in the job shell: the word apptainer gets is the job's node-local folder
+    options = line.split(" apptainer exec ", 1)[1].split(" --bind ", 1)[0]
+    words = subprocess.run(["bash", "-c", f'SLURM_TMPDIR=/localscratch/job.1; set -- {options}; printf "%s\\n" "$@"'],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert words == ["--nv", "--workdir", "/localscratch/job.1"]
+    # unset, apptainer keeps its own default (no --workdir)
+    assert "--workdir" not in _render(load_site_file(raven), tmp_path, account="p")
+    with pytest.raises(HpcdlError, match=r"container.workdir: \$LOCALDISK is set neither by slurm nor by the login"):
+        _profile(tmp_path, raven, **{"container.workdir": "$LOCALDISK/apptainer"})
+    with pytest.raises(HpcdlError, match=r"container.workdir: .*must be an absolute path"):
+        _profile(tmp_path, raven, **{"container.workdir": "tmp"})
+    with pytest.raises(HpcdlError, match=r"container.workdir: --workdir is Apptainer's and Singularity's; the runtime "
+                                         r"is shifter"):
+        _profile(tmp_path, raven, **{"container.workdir": "$SLURM_TMPDIR", "runtime": "shifter"})
+    # the site module's framework wrappers also run outside any job (no $SLURM_TMPDIR): they leave the work folder
+    # to the runtime's default
+    from hpcdl.modules.generator import container_argv
+
+    argv, _ = container_argv(_profile(tmp_path, raven, **{"container.workdir": "$SLURM_TMPDIR"}))
+    assert "--workdir" not in argv and argv[:3] == ("apptainer", "exec", "--nv")

@@ -99,6 +99,9 @@ class ApptainerRuntime(Runtime):
             argv.append(f"--{site.container.nvidia}")
         elif vendor == "amd":
             argv.append("--rocm")
+        if site.container.workdir:
+            # the runtime's /tmp on the folder the centre names (node-local disk), expanded in the job
+            argv += ["--workdir", Expanding(site.container.workdir)]
         for path in self.binds(site):
             argv += ["--bind", path]
         return argv + list(site.container.args) + [_named(image, site)]

@@ -922,6 +922,22 @@ class Container(_Strict):
         "driver libraries) or `--nvccli` (nvidia-container-cli sets the container up, where the centre's "
         "container stack asks for it)",
     )
+    workdir: SitePath | None = Field(
+        default=None,
+        description="Apptainer/Singularity: the folder the runtime keeps its temporary files in (`--workdir`, the "
+        "container's /tmp and /var/tmp), where the centre asks for one: a job's own /tmp often lives in memory the "
+        "job has little of (the Alliance: '-W ${SLURM_TMPDIR}'); an absolute path or one under a variable the job "
+        "has, expanded when the job runs",
+    )
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir_absolute(cls, workdir: str | None) -> str | None:
+        # the runtime starts in the job folder: a relative folder would be made wherever each rank starts
+        if workdir is not None and not (workdir.startswith("/") or _VARIABLE.match(workdir)):
+            raise ValueError(f"{workdir!r} must be an absolute path (or start with a $VARIABLE the job has, "
+                             "such as $SLURM_TMPDIR)")
+        return workdir
 
 
 class SiteEnvironment(_Strict):
@@ -1182,6 +1198,9 @@ class Site(_Strict):
                 raise ValueError("environment: a container environment needs a container runtime (runtime)")
             if environment.kind == "uenv" and self.launcher != "srun":
                 raise ValueError("environment: a uenv starts through srun --uenv; the launcher is " + self.launcher)
+        if self.container.workdir is not None and self.runtime not in ("apptainer", "singularity"):
+            raise ValueError(f"container.workdir: --workdir is Apptainer's and Singularity's; the runtime is "
+                             f"{self.runtime}")
         if self.container.nvidia != "nv" and self.runtime not in ("apptainer", "singularity"):
             raise ValueError(f"container.nvidia: --{self.container.nvidia} is Apptainer's and Singularity's; the "
                              f"runtime is {self.runtime}")
@@ -1217,7 +1236,8 @@ class Site(_Strict):
         known = {*ALWAYS_SET, *self.provides_env, *(k for k in self.env)}
         prefix = SCHEDULER_VARIABLE_PREFIX[self.scheduler]
         places = [("filesystems.scratch", self.filesystems.scratch), ("filesystems.node_local", self.filesystems.node_local),
-                  ("modules.init", self.modules.init), *((f"modules.use[{i}]", p) for i, p in enumerate(self.modules.use))]
+                  ("modules.init", self.modules.init), *((f"modules.use[{i}]", p) for i, p in enumerate(self.modules.use)),
+                  ("container.workdir", self.container.workdir)]
         for name, value in self.env.items():
             if isinstance(value, EnvPath):
                 places += [(f"env.{name}", p) for p in (*value.prepend, *value.append)]
