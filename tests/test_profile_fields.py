@@ -562,6 +562,9 @@ def test_the_rendezvous_port_from_the_centres_own_command(tmp_path):
     # PBS and LSF take it alike; a word of it is one argument, nothing in it runs
     gadi = _profile(tmp_path, GADI, **{"launch.master_port_command": ["site-port", "--range=30000-40000; rm -rf ~"]})
     assert "MASTER_PORT=$(site-port '--range=30000-40000; rm -rf ~')" in _render(gadi, tmp_path, account="a00").splitlines()
+    minerva = _profile(tmp_path, SHIPPED / "minerva.yaml", **{"launch.master_port_command": ["get_free_port"]})
+    lines = _render(minerva, tmp_path, account="acc_demo").splitlines()
+    assert "MASTER_PORT=$(get_free_port)" in lines and not any("LSB_JOBID % 12000" in line for line in lines)
     with pytest.raises(HpcdlError, match=r"launch.master_port_command: .* launch.master_port fixes it at 3442"):
         _profile(tmp_path, SHIPPED / "frontier.yaml", **{"launch.master_port_command": ["get_free_port"]})
     with pytest.raises(HpcdlError, match=r"launch.master_port_command\[0\]"):
