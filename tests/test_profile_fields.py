@@ -541,6 +541,36 @@ def test_the_rendezvous_address_and_port_follow_the_centre(tmp_path):
         _profile(tmp_path, SHIPPED / "juwels-booster.yaml", **{"launch.master_addr_suffix": 'i"; rm -rf ~; "'})
 
 
+def test_the_rendezvous_port_from_the_centres_own_command(tmp_path):
+    # Princeton Research Computing's Della DDP job: "export MASTER_PORT=$(get_free_port)", a free port on the
+    # batch host, where rank 0 runs (github.com/PrincetonUniversity/multi_gpu_training, 02_pytorch_ddp/README.md)
+    della = load_site_file(SHIPPED / "della-gpu.yaml")
+    text = _render(della, tmp_path)
+    assert "MASTER_PORT=$(get_free_port)" in text.splitlines()
+    assert "SLURM_JOB_ID % 12000" not in text
+    # the line runs the command and exports what it prints
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "get_free_port").write_text("#!/bin/sh\necho 41234\n")
+    (bin_dir / "get_free_port").chmod(0o755)
+    lines = text.splitlines()
+    start = lines.index("MASTER_PORT=$(get_free_port)")
+    out = subprocess.run(["bash", "-euc", "\n".join(lines[start:start + 2]) + '\necho "$MASTER_PORT"'],
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert out.stdout.strip() == "41234"
+    # PBS and LSF take it alike; a word of it is one argument, nothing in it runs
+    gadi = _profile(tmp_path, GADI, **{"launch.master_port_command": ["site-port", "--range=30000-40000; rm -rf ~"]})
+    assert "MASTER_PORT=$(site-port '--range=30000-40000; rm -rf ~')" in _render(gadi, tmp_path, account="a00").splitlines()
+    minerva = _profile(tmp_path, SHIPPED / "minerva.yaml", **{"launch.master_port_command": ["get_free_port"]})
+    lines = _render(minerva, tmp_path, account="acc_demo").splitlines()
+    assert "MASTER_PORT=$(get_free_port)" in lines and not any("LSB_JOBID % 12000" in line for line in lines)
+    with pytest.raises(HpcdlError, match=r"launch.master_port_command: .* launch.master_port fixes it at 3442"):
+        _profile(tmp_path, SHIPPED / "frontier.yaml", **{"launch.master_port_command": ["get_free_port"]})
+    with pytest.raises(HpcdlError, match=r"launch.master_port_command\[0\]"):
+        _profile(tmp_path, SHIPPED / "della-gpu.yaml", **{"launch.master_port_command": ["get\nfree"]})
+
+
 def test_a_pbs_plan_says_its_cpu_unit_in_pbs_words():
     notes = make_plan(load_site("derecho"), JobRequest(nodes=2, node_kind="gpu")).notes
     note = next(n for n in notes if "scheduler_cpus_per_core" in n)

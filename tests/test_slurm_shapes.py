@@ -209,8 +209,10 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
     from hpcdl.sites.schema import Modules
 
     if runnable:
-        # launcher options of the site's own Slurm plugins (LLNL's --mpibind) are not on this host
-        launch = site.launch.model_copy(update={"args": tuple(a for a in site.launch.args if _srun_knows(a, conf))})
+        # launcher options of the site's own Slurm plugins (LLNL's --mpibind) are not on this host, nor the centre's
+        # own free-port command (Princeton's get_free_port): the job takes hpcdl's port from its id
+        launch = site.launch.model_copy(update={"args": tuple(a for a in site.launch.args if _srun_knows(a, conf)),
+                                                "master_port_command": ()})
         site = site.model_copy(update={"launch": launch})
     # a machine with a single node of the kind (Mahidol's MAI HPC: one H100 node, one A100 node) gets a one-node job
     count = site.node_kinds[kind].count

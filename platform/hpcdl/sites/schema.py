@@ -800,6 +800,14 @@ class Launch(_Strict):
         default=None, ge=1024, le=65535,
         description="the rendezvous port the centre recommends (OLCF: 3442); default 20000 + the job id mod 12000, below Linux's ephemeral ports (32768 and up)",
     )
+    master_port_command: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "a command the centre provides on its nodes that prints a free TCP port, word by word, run on the batch "
+            "host (where rank 0 runs) to set MASTER_PORT, where the centre's jobs take their rendezvous port so "
+            "(Princeton Research Computing's Della: export MASTER_PORT=$(get_free_port)); not beside master_port"
+        ),
+    )
     srun_mpi: Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]+$", max_length=32)] | None = Field(
         default=None,
         description=(
@@ -1181,7 +1189,11 @@ class Site(_Strict):
                 raise ValueError(f"launch.args: --bind-to {bind}: hpcdl writes the binding mpirun gives each rank from "
                                  "the plan; only none, mpirun binding no rank and each rank binding itself to its "
                                  "cores, is kept as the centre writes it")
+        if self.launch.master_port_command and self.launch.master_port is not None:
+            raise ValueError("launch.master_port_command: a port the centre's command picks, but launch.master_port "
+                             f"fixes it at {self.launch.master_port}; keep one")
         for what, words in (("launch.args", self.launch.args), ("launch.command", self.launch.command),
+                            ("launch.master_port_command", self.launch.master_port_command),
                             ("launch.wrapper", self.launch.wrapper), ("launch.gpu_wrapper", self.launch.gpu_wrapper),
                             ("container.args", self.container.args),
                             ("container.modules", self.container.modules),
