@@ -365,6 +365,23 @@ def test_the_memory_a_jobs_gpus_ask_is_capped_at_the_most_a_job_may_ask_of_a_nod
                                           "node_kinds.gpu.defaults.max_mem": "2 TB"})
 
 
+
+def test_a_job_on_every_gpu_of_a_node_asks_all_its_memory_where_the_centre_says_mem_0(tmp_path):
+    # NREL Kestrel: "To request all of the memory available on the GPU node, use --mem=0", and half a node is "2
+    # GPUs, and 180G of RAM": 90G a GPU, whose four shares (360G) pass the node's "about 350G of usable RAM"
+    site = _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.mem_per_gpu": "90G",
+                                             "node_kinds.gpu.defaults.max_mem": "0"})
+    assert "#SBATCH --mem=0" in _render(site, tmp_path).splitlines()
+    for ranks, mem in ((1, "90G"), (2, "180G"), (3, "270G")):
+        lines = render_job_script(site, make_plan(site, JobRequest(nodes=1, ranks_per_node=ranks)), {},
+                                  JobOptions()).splitlines()
+        assert f"#SBATCH --mem={mem}" in lines
+    # 0 is the only amount without a number of units; 00 or 0G is no Slurm word for it
+    for wrong in ("00", "0G"):
+        with pytest.raises(HpcdlError, match=r"node_kinds.gpu.defaults.max_mem"):
+            _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.mem_per_gpu": "90G",
+                                              "node_kinds.gpu.defaults.max_mem": wrong})
+
 def test_the_gpu_request_may_be_the_jobs_total(tmp_path):
     # PSC Bridges-2 asks the job's GPUs, typed, with sbatch's --gpus ("Specify the total number of GPUs
     # required for the job", sbatch(1)): "#SBATCH -N 2", "#SBATCH --gpus=v100-32:16" (PSC staff's

@@ -321,8 +321,10 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "gpu_type_prefix": f"{node.defaults.gpu_type}:" if node.defaults.gpu_type else "",
         # Slurm: the node memory that comes with the job's GPUs, where the centre asks it so ("--gres=gpu:a100:1
         # --mem=125000", "--gres=gpu:a100:4 --mem=500000", MPCDF Raven): the GPUs per node times the kind's share
-        # (at most the kind's max_mem, the most the centre lets a job ask of a node: UQ RCC Bunya's 2000000M)
-        "mem": _mem_for_gpus(node.defaults.mem_per_gpu, gpus_per_rank * plan.ranks_per_node, node.defaults.max_mem),
+        # (at most the kind's max_mem, the most the centre lets a job ask of a node: UQ RCC Bunya's 2000000M; or,
+        # where that is 0, all of the node's memory for a job on all its GPUs: NREL Kestrel's --mem=0)
+        "mem": _mem_for_gpus(node.defaults.mem_per_gpu, gpus_per_rank * plan.ranks_per_node, node.defaults.max_mem,
+                             len(node.gpus)),
         # Slurm: the header asks tasks, CPUs and GPUs (tasks), or the nodes alone (nodes: Pawsey's
         # allocation-packs, where srun says the rest)
         "batch_request": site.defaults.batch_request,
@@ -595,11 +597,17 @@ def _slurm_mem_kib(mem: str) -> int:
     return number * _SLURM_MEM_KIB[unit]
 
 
-def _mem_for_gpus(mem_per_gpu: str | None, gpus_per_node: int, max_mem: str | None = None) -> str | None:
+def _mem_for_gpus(mem_per_gpu: str | None, gpus_per_node: int, max_mem: str | None = None,
+                  node_gpus: int = 0) -> str | None:
     """Slurm's --mem for a node's GPUs: the kind's memory per GPU times the GPUs, in its unit, or the kind's
-    max_mem where that is less (more than the centre lets a job ask would keep the job from ever starting)."""
+    max_mem where that is less (more than the centre lets a job ask would keep the job from ever starting).
+    A max_mem of 0 is Slurm's "all of the memory on each node": a job on all node_gpus GPUs asks that, since
+    the node's GPUs' shares may add up to more than the memory the node lets jobs have (NREL Kestrel: 90G a
+    GPU, "about 350G of usable RAM", "To request all of the memory available on the GPU node, use --mem=0")."""
     if not mem_per_gpu or not gpus_per_node:
         return None
+    if max_mem == "0":
+        return "0" if gpus_per_node >= node_gpus else _mem_for_gpus(mem_per_gpu, gpus_per_node)
     number, unit = _slurm_mem(mem_per_gpu)
     mem = f"{number * gpus_per_node}{unit}"
     if max_mem and _slurm_mem_kib(mem) > _slurm_mem_kib(max_mem):

@@ -237,6 +237,8 @@ PartitionsBySize = Annotated[tuple[SizedPartition, ...], AfterValidator(_sizes_i
 
 # a Slurm memory amount: a whole number of megabytes, or of K, M, G or T (sbatch(1) --mem)
 SlurmMemory = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]*[KMGT]?$", max_length=16)]
+# the same, or 0: "all of the memory on each node" (sbatch(1) --mem=0)
+SlurmMemoryOrAll = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]*[KMGT]?)$", max_length=16)]
 
 
 class NodeKindDefaults(_Strict):
@@ -282,12 +284,15 @@ class NodeKindDefaults(_Strict):
             "for one A100 and --mem=500000 for the four of a full node)"
         ),
     )
-    max_mem: SlurmMemory | None = Field(
+    max_mem: SlurmMemoryOrAll | None = Field(
         default=None,
         description=(
             "Slurm: the most node memory a job may ask on this kind, in Slurm's units, where the centre publishes it "
             "below what mem_per_gpu times the node's GPUs comes to (UQ RCC Bunya: 700000 MB per H100, three a node, "
-            "and 'Ask for 2000000M to get the maximum memory'): a job whose GPUs would ask more asks this"
+            "and 'Ask for 2000000M to get the maximum memory'): a job whose GPUs would ask more asks this; or 0, "
+            "Slurm's 'all of the memory on each node', where the centre asks a whole node's memory so (NREL Kestrel: "
+            "'To request all of the memory available on the GPU node, use --mem=0'): a job on every GPU of the node "
+            "asks --mem=0, one on fewer its GPUs' share"
         ),
     )
 
