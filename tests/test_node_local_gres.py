@@ -10,6 +10,8 @@ stages a data set so: "#SBATCH --gres=gpu:v100:1,nvme:100", then "tar xf ... -C 
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 import yaml
 
@@ -104,3 +106,32 @@ def test_a_node_local_gres_is_refused_beside_a_scheduler_other_than_slurm(tmp_pa
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(HpcdlError, match=r"filesystems\.node_local_gres: --gres is Slurm's request"):
         load_site_file(path)
+
+
+def test_a_slurm_posing_puhtis_gpu_node_with_its_nvme_allocates_the_staging_job_and_refuses_more_than_it_holds(
+        slurm_clusters, tmp_path):
+    # the node as CSC publishes it (tests/published/puhti-gpu.yaml), holding "a maximum of 3600 GB per node" of NVMe
+    from dataclasses import replace
+
+    from slurm_cluster import NodeShape
+
+    site = load_site("puhti-gpu")
+    facts = yaml.safe_load((ROOT / "tests/published/puhti-gpu.yaml").read_text())["slurm_nodes"]["gpu"]
+    shape = replace(NodeShape.from_published(site, "gpu", facts), count_gres=(("nvme", 3600),))
+    cluster = slurm_clusters.ensure(2, shape)
+
+    def test_only(text: str):
+        script = tmp_path / "job.sh"
+        script.write_text(text)
+        return subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True,
+                              env=cluster.env, cwd=tmp_path, timeout=60)
+
+    for request, asked in (({"nodes": 2}, "gpu:v100:4,nvme:3600"), ({"nodes": 1, "ranks_per_node": 1}, "gpu:v100:1,nvme:900")):
+        plan = make_plan(site, JobRequest(**request))
+        text = render_job_script(site, plan, recipe(True), JobOptions(name="job", account="project_2001234"))
+        assert f"\n#SBATCH --gres={asked}\n" in text
+        proc = test_only(text)
+        assert proc.returncode == 0 and "to start at" in proc.stderr, proc.stderr
+        # one GB more than the node holds: refused, so the posed node judges the storage asked
+        proc = test_only(text.replace(f"--gres={asked}", f"--gres={asked.split(',')[0]},nvme:3601"))
+        assert proc.returncode != 0 and "Requested node configuration is not available" in proc.stderr, proc.stderr
