@@ -67,6 +67,9 @@ def test_the_staging_job_writes_to_the_storage_it_asked_for():
     plan = make_plan(site, JobRequest(nodes=2))
     text = render_job_script(site, plan, recipe(True), JobOptions(name="job", account="project_2001234"))
     assert 'HPCDL_STAGE_DIR="${LOCAL_SCRATCH}"/hpcdl-data-"$HPCDL_JOB_ID"' in text
+    # ... once on each node, as CSC's multi-node job does: "srun --ntasks=$SLURM_NNODES --ntasks-per-node=1 tar xf
+    # /scratch/<your-project>/your-dataset.tar -C $LOCAL_SCRATCH" (ml-data.md)
+    assert "\nsrun --nodes=2 --ntasks=2 --ntasks-per-node=1 hpcdl stage /scratch/project_2001234/data.tar" in text
 
 
 def test_a_site_asking_gpus_another_way_asks_the_storage_in_its_own_gres(tmp_path):
