@@ -164,6 +164,9 @@ class NodeShape:
     task/affinity's auto binding (srun(1) --cpu-bind, "Auto Binding") to bind a step that names none.
     gpu_type: the GPUs' GRES type (Gres=gpu:a100:4, gres.conf Type=a100), where the centre names one in its
     requests (CSC Mahti: --gres=gpu:a100:4, which an untyped node would refuse).
+    count_gres: further generic resources the node holds as counts, with no device (name, count): node-local storage a
+    job asks by --gres (CSC Puhti: "--gres=nvme:<local_storage_space_per_node>", "with a maximum of 3600 GB per
+    node": ("nvme", 3600)), written Gres=...,nvme:3600 and gres.conf Name=nvme Count=3600.
     distribution_default: block poses a Slurm that lays a step's tasks out socket by socket when srun names
     no --distribution (SelectTypeParameters=...,CR_Core_Default_Dist_Block); None keeps Slurm's cyclic, and so
     does fcyclic, which no slurm.conf makes the default (its sites' lines name --distribution where it matters).
@@ -178,6 +181,7 @@ class NodeShape:
     gpus: int = 0
     gpu_vendor: str = "nvidia"
     gpu_type: str | None = None
+    count_gres: tuple[tuple[str, int], ...] = ()
     distribution_default: str | None = None
     memory_mb: int = 4096
     features: tuple[str, ...] = ()
@@ -463,7 +467,8 @@ class SlurmCluster:
             "KillWait=5",
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
-            *(["GresTypes=gpu"] if gres_lines else []),
+            *([f"GresTypes={','.join(['gpu'] * bool(self.shape.gpus) + [n for n, _ in self.shape.count_gres])}"]
+              if gres_lines else []),
             *node_lines,
             *partitions,
             "",
@@ -485,7 +490,7 @@ class SlurmCluster:
             if not device.exists():
                 os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
         lines, gres = [], []
-        if shape.gpus:
+        if shape.gpus or shape.count_gres:
             gres.append("AutoDetect=off")
         for name in self.nodes_of(shape):
             port = self.node_ports[name]
@@ -496,13 +501,19 @@ class SlurmCluster:
                 words.append(f"CpuSpecList={','.join(map(str, shape.spec_cpu_ids))}")
             if shape.cpu_bind:
                 words.append(f"CpuBind={shape.cpu_bind}")
+            node_gres = []
             if shape.gpus:
                 typed = f"{shape.gpu_type}:" if shape.gpu_type else ""
-                words.append(f"Gres=gpu:{typed}{shape.gpus}")
+                node_gres.append(f"gpu:{typed}{shape.gpus}")
                 last = f"[0-{shape.gpus - 1}]" if shape.gpus > 1 else "0"
                 flag = "amd_gpu_env" if shape.gpu_vendor == "amd" else "nvidia_gpu_env"
                 kind = f" Type={shape.gpu_type}" if shape.gpu_type else ""
                 gres.append(f"NodeName={name} Name=gpu{kind} File={devices}/gpu{last} Flags={flag}")
+            for gres_name, count in shape.count_gres:
+                node_gres.append(f"{gres_name}:{count}")
+                gres.append(f"NodeName={name} Name={gres_name} Count={count}")
+            if node_gres:
+                words.append(f"Gres={','.join(node_gres)}")
             if shape.features:
                 words.append(f"Features={','.join(shape.features)}")
             lines.append(" ".join([*words, "State=UNKNOWN"]))

@@ -192,6 +192,8 @@ def render_job_script(
                 raise HpcdlError(f"{what}: a word of {len(str(word))} characters is longer than a command "
                                  f"line may carry ({MAX_WORD}): {str(word)[:40]!r}...")
     job = batch_request(site, plan, options, scheduler)
+    stage = staging(site, plan, recipe, scheduler)
+    job["node_local_gres"] = node_local_gres(site, plan, job) if stage else None
     # the plan's JSON travels in the script and grows with every rank: judged from one rank's share
     # first, before the whole of it is built (minutes for 100,000 nodes)
     _fits_the_scheduler(len(json.dumps(dataclasses.asdict(plan.ranks[0]))) * len(plan.ranks), plan, scheduler)
@@ -213,7 +215,7 @@ def render_job_script(
         recipe_json=_heredoc_safe(json.dumps(recipe, sort_keys=True)),
         launch=[*plan.launcher_argv, *runtime_argv, *program],
         image_from_module="${HPCDL_IMAGE_DIR}" in str(image or ""),
-        stage=staging(site, plan, recipe, scheduler),
+        stage=stage,
         node_map=node_map_lines(plan),
         job_slug=slug(options.name),
         name_comment=comment_text(options.name),
@@ -426,6 +428,19 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # takes where PBS puts it (the default, free); excl asks a node whole at any size
         job["place"] = "scatter:excl" if exclusive else "scatter" if plan.nodes > 1 else None
     return job
+
+
+def node_local_gres(site: Site, plan: Plan, job: dict) -> str | None:
+    """The generic resource a job staging its data asks for the node-local storage it stages to, as `name:count`
+    (CSC Puhti: "--gres=gpu:v100:<number_of_gpus_per_node>,nvme:<local_storage_space_per_node>", "$LOCAL_SCRATCH"):
+    without it the job has no such storage to write. On a node other jobs share, the job's share of the node's
+    (its GPUs' share of the node's GPUs), as a shared node's other per-node resources are asked."""
+    gres = site.filesystems.node_local_gres
+    if gres is None:
+        return None
+    share = None if job["exclusive"] else node_share(site.node_kinds[plan.node_kind], job, plan.ranks_per_node)
+    count = gres.per_node if share is None else max(1, int(gres.per_node * share))
+    return f"{gres.name}:{count}"
 
 
 def node_share(node: NodeKind, job: dict, ranks_per_node: int) -> Fraction | None:

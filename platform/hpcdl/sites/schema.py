@@ -502,6 +502,20 @@ class BurstBuffer(_Strict):
     access_mode: Literal["private", "striped"] = "private"
 
 
+class NodeLocalGres(_Strict):
+    """Node-local storage a Slurm job asks as a generic resource before it may write there.
+
+    CSC Puhti and Mahti: "Request local storage using the --gres flag in the job submission:
+    --gres=nvme:<local_storage_space_per_node>", "given in GB", "Use the environment variable $LOCAL_SCRATCH";
+    beside the GPUs in one list, "--gres=gpu:v100:<number_of_gpus_per_node>,nvme:<local_storage_space_per_node>".
+    """
+
+    # Slurm's GRES name (gres.conf Name=): a word, as the --gres list is split on ',' and ':'
+    name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$", description="the GRES name, e.g. nvme")
+    # a whole number: the unit is the GRES's own count (CSC: GB)
+    per_node: int = Field(gt=0, description="the count a job that takes a node whole asks on each node, e.g. 3600")
+
+
 class Filesystems(_Strict):
     scratch: SitePath | None = Field(default=None, description="shared parallel filesystem for data and results")
     node_local: SitePath | None = Field(
@@ -509,6 +523,19 @@ class Filesystems(_Strict):
     )
     node_local_kind: Literal["nvme", "ssd", "tmpfs", "burst-buffer", "ramdisk"] | None = None
     burst_buffer: BurstBuffer | None = Field(default=None, description="a per-job burst buffer to request (DataWarp)")
+    node_local_gres: NodeLocalGres | None = Field(
+        default=None,
+        description=(
+            "the generic resource a Slurm job asks for node_local where it stages data there (CSC: "
+            "--gres=gpu:v100:4,nvme:3600, $LOCAL_SCRATCH); on a node the job shares, its share of per_node"
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _gres_names_a_place(self) -> "Filesystems":
+        if self.node_local_gres is not None and not self.node_local:
+            raise ValueError("node_local_gres: asks node-local storage, but node_local names no path to stage to")
+        return self
 
 
 class Modules(_Strict):
@@ -1224,6 +1251,8 @@ class Site(_Strict):
         if self.runtime == "container-engine" and self.launcher != "srun":
             raise ValueError("runtime: the container engine starts through srun --environment; the launcher is "
                              + self.launcher)
+        if self.filesystems.node_local_gres is not None and self.scheduler != "slurm":
+            raise ValueError(f"filesystems.node_local_gres: --gres is Slurm's request; the scheduler is {self.scheduler}")
         needs = LAUNCHER_NEEDS.get(self.launcher)
         if needs and self.scheduler not in needs:
             raise ValueError(
