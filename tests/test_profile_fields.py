@@ -456,6 +456,20 @@ def test_a_node_kinds_own_queues_by_size_route_its_jobs(tmp_path):
         render_job_script(site, make_plan(site, JobRequest(nodes=1)), {}, JobOptions(time="13:00:00"))
 
 
+def test_a_queue_by_size_may_name_the_qos_its_jobs_must_ask(tmp_path):
+    # NHR@FAU Alex (doc.nhr.fau.de/clusters/alex/): a one-node job names no qos, a multi-node A100 job
+    # "#SBATCH --nodes=2 ... #SBATCH --gres=gpu:a100:8 #SBATCH --qos=a100multi"; a queue by size could only
+    # name a partition, and a site-wide qos went on every job
+    site = _profile(tmp_path, SHIPPED / "volta-x86.yaml", **{
+        "node_kinds.v100.defaults": {"partition_by_nodes": [{"max_nodes": 1}, {"qos": "a100multi"}]}})
+    one, two = (_render(site, tmp_path, nodes=n).splitlines() for n in (1, 2))
+    assert not any(line.startswith("#SBATCH --qos") for line in one)
+    assert "#SBATCH --qos=a100multi" in two
+    # the queue is the site's where the size names none; a qos given at render wins
+    assert "#SBATCH --partition=" + site.defaults.partition in two
+    assert "#SBATCH --qos=debug" in _render(site, tmp_path, nodes=2, qos="debug").splitlines()
+
+
 def test_a_queue_that_limits_a_jobs_gpus_takes_every_job_within_them_over_any_nodes(tmp_path):
     # PSI Merlin7 limits a job's GPUs per partition, not its nodes (hpce.pages.psi.ch/merlin7/slurm-configuration.html:
     # "a100-general | 1-00:00:00 | 7-00:00:00 | ... | gres/gpu=4", "a100-daily | ... | 1-00:00:00 | ... | gres/gpu=8"):

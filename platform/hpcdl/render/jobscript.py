@@ -313,7 +313,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "seconds": seconds,
         "account": job_account(site, plan, options.account or site.defaults.account),
         "partition": partition,
-        "qos": options.qos or defaults.qos,
+        "qos": options.qos or qos_for(site, plan, defaults),
         # how the GPUs are asked: the style the centre's submit filter counts (Slurm: --gpus-per-node,
         # --gres=gpu:N or --gpus-per-task; LSF: -gpu or rusage)
         "gpu_style": site.defaults.gpu_request or "gpus-per-node",
@@ -458,19 +458,33 @@ def partition_for(site: Site, plan: Plan, defaults) -> str | None:
     """The queue a job of the plan's size goes to: the first of the profile's queues by size that takes
     its nodes (TACC Frontera: small for one or two nodes, normal from three) and its GPUs (PSI Merlin7:
     a100-general takes a job of up to 4 GPUs, over as many nodes as it likes), else the one partition."""
+    size = queue_by_size(site, plan, defaults)
+    return defaults.partition if size is None or size.partition is None else size.partition
+
+
+def qos_for(site: Site, plan: Plan, defaults) -> str | None:
+    """The quality of service a job of the plan's size names: its queue by size's own (NHR@FAU Alex: a
+    multi-node A100 job asks --qos=a100multi, a one-node job none), else the kind's or the site's."""
+    size = queue_by_size(site, plan, defaults)
+    return size.qos if size is not None and size.qos else defaults.qos
+
+
+def queue_by_size(site: Site, plan: Plan, defaults):
+    """The first of the profile's queues by size that takes the plan's nodes and GPUs; None without such queues;
+    a job larger than every queue is refused, naming the field."""
     sizes = defaults.partition_by_nodes
     if not sizes:
-        return defaults.partition
+        return None
     gpus = plan.nodes * plan.ranks_per_node * len(plan.ranks[0].gpus)
     for size in sizes:
         if (size.max_nodes is None or plan.nodes <= size.max_nodes) and (size.max_gpus is None or gpus <= size.max_gpus):
-            return size.partition
+            return size
     last = sizes[-1]
     if last.max_gpus is not None and gpus > last.max_gpus:
         raise HpcdlError(f"gpus: {gpus} is more than any queue of site {site.name!r} takes "
-                         f"(defaults.partition_by_nodes: at most {last.max_gpus} GPUs in {last.partition})")
+                         f"(defaults.partition_by_nodes: at most {last.max_gpus} GPUs in {last.partition or last.qos or 'its queue'})")
     raise HpcdlError(f"nodes: {plan.nodes} is more than any queue of site {site.name!r} takes "
-                     f"(defaults.partition_by_nodes: at most {last.max_nodes} in {last.partition})")
+                     f"(defaults.partition_by_nodes: at most {last.max_nodes} in {last.partition or last.qos or 'its queue'})")
 
 
 def job_account(site: Site, plan: Plan, account: str | None) -> str | None:

@@ -204,7 +204,15 @@ class SizedPartition(_Strict):
                      "its nodes (Slurm's per-job limit gres/gpu=N; PSI Merlin7: a100-general gres/gpu=4, "
                      "a100-daily gres/gpu=8)"),
     )
-    partition: SchedulerWord
+    partition: SchedulerWord | None = Field(
+        default=None,
+        description="the queue; left out, jobs of this size go to the kind's or site's partition (or name none)")
+    qos: SchedulerWord | None = Field(
+        default=None,
+        description=("the Slurm quality of service jobs of this size must name, where the centre routes them by it "
+                     "rather than, or beside, the queue (NHR@FAU Alex: a multi-node A100 job asks --qos=a100multi, "
+                     "a one-node job none)"),
+    )
     max_time: str | None = Field(
         default=None,
         description=("the longest job this queue runs, where it is shorter than the site's defaults.max_time "
