@@ -470,6 +470,20 @@ def test_a_queue_by_size_may_name_the_qos_its_jobs_must_ask(tmp_path):
     assert "#SBATCH --qos=debug" in _render(site, tmp_path, nodes=2, qos="debug").splitlines()
 
 
+def test_a_header_that_keeps_the_submitting_environment_out_lets_srun_carry_the_scripts(tmp_path):
+    # sbatch's --export=NONE reaches every srun of the job through SLURM_EXPORT_ENV, which would start the ranks
+    # without the script's exports (MASTER_ADDR, OMP_NUM_THREADS, ...); NHR@FAU's job scripts
+    # (doc.nhr.fau.de/batch-processing/batch_system_slurm/): "#SBATCH --export=NONE", then "unset SLURM_EXPORT_ENV
+    # # Enable script environment export to srun"
+    for directive, unsets in (("--export=NONE", True), ("--export=HOME,PATH", True), ("--export=ALL", False)):
+        site = _profile(tmp_path, SHIPPED / "volta-x86.yaml", **{"defaults.directives": [directive]})
+        lines = _render(site, tmp_path, nodes=1).splitlines()
+        assert ("unset SLURM_EXPORT_ENV" in lines) is unsets, directive
+        if unsets:
+            assert lines.index("unset SLURM_EXPORT_ENV") < next(i for i, l in enumerate(lines) if l.startswith("srun "))
+    assert "unset SLURM_EXPORT_ENV" not in _render(load_site_file(SHIPPED / "volta-x86.yaml"), tmp_path, nodes=1)
+
+
 def test_a_queue_that_limits_a_jobs_gpus_takes_every_job_within_them_over_any_nodes(tmp_path):
     # PSI Merlin7 limits a job's GPUs per partition, not its nodes (hpce.pages.psi.ch/merlin7/slurm-configuration.html:
     # "a100-general | 1-00:00:00 | 7-00:00:00 | ... | gres/gpu=4", "a100-daily | ... | 1-00:00:00 | ... | gres/gpu=8"):

@@ -338,6 +338,12 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "output_dir": options.output_dir,
         # the profile's extra directives are written for its own scheduler
         "directives": list(defaults.directives) if scheduler == site.scheduler else [],
+        # sbatch's --export=NONE (or a list without ALL) reaches every srun of the job through SLURM_EXPORT_ENV,
+        # which would start the ranks without this script's exports (MASTER_ADDR, OMP_NUM_THREADS, ...): the
+        # script unsets it before the launch, as NHR@FAU's job scripts do ("#SBATCH --export=NONE",
+        # "unset SLURM_EXPORT_ENV")
+        "unset_export_env": scheduler == "slurm" == site.scheduler and any(
+            d.startswith("--export=") and "ALL" not in d[len("--export="):].split(",") for d in defaults.directives),
         # LSF: -P project unless the profile says -G; PBS: -A account unless it says -P (NCI Gadi);
         # a profile's flag is for its own scheduler
         "account_flag": (site.defaults.account_flag if scheduler == site.scheduler and site.defaults.account_flag
