@@ -484,6 +484,23 @@ def test_a_header_that_keeps_the_submitting_environment_out_lets_srun_carry_the_
     assert "unset SLURM_EXPORT_ENV" not in _render(load_site_file(SHIPPED / "volta-x86.yaml"), tmp_path, nodes=1)
 
 
+def test_a_node_kinds_own_settings_reach_its_jobs_alone_and_win_over_the_plans(tmp_path):
+    # NHR@FAU (doc.nhr.fau.de/apps/pytorch/): "For A100 nodes, enforce specific InfiniBand devices: export
+    # NCCL_IB_HCA="=mlx5_0:1,mlx5_3:1"", on a machine whose A40 nodes have no InfiniBand: a site-wide env would
+    # set it on every node kind, and the plan's per-rank HCA would be applied over it
+    data = yaml.safe_load((SHIPPED / "volta-x86.yaml").read_text())
+    data["node_kinds"]["v100"]["env"] = {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1"}
+    data["node_kinds"]["cpu"] = {**data["node_kinds"]["v100"], "gpus": [], "env": {}}
+    (tmp_path / "volta-x86.yaml").write_text(yaml.safe_dump(data))
+    site = load_site_file(tmp_path / "volta-x86.yaml")
+    gpu = make_plan(site, JobRequest(nodes=2))
+    assert gpu.env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
+    assert all("NCCL_IB_HCA" not in r.env for r in gpu.ranks)
+    assert "export NCCL_IB_HCA='=mlx5_0:1,mlx5_1:1'" in _render(site, tmp_path).splitlines()
+    cpu = make_plan(site, JobRequest(nodes=2, node_kind="cpu", use_gpus=False))
+    assert "NCCL_IB_HCA" not in cpu.env
+
+
 def test_a_queue_that_limits_a_jobs_gpus_takes_every_job_within_them_over_any_nodes(tmp_path):
     # PSI Merlin7 limits a job's GPUs per partition, not its nodes (hpce.pages.psi.ch/merlin7/slurm-configuration.html:
     # "a100-general | 1-00:00:00 | 7-00:00:00 | ... | gres/gpu=4", "a100-daily | ... | 1-00:00:00 | ... | gres/gpu=8"):

@@ -377,6 +377,12 @@ class NodeKind(_Strict):
         default_factory=NodeKindDefaults,
         description="partition, qos, constraint and directives of this kind where they differ from the site's",
     )
+    env: dict[str, Text] = Field(
+        default_factory=dict,
+        description=("settings every job on this kind exports, beside the site's env and over it, where the centre "
+                     "sets them for these nodes only (NHR@FAU Alex: NCCL_IB_HCA='=mlx5_0:1,mlx5_3:1' 'for A100 nodes', "
+                     "whose A40 nodes have no InfiniBand); plain strings, exported as they are"),
+    )
 
     @property
     def cores(self) -> int:
