@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import require_tool, shellcheck
+from conftest import hpcdl, require_tool, shellcheck
 
 from hpcdl.cluster import NodeShape
 from hpcdl.errors import HpcdlError
@@ -482,6 +482,26 @@ def test_a_header_that_keeps_the_submitting_environment_out_lets_srun_carry_the_
         if unsets:
             assert lines.index("unset SLURM_EXPORT_ENV") < next(i for i, l in enumerate(lines) if l.startswith("srun "))
     assert "unset SLURM_EXPORT_ENV" not in _render(load_site_file(SHIPPED / "volta-x86.yaml"), tmp_path, nodes=1)
+
+
+def test_a_job_that_keeps_the_submitting_environment_out_loads_hpcdls_own_module_itself(tmp_path):
+    # Under "#SBATCH --export=NONE" (NHR@FAU's scripts, which then "module load <modules>" themselves) the batch
+    # shell gets nothing of the submitting one, hpcdl's module neither: the job stopped at HPCDL_IMAGE_DIR unset
+    alex = load_site_file(SHIPPED / "alex.yaml")
+    plan = make_plan(alex, JobRequest(nodes=1))
+    lines = render_job_script(alex, plan, {}, JobOptions(hpcdl_module="hpcdl/0.1.0")).splitlines()
+    assert "module load hpcdl/0.1.0" in lines
+    assert lines.index("module load hpcdl/0.1.0") < lines.index(next(l for l in lines if l.startswith(": \"${HPCDL_IMAGE_DIR")))
+    assert "module load hpcdl/0.1.0" not in render_job_script(alex, plan, {}, JobOptions()).splitlines()
+    # a header that lets the environment through keeps the module the job inherits, and loads none
+    raven = load_site_file(SHIPPED / "raven.yaml")
+    assert "module load hpcdl/0.1.0" not in render_job_script(
+        raven, make_plan(raven, JobRequest(nodes=1)), {}, JobOptions(hpcdl_module="hpcdl/0.1.0")).splitlines()
+    with pytest.raises(HpcdlError, match=r"^hpcdl_module: 'x; rm' is not hpcdl's module"):
+        render_job_script(alex, plan, {}, JobOptions(hpcdl_module="x; rm"))
+    # the command line names the module it runs under (LOADEDMODULES)
+    proc = hpcdl("render", "--site", "alex", "cifar10-quick", env={"LOADEDMODULES": "gcc/12:hpcdl/0.1.0"}, check=True)
+    assert "module load hpcdl/0.1.0" in proc.stdout.splitlines()
 
 
 def test_a_node_kinds_own_settings_reach_its_jobs_alone_and_win_over_the_plans(tmp_path):

@@ -67,6 +67,8 @@ class JobOptions:
     extra_args: appended to the trainer's command line, e.g. ("--max-iter", "5").
     requeue: warn the job `warning_seconds` before its limit, checkpoint and requeue it.
     qos: Slurm quality of service (default: the site's, or the node kind's).
+    hpcdl_module: hpcdl's own module the job is rendered under (``hpcdl/0.1.0``, as LOADEDMODULES names it),
+        which a job whose header keeps the submitting environment out loads itself.
     """
 
     name: str = "hpcdl"
@@ -81,6 +83,16 @@ class JobOptions:
     exclusive: bool | None = None
     warning_seconds: int = DEFAULT_WARNING_SECONDS
     qos: str | None = None
+    hpcdl_module: str | None = None
+
+
+# hpcdl's own module as Lmod and Tcl modules name it in LOADEDMODULES: hpcdl, or hpcdl/<version>
+HPCDL_MODULE = re.compile(r"hpcdl(/[A-Za-z0-9._+-]+)?")
+
+
+def loaded_hpcdl_module(environ) -> str | None:
+    """hpcdl's own module among the modules loaded in `environ` (LOADEDMODULES), or None."""
+    return next((m for m in environ.get("LOADEDMODULES", "").split(":") if HPCDL_MODULE.fullmatch(m)), None)
 
 
 def _one_line_only(value):
@@ -146,6 +158,8 @@ def render_job_script(
         raise HpcdlError(f"scheduler: unknown {scheduler!r}; known: {', '.join(SCHEDULERS)}")
     for field in ("name", "account", "partition", "time", "constraint", "image", "output_dir", "qos"):
         one_line(field, getattr(options, field))
+    if options.hpcdl_module is not None and not HPCDL_MODULE.fullmatch(options.hpcdl_module):
+        raise HpcdlError(f"hpcdl_module: {options.hpcdl_module!r} is not hpcdl's module (hpcdl or hpcdl/<version>)")
     for i, arg in enumerate(options.extra_args):
         if "\0" in arg:
             raise HpcdlError(f"extra argument {i + 1}: contains a NUL byte, which no command line can carry")
@@ -206,7 +220,7 @@ def render_job_script(
         env=env,
         env_paths=env_path_lines(plan),
         ulimits=ulimit_lines(plan),
-        modules=module_lines(site, plan),
+        modules=_with_own_module(site, module_lines(site, plan), options, job),
         activate=activate_lines(site, plan),
         runtime_files=runtime_files,
         plan_json=plan_json,
@@ -625,6 +639,20 @@ def _mem_for_gpus(mem_per_gpu: str | None, gpus_per_node: int, max_mem: str | No
     if max_mem and _slurm_mem_kib(mem) > _slurm_mem_kib(max_mem):
         return max_mem
     return mem
+
+
+def _with_own_module(site: Site, modules: dict, options: JobOptions, job: dict) -> dict:
+    """A job whose header keeps the submitting environment out (Slurm --export=NONE) gets none of the submitting
+    shell's modules, hpcdl's own among them (its PATH and HPCDL_IMAGE_DIR): it loads the one it was rendered under
+    itself, after the site's, as the centre's scripts load theirs ("#SBATCH --export=NONE", "module load <modules>",
+    NHR@FAU). Only where the job has `module`: a login shell's, or the profile's init script."""
+    own = options.hpcdl_module
+    if not (job.get("unset_export_env") and own and own not in modules["load"]):
+        return modules
+    if site.modules.system == "none" or not (site.modules.login_shell or site.modules.init):
+        return modules
+    init = modules["init"] or (path_with_variables(site.modules.init) if site.modules.init else None)
+    return {**modules, "load": [*modules["load"], own], "init": init}
 
 
 def module_lines(site: Site, plan: Plan | None = None) -> dict:
