@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import require_tool, shellcheck
+from conftest import hpcdl, require_tool, shellcheck
 
 from hpcdl.cluster import NodeShape
 from hpcdl.errors import HpcdlError
@@ -471,6 +471,71 @@ def test_a_node_kinds_own_queues_by_size_route_its_jobs(tmp_path):
     assert "#SBATCH --partition=wide" in _render(site, tmp_path, nodes=3).splitlines()
     with pytest.raises(HpcdlError, match=r"longer than queue 'tiny'"):
         render_job_script(site, make_plan(site, JobRequest(nodes=1)), {}, JobOptions(time="13:00:00"))
+
+
+def test_a_queue_by_size_may_name_the_qos_its_jobs_must_ask(tmp_path):
+    # NHR@FAU Alex (doc.nhr.fau.de/clusters/alex/): a one-node job names no qos, a multi-node A100 job
+    # "#SBATCH --nodes=2 ... #SBATCH --gres=gpu:a100:8 #SBATCH --qos=a100multi"; a queue by size could only
+    # name a partition, and a site-wide qos went on every job
+    site = _profile(tmp_path, SHIPPED / "volta-x86.yaml", **{
+        "node_kinds.v100.defaults": {"partition_by_nodes": [{"max_nodes": 1}, {"qos": "a100multi"}]}})
+    one, two = (_render(site, tmp_path, nodes=n).splitlines() for n in (1, 2))
+    assert not any(line.startswith("#SBATCH --qos") for line in one)
+    assert "#SBATCH --qos=a100multi" in two
+    # the queue is the site's where the size names none; a qos given at render wins
+    assert "#SBATCH --partition=" + site.defaults.partition in two
+    assert "#SBATCH --qos=debug" in _render(site, tmp_path, nodes=2, qos="debug").splitlines()
+
+
+def test_a_header_that_keeps_the_submitting_environment_out_lets_srun_carry_the_scripts(tmp_path):
+    # sbatch's --export=NONE reaches every srun of the job through SLURM_EXPORT_ENV, which would start the ranks
+    # without the script's exports (MASTER_ADDR, OMP_NUM_THREADS, ...); NHR@FAU's job scripts
+    # (doc.nhr.fau.de/batch-processing/batch_system_slurm/): "#SBATCH --export=NONE", then "unset SLURM_EXPORT_ENV
+    # # Enable script environment export to srun"
+    for directive, unsets in (("--export=NONE", True), ("--export=HOME,PATH", True), ("--export=ALL", False)):
+        site = _profile(tmp_path, SHIPPED / "volta-x86.yaml", **{"defaults.directives": [directive]})
+        lines = _render(site, tmp_path, nodes=1).splitlines()
+        assert ("unset SLURM_EXPORT_ENV" in lines) is unsets, directive
+        if unsets:
+            assert lines.index("unset SLURM_EXPORT_ENV") < next(i for i, l in enumerate(lines) if l.startswith("srun "))
+    assert "unset SLURM_EXPORT_ENV" not in _render(load_site_file(SHIPPED / "volta-x86.yaml"), tmp_path, nodes=1)
+
+
+def test_a_job_that_keeps_the_submitting_environment_out_loads_hpcdls_own_module_itself(tmp_path):
+    # Under "#SBATCH --export=NONE" (NHR@FAU's scripts, which then "module load <modules>" themselves) the batch
+    # shell gets nothing of the submitting one, hpcdl's module neither: the job stopped at HPCDL_IMAGE_DIR unset
+    alex = load_site_file(SHIPPED / "alex.yaml")
+    plan = make_plan(alex, JobRequest(nodes=1))
+    lines = render_job_script(alex, plan, {}, JobOptions(hpcdl_module="hpcdl/0.1.0")).splitlines()
+    assert "module load hpcdl/0.1.0" in lines
+    assert lines.index("module load hpcdl/0.1.0") < lines.index(next(l for l in lines if l.startswith(": \"${HPCDL_IMAGE_DIR")))
+    assert "module load hpcdl/0.1.0" not in render_job_script(alex, plan, {}, JobOptions()).splitlines()
+    # a header that lets the environment through keeps the module the job inherits, and loads none
+    raven = load_site_file(SHIPPED / "raven.yaml")
+    assert "module load hpcdl/0.1.0" not in render_job_script(
+        raven, make_plan(raven, JobRequest(nodes=1)), {}, JobOptions(hpcdl_module="hpcdl/0.1.0")).splitlines()
+    with pytest.raises(HpcdlError, match=r"^hpcdl_module: 'x; rm' is not hpcdl's module"):
+        render_job_script(alex, plan, {}, JobOptions(hpcdl_module="x; rm"))
+    # the command line names the module it runs under (LOADEDMODULES)
+    proc = hpcdl("render", "--site", "alex", "cifar10-quick", env={"LOADEDMODULES": "gcc/12:hpcdl/0.1.0"}, check=True)
+    assert "module load hpcdl/0.1.0" in proc.stdout.splitlines()
+
+
+def test_a_node_kinds_own_settings_reach_its_jobs_alone_and_win_over_the_plans(tmp_path):
+    # NHR@FAU (doc.nhr.fau.de/apps/pytorch/): "For A100 nodes, enforce specific InfiniBand devices: export
+    # NCCL_IB_HCA="=mlx5_0:1,mlx5_3:1"", on a machine whose A40 nodes have no InfiniBand: a site-wide env would
+    # set it on every node kind, and the plan's per-rank HCA would be applied over it
+    data = yaml.safe_load((SHIPPED / "volta-x86.yaml").read_text())
+    data["node_kinds"]["v100"]["env"] = {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1"}
+    data["node_kinds"]["cpu"] = {**data["node_kinds"]["v100"], "gpus": [], "env": {}}
+    (tmp_path / "volta-x86.yaml").write_text(yaml.safe_dump(data))
+    site = load_site_file(tmp_path / "volta-x86.yaml")
+    gpu = make_plan(site, JobRequest(nodes=2))
+    assert gpu.env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
+    assert all("NCCL_IB_HCA" not in r.env for r in gpu.ranks)
+    assert "export NCCL_IB_HCA='=mlx5_0:1,mlx5_1:1'" in _render(site, tmp_path).splitlines()
+    cpu = make_plan(site, JobRequest(nodes=2, node_kind="cpu", use_gpus=False))
+    assert "NCCL_IB_HCA" not in cpu.env
 
 
 def test_a_queue_that_limits_a_jobs_gpus_takes_every_job_within_them_over_any_nodes(tmp_path):

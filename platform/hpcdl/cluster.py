@@ -225,10 +225,10 @@ class NodeShape:
             gpu_vendor=node.gpus[0].vendor if node.gpus else "nvidia", gpu_type=node.defaults.gpu_type,
             memory_mb=int(node.memory_gb * 1024),
             # a site that routes jobs to queues by size: the queue that takes the two whole nodes posed here
-            features=features, partition=next((p.partition for p in defaults.partition_by_nodes
+            features=features, partition=next((p.partition or defaults.partition for p in defaults.partition_by_nodes
                                                if (p.max_nodes is None or p.max_nodes >= 2)
                                                and (p.max_gpus is None or p.max_gpus >= 2 * len(node.gpus))),
-                                              defaults.partition or "debug"),
+                                              defaults.partition) or "debug",
             max_time=_slurm_minutes(site.defaults.max_time) if site.defaults.max_time else "INFINITE",
         )
 

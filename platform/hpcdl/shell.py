@@ -34,7 +34,9 @@ def quote(value) -> str:
         return path_with_variables(value)
     text = str(value)
     if not any(c in text for c in "'\"$`\\") and text.isprintable():
-        return shlex.quote(text)
+        # shlex leaves a leading '=' bare: bash reads `export A==x` as A="=x", but shellcheck stops it as a
+        # comparison (SC1097); NCCL's exact-match form, NCCL_IB_HCA="=mlx5_0:1,mlx5_3:1", starts so
+        return f"'{text}'" if text.startswith("=") else shlex.quote(text)
     out = []
     for c in text:
         if c in _ANSI_C:

@@ -20,7 +20,7 @@ from hpcdl.executors import executor_for
 from hpcdl.files import claim_run_folder
 from hpcdl.plan import JobRequest, Plan, check_request, make_plan
 from hpcdl.render import JobOptions, render_job_script
-from hpcdl.render.jobscript import DEFAULT_WARNING_SECONDS, _ranges, slug
+from hpcdl.render.jobscript import DEFAULT_WARNING_SECONDS, _ranges, loaded_hpcdl_module, slug
 from hpcdl.shell import join, quote
 from hpcdl.sites import load_site
 from hpcdl.train.recipe import RECIPE_HELP, load_recipe, recipe_file
@@ -239,6 +239,9 @@ def _render(site, nodes, recipe, framework, ranks_per_node, threads, mode, node_
         name=name or r.name, time=time, account=account, partition=partition, image=image,
         constraint=constraint, exclusive=exclusive, requeue=requeue, warning_seconds=warning,
         output_dir=output_dir, extra_args=tuple(extra_args), qos=qos,
+        # hpcdl's own module, where the job is rendered under one: a job that keeps the submitting environment out
+        # loads it again itself
+        hpcdl_module=loaded_hpcdl_module(os.environ),
     )
     text = render_job_script(s, p, r.model_dump(mode="json"), options, scheduler=scheduler)
     return s, p, r, text

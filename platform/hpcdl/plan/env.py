@@ -86,7 +86,7 @@ def rank_env(site: Site, node: NodeKind, gpus: tuple[int, ...], nic: str | None,
     # the profile's own settings win over the planner's, per rank too: a centre that names the devices
     # every rank uses (OLCF's Summit bandwidth tuning, PAMI_IBV_DEVICE_NAME="mlx5_0:1,mlx5_3:1" for
     # all) gets them, not a per-rank device that each rank would apply over the job's at start-up
-    return {k: v for k, v in env.items() if k not in site.env}
+    return {k: v for k, v in env.items() if k not in site.env and k not in node.env}
 
 
 def communication_env(

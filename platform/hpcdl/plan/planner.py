@@ -121,6 +121,8 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
                             net_plugin=plugin is not None and not runtime.plugin_sets_its_env),
         # the site's own settings win: the centre knows its machine best
         **{k: v for k, v in site.env.items() if isinstance(v, str)},
+        # ... and the node kind's own, for these nodes only (NHR@FAU: NCCL_IB_HCA on its A100 nodes alone)
+        **node.env,
     }
     if "I_MPI_PIN_DOMAIN" in env:  # Intel MPI's domains where the plan put the ranks
         env["I_MPI_PIN_DOMAIN"] = intel_mpi_pin_domain(env["I_MPI_PIN_DOMAIN"], [p["cores"] for p in local],

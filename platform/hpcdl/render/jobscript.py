@@ -67,6 +67,8 @@ class JobOptions:
     extra_args: appended to the trainer's command line, e.g. ("--max-iter", "5").
     requeue: warn the job `warning_seconds` before its limit, checkpoint and requeue it.
     qos: Slurm quality of service (default: the site's, or the node kind's).
+    hpcdl_module: hpcdl's own module the job is rendered under (``hpcdl/0.1.0``, as LOADEDMODULES names it),
+        which a job whose header keeps the submitting environment out loads itself.
     """
 
     name: str = "hpcdl"
@@ -81,6 +83,16 @@ class JobOptions:
     exclusive: bool | None = None
     warning_seconds: int = DEFAULT_WARNING_SECONDS
     qos: str | None = None
+    hpcdl_module: str | None = None
+
+
+# hpcdl's own module as Lmod and Tcl modules name it in LOADEDMODULES: hpcdl, or hpcdl/<version>
+HPCDL_MODULE = re.compile(r"hpcdl(/[A-Za-z0-9._+-]+)?")
+
+
+def loaded_hpcdl_module(environ) -> str | None:
+    """hpcdl's own module among the modules loaded in `environ` (LOADEDMODULES), or None."""
+    return next((m for m in environ.get("LOADEDMODULES", "").split(":") if HPCDL_MODULE.fullmatch(m)), None)
 
 
 def _one_line_only(value):
@@ -146,6 +158,8 @@ def render_job_script(
         raise HpcdlError(f"scheduler: unknown {scheduler!r}; known: {', '.join(SCHEDULERS)}")
     for field in ("name", "account", "partition", "time", "constraint", "image", "output_dir", "qos"):
         one_line(field, getattr(options, field))
+    if options.hpcdl_module is not None and not HPCDL_MODULE.fullmatch(options.hpcdl_module):
+        raise HpcdlError(f"hpcdl_module: {options.hpcdl_module!r} is not hpcdl's module (hpcdl or hpcdl/<version>)")
     for i, arg in enumerate(options.extra_args):
         if "\0" in arg:
             raise HpcdlError(f"extra argument {i + 1}: contains a NUL byte, which no command line can carry")
@@ -208,7 +222,7 @@ def render_job_script(
         env=env,
         env_paths=env_path_lines(plan),
         ulimits=ulimit_lines(plan),
-        modules=module_lines(site, plan),
+        modules=_with_own_module(site, module_lines(site, plan), options, job),
         activate=activate_lines(site, plan),
         runtime_files=runtime_files,
         plan_json=plan_json,
@@ -315,7 +329,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "seconds": seconds,
         "account": job_account(site, plan, options.account or site.defaults.account),
         "partition": partition,
-        "qos": options.qos or defaults.qos,
+        "qos": options.qos or qos_for(site, plan, defaults),
         # how the GPUs are asked: the style the centre's submit filter counts (Slurm: --gpus-per-node,
         # --gres=gpu:N or --gpus-per-task; LSF: -gpu or rusage)
         "gpu_style": site.defaults.gpu_request or "gpus-per-node",
@@ -342,6 +356,12 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "output_dir": options.output_dir,
         # the profile's extra directives are written for its own scheduler
         "directives": list(defaults.directives) if scheduler == site.scheduler else [],
+        # sbatch's --export=NONE (or a list without ALL) reaches every srun of the job through SLURM_EXPORT_ENV,
+        # which would start the ranks without this script's exports (MASTER_ADDR, OMP_NUM_THREADS, ...): the
+        # script unsets it before the launch, as NHR@FAU's job scripts do ("#SBATCH --export=NONE",
+        # "unset SLURM_EXPORT_ENV")
+        "unset_export_env": scheduler == "slurm" == site.scheduler and any(
+            d.startswith("--export=") and "ALL" not in d[len("--export="):].split(",") for d in defaults.directives),
         # LSF: -P project unless the profile says -G; PBS: -A account unless it says -P (NCI Gadi);
         # a profile's flag is for its own scheduler
         "account_flag": (site.defaults.account_flag if scheduler == site.scheduler and site.defaults.account_flag
@@ -475,19 +495,33 @@ def partition_for(site: Site, plan: Plan, defaults) -> str | None:
     """The queue a job of the plan's size goes to: the first of the profile's queues by size that takes
     its nodes (TACC Frontera: small for one or two nodes, normal from three) and its GPUs (PSI Merlin7:
     a100-general takes a job of up to 4 GPUs, over as many nodes as it likes), else the one partition."""
+    size = queue_by_size(site, plan, defaults)
+    return defaults.partition if size is None or size.partition is None else size.partition
+
+
+def qos_for(site: Site, plan: Plan, defaults) -> str | None:
+    """The quality of service a job of the plan's size names: its queue by size's own (NHR@FAU Alex: a
+    multi-node A100 job asks --qos=a100multi, a one-node job none), else the kind's or the site's."""
+    size = queue_by_size(site, plan, defaults)
+    return size.qos if size is not None and size.qos else defaults.qos
+
+
+def queue_by_size(site: Site, plan: Plan, defaults):
+    """The first of the profile's queues by size that takes the plan's nodes and GPUs; None without such queues;
+    a job larger than every queue is refused, naming the field."""
     sizes = defaults.partition_by_nodes
     if not sizes:
-        return defaults.partition
+        return None
     gpus = plan.nodes * plan.ranks_per_node * len(plan.ranks[0].gpus)
     for size in sizes:
         if (size.max_nodes is None or plan.nodes <= size.max_nodes) and (size.max_gpus is None or gpus <= size.max_gpus):
-            return size.partition
+            return size
     last = sizes[-1]
     if last.max_gpus is not None and gpus > last.max_gpus:
         raise HpcdlError(f"gpus: {gpus} is more than any queue of site {site.name!r} takes "
-                         f"(defaults.partition_by_nodes: at most {last.max_gpus} GPUs in {last.partition})")
+                         f"(defaults.partition_by_nodes: at most {last.max_gpus} GPUs in {last.partition or last.qos or 'its queue'})")
     raise HpcdlError(f"nodes: {plan.nodes} is more than any queue of site {site.name!r} takes "
-                     f"(defaults.partition_by_nodes: at most {last.max_nodes} in {last.partition})")
+                     f"(defaults.partition_by_nodes: at most {last.max_nodes} in {last.partition or last.qos or 'its queue'})")
 
 
 def job_account(site: Site, plan: Plan, account: str | None) -> str | None:
@@ -628,6 +662,20 @@ def _mem_for_gpus(mem_per_gpu: str | None, gpus_per_node: int, max_mem: str | No
     if max_mem and _slurm_mem_kib(mem) > _slurm_mem_kib(max_mem):
         return max_mem
     return mem
+
+
+def _with_own_module(site: Site, modules: dict, options: JobOptions, job: dict) -> dict:
+    """A job whose header keeps the submitting environment out (Slurm --export=NONE) gets none of the submitting
+    shell's modules, hpcdl's own among them (its PATH and HPCDL_IMAGE_DIR): it loads the one it was rendered under
+    itself, after the site's, as the centre's scripts load theirs ("#SBATCH --export=NONE", "module load <modules>",
+    NHR@FAU). Only where the job has `module`: a login shell's, or the profile's init script."""
+    own = options.hpcdl_module
+    if not (job.get("unset_export_env") and own and own not in modules["load"]):
+        return modules
+    if site.modules.system == "none" or not (site.modules.login_shell or site.modules.init):
+        return modules
+    init = modules["init"] or (path_with_variables(site.modules.init) if site.modules.init else None)
+    return {**modules, "load": [*modules["load"], own], "init": init}
 
 
 def module_lines(site: Site, plan: Plan | None = None) -> dict:

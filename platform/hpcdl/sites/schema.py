@@ -204,7 +204,15 @@ class SizedPartition(_Strict):
                      "its nodes (Slurm's per-job limit gres/gpu=N; PSI Merlin7: a100-general gres/gpu=4, "
                      "a100-daily gres/gpu=8)"),
     )
-    partition: SchedulerWord
+    partition: SchedulerWord | None = Field(
+        default=None,
+        description="the queue; left out, jobs of this size go to the kind's or site's partition (or name none)")
+    qos: SchedulerWord | None = Field(
+        default=None,
+        description=("the Slurm quality of service jobs of this size must name, where the centre routes them by it "
+                     "rather than, or beside, the queue (NHR@FAU Alex: a multi-node A100 job asks --qos=a100multi, "
+                     "a one-node job none)"),
+    )
     max_time: str | None = Field(
         default=None,
         description=("the longest job this queue runs, where it is shorter than the site's defaults.max_time "
@@ -373,6 +381,12 @@ class NodeKind(_Strict):
     defaults: NodeKindDefaults = Field(
         default_factory=NodeKindDefaults,
         description="partition, qos, constraint and directives of this kind where they differ from the site's",
+    )
+    env: dict[str, Text] = Field(
+        default_factory=dict,
+        description=("settings every job on this kind exports, beside the site's env and over it, where the centre "
+                     "sets them for these nodes only (NHR@FAU Alex: NCCL_IB_HCA='=mlx5_0:1,mlx5_3:1' 'for A100 nodes', "
+                     "whose A40 nodes have no InfiniBand); plain strings, exported as they are"),
     )
 
     @property

@@ -9,6 +9,7 @@ side by side would measure each other.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from hpcdl.files import write_atomically
 from hpcdl.plan import make_plan
 from hpcdl.predict.host import core_scaling, share_of_core
 from hpcdl.render import JobOptions, render_job_script
+from hpcdl.render.jobscript import loaded_hpcdl_module
 from hpcdl.sites.schema import Site
 from hpcdl.validate.checks import JobOutcome
 from hpcdl.validate.jobs import ValidationJob
@@ -28,7 +30,9 @@ from hpcdl.validate.jobs import ValidationJob
 
 def render_validation_job(site: Site, job: ValidationJob, time_limit: str | None = None) -> str:
     plan = make_plan(site, job.request)
-    options = JobOptions(name=job.name, time=time_limit or site.defaults.time)
+    # hpcdl's own module, loaded again by a job that keeps the submitting environment out (--export=NONE)
+    options = JobOptions(name=job.name, time=time_limit or site.defaults.time,
+                         hpcdl_module=loaded_hpcdl_module(os.environ))
     return render_job_script(site, plan, job.payload, options, program=job.program())
 
 
