@@ -840,14 +840,17 @@ class Launch(_Strict):
             "its socket. Unset, hpcdl cannot know and names it where two ranks share a socket"
         ),
     )
-    gpu_bind: Literal["map", "closest"] = Field(
+    gpu_bind: Literal["map", "closest", "wrapper"] = Field(
         default="map",
         description=(
-            "how srun binds each task's GPUs: map (the plan's own, --gpu-bind=map_gpu:/mask_gpu:) or closest "
+            "how srun binds each task's GPUs: map (the plan's own, --gpu-bind=map_gpu:/mask_gpu:), closest "
             "(--gpu-bind=closest, Slurm's GPUs nearest each task's cores, as the centre's line writes it: Pawsey "
             "Setonix 'srun -N 1 -n 8 -c 8 --gres=gpu:8 --gpus-per-task=1 --gpu-bind=closest', NCSA Delta "
-            "'#SBATCH --gpu-bind=closest'); a plan whose GPUs are not the ones nearest its ranks' cores, one for one, "
-            "is bound by its map, with a note"
+            "'#SBATCH --gpu-bind=closest'; a plan whose GPUs are not the ones nearest its ranks' cores, one for one, "
+            "is bound by its map, with a note), or wrapper: the centre's launch wrapper (wrapper or gpu_wrapper) "
+            "gives local rank i GPU i itself and the centre's line names no --gpu-bind (EPCC Tursa's gpu_launch.sh: "
+            "CUDA_VISIBLE_DEVICES=$((SLURM_PROCID % SLURM_NTASKS_PER_NODE))); the line then names none, a node not "
+            "filled drives its first GPUs, and a plan giving a rank any other GPUs is refused"
         ),
     )
     threads_request: Literal["threads-per-core", "hint"] = Field(
@@ -1131,9 +1134,12 @@ class Site(_Strict):
         if self.launch.gpu_bind != "map" and self.launcher != "srun":
             raise ValueError(f"launch.gpu_bind: how srun binds GPUs to tasks, but the launcher is {self.launcher}")
         if self.launch.gpu_bind != "map" and self.launch.gpu_visibility == "node":
-            raise ValueError("launch.gpu_bind: closest binds each task to its own GPUs, but launch.gpu_visibility is "
-                             "node (every task sees every GPU); keep one")
-        if self.launch.gpu_bind != "map" and self.defaults.gpu_request == "none":
+            raise ValueError(f"launch.gpu_bind: {self.launch.gpu_bind} binds each task to its own GPUs, but "
+                             "launch.gpu_visibility is node (every task sees every GPU); keep one")
+        if self.launch.gpu_bind == "wrapper" and not (self.launch.wrapper or self.launch.gpu_wrapper):
+            raise ValueError("launch.gpu_bind: wrapper says the centre's launch wrapper binds each rank's GPU, but "
+                             "launch.wrapper and launch.gpu_wrapper name none; name the wrapper there")
+        if self.launch.gpu_bind == "closest" and self.defaults.gpu_request == "none":
             raise ValueError("launch.gpu_bind: closest binds the GPUs Slurm allocates, but defaults.gpu_request is "
                              "none (the job asks none)")
         if self.launch.threads_request == "hint" and self.launcher != "srun":
