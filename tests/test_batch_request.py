@@ -69,3 +69,47 @@ def test_nodes_only_needs_slurm_and_srun():
     data["defaults"] = {**data.get("defaults", {}), "batch_request": "nodes"}
     with pytest.raises(ValueError, match="defaults.batch_request: nodes leaves tasks, CPUs and GPUs to srun"):
         Site.model_validate(data)
+
+
+# defaults.batch_request: cores. EPCC's Tursa guide: "You should always ask for the full node resources in your sbatch
+# options with tasks-per-node equal to the number of CPU cores on the node and cpus-per-task equal to 1 and then specify
+# the process and thread pinning using srun options. You cannot specify process/thread pinning options in sbatch options
+# - if you try to do so you will run into problems when launching the parallel executable using srun"; its GPU job:
+# "#SBATCH --ntasks-per-node=32", "#SBATCH --cpus-per-task=1", "#SBATCH --gres=gpu:4", then "srun --nodes=4
+# --ntasks-per-node=4 --cpus-per-task=8 --hint=nomultithread --distribution=block:block gpu_launch.sh ..."
+# (https://github.com/EPCCed/dirac-docs/blob/00273247bee0ec5a2fbc5c24b179b6d63b9c46f0/docs/tursa-user-guide/scheduler.md)
+
+
+def test_a_header_of_every_core_asks_one_cpu_tasks_and_no_pinning_and_srun_says_the_ranks():
+    # IDRIS's V100 node: 2 x 20 cores with two threads each, one thread per core asked as --hint=nomultithread
+    site = _site("jean-zay", batch_request="cores", gpu_request="gres")
+    header = _sbatch(site)
+    assert "--ntasks-per-node=40" in header and "--cpus-per-task=1" in header and "--gres=gpu:4" in header
+    assert "--exclusive" in header
+    for option in ("--hint", "--threads-per-core", "--distribution", "--cpu-bind", "--ntasks-per-socket"):
+        assert not any(d.startswith(option) for d in header), (option, header)
+    argv = make_plan(site, JobRequest(nodes=2)).launcher_argv
+    assert list(argv[1:6]) == ["--nodes=2", "--ntasks=8", "--ntasks-per-node=4", "--cpus-per-task=10",
+                               "--hint=nomultithread"]
+    # the job's total, where the profile names it, is every core of every node
+    assert "--ntasks=80" in _sbatch(_site("jean-zay", batch_request="cores", total_tasks=True))
+
+
+def test_a_header_of_every_core_leaves_out_the_reserved_ones():
+    # Frontier keeps 8 of 64 cores for the system (low-noise mode): the header asks the 56 a job can have
+    assert "--ntasks-per-node=56" in _sbatch(_site("frontier", batch_request="cores"))
+
+
+@pytest.mark.parametrize("defaults,message", [
+    ({"batch_request": "cores", "exclusive": False}, "defaults.batch_request: cores asks every core"),
+    ({"batch_request": "cores", "gpu_request": "gpus-per-task"}, "defaults.batch_request: cores asks a task of one CPU"),
+])
+def test_a_header_of_every_core_beside_a_setting_that_contradicts_it_is_refused(defaults, message):
+    with pytest.raises(ValueError, match=message):
+        _site("jean-zay", **defaults)
+
+
+def test_a_job_told_to_share_its_nodes_is_refused_where_the_header_asks_every_core():
+    from hpcdl.errors import HpcdlError
+    with pytest.raises(HpcdlError, match=r"^exclusive: .*defaults\.batch_request: cores"):
+        _sbatch(_site("jean-zay", batch_request="cores"), exclusive=False)

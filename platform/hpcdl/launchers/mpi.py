@@ -80,7 +80,8 @@ class SrunLauncher(Launcher):
     line asks no binding and each rank binds itself. GPUs are bound by the
     plan's map with `--gpu-bind=map_gpu:`/`mask_gpu:`, so Slurm gives each task the GPU the plan
     chose, never a different "closest" one, unless the centre's lines say `--gpu-bind=closest` and its
-    nearest GPUs are the plan's (`launch.gpu_bind: closest`: Pawsey, NCSA). A centre whose own lines say
+    nearest GPUs are the plan's (`launch.gpu_bind: closest`: Pawsey, NCSA), or none where the centre's launch wrapper
+    binds each task's GPU itself (`launch.gpu_bind: wrapper`: EPCC Tursa's gpu_launch.sh). A centre whose own lines say
     `--cpu-bind=none` (JSC) keeps it, in `launch.args`: srun binds no task and each rank binds itself to
     its cores from plan.json; so does a site whose Slurm binds no task and whose lines name no binding
     (`launch.cpu_bind_default: none`, NRIS Olivia), with no binding word at all. Where every task sees
@@ -176,7 +177,12 @@ class SrunLauncher(Launcher):
             else:
                 argv.append(f"--gpus-per-node={typed}{len(gpus_used)}")
             per_task = gpus_per_rank(plan)
-            if site.launch.gpu_bind == "closest" and closest_gpus_misses(plan, site) is None:
+            if site.launch.gpu_bind == "wrapper":
+                # the centre's wrapper binds each task's GPU itself from its local rank (EPCC Tursa: "You must use the
+                # gpu_launch.sh wrapper script to get the correct biniding of GPU to MPI processes"), and the
+                # centre's line names no --gpu-bind: the step's GPUs reach every task for the wrapper to pick from
+                pass
+            elif site.launch.gpu_bind == "closest" and closest_gpus_misses(plan, site) is None:
                 # Slurm gives each task the GPUs nearest its cores, in the centre's words (Pawsey, NCSA); where
                 # those are not the plan's (one rank on every core driving one GPU), the plan's map below
                 argv.append("--gpu-bind=closest")

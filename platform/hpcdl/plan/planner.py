@@ -187,6 +187,10 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         if (miss := closest_gpus_misses(plan, site)) is not None:
             plan = replace(plan, notes=(*plan.notes, f"launch.gpu_bind: closest would not give this plan's GPUs ({miss}): "
                                         "the line binds them by the plan's map"))
+    if site.launch.gpu_bind == "wrapper" and (miss := _wrapper_gpus_miss(plan)) is not None:
+        # the wrapper's GPU is the one that runs (it sets CUDA_VISIBLE_DEVICES before plan.json is read)
+        raise HpcdlError(f"launch.gpu_bind: wrapper: the centre's wrapper gives local rank i GPU i alone, but this plan "
+                         f"gives {miss}; ask one rank per GPU (--mode per-gpu)")
     if site.launch.command:  # the centre's own launcher taking the same options (a site mpirun wrapper)
         argv = [*site.launch.command, *argv[1:]]
     # the centre's per-rank wrapper runs between the launcher and the program, on the host (NCAR's set_gpu_rank)
@@ -314,6 +318,13 @@ def _slots(
                 f"ranks_per_node: {rpn} ranks do not fit one rank per GPU on a {_node_of(site.name, kind_name)} with "
                 f"{len(node.gpus)} GPUs; ask for at most {len(node.gpus)} ranks per node, or --mode per-socket"
             )
+        if rpn < len(node.gpus) and site.launch.gpu_bind == "wrapper":
+            # the centre's wrapper gives local rank i GPU i (EPCC Tursa's gpu_launch.sh:
+            # CUDA_VISIBLE_DEVICES=$((SLURM_PROCID % SLURM_NTASKS_PER_NODE))), and what it sets wins over plan.json:
+            # a node not filled drives its first GPUs, each rank on its GPU's cores, or the plan would not be what runs
+            notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, the first ones, as the centre's wrapper "
+                         "gives local rank i GPU i (launch.gpu_bind: wrapper)")
+            return [_Slot(socket=node.gpus[g].socket, domain=node.gpus[g].domain, gpus=(g,)) for g in range(rpn)]
         if rpn < len(node.gpus) and _shared_node(site, kind_name, use_gpus):
             # a job that shares its nodes is handed GPUs with their cores, the first free ones, not a spread
             # over the sockets that would hold back every socket's cores from other jobs
@@ -451,6 +462,15 @@ def _check_partial_nodes(site: Site, kind_name: str, node: NodeKind, request: Jo
         f"{_node_of(site.name, kind_name)}, but the site takes nodes in part only in jobs of at most {limit} "
         f"node(s) (defaults.max_nodes_partial); ask for {len(node.gpus)} ranks per node, or {limit} node(s)"
     )
+
+
+def _wrapper_gpus_miss(plan: Plan) -> str | None:
+    """Where a GPU rank of the plan does not drive GPU <its local rank> alone, as a centre's binding wrapper gives it
+    (launch.gpu_bind: wrapper), the first such rank and its GPUs; None where every GPU rank does."""
+    for r in plan.local_ranks():
+        if r.gpus and r.gpus != (r.local_rank,):
+            return f"local rank {r.local_rank} GPU(s) {','.join(map(str, r.gpus))}"
+    return None
 
 
 def _shared_node(site: Site, kind_name: str, use_gpus: bool) -> bool:

@@ -344,6 +344,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # Slurm: the header asks tasks, CPUs and GPUs (tasks), or the nodes alone (nodes: Pawsey's
         # allocation-packs, where srun says the rest)
         "batch_request": site.defaults.batch_request,
+        # cores: the header asks each node's every usable core as a task of one CPU, srun the ranks (EPCC Tursa)
+        "node_cores": sum(len(node.usable_cores_of_socket(s)) for s in range(node.sockets)),
         # the job's total tasks named beside the tasks per node, where the centre's scripts count them so (CSD3)
         "total_tasks": plan.nodes * plan.ranks_per_node if site.defaults.total_tasks else None,
         # the most tasks on one socket as the site's Slurm counts sockets, where the centre's scripts ask it (ULHPC)
@@ -369,6 +371,12 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "job_resources": [],
         "job_id_var": {"slurm": "SLURM_JOB_ID", "lsf": "LSB_JOBID", "pbs": "PBS_JOBID", "local": "HPCDL_JOB_ID"}[scheduler],
     }
+    if job["batch_request"] == "cores":
+        if not exclusive:
+            raise HpcdlError("exclusive: the profile's header asks every core of each node (defaults.batch_request: "
+                             "cores), so the job cannot share its nodes")
+        if job["total_tasks"]:
+            job["total_tasks"] = plan.nodes * job["node_cores"]
     for field in ("account", "partition", "constraint", "qos"):
         # the merged value, the site's default included: a profile is input as much as a flag
         one_line(field, job[field])

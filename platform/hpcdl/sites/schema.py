@@ -659,15 +659,20 @@ class Defaults(_Strict):
             "node and the batch system takes no GPU request (TACC: \"--gres: TACC does not support this option\")"
         ),
     )
-    batch_request: Literal["tasks", "nodes"] = Field(
+    batch_request: Literal["tasks", "nodes", "cores"] = Field(
         default="tasks",
         description=(
             "what the batch header asks for: tasks (the default: #SBATCH --ntasks-per-node, --cpus-per-task and the "
-            "GPUs, which srun repeats) or nodes (#SBATCH names the nodes only, --exclusive or, for a shared job, "
+            "GPUs, which srun repeats), nodes (#SBATCH names the nodes only, --exclusive or, for a shared job, "
             "its GPUs per node as --gres=gpu:N; srun alone says tasks, CPUs and GPUs, the step's GPUs per node "
             "among them: Pawsey Setonix's CLI filter counts 'allocation-packs', 'users should not indicate any "
             "other Slurm allocation option related to memory or CPU cores', 'srun -N 1 -n 8 -c 8 --gres=gpu:8 "
-            "--gpus-per-task=1 --gpu-bind=closest')"
+            "--gpus-per-task=1 --gpu-bind=closest') or cores (the header asks every usable core of each whole node "
+            "as a task of one CPU, --ntasks-per-node=<cores> --cpus-per-task=1, with the GPUs and no pinning "
+            "option, no --hint or --threads-per-core; srun alone says the ranks' layout and binding: EPCC Tursa, "
+            "'ask for the full node resources in your sbatch options with tasks-per-node equal to the number of "
+            "CPU cores on the node and cpus-per-task equal to 1 and then specify the process and thread pinning "
+            "using srun options. You cannot specify process/thread pinning options in sbatch options')"
         ),
     )
     total_tasks: bool = Field(
@@ -894,14 +899,17 @@ class Launch(_Strict):
             "its socket. Unset, hpcdl cannot know and names it where two ranks share a socket"
         ),
     )
-    gpu_bind: Literal["map", "closest"] = Field(
+    gpu_bind: Literal["map", "closest", "wrapper"] = Field(
         default="map",
         description=(
-            "how srun binds each task's GPUs: map (the plan's own, --gpu-bind=map_gpu:/mask_gpu:) or closest "
+            "how srun binds each task's GPUs: map (the plan's own, --gpu-bind=map_gpu:/mask_gpu:), closest "
             "(--gpu-bind=closest, Slurm's GPUs nearest each task's cores, as the centre's line writes it: Pawsey "
             "Setonix 'srun -N 1 -n 8 -c 8 --gres=gpu:8 --gpus-per-task=1 --gpu-bind=closest', NCSA Delta "
-            "'#SBATCH --gpu-bind=closest'); a plan whose GPUs are not the ones nearest its ranks' cores, one for one, "
-            "is bound by its map, with a note"
+            "'#SBATCH --gpu-bind=closest'; a plan whose GPUs are not the ones nearest its ranks' cores, one for one, "
+            "is bound by its map, with a note), or wrapper: the centre's launch wrapper (wrapper or gpu_wrapper) "
+            "gives local rank i GPU i itself and the centre's line names no --gpu-bind (EPCC Tursa's gpu_launch.sh: "
+            "CUDA_VISIBLE_DEVICES=$((SLURM_PROCID % SLURM_NTASKS_PER_NODE))); the line then names none, a node not "
+            "filled drives its first GPUs, and a plan giving a rank any other GPUs is refused"
         ),
     )
     threads_request: Literal["threads-per-core", "hint"] = Field(
@@ -1159,7 +1167,16 @@ class Site(_Strict):
         if self.defaults.batch_request == "nodes" and (self.scheduler != "slurm" or self.launcher != "srun"):
             raise ValueError(f"defaults.batch_request: nodes leaves tasks, CPUs and GPUs to srun, but the scheduler "
                              f"is {self.scheduler} and the launcher {self.launcher}")
-        if self.defaults.tasks_per_socket and (self.scheduler != "slurm" or self.defaults.batch_request == "nodes"):
+        if self.defaults.batch_request == "cores" and (self.scheduler != "slurm" or self.launcher != "srun"):
+            raise ValueError(f"defaults.batch_request: cores leaves the ranks' tasks and CPUs to srun, but the "
+                             f"scheduler is {self.scheduler} and the launcher {self.launcher}")
+        if self.defaults.batch_request == "cores" and not self.defaults.exclusive:
+            raise ValueError("defaults.batch_request: cores asks every core of each node, but defaults.exclusive is "
+                             "false (a job that shares its nodes); set exclusive: true, or ask tasks")
+        if self.defaults.batch_request == "cores" and self.defaults.gpu_request == "gpus-per-task":
+            raise ValueError("defaults.batch_request: cores asks a task of one CPU per core, and defaults.gpu_request: "
+                             "gpus-per-task would give each of them GPUs; ask the GPUs per node (gres, gpus-per-node)")
+        if self.defaults.tasks_per_socket and (self.scheduler != "slurm" or self.defaults.batch_request != "tasks"):
             raise ValueError(f"defaults.tasks_per_socket: #SBATCH --ntasks-per-socket beside --ntasks-per-node, a Slurm "
                              f"header that asks tasks, but the scheduler is {self.scheduler} and batch_request "
                              f"{self.defaults.batch_request}")
@@ -1201,9 +1218,12 @@ class Site(_Strict):
         if self.launch.gpu_bind != "map" and self.launcher != "srun":
             raise ValueError(f"launch.gpu_bind: how srun binds GPUs to tasks, but the launcher is {self.launcher}")
         if self.launch.gpu_bind != "map" and self.launch.gpu_visibility == "node":
-            raise ValueError("launch.gpu_bind: closest binds each task to its own GPUs, but launch.gpu_visibility is "
-                             "node (every task sees every GPU); keep one")
-        if self.launch.gpu_bind != "map" and self.defaults.gpu_request == "none":
+            raise ValueError(f"launch.gpu_bind: {self.launch.gpu_bind} binds each task to its own GPUs, but "
+                             "launch.gpu_visibility is node (every task sees every GPU); keep one")
+        if self.launch.gpu_bind == "wrapper" and not (self.launch.wrapper or self.launch.gpu_wrapper):
+            raise ValueError("launch.gpu_bind: wrapper says the centre's launch wrapper binds each rank's GPU, but "
+                             "launch.wrapper and launch.gpu_wrapper name none; name the wrapper there")
+        if self.launch.gpu_bind == "closest" and self.defaults.gpu_request == "none":
             raise ValueError("launch.gpu_bind: closest binds the GPUs Slurm allocates, but defaults.gpu_request is "
                              "none (the job asks none)")
         if self.launch.threads_request == "hint" and self.launcher != "srun":
