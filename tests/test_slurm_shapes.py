@@ -212,7 +212,8 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
         # launcher options of the site's own Slurm plugins (LLNL's --mpibind) are not on this host, nor the centre's
         # own free-port command (Princeton's get_free_port): the job takes hpcdl's port from its id
         launch = site.launch.model_copy(update={"args": tuple(a for a in site.launch.args if _srun_knows(a, conf)),
-                                                "master_port_command": ()})
+                                                "master_port_command": (),
+                                                **_stand_in_wrappers(site, folder)})
         site = site.model_copy(update={"launch": launch})
     # a machine with a single node of the kind (Mahidol's MAI HPC: one H100 node, one A100 node) gets a one-node job
     count = site.node_kinds[kind].count
@@ -231,6 +232,24 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
     folder.mkdir(parents=True, exist_ok=True)
     script.write_text(render_job_script(site, plan, recipe, options, program=program))
     return plan, script
+
+
+def _stand_in_wrappers(site, folder: Path) -> dict:
+    """The centre's launch wrappers (EPCC's gpu_launch.sh), which this host lacks, as stand-ins in the job's folder
+    that keep the contract the profile declares: a wrapper that binds the GPUs (launch.gpu_bind: wrapper) gives
+    local rank i GPU i, as EPCC's sets CUDA_VISIBLE_DEVICES to the task's local rank; any other only runs the rank."""
+    out = {}
+    for field in ("wrapper", "gpu_wrapper"):
+        if not getattr(site.launch, field):
+            continue
+        binds = site.launch.gpu_bind == "wrapper"
+        stand_in = folder / f"stand-in-{field}.sh"
+        folder.mkdir(parents=True, exist_ok=True)
+        stand_in.write_text("#!/bin/sh\n" + ('export CUDA_VISIBLE_DEVICES="$SLURM_LOCALID"\n' if binds else "")
+                            + 'exec "$@"\n')
+        stand_in.chmod(0o755)
+        out[field] = (str(stand_in),)
+    return out
 
 
 @functools.lru_cache(maxsize=None)

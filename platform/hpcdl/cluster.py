@@ -467,12 +467,16 @@ class SlurmCluster:
             "KillWait=5",
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
-            *([f"GresTypes={','.join(['gpu'] * bool(self.shape.gpus) + [n for n, _ in self.shape.count_gres])}"]
-              if gres_lines else []),
+            *([f"GresTypes={','.join(self._gres_types())}"] if gres_lines else []),
             *node_lines,
             *partitions,
             "",
         ]))
+
+    def _gres_types(self) -> list[str]:
+        """GresTypes: gpu where a posed machine has GPUs, and every count-only resource any of them holds."""
+        counted = [name for shape in self.shapes for name, _ in shape.count_gres]
+        return ["gpu"] * any(shape.gpus for shape in self.shapes) + list(dict.fromkeys(counted))
 
     def _shaped_nodes(self, shape: NodeShape) -> tuple[list[str], list[str]]:
         """NodeName lines posing as `shape`, and gres.conf lines for its GPUs.
