@@ -467,7 +467,8 @@ class SlurmCluster:
             "KillWait=5",
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
-            *([f"GresTypes={','.join(['gpu'] * bool(self.shape.gpus) + [n for n, _ in self.shape.count_gres])}"]
+            # every GRES the posed machines name, once: with several side by side there is no single self.shape
+            *([f"GresTypes={','.join(dict.fromkeys(['gpu'] * any(s.gpus for s in self.shapes) + [n for s in self.shapes for n, _ in s.count_gres]))}"]
               if gres_lines else []),
             *node_lines,
             *partitions,
