@@ -617,10 +617,38 @@ def test_the_rendezvous_address_and_port_follow_the_centre(tmp_path):
     assert 'MASTER_ADDR="$(hostname -s)i"' in lines
     with pytest.raises(HpcdlError, match=r"launch.master_addr_suffix: a Slurm setting .* but the scheduler is pbs"):
         _profile(tmp_path, GADI, **{"launch.master_addr_suffix": "i"})
-    with pytest.raises(HpcdlError, match=r"launch.master_addr_suffix: .* but launch.master_addr is host-ip"):
-        _profile(tmp_path, SHIPPED / "frontier.yaml", **{"launch.master_addr_suffix": "i"})
     with pytest.raises(HpcdlError, match=r"launch.master_addr_suffix"):  # nothing a shell would run
         _profile(tmp_path, SHIPPED / "juwels-booster.yaml", **{"launch.master_addr_suffix": 'i"; rm -rf ~; "'})
+
+
+def test_the_rendezvous_address_of_another_interfaces_name(tmp_path):
+    # JSC's deep-learning course on JURECA-DC: 'MASTER_ADDR="${MASTER_ADDR}i"  # Modifies the master address to allow
+    # communication over InfiniBand cells.' then 'export MASTER_ADDR="$(nslookup "$MASTER_ADDR" | grep -oP
+    # '(?<=Address: ).*')"' (HelmholtzAI-FZJ/2025-12-course-Bringing-Deep-Learning-Workloads-to-JSC-supercomputers,
+    # code/parallelize/run_ddp_training.sbatch): the address of the suffixed name, not the host's own (hostname -i)
+    require_tool("getent")
+    site = _profile(tmp_path, SHIPPED / "juwels-booster.yaml",
+                    **{"launch.master_addr": "host-ip", "launch.master_addr_suffix": "host"})
+    text = _render(site, tmp_path)
+    lines = text.splitlines()
+    at = lines.index('MASTER_ADDR="$(getent ahostsv4 "$(hostname -s)host" | awk \'NR == 1 { print $1 }\')" || {')
+    block = ["\n".join(lines[at:lines.index("}", at) + 1])]
+    assert "hostname -i" not in text
+    # run it as the job does, on a host whose short name is "local": "localhost" resolves, "localnowhere" does not
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "hostname").write_text("#!/bin/sh\necho local\n")
+    (shim / "hostname").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"}
+    run = subprocess.run(["bash", "-c", f"set -euo pipefail\n{block[0]}\necho \"$MASTER_ADDR\""],
+                         capture_output=True, text=True, env=env)
+    assert run.returncode == 0 and run.stdout.strip() == "127.0.0.1", run
+    # a name with no address here (a test cluster's node): the ranks get the name, never an empty MASTER_ADDR
+    lost = block[0].replace('host"', 'nowhere"')
+    run = subprocess.run(["bash", "-c", f"set -euo pipefail\n{lost}\necho \"$MASTER_ADDR\""],
+                         capture_output=True, text=True, env=env)
+    assert run.returncode == 0 and run.stdout.strip() == "localnowhere", run
+    assert "localnowhere has no IPv4 address" in run.stderr
 
 
 def test_the_rendezvous_port_from_the_centres_own_command(tmp_path):

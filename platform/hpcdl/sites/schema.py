@@ -836,7 +836,9 @@ class Launch(_Strict):
         default="host-name",
         description=(
             "how a Slurm job names its rendezvous host (MASTER_ADDR, the batch host): its name, $(hostname), or "
-            "its address, $(hostname -i), where the centre asks for it (OLCF Frontier: export MASTER_ADDR=$(hostname -i))"
+            "its address, $(hostname -i), where the centre asks for it (OLCF Frontier: export MASTER_ADDR=$(hostname -i)); "
+            "beside master_addr_suffix, the address of the suffixed name (JSC's course on JURECA-DC: "
+            "MASTER_ADDR=\"${MASTER_ADDR}i\" then its nslookup address)"
         ),
     )
     master_addr_suffix: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+$", max_length=32)] | None = Field(
@@ -1198,9 +1200,6 @@ class Site(_Strict):
         if self.launch.master_addr_suffix and self.scheduler != "slurm":
             raise ValueError(f"launch.master_addr_suffix: a Slurm setting (the batch host's name), but the scheduler "
                              f"is {self.scheduler}, whose jobs name the first host of their node file")
-        if self.launch.master_addr_suffix and self.launch.master_addr == "host-ip":
-            raise ValueError("launch.master_addr_suffix: a suffix to the host's name, but launch.master_addr is "
-                             "host-ip (its address); keep one")
         if self.launch.cpu_bind_default and self.launcher != "srun":
             raise ValueError(f"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is {self.launcher}")
         if self.launch.line_asks_no_binding and self.launch.gpu_bind == "closest":
