@@ -431,6 +431,9 @@ class SlurmCluster:
         else:
             partitions = [f"PartitionName=debug Nodes={part_nodes} Default=YES MaxTime=INFINITE State=UP"]
         block = any(shape.distribution_default == "block" for shape in self.shapes)
+        # every GRES of the machines side by side, once: their GPUs and their counted resources (CSC's nvme)
+        gres_types = list(dict.fromkeys(["gpu"] * any(shape.gpus for shape in self.shapes)
+                                        + [n for shape in self.shapes for n, _ in shape.count_gres]))
         (self.root / "gres.conf").write_text("\n".join([*gres_lines, ""]))
         self.conf.write_text("\n".join([
             "ClusterName=hpcdltest",
@@ -467,8 +470,7 @@ class SlurmCluster:
             "KillWait=5",
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
-            *([f"GresTypes={','.join(['gpu'] * bool(self.shape.gpus) + [n for n, _ in self.shape.count_gres])}"]
-              if gres_lines else []),
+            *([f"GresTypes={','.join(gres_types)}"] if gres_lines else []),
             *node_lines,
             *partitions,
             "",
