@@ -1014,6 +1014,30 @@ def test_a_job_of_several_nodes_takes_every_gpu_of_each_where_the_centre_shares_
                      JobRequest(nodes=2, ranks_per_node=2)).ranks_per_node == 2
 
 
+def test_a_job_the_site_gives_whole_nodes_spreads_its_ranks_over_them(tmp_path):
+    # OSC's Slurm hands nodes out by their cores, but a job of several nodes gets them whole (OSC's own OnDemand
+    # template, github.com/OSC/osc-ood-config ondemand.osc.edu/apps/bc_desktop/submit/slurm.yml.erb: "if you request
+    # > 1 nodes, it doesn't matter how many cores you request - you get the whole node"): such a job is planned as
+    # on a whole node (its ranks spread over the sockets with their sockets' cores), not on the first GPUs of a
+    # shared one, and its header still names no --exclusive, as the centre's jobs do
+    volta = SHIPPED / "volta-x86.yaml"  # 2 sockets of 20 cores, 4 GPUs, two a socket
+    site = _profile(tmp_path, volta, **{"defaults.exclusive": False, "defaults.whole_nodes_from": 2})
+    one = make_plan(site, JobRequest(nodes=1, ranks_per_node=2))
+    assert [r.gpus for r in one.local_ranks()] == [(0,), (1,)] and len(one.local_ranks()[0].cores) == 10
+    two = make_plan(site, JobRequest(nodes=2, ranks_per_node=2))
+    assert [r.gpus for r in two.local_ranks()] == [(0,), (2,)]
+    assert [r.cores for r in two.local_ranks()] == [tuple(range(20)), tuple(range(20, 40))]
+    lines = render_job_script(site, two, {}, JobOptions()).splitlines()
+    # 20 cores of two hardware threads each, as volta-x86's Slurm counts them
+    assert "#SBATCH --cpus-per-task=40" in lines and "#SBATCH --exclusive" not in lines
+    # unset, a shared node stays shared at any size
+    shared = make_plan(_profile(tmp_path, volta, **{"defaults.exclusive": False}), JobRequest(nodes=2, ranks_per_node=2))
+    assert [r.gpus for r in shared.local_ranks()] == [(0,), (1,)]
+    # meaningful only where jobs share nodes, under Slurm
+    with pytest.raises(HpcdlError, match=r"defaults\.whole_nodes_from: .*exclusive"):
+        _profile(tmp_path, volta, **{"defaults.whole_nodes_from": 2})
+
+
 def test_a_conda_environment_defines_condas_shell_function_where_the_centre_does(tmp_path):
     # Mahidol's MAI HPC DDP jobs (ai-hpc-mu.github.io/document/adv_guide/ddp-training.html): 'module load cuda12.2/toolkit
     # ...', 'eval "$(conda shell.bash hook)"', 'conda activate hpc_lab': a batch shell reads no ~/.bashrc, so without the

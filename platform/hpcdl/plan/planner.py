@@ -65,9 +65,13 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     if site.retired:  # the profile stays for the published runs made on it; a user should know it no longer runs jobs
         notes.append(f"site {site.name} was retired ({site.retired.date}, {site.retired.source}): "
                      "this plan reproduces how jobs ran there")
+    whole_from = site.defaults.whole_nodes_from
+    if use_gpus and whole_from and request.nodes >= whole_from and not site.job_defaults(kind_name).exclusive:
+        notes.append(f"a job of {request.nodes} nodes gets them whole from the site's Slurm, though it names no "
+                     f"--exclusive (defaults.whole_nodes_from: {whole_from}): planned as on whole nodes")
     slots = _slots(site, kind_name, node, request, mode, use_gpus, notes)
     _check_partial_nodes(site, kind_name, node, request, slots)
-    cores = _cores_of_slots(site, node, slots, notes, _shared_node(site, kind_name, use_gpus))
+    cores = _cores_of_slots(site, node, slots, notes, _shared_node(site, kind_name, use_gpus, request.nodes))
     if site.launch.nic_choice == "plan":
         slots = [_with_nearest_nic(node, slots, i) for i in range(len(slots))]
     elif node.nics and mode != "per-nic":
@@ -325,7 +329,7 @@ def _slots(
             notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, the first ones, as the centre's wrapper "
                          "gives local rank i GPU i (launch.gpu_bind: wrapper)")
             return [_Slot(socket=node.gpus[g].socket, domain=node.gpus[g].domain, gpus=(g,)) for g in range(rpn)]
-        if rpn < len(node.gpus) and _shared_node(site, kind_name, use_gpus):
+        if rpn < len(node.gpus) and _shared_node(site, kind_name, use_gpus, request.nodes):
             # a job that shares its nodes is handed GPUs with their cores, the first free ones, not a spread
             # over the sockets that would hold back every socket's cores from other jobs
             notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, the first ones with their cores, "
@@ -473,11 +477,15 @@ def _wrapper_gpus_miss(plan: Plan) -> str | None:
     return None
 
 
-def _shared_node(site: Site, kind_name: str, use_gpus: bool) -> bool:
+def _shared_node(site: Site, kind_name: str, use_gpus: bool, nodes: int) -> bool:
     """A GPU job under Slurm on nodes it does not ask whole (`defaults.exclusive: false`): the centre hands a
     node out by its GPUs, each with its share of the cores (IT4I Karolina: "1 GPU and 16 cores"; CSC Mahti:
-    "no more than 32 CPU cores per GPU"), and the other GPUs' cores go to other jobs."""
-    return use_gpus and site.scheduler == "slurm" and not site.job_defaults(kind_name).exclusive
+    "no more than 32 CPU cores per GPU"), and the other GPUs' cores go to other jobs. Not a job of so many nodes
+    that the site's Slurm gives them whole anyway (`defaults.whole_nodes_from`; OSC: "if you request > 1 nodes,
+    it doesn't matter how many cores you request - you get the whole node")."""
+    whole_from = site.defaults.whole_nodes_from
+    return (use_gpus and site.scheduler == "slurm" and not site.job_defaults(kind_name).exclusive
+            and not (whole_from and nodes >= whole_from))
 
 
 def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[str],

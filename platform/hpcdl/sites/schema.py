@@ -728,6 +728,16 @@ class Defaults(_Strict):
             "'Specify the number of GPUs per node (between 1 and 4; must be 4 if nodes>1)': 1); unset, any size"
         ),
     )
+    whole_nodes_from: int | None = Field(
+        default=None, ge=2, le=MAX_NODES,
+        description=(
+            "Slurm, on nodes jobs share (exclusive: false): the node count from which the site's Slurm gives a job "
+            "its nodes whole though it names no --exclusive (OSC's own job template: 'if you request > 1 nodes, it "
+            "doesn't matter how many cores you request - you get the whole node': 2); such a job is planned as on "
+            "whole nodes, its ranks spread over the sockets with their sockets' cores, and its header still names "
+            "no --exclusive; unset, a shared node stays shared at any size"
+        ),
+    )
     max_time: str | None = None
     image: SitePath | None = Field(default=None, description="image (path or name in image_dir) jobs run in")
     image_dir: SitePath | None = None
@@ -1186,6 +1196,11 @@ class Site(_Strict):
             raise ValueError(f"defaults.total_tasks: #SBATCH --ntasks beside --ntasks-per-node, a Slurm header that asks "
                              f"tasks, but the scheduler is {self.scheduler} and batch_request "
                              f"{self.defaults.batch_request}")
+        if self.defaults.whole_nodes_from and (self.scheduler != "slurm" or all(
+                self.job_defaults(kind).exclusive for kind in self.node_kinds)):
+            raise ValueError(f"defaults.whole_nodes_from: where Slurm gives larger jobs their nodes whole, a site whose "
+                             f"jobs share nodes (defaults.exclusive: false); this one's scheduler is {self.scheduler} "
+                             f"and its jobs take whole nodes already")
         suffixes = {k: n.defaults.account_suffix for k, n in self.node_kinds.items() if n.defaults.account_suffix}
         if suffixes and self.defaults.account and any(self.defaults.account.endswith(x) for x in suffixes.values()):
             raise ValueError("defaults.account: give the project without a node kind's account_suffix; the job adds it")
