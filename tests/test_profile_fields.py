@@ -582,6 +582,31 @@ def test_a_centre_that_counts_a_jobs_tasks_gets_their_total_beside_the_tasks_of_
         _profile(tmp_path, SHIPPED / "polaris.yaml", **{"defaults.total_tasks": True})
 
 
+def test_a_gpus_cpus_are_asked_with_it_where_the_centre_asks_them_per_gpu(tmp_path):
+    # Birmingham's Baskerville: "Leave --cpus-per-gpu=36. Resources such as CPUs and Memory are allocated per GPU",
+    # "#SBATCH --gpus 1 #SBATCH --cpus-per-gpu 36"; sbatch takes not both --cpus-per-gpu and --cpus-per-task, and srun
+    # still names the task's CPUs (a real slurmd 22.05 gives each task SLURM_CPUS_PER_TASK=36 so)
+    volta = SHIPPED / "volta-x86.yaml"  # 2 x 20 cores of two threads, 4 GPUs
+    site = _profile(tmp_path, volta, **{"defaults.cpu_request": "cpus-per-gpu"})
+    plan = make_plan(site, JobRequest(nodes=2))
+    header = [line for line in render_job_script(site, plan, {}, JobOptions()).splitlines()
+              if line.startswith("#SBATCH --cpus-per")]
+    assert header == ["#SBATCH --cpus-per-gpu=20"]
+    assert "--cpus-per-task=20" in plan.launcher_argv
+    # one rank on the node's four GPUs: its 80 CPUs split between them
+    whole = make_plan(site, JobRequest(nodes=1, mode="per-node"))
+    assert [line for line in render_job_script(site, whole, {}, JobOptions()).splitlines()
+            if line.startswith("#SBATCH --cpus-per")] == ["#SBATCH --cpus-per-gpu=20"]
+    # a CPU job has no GPU to ask them with
+    cpu = make_plan(site, JobRequest(nodes=1, use_gpus=False, ranks_per_node=2))
+    assert [line for line in render_job_script(site, cpu, {}, JobOptions()).splitlines()
+            if line.startswith("#SBATCH --cpus-per")] == ["#SBATCH --cpus-per-task=40"]
+    plain = load_site_file(volta)
+    assert "#SBATCH --cpus-per-gpu" not in render_job_script(plain, make_plan(plain, JobRequest()), {}, JobOptions())
+    with pytest.raises(HpcdlError, match=r"defaults\.cpu_request: cpus-per-gpu .* but the scheduler is pbs"):
+        _profile(tmp_path, SHIPPED / "polaris.yaml", **{"defaults.cpu_request": "cpus-per-gpu"})
+
+
 def test_a_job_that_shares_its_nodes_takes_its_gpus_share_of_the_cores(tmp_path):
     # IT4I Karolina: "you can allocate 1/8 of the node - 1 GPU and 16 cores", charged "allocated gpus * time / 8";
     # CSC Mahti: "You should reserve no more than 32 CPU cores per GPU". A one-GPU job on a node it does not hold

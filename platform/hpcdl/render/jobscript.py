@@ -293,6 +293,13 @@ def _heredoc_safe(text: str) -> str:
 # The batch request: what the directives ask for, in each scheduler's units and spelling.
 
 
+def _cpus_per_gpu(site: Site, cpus_per_rank: int, gpus_per_rank: int) -> int | None:
+    """A rank's CPUs per GPU, where the header asks CPUs so (defaults.cpu_request: cpus-per-gpu) and they divide."""
+    if site.defaults.cpu_request != "cpus-per-gpu" or not gpus_per_rank or cpus_per_rank % gpus_per_rank:
+        return None
+    return cpus_per_rank // gpus_per_rank
+
+
 def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -> dict:
     node = site.node_kinds[plan.node_kind]
     # the site's defaults, with the node kind's own partition, qos, constraint and directives
@@ -316,6 +323,9 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # the hardware threads it hands out, all of them by default, 1 where the site schedules
         # physical cores (OLCF Frontier: "-c" counts physical cores under --threads-per-core=1)
         "cpus_per_rank": cores_per_rank * node.cpus_per_core,
+        # ... or per GPU, where the centre's scripts ask a GPU's CPUs with it (defaults.cpu_request: cpus-per-gpu,
+        # Baskerville's "--gpus 1 --cpus-per-gpu 36"); a rank with no GPU, or CPUs its GPUs do not divide, asks per task
+        "cpus_per_gpu": _cpus_per_gpu(site, cores_per_rank * node.cpus_per_core, gpus_per_rank),
         "threads_per_rank": plan.threads_per_rank,
         # Slurm: the hardware threads per core -c counts, asked for where fewer than the core has
         "threads_per_core": node.cpus_per_core if node.cpus_per_core < node.threads_per_core else None,

@@ -675,6 +675,18 @@ class Defaults(_Strict):
             "using srun options. You cannot specify process/thread pinning options in sbatch options')"
         ),
     )
+    cpu_request: Literal["cpus-per-task", "cpus-per-gpu"] = Field(
+        default="cpus-per-task",
+        description=(
+            "Slurm: how the header asks each rank's CPUs: cpus-per-task (the default, #SBATCH --cpus-per-task=C) or "
+            "cpus-per-gpu (#SBATCH --cpus-per-gpu=C/G for a rank of C CPUs and G GPUs, where the centre hands a "
+            "node's CPUs and memory out with its GPUs and its job scripts ask them so: Birmingham's Baskerville, "
+            "'Leave --cpus-per-gpu=36. Resources such as CPUs and Memory are allocated per GPU', '#SBATCH --gpus 1 "
+            "#SBATCH --cpus-per-gpu 36'). sbatch takes not both; srun still names --cpus-per-task, which wins over "
+            "the SLURM_CPUS_PER_GPU the job hands it. A job whose ranks hold no GPU, or CPUs its GPUs do not "
+            "divide, asks --cpus-per-task"
+        ),
+    )
     total_tasks: bool = Field(
         default=False,
         description=(
@@ -1192,6 +1204,12 @@ class Site(_Strict):
             raise ValueError(f"defaults.tasks_per_socket: #SBATCH --ntasks-per-socket beside --ntasks-per-node, a Slurm "
                              f"header that asks tasks, but the scheduler is {self.scheduler} and batch_request "
                              f"{self.defaults.batch_request}")
+        if self.defaults.cpu_request == "cpus-per-gpu" and (
+                self.scheduler != "slurm" or self.defaults.batch_request == "nodes"
+                or self.defaults.gpu_request == "none"):
+            raise ValueError(f"defaults.cpu_request: cpus-per-gpu asks CPUs with the GPUs a Slurm header asks, but the "
+                             f"scheduler is {self.scheduler}, batch_request {self.defaults.batch_request} and "
+                             f"gpu_request {self.defaults.gpu_request}")
         if self.defaults.total_tasks and (self.scheduler != "slurm" or self.defaults.batch_request == "nodes"):
             raise ValueError(f"defaults.total_tasks: #SBATCH --ntasks beside --ntasks-per-node, a Slurm header that asks "
                              f"tasks, but the scheduler is {self.scheduler} and batch_request "
