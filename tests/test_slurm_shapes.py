@@ -329,7 +329,12 @@ def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters
     too_many = allocatable // plan.ranks_per_node + 1
     greedy = tmp_path / "greedy.sh"
     text = script.read_text()
-    if "\n#SBATCH --cpus-per-task=" not in text:
+    if "\n#SBATCH --cpus-per-gpu=" in text:
+        # the CPUs asked per GPU (defaults.cpu_request: cpus-per-gpu; sbatch takes no --cpus-per-task beside it):
+        # one more for each GPU than the node's CPUs share out over the job's GPUs on it
+        gpus = len({g for r in plan.local_ranks() for g in r.gpus})
+        text = re.sub(r"(?m)^#SBATCH --cpus-per-gpu=\d+$", f"#SBATCH --cpus-per-gpu={allocatable // gpus + 1}", text)
+    elif "\n#SBATCH --cpus-per-task=" not in text:
         # a header that asks the nodes alone (defaults.batch_request: nodes, Pawsey's allocation-packs): srun
         # asks the tasks, which --test-only does not see; the same tasks asked in the header are judged
         unit = (f"\n#SBATCH --threads-per-core={node.cpus_per_core}" if node.cpus_per_core < node.threads_per_core
