@@ -264,6 +264,9 @@ def test_a_pbs_chunk_on_a_node_the_job_shares_asks_the_nodes_resources_in_its_sh
     per_node = {"node_kinds.gpuvolta.defaults.job_resources_per_node": {"mem": "380GB"}}
     shared = _profile(tmp_path, GADI, **{"defaults.pbs_request": "select", "defaults.exclusive": False}, **per_node)
     assert chunk(shared, ranks_per_node=1).endswith(":ngpus=1:mem=95GB")
+    # and its GPU's share of the cores, not its socket's 24 (NCAR Casper, "where nodes are typically shared and
+    # individual CPU cores are scheduled"): the cores of the socket's other GPU are another job's
+    assert chunk(shared, ranks_per_node=1).startswith("#PBS -l select=1:ncpus=12:mpiprocs=1:ompthreads=12:")
     assert chunk(shared, nodes=2) == "#PBS -l select=2:ncpus=48:mpiprocs=4:ompthreads=12:ngpus=4:mem=380GB"
     # a job that takes its nodes whole asks all of each, whatever share of the GPUs it drives
     whole = _profile(tmp_path, GADI, **{"defaults.pbs_request": "select"}, **per_node)
