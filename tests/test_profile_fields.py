@@ -1128,3 +1128,28 @@ def test_a_centre_that_keeps_apptainers_work_folder_on_node_local_disk_gets_it_i
 
     argv, _ = container_argv(_profile(tmp_path, raven, **{"container.workdir": "$SLURM_TMPDIR"}))
     assert "--workdir" not in argv and argv[:3] == ("apptainer", "exec", "--nv")
+
+
+def test_a_centres_own_tmpdir_is_made_first_and_reaches_every_rank(tmp_path):
+    # NCAR: "For batch use, CISL recommends setting TMPDIR within each batch script for all batch jobs. Include these
+    # commands as the first two executable lines of your batch script after the #PBS directives:
+    # export TMPDIR=$SCRATCH/tmp && mkdir -p $TMPDIR" (NCAR/HPC-Docs docs/pbs/storing-temporary-files.md)
+    cx3 = SHIPPED / "imperial-cx3.yaml"  # PBS Pro and Open MPI's mpirun, $EPHEMERAL in every job
+    site = _profile(tmp_path, cx3, **{"filesystems.tmpdir": "$EPHEMERAL/tmp"})
+    lines = _render(site, tmp_path, nodes=1).splitlines()
+    at = lines.index('export TMPDIR="${EPHEMERAL}"/tmp')
+    assert lines[at + 1] == 'mkdir -p "$TMPDIR"' and at < lines.index("module purge")
+    # Open MPI's mpirun copies only the variables it is told to the other nodes' ranks; Hydra alike
+    launch = next(line for line in lines if line.startswith("mpirun "))
+    assert " -x TMPDIR " in launch
+    plan = make_plan(site, JobRequest(nodes=1))
+    assert plan.to_dict()["tmpdir"] == "$EPHEMERAL/tmp" and type(plan).from_dict(plan.to_dict()) == plan
+    hydra = _profile(tmp_path, cx3, launcher="mpiexec", mpi="mpich", **{"filesystems.tmpdir": "/scratch/tmp"})
+    genvlist = make_plan(hydra, JobRequest(nodes=1)).launcher_argv
+    assert "TMPDIR" in genvlist[genvlist.index("-genvlist") + 1].split(",")
+    # a site without it sets none
+    assert "TMPDIR" not in _render(load_site_file(cx3), tmp_path, nodes=1)
+    with pytest.raises(Exception, match=r"filesystems\.tmpdir: \$WORKDIR is set neither by pbs"):
+        _profile(tmp_path, cx3, **{"filesystems.tmpdir": "$WORKDIR/tmp"})
+    with pytest.raises(Exception, match=r"tmpdir.*must be an absolute path"):
+        _profile(tmp_path, cx3, **{"filesystems.tmpdir": "tmp"})

@@ -171,6 +171,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         env_paths=env_paths,
         runtime=runtime,
         ulimit={name: str(value) for name, value in site.launch.ulimit.items()},
+        tmpdir=site.filesystems.tmpdir,
         nodes_per_host=node.nodes_per_host,
     )
     plan = replace(plan, notes=tuple(notes))

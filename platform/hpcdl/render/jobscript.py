@@ -222,6 +222,7 @@ def render_job_script(
         env=env,
         env_paths=env_path_lines(plan),
         ulimits=ulimit_lines(plan),
+        tmpdir=path_with_variables(plan.tmpdir) if plan.tmpdir else None,
         modules=_with_own_module(site, module_lines(site, plan), options, job),
         activate=activate_lines(site, plan),
         runtime_files=runtime_files,
