@@ -271,6 +271,9 @@ def test_a_pbs_chunk_on_a_node_the_job_shares_asks_the_nodes_resources_in_its_sh
     # a job that takes its nodes whole asks all of each, whatever share of the GPUs it drives
     whole = _profile(tmp_path, GADI, **{"defaults.pbs_request": "select"}, **per_node)
     assert chunk(whole, ranks_per_node=1).endswith(":ngpus=1:mem=380GB")
+    # and all of its CPUs, though its one rank runs on a socket's 24 (NCAR: "Request all ncpus when running on
+    # exclusive nodes ... users should still request access to all CPUs, but only use a subset")
+    assert chunk(whole, ranks_per_node=1).startswith("#PBS -l select=1:ncpus=48:mpiprocs=1:ompthreads=24:")
     # a CPU job on a shared node asks the share of the node's CPUs it takes: one rank on one of two sockets
     cpu = chunk(shared, node_kind="normal", ranks_per_node=1)
     assert cpu.startswith("#PBS -l select=1:ncpus=24:") and cpu.endswith(":jobfs=200GB:mem=96GB"), cpu
