@@ -264,10 +264,16 @@ def test_a_pbs_chunk_on_a_node_the_job_shares_asks_the_nodes_resources_in_its_sh
     per_node = {"node_kinds.gpuvolta.defaults.job_resources_per_node": {"mem": "380GB"}}
     shared = _profile(tmp_path, GADI, **{"defaults.pbs_request": "select", "defaults.exclusive": False}, **per_node)
     assert chunk(shared, ranks_per_node=1).endswith(":ngpus=1:mem=95GB")
+    # and its GPU's share of the cores, not its socket's 24 (NCAR Casper, "where nodes are typically shared and
+    # individual CPU cores are scheduled"): the cores of the socket's other GPU are another job's
+    assert chunk(shared, ranks_per_node=1).startswith("#PBS -l select=1:ncpus=12:mpiprocs=1:ompthreads=12:")
     assert chunk(shared, nodes=2) == "#PBS -l select=2:ncpus=48:mpiprocs=4:ompthreads=12:ngpus=4:mem=380GB"
     # a job that takes its nodes whole asks all of each, whatever share of the GPUs it drives
     whole = _profile(tmp_path, GADI, **{"defaults.pbs_request": "select"}, **per_node)
     assert chunk(whole, ranks_per_node=1).endswith(":ngpus=1:mem=380GB")
+    # and all of its CPUs, though its one rank runs on a socket's 24 (NCAR: "Request all ncpus when running on
+    # exclusive nodes ... users should still request access to all CPUs, but only use a subset")
+    assert chunk(whole, ranks_per_node=1).startswith("#PBS -l select=1:ncpus=48:mpiprocs=1:ompthreads=24:")
     # a CPU job on a shared node asks the share of the node's CPUs it takes: one rank on one of two sockets
     cpu = chunk(shared, node_kind="normal", ranks_per_node=1)
     assert cpu.startswith("#PBS -l select=1:ncpus=24:") and cpu.endswith(":jobfs=200GB:mem=96GB"), cpu
@@ -1202,3 +1208,28 @@ def test_a_centre_that_keeps_apptainers_work_folder_on_node_local_disk_gets_it_i
 
     argv, _ = container_argv(_profile(tmp_path, raven, **{"container.workdir": "$SLURM_TMPDIR"}))
     assert "--workdir" not in argv and argv[:3] == ("apptainer", "exec", "--nv")
+
+
+def test_a_centres_own_tmpdir_is_made_first_and_reaches_every_rank(tmp_path):
+    # NCAR: "For batch use, CISL recommends setting TMPDIR within each batch script for all batch jobs. Include these
+    # commands as the first two executable lines of your batch script after the #PBS directives:
+    # export TMPDIR=$SCRATCH/tmp && mkdir -p $TMPDIR" (NCAR/HPC-Docs docs/pbs/storing-temporary-files.md)
+    cx3 = SHIPPED / "imperial-cx3.yaml"  # PBS Pro and Open MPI's mpirun, $EPHEMERAL in every job
+    site = _profile(tmp_path, cx3, **{"filesystems.tmpdir": "$EPHEMERAL/tmp"})
+    lines = _render(site, tmp_path, nodes=1).splitlines()
+    at = lines.index('export TMPDIR="${EPHEMERAL}"/tmp')
+    assert lines[at + 1] == 'mkdir -p "$TMPDIR"' and at < lines.index("module purge")
+    # Open MPI's mpirun copies only the variables it is told to the other nodes' ranks; Hydra alike
+    launch = next(line for line in lines if line.startswith("mpirun "))
+    assert " -x TMPDIR " in launch
+    plan = make_plan(site, JobRequest(nodes=1))
+    assert plan.to_dict()["tmpdir"] == "$EPHEMERAL/tmp" and type(plan).from_dict(plan.to_dict()) == plan
+    hydra = _profile(tmp_path, cx3, launcher="mpiexec", mpi="mpich", **{"filesystems.tmpdir": "/scratch/tmp"})
+    genvlist = make_plan(hydra, JobRequest(nodes=1)).launcher_argv
+    assert "TMPDIR" in genvlist[genvlist.index("-genvlist") + 1].split(",")
+    # a site without it sets none
+    assert "TMPDIR" not in _render(load_site_file(cx3), tmp_path, nodes=1)
+    with pytest.raises(Exception, match=r"filesystems\.tmpdir: \$WORKDIR is set neither by pbs"):
+        _profile(tmp_path, cx3, **{"filesystems.tmpdir": "$WORKDIR/tmp"})
+    with pytest.raises(Exception, match=r"tmpdir.*must be an absolute path"):
+        _profile(tmp_path, cx3, **{"filesystems.tmpdir": "tmp"})

@@ -31,6 +31,7 @@ class LaunchPlan(Protocol):
     ranks: tuple[PlacedRank, ...]
     env: dict[str, str]
     env_paths: dict[str, dict]
+    tmpdir: str | None
 
     @property
     def world_size(self) -> int: ...

@@ -14,6 +14,11 @@ RENDEZVOUS_ENV = ("MASTER_ADDR", "MASTER_PORT")
 HOSTFILE = {"pbs": "${PBS_NODEFILE}", "lsf": "${LSB_DJOB_HOSTFILE}"}
 
 
+def exported(plan: LaunchPlan) -> set[str]:
+    """The variables the job script sets for its ranks: a launcher that copies only named ones names these."""
+    return {*plan.env, *plan.env_paths, *RENDEZVOUS_ENV, *(("TMPDIR",) if plan.tmpdir else ())}
+
+
 @launchers.register("local")
 class LocalLauncher(Launcher):
     """hpcdl's own launcher: starts the ranks of one node as processes and watches them."""
@@ -42,7 +47,7 @@ class OpenMpiLauncher(Launcher):
         if site.launch.hostfile:
             # an Open MPI without the batch system's launch support knows only the node it starts on
             argv += ["--hostfile", Expanding(HOSTFILE[site.scheduler])]
-        for name in sorted({*plan.env, *plan.env_paths, *RENDEZVOUS_ENV}):
+        for name in sorted(exported(plan)):
             argv += ["-x", name]
         return argv + list(site.launch.args)
 
@@ -59,7 +64,7 @@ class HydraLauncher(Launcher):
             # MPICH's Hydra binds with -bind-to; Intel MPI documents its pinning as I_MPI_PIN_* variables
             # (I_MPI_PIN_DOMAIN, set by the plan), one binding language per MPI, never both
             argv += ["-bind-to", f"core:{cores_per_rank(plan)}"]
-        argv += ["-genvlist", ",".join(sorted({*plan.env, *plan.env_paths, *RENDEZVOUS_ENV}))]
+        argv += ["-genvlist", ",".join(sorted(exported(plan)))]
         return argv + list(site.launch.args)
 
 

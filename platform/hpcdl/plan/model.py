@@ -123,6 +123,8 @@ class Plan:
     runtime: RuntimeChoice | None = None
     # shell limits the job raises before it starts the ranks (the profile's launch.ulimit): {"memlock": "unlimited"}
     ulimit: dict[str, str] = field(default_factory=dict)
+    # the folder the job makes its TMPDIR (the profile's filesystems.tmpdir), a path the job shell expands
+    tmpdir: str | None = None
     # pretend nodes that share one host (a test cluster, the node kind's nodes_per_host): each node's CPU
     # ids are the same host CPUs, so a job over several of them must not pin by them (train/binding.py)
     nodes_per_host: int = 1
@@ -140,7 +142,7 @@ class Plan:
         data["world_size"] = self.world_size
         if self.spatial is None:
             data.pop("spatial")  # plans without spatial parallelism read as they always have
-        for name in ("modules", "env_paths", "runtime", "ulimit"):
+        for name in ("modules", "env_paths", "runtime", "ulimit", "tmpdir"):
             if not data[name]:
                 data.pop(name)  # nor do plans without these
         if self.nodes_per_host == 1:

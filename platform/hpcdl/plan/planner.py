@@ -175,6 +175,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         env_paths=env_paths,
         runtime=runtime,
         ulimit={name: str(value) for name, value in site.launch.ulimit.items()},
+        tmpdir=site.filesystems.tmpdir,
         nodes_per_host=node.nodes_per_host,
     )
     plan = replace(plan, notes=tuple(notes))
@@ -333,7 +334,7 @@ def _slots(
             # a job that shares its nodes is handed GPUs with their cores, the first free ones, not a spread
             # over the sockets that would hold back every socket's cores from other jobs
             notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, the first ones with their cores, "
-                         "as Slurm hands out a node the job shares (defaults.exclusive: false)")
+                         "as the batch system hands out a node the job shares (defaults.exclusive: false)")
             order = sorted(range(len(node.gpus)), key=lambda g: (node.gpus[g].socket, g))
             return [_Slot(socket=node.gpus[g].socket, domain=node.gpus[g].domain, gpus=(g,)) for g in order[:rpn]]
         notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, spread evenly over the sockets")
@@ -478,14 +479,20 @@ def _wrapper_gpus_miss(plan: Plan) -> str | None:
 
 
 def _shared_node(site: Site, kind_name: str, use_gpus: bool, nodes: int) -> bool:
-    """A GPU job under Slurm on nodes it does not ask whole (`defaults.exclusive: false`): the centre hands a
-    node out by its GPUs, each with its share of the cores (IT4I Karolina: "1 GPU and 16 cores"; CSC Mahti:
-    "no more than 32 CPU cores per GPU"), and the other GPUs' cores go to other jobs. Not a job of so many nodes
-    that the site's Slurm gives them whole anyway (`defaults.whole_nodes_from`; OSC: "if you request > 1 nodes,
-    it doesn't matter how many cores you request - you get the whole node")."""
+    """A GPU job under Slurm or PBS on nodes it does not ask whole (`defaults.exclusive: false`): the centre hands
+    a node out by its GPUs, each with its share of the cores (IT4I Karolina: "1 GPU and 16 cores"; CSC Mahti:
+    "no more than 32 CPU cores per GPU"), and the other GPUs' cores go to other jobs. PBS alike, whose chunk
+    asks the ranks' cores as ncpus (NCAR Casper, "where nodes are typically shared and individual CPU cores are
+    scheduled": two of a node's eight V100 with all 36 cores would leave the other six no core to run beside).
+    Not a job of so many nodes that the site's scheduler gives them whole anyway (`defaults.whole_nodes_from`;
+    OSC: "if you request > 1 nodes, it doesn't matter how many cores you request - you get the whole node")."""
+    if not use_gpus or site.job_defaults(kind_name).exclusive:
+        return False
     whole_from = site.defaults.whole_nodes_from
-    return (use_gpus and site.scheduler == "slurm" and not site.job_defaults(kind_name).exclusive
-            and not (whole_from and nodes >= whole_from))
+    if whole_from and nodes >= whole_from:
+        return False
+    # a PBS queue that hands every chunk its node's CPUs (pbs_request: processes, AIST ABCI 3.0's rt_HF) shares no cores
+    return site.scheduler == "slurm" or (site.scheduler == "pbs" and site.defaults.pbs_request != "processes")
 
 
 def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[str],

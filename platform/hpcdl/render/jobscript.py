@@ -222,6 +222,7 @@ def render_job_script(
         env=env,
         env_paths=env_path_lines(plan),
         ulimits=ulimit_lines(plan),
+        tmpdir=path_with_variables(plan.tmpdir) if plan.tmpdir else None,
         modules=_with_own_module(site, module_lines(site, plan), options, job),
         activate=activate_lines(site, plan),
         runtime_files=runtime_files,
@@ -445,13 +446,19 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
             # centre places whole nodes itself, and a constraint has no chunk to go in
             job["select"] = job["place"] = None
             return job
-        ncpus = f":ncpus={plan.ranks_per_node * job['cpus_per_rank']}"
+        share = None if exclusive else node_share(node, job, plan.ranks_per_node)
+        # a chunk that takes its node whole asks all the node's CPUs, also where the ranks leave some idle (NCAR:
+        # "Request all ncpus when running on exclusive nodes ... users should still request access to all CPUs,
+        # but only use a subset": eight V100 ranks of 4 cores on a 36-core Casper node ask ncpus=36, "the maximum
+        # resource request", which "will always provide you with an exclusive node"); a shared chunk its ranks'
+        used = plan.ranks_per_node * job["cpus_per_rank"]
+        whole = sum(len(node.usable_cores_of_socket(s)) for s in range(node.sockets)) * node.cpus_per_core
+        ncpus = f":ncpus={whole if share is None else used}"
         if scheduler == site.scheduler and site.defaults.pbs_request == "processes":
             ncpus = ""  # the queue gives every chunk its node's CPUs (ABCI: "the user cannot change it")
         select = f"select={plan.nodes}{ncpus}:mpiprocs={plan.ranks_per_node}:ompthreads={plan.threads_per_rank}"
         if job["gpus_per_node"]:
             select += f":ngpus={job['gpus_per_node']}"
-        share = None if exclusive else node_share(node, job, plan.ranks_per_node)
         for name, value in (defaults.job_resources_per_node if scheduler == site.scheduler else {}).items():
             # a chunk is one node: all it holds where the job takes it whole, else the job's share of it
             select += f":{name}={value if share is None else share_of(value, share)}"

@@ -536,6 +536,14 @@ class Filesystems(_Strict):
         default=None, description="node-local storage for staged data, e.g. /mnt/bb/$USER on Summit"
     )
     node_local_kind: Literal["nvme", "ssd", "tmpfs", "burst-buffer", "ramdisk"] | None = None
+    tmpdir: SitePath | None = Field(
+        default=None,
+        description=(
+            "the folder every job makes its TMPDIR, created first thing, where the centre's scripts set their own "
+            "rather than share the node's small /tmp (NCAR: 'CISL recommends setting TMPDIR within each batch "
+            "script', export TMPDIR=$SCRATCH/tmp && mkdir -p $TMPDIR); the launcher carries it to every rank"
+        ),
+    )
     burst_buffer: BurstBuffer | None = Field(default=None, description="a per-job burst buffer to request (DataWarp)")
     node_local_gres: NodeLocalGres | None = Field(
         default=None,
@@ -544,6 +552,15 @@ class Filesystems(_Strict):
             "--gres=gpu:v100:4,nvme:3600, $LOCAL_SCRATCH); on a node the job shares, its share of per_node"
         ),
     )
+
+    @field_validator("tmpdir")
+    @classmethod
+    def _tmpdir_absolute(cls, tmpdir: str | None) -> str | None:
+        # the job's folder is not the ranks' working folder everywhere: a relative TMPDIR would point elsewhere
+        if tmpdir is not None and not (tmpdir.startswith("/") or _VARIABLE.match(tmpdir)):
+            raise ValueError(f"{tmpdir!r} must be an absolute path (or start with a $VARIABLE the job has, "
+                             "such as $SCRATCH named in provides_env)")
+        return tmpdir
 
     @model_validator(mode="after")
     def _gres_names_a_place(self) -> "Filesystems":
@@ -1348,6 +1365,7 @@ class Site(_Strict):
         known = {*ALWAYS_SET, *self.provides_env, *(k for k in self.env)}
         prefix = SCHEDULER_VARIABLE_PREFIX[self.scheduler]
         places = [("filesystems.scratch", self.filesystems.scratch), ("filesystems.node_local", self.filesystems.node_local),
+                  ("filesystems.tmpdir", self.filesystems.tmpdir),
                   ("modules.init", self.modules.init), *((f"modules.use[{i}]", p) for i, p in enumerate(self.modules.use)),
                   ("container.workdir", self.container.workdir)]
         for name, value in self.env.items():
