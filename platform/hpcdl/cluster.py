@@ -467,7 +467,8 @@ class SlurmCluster:
             "KillWait=5",
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
-            *([f"GresTypes={','.join(['gpu'] * bool(self.shape.gpus) + [n for n, _ in self.shape.count_gres])}"]
+            # every machine's generic resources, where several machines stand side by side (self.shape is None)
+            *([f"GresTypes={','.join(['gpu'] * any(s.gpus for s in self.shapes) + list(dict.fromkeys(n for s in self.shapes for n, _ in s.count_gres)))}"]
               if gres_lines else []),
             *node_lines,
             *partitions,
