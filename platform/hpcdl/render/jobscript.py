@@ -364,6 +364,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
                              if site.defaults.tasks_per_socket else None),
         "constraint": options.constraint if options.constraint is not None else defaults.constraint,
         "exclusive": exclusive,
+        # asked in the script, unless the batch system hands out whole nodes to every job by itself
+        "exclusive_request": exclusive and site.defaults.exclusive_by == "request",
         "requeue": options.requeue,
         "warning_seconds": options.warning_seconds,
         "output_dir": options.output_dir,
@@ -471,7 +473,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         job["select"] = select
         # scatter: "only one chunk ... from any host", nothing to say of a job of one chunk, which a shared node
         # takes where PBS puts it (the default, free); excl asks a node whole at any size
-        job["place"] = "scatter:excl" if exclusive else "scatter" if plan.nodes > 1 else None
+        job["place"] = "scatter:excl" if job["exclusive_request"] else "scatter" if plan.nodes > 1 else None
     return job
 
 

@@ -651,6 +651,16 @@ class Defaults(_Strict):
         default=(), description="LSF -alloc_flags, e.g. smt4 and nvme on Summit"
     )
     exclusive: bool = True
+    exclusive_by: Literal["request", "policy"] = Field(
+        default="request",
+        description=(
+            "how a job with `exclusive` gets its nodes whole: request (the default: the script asks, Slurm "
+            "#SBATCH --exclusive, PBS place=scatter:excl, LSF -x) or policy (the batch system hands every job "
+            "whole nodes and the centre's scripts ask nothing: LuxProvide MeluXina, 'job scheduling is done with "
+            "full nodes. Requesting one task on one compute node will give you access to the complete node'); "
+            "the plan is made for whole nodes either way"
+        ),
+    )
     account_flag: Literal["-P", "-G", "-A"] | None = Field(
         default=None,
         description=(
@@ -770,6 +780,14 @@ class Defaults(_Strict):
     max_time: str | None = None
     image: SitePath | None = Field(default=None, description="image (path or name in image_dir) jobs run in")
     image_dir: SitePath | None = None
+
+    @model_validator(mode="after")
+    def _policy_is_whole_nodes(self) -> Defaults:
+        # a policy of whole nodes and jobs planned on shared ones would contradict each other
+        if self.exclusive_by == "policy" and not self.exclusive:
+            raise ValueError("exclusive_by: policy says the batch system hands out whole nodes, but exclusive is "
+                             "false; set exclusive: true, or leave exclusive_by out for nodes jobs share")
+        return self
 
 
 class EnvPath(_Strict):
