@@ -173,7 +173,7 @@ def launcher_needs(site: Site) -> tuple[str | None, str | None, str]:
         if abi == "mpich":
             # an Intel MPI, MVAPICH or ParaStation site reaches its fabric through its own libmpi,
             # bound into the image in place of the image's (the hybrid model): MPICH ABI only
-            return abi, pmi, f"{how} with the host's {site.mpi} bound in (hybrid model)"
+            return abi, pmi, f"{how} and the host's {site.mpi} bound in (hybrid model)"
         return None, pmi, how
     if site.launcher == "jsrun":
         return "openmpi", "pmix", "jsrun (Spectrum MPI's PMIx)"
