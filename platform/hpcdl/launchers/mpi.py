@@ -67,6 +67,11 @@ class HydraLauncher(Launcher):
 class SrunLauncher(Launcher):
     """Slurm srun: tasks per node, CPUs per task, and the plan's cores and GPUs for each task.
 
+    Where the centre's line is a bare srun under an #SBATCH header that asks the layout
+    (`launch.srun_layout: header`: NSC, Princeton, NREL, UQ RCC, Mahidol), the line restates none of it
+    (no --nodes, --ntasks, --ntasks-per-node, --cpus-per-task or GPU request): it names only the words
+    below that the header cannot give srun, and the job exports SRUN_CPUS_PER_TASK.
+
     When the plan's ranks sit on consecutive blocks of cores from core 0 (KNL, Perlmutter),
     `--cpus-per-task` with `--cpu-bind=cores` gives exactly them (NERSC affinity guide), with
     `--distribution=block:block` where two ranks share a socket of a multi-socket node (Slurm's
@@ -94,16 +99,22 @@ class SrunLauncher(Launcher):
 
     def command(self, plan: LaunchPlan, site: Site) -> list[str]:
         local = plan.local_ranks()
-        argv = [
-            "srun",
-            f"--nodes={plan.nodes}",
-            f"--ntasks={plan.world_size}",
-            f"--ntasks-per-node={plan.ranks_per_node}",
-            # Slurm's unit: CPUs per core as the site's Slurm counts them (schema: scheduler_cpus_per_core)
-            f"--cpus-per-task={cores_per_rank(plan) * site.node_kinds[plan.node_kind].cpus_per_core}",
-        ]
         node = site.node_kinds[plan.node_kind]
-        if site.defaults.tasks_per_socket:
+        # a bare srun (launch.srun_layout: header) takes the step's nodes, tasks, CPUs per task and GPUs from the
+        # #SBATCH header, as the centre's line does: sbatch hands srun the tasks per node and the GPUs
+        # (SLURM_NTASKS_PER_NODE, SLURM_GPUS_PER_NODE, a step's GRES "all of the generic resources that have been
+        # requested by the job", srun(1)), and the job script exports SRUN_CPUS_PER_TASK for the CPUs
+        restate = site.launch.srun_layout == "restate"
+        argv = ["srun"]
+        if restate:
+            argv += [
+                f"--nodes={plan.nodes}",
+                f"--ntasks={plan.world_size}",
+                f"--ntasks-per-node={plan.ranks_per_node}",
+                # Slurm's unit: CPUs per core as the site's Slurm counts them (schema: scheduler_cpus_per_core)
+                f"--cpus-per-task={cores_per_rank(plan) * node.cpus_per_core}",
+            ]
+        if site.defaults.tasks_per_socket and restate:
             # the header's most tasks on one socket, repeated "in every call of srun" (ULHPC), as its Slurm counts sockets
             argv.append(f"--ntasks-per-socket={node.tasks_per_scheduler_socket(min(r.cores) for r in local)}")
         fewer_threads = node.cpus_per_core < node.threads_per_core
@@ -161,7 +172,9 @@ class SrunLauncher(Launcher):
             # Slurm's [type:]number, with the GRES type where the centre names it (CSC: --gres=gpu:a100:4)
             gpu_type = site.node_kinds[plan.node_kind].defaults.gpu_type
             typed = f"{gpu_type}:" if gpu_type else ""
-            if style == "gres":
+            if not restate:
+                pass  # the step has the job's GPUs of each node (srun_layout: header)
+            elif style == "gres":
                 argv.append(f"--gres=gpu:{typed}{len(gpus_used)}")
             elif style == "gpus-per-task":
                 if site.defaults.batch_request == "nodes":

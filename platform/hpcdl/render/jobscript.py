@@ -364,6 +364,12 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # "unset SLURM_EXPORT_ENV")
         "unset_export_env": scheduler == "slurm" == site.scheduler and any(
             d.startswith("--export=") and "ALL" not in d[len("--export="):].split(",") for d in defaults.directives),
+        # a bare srun under the header (launch.srun_layout: header) gets each task's CPUs only from the environment:
+        # "Beginning with 22.05, srun will not inherit the --cpus-per-task value requested by salloc or sbatch. It
+        # must be requested again with the call to srun or set with the SRUN_CPUS_PER_TASK environment variable"
+        # (sbatch(1), Slurm 22.05), as EPCC and NHR@FAU write it: export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
+        "srun_cpus_per_task": (scheduler == "slurm" == site.scheduler and site.launcher == "srun"
+                               and site.launch.srun_layout == "header" and site.defaults.batch_request == "tasks"),
         # LSF: -P project unless the profile says -G; PBS: -A account unless it says -P (NCI Gadi);
         # a profile's flag is for its own scheduler
         "account_flag": (site.defaults.account_flag if scheduler == site.scheduler and site.defaults.account_flag

@@ -1,0 +1,142 @@
+"""launch.srun_layout: header: a bare srun that takes its layout from the #SBATCH header, as many centres write it
+(NSC Berzelius, Princeton Della, NREL Kestrel, UQ RCC Bunya, Mahidol MAI HPC: `srun python ...`).
+
+The line restates nothing the header asks (tasks, CPUs per task, GPUs), and the job keeps each task's CPUs on
+Slurm 22.05 and later: "Beginning with 22.05, srun will not inherit the --cpus-per-task value requested by salloc
+or sbatch. It must be requested again with the call to srun or set with the SRUN_CPUS_PER_TASK environment
+variable if desired for the task(s)" (sbatch(1), Slurm 22.05), so the script exports
+SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK, as EPCC (ARCHER2) and NHR@FAU (Alex) publish it. The real slurmd 22.05
+here shows why: a posed 2 x 4-core node, a job of `--ntasks-per-node=4 --cpus-per-task=2` and a bare `srun`
+binds each task to its 2 CPUs only with the export; without it the step has one CPU a task and task/affinity's auto
+binding leaves the tasks unbound (or, measured with 2 tasks of -c2 on a whole node, binds each to a socket's 4).
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import yaml
+
+from hpcdl.plan import JobRequest, make_plan
+from hpcdl.render.jobscript import JobOptions, render_job_script
+from hpcdl.sites.registry import load_site
+from hpcdl.sites.schema import Site
+
+POSED = """
+name: bare-srun
+description: a two-socket node of 2 x 4 cores whose centre writes a bare srun under its header
+scheduler: slurm
+launcher: srun
+runtime: none
+mpi: openmpi
+node_kinds:
+  cpu:
+    description: 2 x 4 cores
+    count: 2
+    cpu_model: posed
+    sockets: 2
+    cores_per_socket: 4
+    threads_per_core: 1
+    memory_gb: 2
+launch:
+  srun_layout: header
+  srun_mpi: default
+  cpu_bind_default: unstated
+environment: {kind: venv, activate: /opt/venv, prefer: true}
+"""
+
+EXPORT = "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK"
+
+
+def _site(text: str = POSED, **launch) -> Site:
+    data = yaml.safe_load(text)
+    data["launch"].update(launch)
+    return Site.model_validate(data)
+
+
+def _job(site: Site, ranks_per_node: int) -> tuple[list[str], list[str], list[str]]:
+    """The rendered job's #SBATCH lines, its lines that set SRUN_*, and its launcher argv."""
+    plan = make_plan(site, JobRequest(nodes=1, ranks_per_node=ranks_per_node))
+    script = render_job_script(site, plan, {}, JobOptions())
+    lines = script.splitlines()
+    header = [line for line in lines if line.startswith("#SBATCH ") and not line.startswith("#SBATCH --output")]
+    exports = [line for line in lines if line.startswith("export SRUN_")]
+    return header, exports, list(plan.launcher_argv)
+
+
+def test_a_bare_srun_restates_nothing_the_header_asks():
+    header, exports, argv = _job(_site(), 4)
+    assert "#SBATCH --ntasks-per-node=4" in header and "#SBATCH --cpus-per-task=2" in header
+    assert argv == ["srun"], argv
+    assert exports == [EXPORT]
+    # restate (the default) repeats the header on srun and needs no export
+    header, exports, argv = _job(_site(srun_layout="restate"), 4)
+    assert {"--ntasks-per-node=4", "--cpus-per-task=2"} <= set(argv) and exports == []
+
+
+@pytest.mark.parametrize("site", ["berzelius", "della-gpu", "kestrel-gpu", "bunya-gpu", "mai-hpc"])
+def test_the_centres_that_write_a_bare_srun_get_one(site):
+    """Each of these centres publishes its line as `srun <program>` (the cases in tests/published/ cite them)."""
+    profile = load_site(site)
+    plan = make_plan(profile, JobRequest(nodes=2))
+    assert plan.launcher_argv == ["srun"], plan.launcher_argv
+    script = render_job_script(profile, plan, {}, JobOptions(account="p"))
+    assert EXPORT in script.splitlines()
+    assert "export CUDA_VISIBLE_DEVICES" not in script and all(len(r.gpus) == 1 for r in plan.ranks)
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"launcher": "mpirun", "launch": {"srun_layout": "header"}}, "the launcher is mpirun"),
+    ({"defaults": {"batch_request": "nodes"}}, "defaults.batch_request is nodes"),
+    ({"defaults": {"gpu_request": "gpus-per-task"}}, "gpu_request: gpus-per-task"),
+])
+def test_contradictions_are_refused_naming_the_field(change, words):
+    data = yaml.safe_load(POSED)
+    data.update(change)
+    with pytest.raises(ValueError) as refused:
+        Site.model_validate(data)
+    message = str(refused.value)
+    assert "launch.srun_layout: header" in message and words in message, message
+
+
+def test_a_gpu_node_whose_tasks_see_only_their_own_gpus_is_refused():
+    data = yaml.safe_load(POSED)
+    data["node_kinds"]["cpu"]["gpus"] = [{"model": "posed", "socket": 0}, {"model": "posed", "socket": 1}]
+    with pytest.raises(ValueError, match=r"launch\.srun_layout: header .* set gpu_visibility: node"):
+        Site.model_validate(data)
+    data["launch"]["gpu_visibility"] = "node"
+    Site.model_validate(data)
+
+
+def _slurmd_masks(cluster, script_lines: list[str], tmp_path) -> list[int] | None:
+    """Submit the job, wait for it, and return the CPU masks slurmd bound its step's tasks to (None: unbound)."""
+    log = cluster.root / "log" / "slurmd-n1.log"
+    marker = "_lllp_generate_cpu_bind jobid"
+    seen = log.read_text(errors="replace").count(marker)
+    job = tmp_path / "job.sh"
+    job.write_text("\n".join(["#!/bin/bash", *script_lines, ""]))
+    done = subprocess.run(["sbatch", "--wait", "--output=/dev/null", str(job)], env=cluster.env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr + cluster.logs()
+    lines = [line for line in log.read_text(errors="replace").splitlines() if marker in line]
+    if len(lines) == seen:
+        return None
+    return [int(m, 16) for m in lines[-1].rsplit(" ", 1)[1].split(",")]
+
+
+@pytest.mark.slurm
+def test_a_bare_srun_gives_each_task_the_headers_cpus_only_with_the_export(slurm_clusters, tmp_path):
+    """On the real slurmd 22.05 posing the node (task/affinity): the rendered header and bare srun bind each of the
+    4 tasks to its own 2 CPUs; the same job without the export does not (the tasks are left unbound)."""
+    from slurm_cluster import NodeShape
+
+    header, exports, argv = _job(_site(), 4)
+    cluster = slurm_clusters.ensure(1, NodeShape(sockets=2, cores_per_socket=4, memory_mb=2048), task_layout=True)
+    # the tasks on CPUs this host lacks cannot start: the layout slurmd computes is what is judged
+    step = " ".join([*argv, "true"])
+    masks = _slurmd_masks(cluster, [*header, *exports, step], tmp_path)
+    assert masks is not None and [bin(m).count("1") for m in masks] == [2, 2, 2, 2], masks
+    assert len({c for m in masks for c in range(8) if m >> c & 1}) == 8, masks  # each its own
+    without = _slurmd_masks(cluster, [*header, step], tmp_path)
+    assert without is None or [bin(m).count("1") for m in without] != [2, 2, 2, 2], without
