@@ -125,18 +125,36 @@ def _slurmd_masks(cluster, script_lines: list[str], tmp_path) -> list[int] | Non
     return [int(m, 16) for m in lines[-1].rsplit(" ", 1)[1].split(",")]
 
 
+# an SMT node whose Slurm counts threads, asked one thread per core by the header's --hint=nomultithread (IDRIS)
+SMT_HINT = POSED.replace("    threads_per_core: 1\n", "    threads_per_core: 2\n    scheduler_cpus_per_core: 1\n").replace(
+    "  cpu_bind_default: unstated\n", "  cpu_bind_default: auto\n  threads_request: hint\n")
+
+
 @pytest.mark.slurm
-def test_a_bare_srun_gives_each_task_the_headers_cpus_only_with_the_export(slurm_clusters, tmp_path):
+@pytest.mark.parametrize("profile", [POSED, SMT_HINT], ids=["cores", "smt-hint"])
+def test_a_bare_srun_gives_each_task_the_headers_cpus_only_with_the_export(slurm_clusters, tmp_path, profile):
     """On the real slurmd 22.05 posing the node (task/affinity): the rendered header and bare srun bind each of the
-    4 tasks to its own 2 CPUs; the same job without the export does not (the tasks are left unbound)."""
+    4 tasks to its own 2 cores, the plan's (on the SMT node one thread of each, the header's --hint reaching srun as
+    SLURM_HINT); the same job without the export does not (the tasks are left unbound)."""
     from slurm_cluster import NodeShape
 
-    header, exports, argv = _job(_site(), 4)
-    cluster = slurm_clusters.ensure(1, NodeShape(sockets=2, cores_per_socket=4, memory_mb=2048), task_layout=True)
+    site = _site(profile)
+    threads = site.node_kinds["cpu"].threads_per_core
+    header, exports, argv = _job(site, 4)
+    assert not [w for w in argv if w.startswith(("--hint", "--threads-per-core", "--cpus-per-task"))], argv
+    shape = NodeShape(sockets=2, cores_per_socket=4, threads_per_core=threads, cpus_per_core=threads, memory_mb=2048)
+    cluster = slurm_clusters.ensure(1, shape, task_layout=True)
     # the tasks on CPUs this host lacks cannot start: the layout slurmd computes is what is judged
     step = " ".join([*argv, "true"])
     masks = _slurmd_masks(cluster, [*header, *exports, step], tmp_path)
-    assert masks is not None and [bin(m).count("1") for m in masks] == [2, 2, 2, 2], masks
-    assert len({c for m in masks for c in range(8) if m >> c & 1}) == 8, masks  # each its own
+    assert masks is not None, "slurmd bound no task"
+    # hwloc's synthetic node numbers a core's hardware threads together: CPU t of core c is c * threads + t
+    bound = [sorted(cpu // threads for cpu in range(8 * threads) if m >> cpu & 1) for m in masks]
+    planned = [list(r.cores) for r in make_plan(site, JobRequest(nodes=1, ranks_per_node=4)).local_ranks()]
+    if site.launch.slurm_binds_tasks:
+        assert bound == planned, (bound, planned, argv)
+    else:  # the ranks bind themselves to their own (unstated): Slurm's layout gives each task 2 cores of its own
+        assert sorted(bound) == planned, (bound, planned, argv)
+    assert all(cpu % threads == 0 for m in masks for cpu in range(8 * threads) if m >> cpu & 1), masks  # one a core
     without = _slurmd_masks(cluster, [*header, step], tmp_path)
     assert without is None or [bin(m).count("1") for m in without] != [2, 2, 2, 2], without

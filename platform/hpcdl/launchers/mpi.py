@@ -128,12 +128,16 @@ class SrunLauncher(Launcher):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
         ranks_bind_themselves = (srun_cpu_bind_of(site.launch.args) is not None
                                  or site.launch.line_asks_no_binding)
-        if fewer_threads:
+        if fewer_threads and (restate or not (blocks or ranks_bind_themselves)):
             # ask for the unit -c was counted in, where that is fewer threads than a core has: the
             # default on Frontier and LUMI-G, what JSC asks of every job ("we strongly recommend
             # --hint=nomultithread (which implies --threads-per-core=1)"), in the centre's words
-            # (launch.threads_request); srun takes no --hint beside --cpu-bind, so masks keep the other
-            argv.append(threads_option(site, node, blocks or ranks_bind_themselves))
+            # (launch.threads_request); srun takes no --hint beside --cpu-bind, so masks keep the other.
+            # A bare srun under the header (srun_layout: header) has it from the header: sbatch's --hint and
+            # --threads-per-core reach srun as SLURM_HINT and SLURM_THREADS_PER_CORE (a real slurmd 22.05 bound a
+            # bare srun's tasks to one thread of each core under '#SBATCH --hint=nomultithread'); only beside a
+            # mask does the line say it
+            argv.append(srun_threads_word(plan, site))
         if ranks_bind_themselves:
             # the centre's own --cpu-bind=none (JSC's deep-learning jobs), kept in launch.args as written, a Slurm that
             # binds no task by itself (launch.cpu_bind_default: none, NRIS Olivia), or a bare srun whose centre does not
@@ -218,6 +222,17 @@ class SrunLauncher(Launcher):
             else:
                 argv.append("--gpu-bind=mask_gpu:" + ",".join(_hex_mask(r.gpus) for r in local))
         return argv + list(site.launch.args)
+
+
+def srun_threads_word(plan: LaunchPlan, site: Site) -> str | None:
+    """The srun option that asks the hardware threads per core Slurm counts for this plan (threads_option), None
+    where Slurm counts all of a core's threads; the job's header asks the same (--hint or --threads-per-core)."""
+    node = site.node_kinds[plan.node_kind]
+    if node.cpus_per_core >= node.threads_per_core:
+        return None
+    blocks = _in_blocks(plan) and not _socket_lays_otherwise(plan, site)
+    binds_themselves = srun_cpu_bind_of(site.launch.args) is not None or site.launch.line_asks_no_binding
+    return threads_option(site, node, blocks or binds_themselves)
 
 
 def threads_option(site: Site, node: NodeKind, blocks: bool) -> str:
