@@ -47,6 +47,8 @@ environment: {kind: venv, activate: /opt/venv, prefer: true}
 """
 
 EXPORT = "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK"
+# the options a header gives the step
+LAYOUT = ("--ntasks", "--cpus-per-task", "--threads-per-core", "--hint", "--gres", "--gpus")
 
 
 def _site(text: str = POSED, **launch) -> Site:
@@ -75,12 +77,13 @@ def test_a_bare_srun_restates_nothing_the_header_asks():
     assert {"--ntasks-per-node=4", "--cpus-per-task=2"} <= set(argv) and exports == []
 
 
-@pytest.mark.parametrize("site", ["berzelius", "della-gpu", "kestrel-gpu", "bunya-gpu"])
+@pytest.mark.parametrize("site", ["berzelius", "della-gpu", "kestrel-gpu", "bunya-gpu", "mai-hpc", "jean-zay"])
 def test_the_centres_that_write_a_bare_srun_get_one(site):
-    """Each of these centres publishes its line as `srun <program>` (the cases in tests/published/ cite them)."""
+    """Each of these centres publishes its line as `srun <program>` (Mahidol's as `srun -N 2 <program>`; the cases in
+    tests/published/ cite them): the line names none of the header's tasks, CPUs, threads or GPUs."""
     profile = load_site(site)
-    plan = make_plan(profile, JobRequest(nodes=2))
-    assert list(plan.launcher_argv) == ["srun"], plan.launcher_argv
+    plan = make_plan(profile, JobRequest(nodes=1))
+    assert not [w for w in plan.launcher_argv if w.startswith(LAYOUT)], plan.launcher_argv
     script = render_job_script(profile, plan, {}, JobOptions(account="p"))
     assert EXPORT in script.splitlines()
     assert "export CUDA_VISIBLE_DEVICES" not in script and all(len(r.gpus) == 1 for r in plan.ranks)
@@ -158,3 +161,13 @@ def test_a_bare_srun_gives_each_task_the_headers_cpus_only_with_the_export(slurm
     assert all(cpu % threads == 0 for m in masks for cpu in range(8 * threads) if m >> cpu & 1), masks  # one a core
     without = _slurmd_masks(cluster, [*header, step], tmp_path)
     assert without is None or [bin(m).count("1") for m in without] != [2, 2, 2, 2], without
+
+
+def test_a_bare_srun_that_names_its_nodes_names_them_alone():
+    """launch.srun_restates: the layout options the centre's otherwise bare srun names all the same (Mahidol MAI HPC:
+    'srun -N 2 python3 train_ddp_2node.py'); refused where the line restates every one anyway."""
+    site = _site(srun_restates=["nodes"])
+    assert _job(site, 4)[2] == ["srun", "--nodes=1"]
+    assert list(make_plan(load_site("mai-hpc"), JobRequest(nodes=1)).launcher_argv) == ["srun", "--nodes=1"]
+    with pytest.raises(ValueError, match=r"launch\.srun_restates: .* set srun_layout: header"):
+        _site(srun_restates=["nodes"], srun_layout="restate")

@@ -106,6 +106,11 @@ class SrunLauncher(Launcher):
         # requested by the job", srun(1)), and the job script exports SRUN_CPUS_PER_TASK for the CPUs
         restate = site.launch.srun_layout == "restate"
         argv = ["srun"]
+        # (a bare srun may still name the nodes or the tasks, as the centre's line does: launch.srun_restates)
+        if "nodes" in site.launch.srun_restates:
+            argv.append(f"--nodes={plan.nodes}")
+        if "ntasks" in site.launch.srun_restates:
+            argv.append(f"--ntasks={plan.world_size}")
         if restate:
             argv += [
                 f"--nodes={plan.nodes}",

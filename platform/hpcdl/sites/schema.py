@@ -912,6 +912,13 @@ class Launch(_Strict):
             "required where the node has GPUs) and drives the plan's"
         ),
     )
+    srun_restates: tuple[Literal["nodes", "ntasks"], ...] = Field(
+        default=(),
+        description=(
+            "with srun_layout: header, the layout options the centre's otherwise bare srun names all the same: nodes "
+            "(--nodes=N; Mahidol MAI HPC: 'srun -N 2 python3 train_ddp_2node.py') and ntasks (--ntasks=N)"
+        ),
+    )
     gpu_bind: Literal["map", "closest", "wrapper"] = Field(
         default="map",
         description=(
@@ -1230,6 +1237,9 @@ class Site(_Strict):
                              "per-rank, whose ranks need their GPUs bound; set gpu_visibility: node, or unset it")
         if self.launch.srun_layout == "header":
             self._srun_layout_header_fits()
+        elif self.launch.srun_restates:
+            raise ValueError("launch.srun_restates: the layout options a bare srun names all the same, but "
+                             "launch.srun_layout is restate (the line names every one); set srun_layout: header")
         if self.launch.gpu_bind != "map" and self.launcher != "srun":
             raise ValueError(f"launch.gpu_bind: how srun binds GPUs to tasks, but the launcher is {self.launcher}")
         if self.launch.gpu_bind != "map" and self.launch.gpu_visibility == "node":
