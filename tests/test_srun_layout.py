@@ -110,6 +110,9 @@ def test_a_gpu_node_whose_tasks_see_only_their_own_gpus_is_refused():
         Site.model_validate(data)
     data["launch"]["gpu_visibility"] = "node"
     Site.model_validate(data)
+    # or srun binds each task the GPUs beside its cores (NCSA Delta's --gpu-bind=closest)
+    data["launch"].update(gpu_visibility="per-rank", gpu_bind="closest", cpu_bind_default=None)
+    Site.model_validate(data)
 
 
 def _slurmd_masks(cluster, script_lines: list[str], tmp_path) -> list[int] | None:

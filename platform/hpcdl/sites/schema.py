@@ -1330,7 +1330,9 @@ class Site(_Strict):
             raise ValueError(f"launch.srun_layout: header takes the ranks' tasks and CPUs from the #SBATCH header, but "
                              f"defaults.batch_request is {self.defaults.batch_request} (a header that does not ask "
                              "them); keep one")
-        if self.launch.gpu_visibility != "node" and any(k.gpus for k in self.node_kinds.values()):
+        if (self.launch.gpu_visibility != "node" and self.launch.gpu_bind != "closest"
+                and any(k.gpus for k in self.node_kinds.values())):
+            # (srun's --gpu-bind=closest, NCSA's, still picks each task's own among them)
             raise ValueError("launch.srun_layout: header starts every task with the job's GPUs of its node (srun(1): a "
                              "step 'is allocated all of the generic resources that have been requested by the job'), "
                              "but launch.gpu_visibility is per-rank; set gpu_visibility: node")
