@@ -25,7 +25,7 @@ export HPCDL_PROGRESS
 #   local rank 1: socket 0, cores 24-47, GPU 1, NIC -, 24 thread(s)
 #   local rank 2: socket 1, cores 48-71, GPU 2, NIC -, 24 thread(s)
 
-# The bare srun below takes its layout from this header; since Slurm 22.05 it takes no --cpus-per-task from it.
+# srun below takes the layout from this header, but since Slurm 22.05 not its --cpus-per-task: srun reads this.
 export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
 HPCDL_JOB_ID=$SLURM_JOB_ID
 HPCDL_JOB_NAME=digits-quick

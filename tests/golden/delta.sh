@@ -25,7 +25,7 @@ export HPCDL_PROGRESS
 #   local rank 2: socket 0, cores 32-47, GPU 1, NIC cxi0:1, 16 thread(s)
 #   local rank 3: socket 0, cores 48-63, GPU 0, NIC cxi0:1, 16 thread(s)
 
-# The bare srun below takes its layout from this header; since Slurm 22.05 it takes no --cpus-per-task from it.
+# srun below takes the layout from this header, but since Slurm 22.05 not its --cpus-per-task: srun reads this.
 export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
 HPCDL_JOB_ID=$SLURM_JOB_ID
 HPCDL_JOB_NAME=digits-quick

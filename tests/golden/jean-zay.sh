@@ -24,7 +24,7 @@ export HPCDL_PROGRESS
 #   local rank 2: socket 1, cores 20-29, GPU 2, NIC hfi1_0:1, 10 thread(s)
 #   local rank 3: socket 1, cores 30-39, GPU 3, NIC hfi1_0:1, 10 thread(s)
 
-# The bare srun below takes its layout from this header; since Slurm 22.05 it takes no --cpus-per-task from it.
+# srun below takes the layout from this header, but since Slurm 22.05 not its --cpus-per-task: srun reads this.
 export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
 HPCDL_JOB_ID=$SLURM_JOB_ID
 HPCDL_JOB_NAME=digits-quick
