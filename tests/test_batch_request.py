@@ -24,6 +24,9 @@ from hpcdl.train.recipe import load_recipe
 def _site(base: str, **defaults) -> Site:
     data = load_site(base).model_dump(exclude_unset=True)
     data["defaults"] = {**data.get("defaults", {}), **defaults}
+    if defaults.get("batch_request", "tasks") != "tasks":
+        # a header that does not ask the ranks' tasks: srun says them (a bare srun, srun_layout: header, is refused)
+        data["launch"] = {**data.get("launch", {}), "srun_layout": "restate"}
     return Site.model_validate(data)
 
 

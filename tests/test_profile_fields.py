@@ -936,9 +936,12 @@ def test_a_site_whose_slurm_binds_no_gpu_names_no_gpu_bind(tmp_path):
     torch.cuda.set_device(local_rank)), so the line names no --gpu-bind, as the centre's do; without the
     field the same plan says --gpu-bind=none. Refused beside per-rank GPUs or a launcher other than srun."""
     jean_zay = SHIPPED / "jean-zay.yaml"
-    said = _profile(tmp_path, jean_zay, **{"launch.gpu_visibility": "node", "launch.gpu_bind_default": None})
+    # (the line restating the header, launch.srun_layout: restate, so that it names the GPUs)
+    said = _profile(tmp_path, jean_zay, **{"launch.gpu_visibility": "node", "launch.gpu_bind_default": None,
+                                           "launch.srun_layout": "restate"})
     assert "--gpu-bind=none" in make_plan(said, JobRequest(nodes=2)).launcher_argv
-    bare = _profile(tmp_path, jean_zay, **{"launch.gpu_visibility": "node", "launch.gpu_bind_default": "none"})
+    bare = _profile(tmp_path, jean_zay, **{"launch.gpu_visibility": "node", "launch.gpu_bind_default": "none",
+                                           "launch.srun_layout": "restate"})
     plan = make_plan(bare, JobRequest(nodes=2))
     assert not any(w.startswith("--gpu-bind") for w in plan.launcher_argv), plan.launcher_argv
     assert "--gres=gpu:4" in plan.launcher_argv
@@ -995,15 +998,19 @@ def test_one_thread_per_core_is_asked_in_the_centres_words(tmp_path):
     --threads-per-core=1 where the plan needs masks. Neither line carries --cpu-bind=cores, which binds
     both threads of every core (a real slurmd 22.05, tests/test_slurm_binding.py)."""
     jean_zay = SHIPPED / "jean-zay.yaml"
-    other = _profile(tmp_path, jean_zay, **{"launch.threads_request": "threads-per-core"})
+    # (the line restating the header, launch.srun_layout: restate; IDRIS's own bare srun says neither, below)
+    other = _profile(tmp_path, jean_zay, **{"launch.threads_request": "threads-per-core", "launch.srun_layout": "restate"})
     plain = make_plan(other, JobRequest(nodes=2)).launcher_argv
     assert "--threads-per-core=1" in plain and not any(w.startswith(("--hint", "--cpu-bind")) for w in plain)
     site = load_site_file(jean_zay)  # IDRIS: "#SBATCH --hint=nomultithread"
     text = _render(site, tmp_path)
     assert "#SBATCH --hint=nomultithread" in text.splitlines() and "--threads-per-core" not in text
-    line = make_plan(site, JobRequest(nodes=2)).launcher_argv
+    restated = _profile(tmp_path, jean_zay, **{"launch.srun_layout": "restate"})
+    line = make_plan(restated, JobRequest(nodes=2)).launcher_argv
     assert "--hint=nomultithread" in line and "--distribution=block:block" in line
     assert not any(w.startswith("--cpu-bind") for w in line)
+    # IDRIS's bare srun takes the header's --hint from SLURM_HINT (launch.srun_layout: header)
+    assert list(make_plan(site, JobRequest(nodes=2)).launcher_argv) == ["srun", "--distribution=block:block"]
     # a rank layout only masks give: srun takes no --hint beside --cpu-bind=mask_cpu
     masked = _profile(tmp_path, jean_zay, **{"launch.threads_request": "hint", "launch.cpu_bind_default": None,
                                              "launch.args": ["--distribution=block:cyclic"]})

@@ -51,6 +51,7 @@ from test_slurm_shapes import _load, site_kinds
 
 from hpcdl.errors import HpcdlError
 from hpcdl.plan import JobRequest, make_plan
+from hpcdl.render.jobscript import JobOptions, render_job_script
 from hpcdl.sites.registry import SHIPPED
 from hpcdl.sites.schema import srun_cpu_bind_of
 
@@ -157,7 +158,7 @@ def binding_mismatches(source: str, site, kind: str, request: dict) -> list[str]
     may use on this line; [] where the launch line gives explicit masks or binds as planned, or says
     the centre's --cpu-bind=none (no task bound by Slurm: each rank binds itself from plan.json)."""
     plan = make_plan(site, JobRequest(nodes=2, node_kind=kind, **request))
-    argv = list(plan.launcher_argv)
+    argv = step_line(site, plan)
     if not binds_by_cores(argv, site):
         return []  # mask_cpu: Slurm binds each task to the mask given for it, whatever the distribution
     facts = _node_facts(source, site, kind)
@@ -174,6 +175,22 @@ def binding_mismatches(source: str, site, kind: str, request: dict) -> list[str]
             out.append(f"{request or 'default'}: under {level} Slurm binds local tasks to "
                        f"{[_span(b) for b in bound]}, the plan means {[_span(p) for p in planned]} ({' '.join(argv)})")
     return out
+
+
+STEP_FROM_HEADER = ("--ntasks-per-node", "--cpus-per-task", "--hint", "--threads-per-core")
+
+
+def step_line(site, plan) -> list[str]:
+    """The srun line as its step takes it. A bare srun under the header (launch.srun_layout: header) takes the
+    header's tasks per node, its CPUs per task through the SRUN_CPUS_PER_TASK the job exports, and its --hint or
+    --threads-per-core (SLURM_HINT, SLURM_THREADS_PER_CORE): written here as srun options, as the step gets them
+    (tests/test_srun_layout.py holds a real sbatch job's bare srun to the same binding)."""
+    argv = list(plan.launcher_argv)
+    if site.launch.srun_layout != "header":
+        return argv
+    script = render_job_script(site, plan, {}, JobOptions(account="p"))
+    header = [line[len("#SBATCH "):] for line in script.splitlines() if line.startswith("#SBATCH ")]
+    return [argv[0], *(d for d in header if d.split("=", 1)[0] in STEP_FROM_HEADER), *argv[1:]]
 
 
 def binds_by_cores(argv: list[str], site) -> bool:
@@ -334,7 +351,7 @@ def slurmd_mismatches(slurm_clusters, source: str, site, kind: str, cpu_bind: st
             plan = make_plan(site, JobRequest(nodes=2, node_kind=kind, **request))
         except HpcdlError:
             continue
-        line = list(plan.launcher_argv)
+        line = step_line(site, plan)
         says_unbound = _option(line, "--cpu-bind") == "none" or site.launch.cpu_bind_default == "none"
         if not binds_by_cores(line, site) and not (unbound_lines and says_unbound):
             continue  # explicit masks: Slurm binds each task to its own
@@ -378,7 +395,7 @@ def test_a_slurm_that_binds_by_default_gives_the_plans_cores(slurm_clusters, sou
     notices; unless the line asks --threads-per-core or --hint=nomultithread (Slurm counting fewer of a core's
     threads than it has), which "Implies --cpu-bind=threads" (srun(1)): then it binds them as planned either way."""
     site = _load(source)
-    lines = [make_plan(site, JobRequest(nodes=2, node_kind=kind, **r)).launcher_argv for r in ({}, {"mode": "per-socket"})]
+    lines = [step_line(site, make_plan(site, JobRequest(nodes=2, node_kind=kind, **r))) for r in ({}, {"mode": "per-socket"})]
     assert not any(w.startswith("--cpu-bind") for line in lines for w in line), lines
     assert not slurmd_mismatches(slurm_clusters, source, site, kind, POSED_CPU_BIND[site.launch.cpu_bind_default])
     unbound = slurmd_mismatches(slurm_clusters, source, site, kind, "none")

@@ -72,6 +72,11 @@ class HydraLauncher(Launcher):
 class SrunLauncher(Launcher):
     """Slurm srun: tasks per node, CPUs per task, and the plan's cores and GPUs for each task.
 
+    Where the centre's line is a bare srun under an #SBATCH header that asks the layout
+    (`launch.srun_layout: header`: NSC, Princeton, NREL, UQ RCC, Mahidol), the line restates none of it
+    (no --nodes, --ntasks, --ntasks-per-node, --cpus-per-task or GPU request): it names only the words
+    below that the header cannot give srun, and the job exports SRUN_CPUS_PER_TASK.
+
     When the plan's ranks sit on consecutive blocks of cores from core 0 (KNL, Perlmutter),
     `--cpus-per-task` with `--cpu-bind=cores` gives exactly them (NERSC affinity guide), with
     `--distribution=block:block` where two ranks share a socket of a multi-socket node (Slurm's
@@ -99,16 +104,27 @@ class SrunLauncher(Launcher):
 
     def command(self, plan: LaunchPlan, site: Site) -> list[str]:
         local = plan.local_ranks()
-        argv = [
-            "srun",
-            f"--nodes={plan.nodes}",
-            f"--ntasks={plan.world_size}",
-            f"--ntasks-per-node={plan.ranks_per_node}",
-            # Slurm's unit: CPUs per core as the site's Slurm counts them (schema: scheduler_cpus_per_core)
-            f"--cpus-per-task={cores_per_rank(plan) * site.node_kinds[plan.node_kind].cpus_per_core}",
-        ]
         node = site.node_kinds[plan.node_kind]
-        if site.defaults.tasks_per_socket:
+        # a bare srun (launch.srun_layout: header) takes the step's nodes, tasks, CPUs per task and GPUs from the
+        # #SBATCH header, as the centre's line does: sbatch hands srun the tasks per node and the GPUs
+        # (SLURM_NTASKS_PER_NODE, SLURM_GPUS_PER_NODE, a step's GRES "all of the generic resources that have been
+        # requested by the job", srun(1)), and the job script exports SRUN_CPUS_PER_TASK for the CPUs
+        restate = site.launch.srun_layout == "restate"
+        argv = ["srun"]
+        # (a bare srun may still name the nodes or the tasks, as the centre's line does: launch.srun_restates)
+        if "nodes" in site.launch.srun_restates:
+            argv.append(f"--nodes={plan.nodes}")
+        if "ntasks" in site.launch.srun_restates:
+            argv.append(f"--ntasks={plan.world_size}")
+        if restate:
+            argv += [
+                f"--nodes={plan.nodes}",
+                f"--ntasks={plan.world_size}",
+                f"--ntasks-per-node={plan.ranks_per_node}",
+                # Slurm's unit: CPUs per core as the site's Slurm counts them (schema: scheduler_cpus_per_core)
+                f"--cpus-per-task={cores_per_rank(plan) * node.cpus_per_core}",
+            ]
+        if site.defaults.tasks_per_socket and restate:
             # the header's most tasks on one socket, repeated "in every call of srun" (ULHPC), as its Slurm counts sockets
             argv.append(f"--ntasks-per-socket={node.tasks_per_scheduler_socket(min(r.cores) for r in local)}")
         fewer_threads = node.cpus_per_core < node.threads_per_core
@@ -122,12 +138,16 @@ class SrunLauncher(Launcher):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
         ranks_bind_themselves = (srun_cpu_bind_of(site.launch.args) is not None
                                  or site.launch.line_asks_no_binding)
-        if fewer_threads:
+        if fewer_threads and (restate or not (blocks or ranks_bind_themselves)):
             # ask for the unit -c was counted in, where that is fewer threads than a core has: the
             # default on Frontier and LUMI-G, what JSC asks of every job ("we strongly recommend
             # --hint=nomultithread (which implies --threads-per-core=1)"), in the centre's words
-            # (launch.threads_request); srun takes no --hint beside --cpu-bind, so masks keep the other
-            argv.append(threads_option(site, node, blocks or ranks_bind_themselves))
+            # (launch.threads_request); srun takes no --hint beside --cpu-bind, so masks keep the other.
+            # A bare srun under the header (srun_layout: header) has it from the header: sbatch's --hint and
+            # --threads-per-core reach srun as SLURM_HINT and SLURM_THREADS_PER_CORE (a real slurmd 22.05 bound a
+            # bare srun's tasks to one thread of each core under '#SBATCH --hint=nomultithread'); only beside a
+            # mask does the line say it
+            argv.append(srun_threads_word(plan, site))
         if ranks_bind_themselves:
             # the centre's own --cpu-bind=none (JSC's deep-learning jobs), kept in launch.args as written, a Slurm that
             # binds no task by itself (launch.cpu_bind_default: none, NRIS Olivia), or a bare srun whose centre does not
@@ -166,7 +186,9 @@ class SrunLauncher(Launcher):
             # Slurm's [type:]number, with the GRES type where the centre names it (CSC: --gres=gpu:a100:4)
             gpu_type = site.node_kinds[plan.node_kind].defaults.gpu_type
             typed = f"{gpu_type}:" if gpu_type else ""
-            if style == "gres":
+            if not restate:
+                pass  # the step has the job's GPUs of each node (srun_layout: header)
+            elif style == "gres":
                 argv.append(f"--gres=gpu:{typed}{len(gpus_used)}")
             elif style == "gpus-per-task":
                 if site.defaults.batch_request == "nodes":
@@ -210,6 +232,17 @@ class SrunLauncher(Launcher):
             else:
                 argv.append("--gpu-bind=mask_gpu:" + ",".join(_hex_mask(r.gpus) for r in local))
         return argv + list(site.launch.args)
+
+
+def srun_threads_word(plan: LaunchPlan, site: Site) -> str | None:
+    """The srun option that asks the hardware threads per core Slurm counts for this plan (threads_option), None
+    where Slurm counts all of a core's threads; the job's header asks the same (--hint or --threads-per-core)."""
+    node = site.node_kinds[plan.node_kind]
+    if node.cpus_per_core >= node.threads_per_core:
+        return None
+    blocks = _in_blocks(plan) and not _socket_lays_otherwise(plan, site)
+    binds_themselves = srun_cpu_bind_of(site.launch.args) is not None or site.launch.line_asks_no_binding
+    return threads_option(site, node, blocks or binds_themselves)
 
 
 def threads_option(site: Site, node: NodeKind, blocks: bool) -> str:

@@ -23,6 +23,7 @@ import jinja2
 from hpcdl import __version__
 from hpcdl.errors import HpcdlError
 from hpcdl.launchers.base import gpu_total_uneven
+from hpcdl.launchers.mpi import srun_threads_word
 from hpcdl.plan.model import Plan
 from hpcdl.plan.runtime import IMAGE, choose_runtime
 from hpcdl.runtimes import IMAGE_FILE_SUFFIX, image_reference, runtime_for
@@ -331,7 +332,10 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # Slurm: the hardware threads per core -c counts, asked for where fewer than the core has
         "threads_per_core": node.cpus_per_core if node.cpus_per_core < node.threads_per_core else None,
         # ... as the srun line asks it: --hint=nomultithread where the centre writes that (launch.threads_request)
-        "hint": "nomultithread" if "--hint=nomultithread" in plan.launcher_argv else None,
+        # (a bare srun, launch.srun_layout: header, names none: the header's reaches it as SLURM_HINT)
+        "hint": "nomultithread" if ("--hint=nomultithread" in plan.launcher_argv or (
+            plan.launcher == "srun" and site.launch.srun_layout == "header"
+            and srun_threads_word(plan, site) == "--hint=nomultithread")) else None,
         "gpus_per_rank": gpus_per_rank,
         # none where the node's GPUs come with the node and the batch system takes no GPU request
         # (TACC: "--gres | TACC does not support this option"); each rank still gets its own GPU
@@ -377,6 +381,12 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # "unset SLURM_EXPORT_ENV")
         "unset_export_env": scheduler == "slurm" == site.scheduler and any(
             d.startswith("--export=") and "ALL" not in d[len("--export="):].split(",") for d in defaults.directives),
+        # a bare srun under the header (launch.srun_layout: header) gets each task's CPUs only from the environment:
+        # "Beginning with 22.05, srun will not inherit the --cpus-per-task value requested by salloc or sbatch. It
+        # must be requested again with the call to srun or set with the SRUN_CPUS_PER_TASK environment variable"
+        # (sbatch(1), Slurm 22.05), as EPCC and NHR@FAU write it: export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
+        "srun_cpus_per_task": (scheduler == "slurm" == site.scheduler and site.launcher == "srun"
+                               and site.launch.srun_layout == "header" and site.defaults.batch_request == "tasks"),
         # LSF: -P project unless the profile says -G; PBS: -A account unless it says -P (NCI Gadi);
         # a profile's flag is for its own scheduler
         "account_flag": (site.defaults.account_flag if scheduler == site.scheduler and site.defaults.account_flag

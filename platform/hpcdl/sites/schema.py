@@ -958,6 +958,26 @@ class Launch(_Strict):
             "its socket. Unset, hpcdl cannot know and names it where two ranks share a socket"
         ),
     )
+    srun_layout: Literal["restate", "header"] = Field(
+        default="restate",
+        description=(
+            "how the srun line gives each step its layout: restate (hpcdl's srun repeats the header's --nodes, "
+            "--ntasks, --ntasks-per-node, --cpus-per-task and GPU request) or header, where the centre's line is a "
+            "bare srun that takes its layout from the #SBATCH header (NSC Berzelius, Princeton Della: 'srun python "
+            "...'): the line then names only what the header cannot give (the binding words hpcdl writes, --mpi, "
+            "--gpu-bind, --threads-per-core/--hint, which sbatch passes no srun) and launch.args, and the job exports "
+            "SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK, since srun 22.05 'will not inherit the --cpus-per-task value "
+            "requested by salloc or sbatch' (sbatch(1)); every task sees its node's GPUs (gpu_visibility: node, "
+            "required where the node has GPUs) and drives the plan's"
+        ),
+    )
+    srun_restates: tuple[Literal["nodes", "ntasks"], ...] = Field(
+        default=(),
+        description=(
+            "with srun_layout: header, the layout options the centre's otherwise bare srun names all the same: nodes "
+            "(--nodes=N; Mahidol MAI HPC: 'srun -N 2 python3 train_ddp_2node.py') and ntasks (--ntasks=N)"
+        ),
+    )
     gpu_bind: Literal["map", "closest", "wrapper"] = Field(
         default="map",
         description=(
@@ -1282,6 +1302,11 @@ class Site(_Strict):
         if self.launch.gpu_bind_default and self.launch.gpu_visibility != "node":
             raise ValueError("launch.gpu_bind_default: every task seeing the step's GPUs, but launch.gpu_visibility is "
                              "per-rank, whose ranks need their GPUs bound; set gpu_visibility: node, or unset it")
+        if self.launch.srun_layout == "header":
+            self._srun_layout_header_fits()
+        elif self.launch.srun_restates:
+            raise ValueError("launch.srun_restates: the layout options a bare srun names all the same, but "
+                             "launch.srun_layout is restate (the line names every one); set srun_layout: header")
         if self.launch.gpu_bind != "map" and self.launcher != "srun":
             raise ValueError(f"launch.gpu_bind: how srun binds GPUs to tasks, but the launcher is {self.launcher}")
         if self.launch.gpu_bind != "map" and self.launch.gpu_visibility == "node":
@@ -1361,6 +1386,27 @@ class Site(_Strict):
             )
         self._cpu_counting_stated()
         return self
+
+    def _srun_layout_header_fits(self) -> None:
+        """launch.srun_layout: header leaves tasks, CPUs and GPUs to the #SBATCH header: the header must ask them,
+        and nothing may bind a task's GPUs but the plan."""
+        if self.launcher != "srun":
+            raise ValueError(f"launch.srun_layout: header is a bare srun under an #SBATCH header, but the launcher "
+                             f"is {self.launcher}")
+        if self.defaults.batch_request != "tasks":
+            raise ValueError(f"launch.srun_layout: header takes the ranks' tasks and CPUs from the #SBATCH header, but "
+                             f"defaults.batch_request is {self.defaults.batch_request} (a header that does not ask "
+                             "them); keep one")
+        if (self.launch.gpu_visibility != "node" and self.launch.gpu_bind != "closest"
+                and any(k.gpus for k in self.node_kinds.values())):
+            # (srun's --gpu-bind=closest, NCSA's, still picks each task's own among them)
+            raise ValueError("launch.srun_layout: header starts every task with the job's GPUs of its node (srun(1): a "
+                             "step 'is allocated all of the generic resources that have been requested by the job'), "
+                             "but launch.gpu_visibility is per-rank; set gpu_visibility: node")
+        if self.defaults.gpu_request == "gpus-per-task":
+            raise ValueError("launch.srun_layout: header leaves the GPUs to the header, but defaults.gpu_request: "
+                             "gpus-per-task would have srun give each task its own (SLURM_GPUS_PER_TASK); ask them "
+                             "per node or per job")
 
     def _cpu_counting_stated(self) -> None:
         """On an SMT node the unit of Slurm's -c and PBS ncpus (a core or a hardware thread) decides every CPU
