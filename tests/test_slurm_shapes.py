@@ -157,7 +157,10 @@ def side_by_side(shapes) -> list[tuple[NodeShape, ...]]:
     different and its machines agreeing on the default task distribution (slurm.conf says it once).
     """
     groups: list[list[NodeShape]] = []
-    for shape in dict.fromkeys(shapes):
+    shapes = list(dict.fromkeys(shapes))
+    # the most shared partition names first (seven machines call theirs `gpu`): each needs a cluster of its own
+    names = [shape.partition for shape in shapes]
+    for shape in sorted(shapes, key=lambda shape: -names.count(shape.partition)):
         group = next((g for g in groups if len(g) < SIDE_BY_SIDE and shape.partition not in {s.partition for s in g}
                       and g[0].distribution_default == shape.distribution_default), None)
         if group is None:
