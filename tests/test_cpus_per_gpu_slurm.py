@@ -20,11 +20,6 @@ from hpcdl.render.jobscript import JobOptions, render_job_script
 from hpcdl.sites import load_site
 
 
-def _sbatch(cluster, *args, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run(["sbatch", *map(str, args)], capture_output=True, text=True, env=cluster.env, cwd=cwd,
-                          timeout=60)
-
-
 def test_slurm_allocates_the_cpus_asked_per_gpu_and_each_task_gets_its_gpus_share(slurm_clusters, tmp_path):
     site = load_site("baskerville")
     shape = NodeShape.from_site(site, "a100-40")
@@ -39,16 +34,16 @@ def test_slurm_allocates_the_cpus_asked_per_gpu_and_each_task_gets_its_gpus_shar
         " ".join(plan.launcher_argv) + " bash -c 'echo TASK $SLURM_PROCID $SLURM_CPUS_PER_TASK'", ""]))
 
     # the header as rendered can be allocated: the eight GPUs' 36 CPUs each, every CPU of both nodes
-    proc = _sbatch(cluster, "--test-only", script, cwd=tmp_path)
+    proc = cluster.sbatch("--test-only", script, cwd=tmp_path)
     assert proc.returncode == 0 and "using 288 processors" in proc.stderr, proc.stderr
     # ... and one CPU a GPU more is not: the option counts
     greedy = tmp_path / "greedy.sh"
     greedy.write_text(re.sub(r"(?m)^#SBATCH --cpus-per-gpu=36$", "#SBATCH --cpus-per-gpu=37", script.read_text()))
-    proc = _sbatch(cluster, "--test-only", greedy, cwd=tmp_path)
+    proc = cluster.sbatch("--test-only", greedy, cwd=tmp_path)
     assert proc.returncode != 0 and "Requested node configuration is not available" in proc.stderr, proc.stderr
 
     # the step's --cpus-per-task wins over the job's SLURM_CPUS_PER_GPU: each of the eight tasks gets 36 CPUs
-    proc = _sbatch(cluster, "--parsable", script, cwd=tmp_path)
+    proc = cluster.sbatch("--parsable", script, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip().split(";")[0]
     deadline = time.monotonic() + 120

@@ -10,7 +10,6 @@ stages a data set so: "#SBATCH --gres=gpu:v100:1,nvme:100", then "tar xf ... -C 
 
 from __future__ import annotations
 
-import subprocess
 
 import pytest
 import yaml
@@ -126,8 +125,7 @@ def test_a_slurm_posing_puhtis_gpu_node_with_its_nvme_allocates_the_staging_job_
     def test_only(text: str):
         script = tmp_path / "job.sh"
         script.write_text(text)
-        return subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True,
-                              env=cluster.env, cwd=tmp_path, timeout=60)
+        return cluster.sbatch("--test-only", script, cwd=tmp_path)
 
     for request, asked in (({"nodes": 2}, "gpu:v100:4,nvme:3600"), ({"nodes": 1, "ranks_per_node": 1}, "gpu:v100:1,nvme:900")):
         plan = make_plan(site, JobRequest(**request))

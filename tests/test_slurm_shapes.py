@@ -266,11 +266,6 @@ def _srun_knows(arg: str, conf: str) -> bool:
     return proc.returncode == 0
 
 
-def sbatch(cluster, *args, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run(["sbatch", *map(str, args)], capture_output=True, text=True, env=cluster.env, cwd=cwd,
-                          timeout=60)
-
-
 def wait_gone(cluster, job_id: str, timeout: float = 120) -> dict[str, str]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -322,7 +317,7 @@ def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters
 
     # 1. the script as the machine would get it
     plan, script = render(site, kind, tmp_path / "as-rendered", runnable=False)
-    proc = sbatch(cluster, "--test-only", *posed_partition(shape, script), script, cwd=tmp_path)
+    proc = cluster.sbatch("--test-only", *posed_partition(shape, script), script, cwd=tmp_path)
     assert proc.returncode == 0 and "to start at" in proc.stderr, (
         f"{site.name} {kind}: Slurm shaped like the node refuses the rendered job:\n{proc.stderr}\n"
         + "\n".join(line for line in script.read_text().splitlines() if line.startswith("#SBATCH")))
@@ -345,14 +340,14 @@ def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters
         text = re.sub(r"(?m)^(#SBATCH --nodes=\d+)$",
                       rf"\1\n#SBATCH --ntasks-per-node={plan.ranks_per_node}\n#SBATCH --cpus-per-task=0{unit}", text)
     greedy.write_text(re.sub(r"(?m)^#SBATCH --cpus-per-task=\d+$", f"#SBATCH --cpus-per-task={too_many}", text))
-    proc = sbatch(cluster, "--test-only", *posed_partition(shape, greedy), greedy, cwd=tmp_path)
+    proc = cluster.sbatch("--test-only", *posed_partition(shape, greedy), greedy, cwd=tmp_path)
     assert proc.returncode != 0 and "Requested node configuration is not available" in proc.stderr, proc.stderr
 
     # 3. the job step itself, with the probe in place of the trainer
     if site.launcher != "srun":
         return  # ibrun/mpirun are not on this host; Slurm judged the allocation above
     plan, probe_script = render(site, kind, tmp_path / "run", runnable=True, conf=str(cluster.conf))
-    proc = sbatch(cluster, "--parsable", *posed_partition(shape, probe_script), probe_script, cwd=tmp_path)
+    proc = cluster.sbatch("--parsable", *posed_partition(shape, probe_script), probe_script, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip().split(";")[0]
     fields = wait_gone(cluster, job_id)
@@ -424,10 +419,10 @@ def test_slurm_posed_from_the_centre_refuses_a_profile_that_counts_cpus_wrongly(
     wrong_site = site.model_copy(update={"node_kinds": {**site.node_kinds, kind: wrong}})
     cluster = slurm_clusters.ensure(NODES, shape)
     _, script = render(wrong_site, kind, tmp_path / "wrong", runnable=False)
-    proc = sbatch(cluster, "--test-only", script, cwd=tmp_path)
+    proc = cluster.sbatch("--test-only", script, cwd=tmp_path)
     assert proc.returncode != 0, f"{name}: Slurm posed from the centre's facts took -c for {counted} CPUs per core"
     _, script = render(site, kind, tmp_path / "right", runnable=False)
-    proc = sbatch(cluster, "--test-only", script, cwd=tmp_path)
+    proc = cluster.sbatch("--test-only", script, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -440,9 +435,9 @@ def test_machines_posed_side_by_side_judge_each_job_by_its_own_partitions_nodes(
     assert cluster.nodes_of(small) == ["n1", "n2"] and cluster.nodes_of(large) == ["n3", "n4"]
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=1 --cpus-per-task=32\nsrun true\n")
-    taken = sbatch(cluster, "--test-only", "--partition=large", script, cwd=tmp_path)
+    taken = cluster.sbatch("--test-only", "--partition=large", script, cwd=tmp_path)
     assert taken.returncode == 0 and "n[3-4]" in taken.stderr, taken.stderr
-    refused = sbatch(cluster, "--test-only", "--partition=small", script, cwd=tmp_path)
+    refused = cluster.sbatch("--test-only", "--partition=small", script, cwd=tmp_path)
     assert refused.returncode != 0 and "Requested node configuration is not available" in refused.stderr, refused.stderr
     with pytest.raises(ValueError, match="share a partition"):
         slurm_clusters.ensure(NODES, shapes=(small, replace(large, partition="small")))

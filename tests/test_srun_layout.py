@@ -13,7 +13,6 @@ binding leaves the tasks unbound (or, measured with 2 tasks of -c2 on a whole no
 
 from __future__ import annotations
 
-import subprocess
 
 import pytest
 import yaml
@@ -122,8 +121,7 @@ def _slurmd_masks(cluster, script_lines: list[str], tmp_path) -> list[int] | Non
     seen = log.read_text(errors="replace").count(marker)
     job = tmp_path / "job.sh"
     job.write_text("\n".join(["#!/bin/bash", *script_lines, ""]))
-    done = subprocess.run(["sbatch", "--wait", "--output=/dev/null", str(job)], env=cluster.env,
-                          capture_output=True, text=True, timeout=120)
+    done = cluster.sbatch("--wait", "--output=/dev/null", job, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr + cluster.logs()
     lines = [line for line in log.read_text(errors="replace").splitlines() if marker in line]
     if len(lines) == seen:

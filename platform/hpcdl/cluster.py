@@ -253,6 +253,13 @@ class NodeShape:
         )
 
 
+def _posed(shape: NodeShape | None, shapes: tuple[NodeShape, ...]) -> tuple[NodeShape, ...]:
+    """The machines a cluster poses: one `shape`, several `shapes`, or none."""
+    if shape is not None and shapes:
+        raise ValueError("give one shape or several shapes, not both")
+    return tuple(shapes) or ((shape,) if shape is not None else ())
+
+
 def _check_side_by_side(shapes: tuple[NodeShape, ...]) -> None:
     """Machines posed in one cluster need partitions of their own, and must agree on what slurm.conf
     says once for all (the default task distribution)."""
@@ -274,10 +281,7 @@ class SlurmCluster:
                  task_layout: bool = False, shapes: tuple[NodeShape, ...] = ()):
         self.root = Path(root)
         self.nodes = nodes
-        if shape is not None and shapes:
-            raise ValueError("give one shape or several shapes, not both")
-        self.shapes = tuple(shapes) or ((shape,) if shape is not None else ())
-        self.shape = self.shapes[0] if len(self.shapes) == 1 else None
+        self.shapes = _posed(shape, shapes)
         if task_layout and not self.shapes:
             raise ValueError("task_layout: the tasks are laid out over a posed node; give its shape")
         _check_side_by_side(self.shapes)
@@ -533,6 +537,11 @@ class SlurmCluster:
             time.sleep(0.2)
         raise SlurmError(f"Slurm did not come up: sinfo says {proc.stdout.strip()!r}\n{self.logs()}")
 
+    def sbatch(self, *args, cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+        """`sbatch ARGS` against this cluster (its SLURM_CONF), output captured: a job or a --test-only request."""
+        return subprocess.run(["sbatch", *map(str, args)], capture_output=True, text=True, env=self.env, cwd=cwd,
+                              timeout=timeout)
+
     def logs(self, lines: int = 20) -> str:
         out = []
         for log in sorted((self.root / "log").glob("*.log")):
@@ -627,7 +636,7 @@ class SlurmClusters:
                shapes: tuple[NodeShape, ...] = ()) -> SlurmCluster:
         """A cluster of `nodes` nodes, shaped like `shape` when given (laying tasks out over it with
         task_layout), or `nodes` of each of several `shapes` side by side; the one up is reused when it fits."""
-        wanted = tuple(shapes) or ((shape,) if shape is not None else ())
+        wanted = _posed(shape, shapes)
         current = self.current
         if current is not None and current.nodes == nodes and current.shapes == wanted and \
                 current.task_layout == task_layout:
