@@ -191,14 +191,12 @@ def container_argv(site: Site) -> tuple[tuple[str, ...], tuple[tuple[str, str, s
         site = with_project(site, None, account_suffix=site.node_kind()[1].defaults.account_suffix)
     except HpcdlError:
         pass
+    # the job's work folder ($SLURM_TMPDIR) is the job's too: a wrapper also runs on a login node, outside any job,
+    # where the runtime's own default serves
+    site = site.model_copy(update={"container": site.container.model_copy(update={"workdir": None})})
     plan = make_plan(site, JobRequest(nodes=1, ranks_per_node=1))
     runtime = runtime_for(site.runtime)
     argv = list(runtime.command(plan, site, IMAGE_SLOT))
-    if site.container.workdir and "--workdir" in argv:
-        # the job's work folder ($SLURM_TMPDIR) is the job's: a wrapper also runs on a login node, outside any job,
-        # where the runtime's own default serves
-        i = argv.index("--workdir")
-        del argv[i : i + 2]
     binds, first = [], None
     for path in runtime.binds(site):
         for i in range(1, len(argv)):
