@@ -432,7 +432,7 @@ class JsrunLauncher(Launcher):
             # `--cpu_per_rs ALL_CPUS`: the set holds every core, the ranks bind to theirs inside it)
             sets_per_node, tasks, gpus = 1, plan.ranks_per_node, len(gpus_used)
             node = site.node_kinds[plan.node_kind]
-            usable = sum(len(node.usable_cores_of_socket(s)) for s in range(node.sockets))
+            usable = node.usable_cores
             cpus = str(c * tasks) if c * tasks == usable else "ALL_CPUS"
         elif len({len(r.gpus) for r in local}) == 1:
             sets_per_node, tasks, gpus = plan.ranks_per_node, 1, len(local[0].gpus)

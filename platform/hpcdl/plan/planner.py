@@ -65,10 +65,9 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     if site.retired:  # the profile stays for the published runs made on it; a user should know it no longer runs jobs
         notes.append(f"site {site.name} was retired ({site.retired.date}, {site.retired.source}): "
                      "this plan reproduces how jobs ran there")
-    whole_from = site.defaults.whole_nodes_from
-    if use_gpus and whole_from and request.nodes >= whole_from and not site.job_defaults(kind_name).exclusive:
+    if use_gpus and _given_whole(site, kind_name, request.nodes):
         notes.append(f"a job of {request.nodes} nodes gets them whole from the site's Slurm, though it names no "
-                     f"--exclusive (defaults.whole_nodes_from: {whole_from}): planned as on whole nodes")
+                     f"--exclusive (defaults.whole_nodes_from: {site.defaults.whole_nodes_from}): planned as on whole nodes")
     slots = _slots(site, kind_name, node, request, mode, use_gpus, notes)
     _check_partial_nodes(site, kind_name, node, request, slots)
     cores = _cores_of_slots(site, node, slots, notes, _shared_node(site, kind_name, use_gpus, request.nodes))
@@ -486,13 +485,17 @@ def _shared_node(site: Site, kind_name: str, use_gpus: bool, nodes: int) -> bool
     scheduled": two of a node's eight V100 with all 36 cores would leave the other six no core to run beside).
     Not a job of so many nodes that the site's scheduler gives them whole anyway (`defaults.whole_nodes_from`;
     OSC: "if you request > 1 nodes, it doesn't matter how many cores you request - you get the whole node")."""
-    if not use_gpus or site.job_defaults(kind_name).exclusive:
-        return False
-    whole_from = site.defaults.whole_nodes_from
-    if whole_from and nodes >= whole_from:
+    if not use_gpus or site.job_defaults(kind_name).exclusive or _given_whole(site, kind_name, nodes):
         return False
     # a PBS queue that hands every chunk its node's CPUs (pbs_request: processes, AIST ABCI 3.0's rt_HF) shares no cores
     return site.scheduler == "slurm" or (site.scheduler == "pbs" and site.defaults.pbs_request != "processes")
+
+
+def _given_whole(site: Site, kind_name: str, nodes: int) -> bool:
+    """A job on nodes it does not ask whole that is large enough for the site's scheduler to give them whole
+    anyway (`defaults.whole_nodes_from`)."""
+    whole_from = site.defaults.whole_nodes_from
+    return bool(whole_from) and nodes >= whole_from and not site.job_defaults(kind_name).exclusive
 
 
 def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[str],
@@ -532,7 +535,7 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
         notes.append(f"{per_rank} cores per rank from the site profile")
     if shared_node and node.gpus and all(slot.gpus for slot in slots):
         # a rank on a node the job shares takes the cores that come with its GPUs, not its socket's
-        per_gpu = sum(len(node.usable_cores_of_socket(s)) for s in range(node.sockets)) // len(node.gpus)
+        per_gpu = node.usable_cores // len(node.gpus)
         share = per_gpu * min(len(slot.gpus) for slot in slots)
         if 0 < share < per_rank:
             per_rank = share

@@ -360,7 +360,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # allocation-packs, where srun says the rest)
         "batch_request": site.defaults.batch_request,
         # cores: the header asks each node's every usable core as a task of one CPU, srun the ranks (EPCC Tursa)
-        "node_cores": sum(len(node.usable_cores_of_socket(s)) for s in range(node.sockets)),
+        "node_cores": node.usable_cores,
         # the job's total tasks named beside the tasks per node, where the centre's scripts count them so (CSD3)
         "total_tasks": plan.nodes * plan.ranks_per_node if site.defaults.total_tasks else None,
         # the most tasks on one socket as the site's Slurm counts sockets, where the centre's scripts ask it (ULHPC)
@@ -464,7 +464,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # but only use a subset": eight V100 ranks of 4 cores on a 36-core Casper node ask ncpus=36, "the maximum
         # resource request", which "will always provide you with an exclusive node"); a shared chunk its ranks'
         used = plan.ranks_per_node * job["cpus_per_rank"]
-        whole = sum(len(node.usable_cores_of_socket(s)) for s in range(node.sockets)) * node.cpus_per_core
+        whole = node.usable_cores * node.cpus_per_core
         ncpus = f":ncpus={whole if share is None else used}"
         if scheduler == site.scheduler and site.defaults.pbs_request == "processes":
             ncpus = ""  # the queue gives every chunk its node's CPUs (ABCI: "the user cannot change it")
@@ -506,7 +506,7 @@ def node_share(node: NodeKind, job: dict, ranks_per_node: int) -> Fraction | Non
     if job["gpus_per_node"] and node.gpus:
         share = Fraction(job["gpus_per_node"], len(node.gpus))
     else:
-        usable = sum(len(node.usable_cores_of_socket(s)) for s in range(node.sockets)) * node.cpus_per_core
+        usable = node.usable_cores * node.cpus_per_core
         share = Fraction(ranks_per_node * job["cpus_per_rank"], usable)
     return share if share < 1 else None
 
@@ -554,11 +554,12 @@ def queue_by_size(site: Site, plan: Plan, defaults):
         if (size.max_nodes is None or plan.nodes <= size.max_nodes) and (size.max_gpus is None or gpus <= size.max_gpus):
             return size
     last = sizes[-1]
+    queue = last.partition or last.qos or "its queue"
     if last.max_gpus is not None and gpus > last.max_gpus:
         raise HpcdlError(f"gpus: {gpus} is more than any queue of site {site.name!r} takes "
-                         f"(defaults.partition_by_nodes: at most {last.max_gpus} GPUs in {last.partition or last.qos or 'its queue'})")
+                         f"(defaults.partition_by_nodes: at most {last.max_gpus} GPUs in {queue})")
     raise HpcdlError(f"nodes: {plan.nodes} is more than any queue of site {site.name!r} takes "
-                     f"(defaults.partition_by_nodes: at most {last.max_nodes} in {last.partition or last.qos or 'its queue'})")
+                     f"(defaults.partition_by_nodes: at most {last.max_nodes} in {queue})")
 
 
 def job_account(site: Site, plan: Plan, account: str | None) -> str | None:

@@ -74,6 +74,20 @@ ALWAYS_SET = ("USER", "HOME", "LOGNAME", "HOSTNAME", "PWD", "TMPDIR")
 SCHEDULER_VARIABLE_PREFIX = {"slurm": "SLURM_", "lsf": "LSB_", "pbs": "PBS_", "local": "HPCDL_"}
 # $NAME, ${NAME} or ${NAME%word} (a literal suffix removed): the references a path expands (hpcdl.shell)
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:%[A-Za-z0-9._-]+)?\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def _absolute_in_job(value: str) -> str:
+    """A path a job uses as it runs: absolute, or starting with a variable the job has that expands to one. A job runs
+    in its own folder, so a relative path would be read, made or sourced wherever that is (a relative modules.init
+    sourced ../../../../etc/passwd)."""
+    if not (value.startswith("/") or _VARIABLE.match(value)):
+        raise ValueError(f"{value!r} must be an absolute path (or start with a $VARIABLE the job has, such as $HOME, "
+                         "$SLURM_TMPDIR or one named in provides_env)")
+    return value
+
+
+#: a path the job uses as it runs (modules.init, filesystems.tmpdir, container.workdir)
+JobPath = Annotated[str, AfterValidator(_plain_path), AfterValidator(_absolute_in_job)]
 #: the placeholder in a site path that takes the account/project given at render time
 PROJECT_PLACEHOLDER = "{project}"
 _DIRECTIVE = re.compile(r"^--?[A-Za-z][A-Za-z0-9_-]*(?:[ =][A-Za-z0-9._:+=,@/%\[\]-]+)?$")
@@ -406,6 +420,11 @@ class NodeKind(_Strict):
         return self.scheduler_cpus_per_core or self.threads_per_core
 
     @property
+    def usable_cores(self) -> int:
+        """The node's cores less the reserved ones, over all its sockets."""
+        return sum(len(self.usable_cores_of_socket(s)) for s in range(self.sockets))
+
+    @property
     def usable_cores_per_socket(self) -> int:
         """Usable cores of the socket with the fewest (sockets are alike on every shipped node)."""
         return min(len(self.usable_cores_of_socket(s)) for s in range(self.sockets))
@@ -536,7 +555,7 @@ class Filesystems(_Strict):
         default=None, description="node-local storage for staged data, e.g. /mnt/bb/$USER on Summit"
     )
     node_local_kind: Literal["nvme", "ssd", "tmpfs", "burst-buffer", "ramdisk"] | None = None
-    tmpdir: SitePath | None = Field(
+    tmpdir: JobPath | None = Field(
         default=None,
         description=(
             "the folder every job makes its TMPDIR, created first thing, where the centre's scripts set their own "
@@ -553,15 +572,6 @@ class Filesystems(_Strict):
         ),
     )
 
-    @field_validator("tmpdir")
-    @classmethod
-    def _tmpdir_absolute(cls, tmpdir: str | None) -> str | None:
-        # the job's folder is not the ranks' working folder everywhere: a relative TMPDIR would point elsewhere
-        if tmpdir is not None and not (tmpdir.startswith("/") or _VARIABLE.match(tmpdir)):
-            raise ValueError(f"{tmpdir!r} must be an absolute path (or start with a $VARIABLE the job has, "
-                             "such as $SCRATCH named in provides_env)")
-        return tmpdir
-
     @model_validator(mode="after")
     def _gres_names_a_place(self) -> "Filesystems":
         if self.node_local_gres is not None and not self.node_local:
@@ -571,17 +581,7 @@ class Filesystems(_Strict):
 
 class Modules(_Strict):
     system: Literal["lmod", "tcl", "none"] = "lmod"
-    init: SitePath | None = Field(default=None, description="script to source so `module` exists in batch jobs")
-
-    @field_validator("init")
-    @classmethod
-    def _init_absolute(cls, init: str | None) -> str | None:
-        # a job script runs in its job folder: a relative path would be sourced from wherever that is;
-        # a leading variable ($HOME, or one the profile's provides_env names) expands to an absolute one
-        if init is not None and not (init.startswith("/") or _VARIABLE.match(init)):
-            raise ValueError(f"{init!r} must be an absolute path (or start with a $VARIABLE the job has, "
-                             "such as $HOME or one named in provides_env)")
-        return init
+    init: JobPath | None = Field(default=None, description="script to source so `module` exists in batch jobs")
     login_shell: bool = Field(
         default=False,
         description=(
@@ -1063,22 +1063,13 @@ class Container(_Strict):
         "driver libraries) or `--nvccli` (nvidia-container-cli sets the container up, where the centre's "
         "container stack asks for it)",
     )
-    workdir: SitePath | None = Field(
+    workdir: JobPath | None = Field(
         default=None,
         description="Apptainer/Singularity: the folder the runtime keeps its temporary files in (`--workdir`, the "
         "container's /tmp and /var/tmp), where the centre asks for one: a job's own /tmp often lives in memory the "
         "job has little of (the Alliance: '-W ${SLURM_TMPDIR}'); an absolute path or one under a variable the job "
         "has, expanded when the job runs",
     )
-
-    @field_validator("workdir")
-    @classmethod
-    def _workdir_absolute(cls, workdir: str | None) -> str | None:
-        # the runtime starts in the job folder: a relative folder would be made wherever each rank starts
-        if workdir is not None and not (workdir.startswith("/") or _VARIABLE.match(workdir)):
-            raise ValueError(f"{workdir!r} must be an absolute path (or start with a $VARIABLE the job has, "
-                             "such as $SLURM_TMPDIR)")
-        return workdir
 
 
 class SiteEnvironment(_Strict):
