@@ -1240,3 +1240,34 @@ def test_a_centres_own_tmpdir_is_made_first_and_reaches_every_rank(tmp_path):
         _profile(tmp_path, cx3, **{"filesystems.tmpdir": "$WORKDIR/tmp"})
     with pytest.raises(Exception, match=r"tmpdir.*must be an absolute path"):
         _profile(tmp_path, cx3, **{"filesystems.tmpdir": "tmp"})
+
+
+def test_closest_binds_by_each_gpus_own_cores_where_the_profile_names_them(tmp_path):
+    """gpus[].cores: the cores the site's Slurm ties a GPU to (gres.conf Cores=), by which --gpu-bind=closest picks a
+    task's GPUs. On the HPE Cray EX235a blade two GCDs share a NUMA domain but each has its own 8-core L3 region (OLCF
+    Frontier: --gpu-bind=closest gives rank 0 on cores 1-7 GCD 4 alone), so closest gives each rank the plan's one
+    GCD and the line says --gpu-bind=closest as the centres' lines do (Frontier's, and the ones published for CINES
+    Adastra); by NUMA domain alone it would give two, and the line binds the plan's map instead."""
+    frontier = SHIPPED / "frontier.yaml"
+    gpus = yaml.safe_load(frontier.read_text())["node_kinds"]["mi250x"]["gpus"]
+    l3 = {0: 48, 1: 56, 2: 16, 3: 24, 4: 0, 5: 8, 6: 32, 7: 40}  # GCD -> first core of its L3 region
+    tied = [{**g, "cores": list(range(l3[i], l3[i] + 8))} for i, g in enumerate(gpus)]
+    by_domain = make_plan(_profile(tmp_path, frontier, **{"launch.gpu_bind": "closest"}), JobRequest(nodes=2))
+    assert "--gpu-bind=map_gpu:0,1,2,3,4,5,6,7" in by_domain.launcher_argv
+    assert any("launch.gpu_bind: closest would not give" in n for n in by_domain.notes)
+    site = _profile(tmp_path, frontier, **{"launch.gpu_bind": "closest", "node_kinds.mi250x.gpus": tied})
+    plan = make_plan(site, JobRequest(nodes=2))
+    assert "--gpu-bind=closest" in plan.launcher_argv and not any("map_gpu" in w for w in plan.launcher_argv)
+    assert not any("closest would not give" in n for n in plan.notes)
+    assert [r.gpus for r in plan.local_ranks()] == [(i,) for i in range(8)]
+    # a GPU tied to other cores than the plan gives it: the line binds the plan's map, and the note names the field
+    swapped = [{**g, "cores": tied[1 - i]["cores"]} if i < 2 else g for i, g in enumerate(tied)]
+    plan = make_plan(_profile(tmp_path, frontier, **{"launch.gpu_bind": "closest", "node_kinds.mi250x.gpus": swapped}),
+                     JobRequest(nodes=2))
+    assert any(w.startswith("--gpu-bind=map_gpu:") for w in plan.launcher_argv)
+    assert any("GPU(s) of its cores (gpus[].cores) are 1" in n for n in plan.notes), plan.notes
+    for bad, says in (({**tied[0], "cores": [64]}, r"gpus\[0\]\.cores: core 64 is not on the node"),
+                      ({**tied[0], "cores": [0]}, r"gpus\[0\]\.cores: core 0 is not in the GPU's NUMA domain 3"),
+                      ({k: v for k, v in tied[0].items() if k != "cores"}, r"gpus\[\]\.cores: give every GPU its cores")):
+        with pytest.raises(Exception, match=says):
+            _profile(tmp_path, frontier, **{"node_kinds.mi250x.gpus": [bad, *tied[1:]]})

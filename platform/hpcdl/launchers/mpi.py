@@ -329,17 +329,24 @@ def closest_gpus_misses(plan: LaunchPlan, site: Site) -> str | None:
     srun(1): "closest: Bind each task to the GPU(s) which are closest" to its CPUs, by the node's GPU
     affinity (the NUMA domain, or the socket, each GPU sits beside). That is the plan's choice only where
     the GPUs beside a rank's cores are exactly the rank's own: two GPUs beside one rank's cores, for a
-    rank that drives one of them, leave the choice to Slurm."""
+    rank that drives one of them, leave the choice to Slurm. Where the profile names each GPU's own cores
+    (gpus[].cores, the site's gres.conf Cores=), Slurm's nearest GPUs are those whose cores the rank's
+    cores hold (HPE Cray EX235a: one GCD per 8-core L3 region, two per NUMA domain)."""
     node = site.node_kinds[plan.node_kind]
+    by_cores = bool(node.gpus) and all(g.cores for g in node.gpus)
     for r in plan.local_ranks():
         if not r.gpus:
             continue
-        beside = {(node.socket_of_core(c), node.domain_of_core(c) if node.domains_per_socket > 1 else None)
-                  for c in r.cores}
-        nearest = sorted(i for i, g in enumerate(node.gpus)
-                         if (g.socket, g.domain if node.domains_per_socket > 1 else None) in beside)
+        if by_cores:
+            nearest = sorted(i for i, g in enumerate(node.gpus) if set(g.cores) & set(r.cores))
+        else:
+            beside = {(node.socket_of_core(c), node.domain_of_core(c) if node.domains_per_socket > 1 else None)
+                      for c in r.cores}
+            nearest = sorted(i for i, g in enumerate(node.gpus)
+                             if (g.socket, g.domain if node.domains_per_socket > 1 else None) in beside)
         if nearest != sorted(r.gpus):
-            where = "NUMA domain" if node.domains_per_socket > 1 else "socket"
+            where = ("cores (gpus[].cores)" if by_cores else
+                     "NUMA domain" if node.domains_per_socket > 1 else "socket")
             return (f"local rank {r.local_rank} on cores {_cpu_ranges(list(r.cores))} drives GPU(s) "
                     f"{','.join(map(str, r.gpus))}, but the GPU(s) of its {where} are "
                     f"{','.join(map(str, nearest)) or 'none'}")

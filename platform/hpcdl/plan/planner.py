@@ -344,6 +344,8 @@ def _slots(
             # (--gpu-bind=closest): a node not filled takes the GPUs beside its first cores, as Pawsey's 3 packs
             # on chiplets 0-2 drive the GCDs beside them
             def first(g: int) -> int:
+                if node.gpus[g].cores:  # the cores the site's Slurm ties the GPU to (gpus[].cores)
+                    return min(node.gpus[g].cores)
                 domain = node.gpus[g].domain
                 return node.cores_of_socket(node.gpus[g].socket)[0] if domain is None else domain * node.cores_per_domain
         return [_Slot(socket=node.gpus[g].socket, domain=node.gpus[g].domain, gpus=(g,))

@@ -124,6 +124,15 @@ class Gpu(_Strict):
     )
     vendor: GpuVendor = "nvidia"
     memory_gb: float | None = Field(default=None, gt=0, le=4096, allow_inf_nan=False)
+    # Slurm binds --gpu-bind=closest by gres.conf's Cores= for each GPU (srun(1): "the GPU(s) which are
+    # closest"; gres.conf(5): "Cores ... the specific cores which can use this resource"), which may be
+    # finer than a NUMA domain: on the HPE Cray EX235a blade each GCD is tied to one 8-core L3 region
+    # though two GCDs share a domain (OLCF Frontier: --gpu-bind=closest gives rank 0 on cores 1-7 GCD 4 alone)
+    cores: tuple[int, ...] | None = Field(
+        default=None, min_length=1,
+        description="the cores (numbered across the node) the site's Slurm ties the GPU to (gres.conf Cores=), "
+                    "where the centre's lines bind by --gpu-bind=closest and that is finer than its NUMA domain",
+    )
 
     @field_validator("vendor", mode="before")
     @classmethod
@@ -480,6 +489,16 @@ class NodeKind(_Strict):
                         f"{what}[{i}].domain: {dev.domain} is not on socket {dev.socket} "
                         f"({self.domains_per_socket} domain(s) per socket, numbered across the node)"
                     )
+        for i, gpu in enumerate(self.gpus):
+            for core in gpu.cores or ():
+                if not 0 <= core < self.cores:
+                    raise ValueError(f"gpus[{i}].cores: core {core} is not on the node (cores 0..{self.cores - 1})")
+                if self.socket_of_core(core) != gpu.socket:
+                    raise ValueError(f"gpus[{i}].cores: core {core} is not on the GPU's socket {gpu.socket}")
+                if gpu.domain is not None and self.domain_of_core(core) != gpu.domain:
+                    raise ValueError(f"gpus[{i}].cores: core {core} is not in the GPU's NUMA domain {gpu.domain}")
+        if any(g.cores for g in self.gpus) and not all(g.cores for g in self.gpus):
+            raise ValueError("gpus[].cores: give every GPU its cores or none (Slurm's gres.conf ties each GPU to its own)")
         ports = [f"{n.device}:{n.port}" for n in self.nics if n.device]
         for port in ports:
             if ports.count(port) > 1:
