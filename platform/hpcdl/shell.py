@@ -24,7 +24,7 @@ class RuntimeExpands(str):
     path that names the container's own value (LD_LIBRARY_PATH=/host/lib:$LD_LIBRARY_PATH).
     Apptainer evaluates --env values "in the container context" (its "Using Container Variables":
     escape the `$` as `\\$`); ch-run expands $VAR in --set-env values. The job shell expands nothing:
-    the word is double-quoted, every quote, `$`, backtick and backslash escaped with a backslash.
+    every quote, `$`, backtick and backslash is escaped with a backslash, the rest quoted as shlex quotes.
     """
 
 
@@ -43,8 +43,8 @@ def quote(value) -> str:
         return path_with_variables(value)
     if isinstance(value, RuntimeExpands):
         one_line("container setting", value)
-        # the specials backslashed outside the quotes, which bash and shlex read alike
-        return "".join(f"\\{part}" if part in '\\"$`' else f'"{part}"'
+        # the specials backslashed outside quotes, which bash and shlex read alike (no "A"\\$"B": SC2140)
+        return "".join(f"\\{part}" if part in '\\"$`' else shlex.quote(part)
                        for part in re.split(r'([\\"$`])', str(value)) if part)
     text = str(value)
     if not any(c in text for c in "'\"$`\\") and text.isprintable():
