@@ -7,7 +7,7 @@ import re
 from hpcdl.errors import HpcdlError
 from hpcdl.launchers.base import LaunchPlan
 from hpcdl.registry import Registry
-from hpcdl.shell import Expanding
+from hpcdl.shell import Expanding, RuntimeExpands
 from hpcdl.sites.schema import Site
 
 
@@ -22,12 +22,39 @@ class Runtime:
         return {}
 
     def binds(self, site: Site) -> list[str]:
-        """Host folders the job reads and writes inside the image: scratch and node-local storage.
+        """Host folders the job uses inside the image: scratch and node-local storage, and the
+        host library folders the site's environment puts on LD_LIBRARY_PATH (host_library_dirs).
 
         Their $VARIABLES (Summit's /mnt/bb/$USER) expand in the job, not at render time.
         """
-        paths = (site.filesystems.scratch, site.filesystems.node_local)
+        before, after = host_library_dirs(site)
+        paths = (site.filesystems.scratch, site.filesystems.node_local, *before, *after)
         return [Expanding(p) for p in dict.fromkeys(p.rstrip("/") or "/" for p in paths if p)]
+
+
+#: the library path a site's environment extends with host folders
+LIBRARY_PATH = "LD_LIBRARY_PATH"
+
+
+def host_library_dirs(site: Site) -> tuple[list[str], list[str]]:
+    """The host folders the profile puts before and after LD_LIBRARY_PATH (env: LD_LIBRARY_PATH:
+    {prepend: [...]}: ALCF's aws-ofi-nccl plugin folder on Polaris). The job exports them on the host;
+    a container runtime that does not pass the host's LD_LIBRARY_PATH through (Apptainer resets it
+    to /.singularity.d/libs) or whose image sets its own (ch-run --set-env) must bind them and put
+    them on the container's library path itself."""
+    value = site.env.get(LIBRARY_PATH)
+    if value is None or isinstance(value, str):
+        return [], []
+    return list(value.prepend), list(value.append)
+
+
+def container_library_path(site: Site) -> str | None:
+    """LD_LIBRARY_PATH inside the container: the host folders around the container's own value,
+    which the runtime expands ($LD_LIBRARY_PATH, inside the container); None without host folders."""
+    before, after = host_library_dirs(site)
+    if not before and not after:
+        return None
+    return ":".join([*before, f"${LIBRARY_PATH}", *after])
 
 
 # How each runtime names an image: a file in the image folder, or a registry tag.
@@ -104,6 +131,16 @@ class ApptainerRuntime(Runtime):
             argv += ["--workdir", Expanding(site.container.workdir)]
         for path in self.binds(site):
             argv += ["--bind", path]
+        library_path = container_library_path(site)
+        if library_path:
+            # Apptainer sets the container's LD_LIBRARY_PATH to /.singularity.d/libs, not the host's;
+            # --env NAME="\$NAME..." sets it from the container's own value ("Environment and Metadata")
+            before, after = host_library_dirs(site)
+            for path in (*before, *after):
+                if "," in path or ":" in path:
+                    raise HpcdlError(f"env.{LIBRARY_PATH}: {path!r}: {self.program}'s --bind and --env split on "
+                                     "',' and ':'; name a folder without them")
+            argv += ["--env", RuntimeExpands(f"{LIBRARY_PATH}={library_path}")]
         return argv + list(site.container.args) + [_named(image, site)]
 
 
@@ -165,6 +202,11 @@ class CharliecloudRuntime(Runtime):
 
     def command(self, plan, site, image):
         argv = ["ch-run", "--set-env"]
+        library_path = container_library_path(site)
+        if library_path:
+            # after the image's ENV (the bare --set-env, which may set LD_LIBRARY_PATH): ch-run expands
+            # $LD_LIBRARY_PATH in a --set-env value to the value set so far (ch-run(1), "Environment variables")
+            argv.append(RuntimeExpands(f"--set-env={LIBRARY_PATH}={library_path}"))
         for name in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
             argv.append(f"--unset-env={name}")
         for path in [*self.binds(site), Expanding("$HPCDL_JOB_DIR")]:

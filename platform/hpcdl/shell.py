@@ -19,6 +19,15 @@ class Expanding(str):
     """
 
 
+class RuntimeExpands(str):
+    """An argv word whose $VARIABLES the container runtime expands, not the job shell: a library
+    path that names the container's own value (LD_LIBRARY_PATH=/host/lib:$LD_LIBRARY_PATH).
+    Apptainer evaluates --env values "in the container context" (its "Using Container Variables":
+    escape the `$` as `\\$`); ch-run expands $VAR in --set-env values. The job shell expands nothing:
+    every quote, `$`, backtick and backslash is escaped with a backslash, the rest quoted as shlex quotes.
+    """
+
+
 _ANSI_C = {"\\": "\\\\", "'": "\\x27", '"': "\\x22", "$": "\\x24", "`": "\\x60", "\n": "\\n", "\t": "\\t"}
 
 
@@ -32,6 +41,11 @@ def quote(value) -> str:
     """
     if isinstance(value, Expanding):
         return path_with_variables(value)
+    if isinstance(value, RuntimeExpands):
+        one_line("container setting", value)
+        # the specials backslashed outside quotes, which bash and shlex read alike (no "A"\\$"B": SC2140)
+        return "".join(f"\\{part}" if part in '\\"$`' else shlex.quote(part)
+                       for part in re.split(r'([\\"$`])', str(value)) if part)
     text = str(value)
     if not any(c in text for c in "'\"$`\\") and text.isprintable():
         # shlex leaves a leading '=' bare: bash reads `export A==x` as A="=x", but shellcheck stops it as a

@@ -19,7 +19,7 @@ from hpcdl.images.frameworks import image_frameworks, image_spec_named, image_sp
 from hpcdl.plan.model import (
     CE_HOOK_PLUGIN, CE_PLUGIN_HOOK, IMAGE, NATIVE_KINDS, REFUSED, SITE_CONTAINER, USER_IMAGE, RuntimeChoice,
 )
-from hpcdl.runtimes import runtime_modules_for
+from hpcdl.runtimes import host_library_dirs, runtime_modules_for
 from hpcdl.sites.schema import NodeKind, Site
 
 #: NIC kinds whose collectives between nodes need the libfabric NCCL/RCCL plugin (aws-ofi-nccl):
@@ -32,6 +32,10 @@ LIBFABRIC_NICS = ("slingshot",)
 PLUGIN_RUNTIME_MODULES = {"podman-hpc": ("nccl",), "shifter": ("nccl-plugin",)}
 #: Apptainer/Singularity carry a host setting into the container only under these prefixes
 CONTAINER_ENV_PREFIXES = ("APPTAINERENV_", "SINGULARITYENV_")
+#: the runtimes that bind the host folders a profile puts on LD_LIBRARY_PATH and put them on the
+#: container's library path (hpcdl.runtimes: --bind and --env, ch-run -b and --set-env, podman-hpc
+#: --volume and --env LD_LIBRARY_PATH)
+LIBRARY_PATH_RUNTIMES = ("apptainer", "singularity", "charliecloud", "podman-hpc")
 
 
 def compat_problems(spec, site: Site, kind: str) -> list[str]:
@@ -178,6 +182,9 @@ def _with_net_plugin(site: Site, node: NodeKind, choice: RuntimeChoice, use_gpus
         carried = [k for k in site.env if k.startswith(CONTAINER_ENV_PREFIXES) and k.endswith("LD_LIBRARY_PATH")]
         if carried and site.runtime in ("apptainer", "singularity"):
             return replace(choice, net_plugin_from=f"the host's plugin, carried into the container by {carried[0]}")
+        if "NCCL_NET" in site.env and any(host_library_dirs(site)) and site.runtime in LIBRARY_PATH_RUNTIMES:
+            return replace(choice, net_plugin_from=f"the plugin folder the profile puts on LD_LIBRARY_PATH (with NCCL_NET), "
+                                                   f"bound into the container and put on its library path by {site.runtime}")
         if choice.kind == IMAGE:
             spec = image_spec_named(choice.image)
             if spec is not None and spec.net_plugin_library:
