@@ -98,6 +98,16 @@ GPU_TABLE: tuple[DeviceRate, ...] = (
     DeviceRate("p100", ("p100",), "fp32", 10.6, 732, "resnet50", 219.0, 64, None,
                "measured: tensorflow.org performance benchmarks (2017): tf_cnn_benchmarks ResNet-50, 1 P100 (DGX-1), batch 64, "
                "synthetic data (VGG16 in the same table: 154 images/s at batch 64)", measured=(("vgg16", 154.0, 64),)),
+    # Pascal has no tensor cores: mixed precision gives its convolutions no matrix unit, so the fp16 rows take the
+    # fp32 rate (derived, an assumption: no single-GPU AMP figure for Pascal was found); peaks as the data sheets give
+    # them (Tesla P100 SXM2: 21.2 TF fp16; Tesla P40: 11.76 TF fp32, 346 GB/s GDDR5, no fp16 figure: its fp32 peak)
+    DeviceRate("p100-fp16", ("p100",), "fp16", 21.2, 732, "resnet50", 219.0, 64, None,
+               "derived: the P100 fp32 row's tf_cnn_benchmarks ResNet-50 rate (no tensor cores for mixed precision)"),
+    DeviceRate("p40", ("p40",), "fp32", 11.76, 346, "resnet50", 219.0 * 346 / 732, 64, None,
+               "derived: the P100 row's tf_cnn_benchmarks ResNet-50 rate x memory bandwidth ratio 346/732 GB/s "
+               "(NVIDIA Tesla P40 and P100 data sheets)"),
+    DeviceRate("p40-fp16", ("p40",), "fp16", 11.76, 346, "resnet50", 219.0 * 346 / 732, 64, None,
+               "derived: the P40 fp32 row's rate (no tensor cores for mixed precision)"),
     DeviceRate("v100", ("v100",), "fp32", 15.7, 900, "resnet50", 367.0, 112, None, f"measured: {DLE_PT}, FP32, DGX-1 V100 16GB"),
     DeviceRate("v100-fp16", ("v100",), "fp16", 125.0, 900, "resnet50", 1200.0, 256, None,
                f"measured: {DLE_PT}, AMP, DGX-1 V100 16GB"),
