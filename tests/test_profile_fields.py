@@ -1240,3 +1240,15 @@ def test_a_centres_own_tmpdir_is_made_first_and_reaches_every_rank(tmp_path):
         _profile(tmp_path, cx3, **{"filesystems.tmpdir": "$WORKDIR/tmp"})
     with pytest.raises(Exception, match=r"tmpdir.*must be an absolute path"):
         _profile(tmp_path, cx3, **{"filesystems.tmpdir": "tmp"})
+
+
+def test_a_pbs_group_is_charged_with_the_group_list_attribute(tmp_path):
+    # a PBS centre that charges a group, not an account: JCAHPC Miyabi, "#PBS -W group_list=" (hpc-rookery's Miyabi
+    # notes; Hokkaido's centre alike: "グループは#PBS -W group_list=<groupname>で指定できます")
+    site = _profile(tmp_path, POLARIS, **{"defaults.account_flag": "-W group_list"})
+    lines = _render(site, tmp_path, account="gz00").splitlines()
+    assert "#PBS -W group_list=gz00" in lines
+    assert not any(line.startswith(("#PBS -A", "#PBS -W group_list ")) for line in lines)
+    # a PBS attribute: LSF has no such option
+    with pytest.raises(HpcdlError, match=r"defaults.account_flag: -W group_list names no account under lsf"):
+        _profile(tmp_path, SHIPPED / "summit.yaml", **{"defaults.account_flag": "-W group_list"})
