@@ -1271,3 +1271,15 @@ def test_closest_binds_by_each_gpus_own_cores_where_the_profile_names_them(tmp_p
                       ({k: v for k, v in tied[0].items() if k != "cores"}, r"gpus\[\]\.cores: give every GPU its cores")):
         with pytest.raises(Exception, match=says):
             _profile(tmp_path, frontier, **{"node_kinds.mi250x.gpus": [bad, *tied[1:]]})
+
+
+def test_a_pbs_group_is_charged_with_the_group_list_attribute(tmp_path):
+    # a PBS centre that charges a group, not an account: JCAHPC Miyabi, "#PBS -W group_list=" (hpc-rookery's Miyabi
+    # notes; Hokkaido's centre alike: "グループは#PBS -W group_list=<groupname>で指定できます")
+    site = _profile(tmp_path, POLARIS, **{"defaults.account_flag": "-W group_list"})
+    lines = _render(site, tmp_path, account="gz00").splitlines()
+    assert "#PBS -W group_list=gz00" in lines
+    assert not any(line.startswith(("#PBS -A", "#PBS -W group_list ")) for line in lines)
+    # a PBS attribute: LSF has no such option
+    with pytest.raises(HpcdlError, match=r"defaults.account_flag: -W group_list names no account under lsf"):
+        _profile(tmp_path, SHIPPED / "summit.yaml", **{"defaults.account_flag": "-W group_list"})

@@ -680,11 +680,12 @@ class Defaults(_Strict):
             "the plan is made for whole nodes either way"
         ),
     )
-    account_flag: Literal["-P", "-G", "-A"] | None = Field(
+    account_flag: Literal["-P", "-G", "-A", "-W group_list"] | None = Field(
         default=None,
         description=(
             "the option that names the account: LSF -P project (the default) or -G user group (LLNL banks: "
-            "#BSUB -G); PBS -A account (the default) or -P project (NCI Gadi: #PBS -P a00)"
+            "#BSUB -G); PBS -A account (the default), -P project (NCI Gadi: #PBS -P a00) or -W group_list, the "
+            "job's group attribute, where the centre charges a group (JCAHPC Miyabi: #PBS -W group_list=gz00)"
         ),
     )
     directives: tuple[str, ...] = Field(
@@ -1287,7 +1288,7 @@ class Site(_Strict):
         suffixes = {k: n.defaults.account_suffix for k, n in self.node_kinds.items() if n.defaults.account_suffix}
         if suffixes and self.defaults.account and any(self.defaults.account.endswith(x) for x in suffixes.values()):
             raise ValueError("defaults.account: give the project without a node kind's account_suffix; the job adds it")
-        flags = {"lsf": ("-P", "-G"), "pbs": ("-A", "-P")}.get(self.scheduler, ())
+        flags = {"lsf": ("-P", "-G"), "pbs": ("-A", "-P", "-W group_list")}.get(self.scheduler, ())
         if self.defaults.account_flag and self.defaults.account_flag not in flags:
             known = f"{self.scheduler} takes {' or '.join(flags)}" if flags else f"{self.scheduler} has no such option"
             raise ValueError(f"defaults.account_flag: {self.defaults.account_flag} names no account under "
