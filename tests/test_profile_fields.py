@@ -1283,3 +1283,37 @@ def test_a_pbs_group_is_charged_with_the_group_list_attribute(tmp_path):
     # a PBS attribute: LSF has no such option
     with pytest.raises(HpcdlError, match=r"defaults.account_flag: -W group_list names no account under lsf"):
         _profile(tmp_path, SHIPPED / "summit.yaml", **{"defaults.account_flag": "-W group_list"})
+
+
+def test_a_job_on_every_gpu_of_shared_nodes_asks_them_whole_where_the_centre_does(tmp_path):
+    # BSC MareNostrum 5 ACC: one-GPU jobs share their node (BSC-CNS-EAPM/MN_bash_runners run_AF23_monomer.sh:
+    # "--ntasks=1 --cpus-per-task=20 --gres=gpu:1", no --exclusive) and jobs on all four GPUs ask it whole
+    # (jorditorresBCN/Marenostrum5 jacobi-template.slurm: "--gres=gpu:4 --exclusive")
+    volta = SHIPPED / "volta-x86.yaml"  # 4 GPUs a node
+    site = _profile(tmp_path, volta, **{"defaults.exclusive": False, "defaults.exclusive_when_full": True})
+    full = render_job_script(site, make_plan(site, JobRequest(nodes=2)), {}, JobOptions()).splitlines()
+    assert "#SBATCH --exclusive" in full
+    one = render_job_script(site, make_plan(site, JobRequest(nodes=1, ranks_per_node=1)), {}, JobOptions())
+    assert "#SBATCH --exclusive" not in one.splitlines()
+    # --shared at render wins, and without the field a full job on shared nodes names none, as before
+    assert "#SBATCH --exclusive" not in render_job_script(
+        site, make_plan(site, JobRequest(nodes=2)), {}, JobOptions(exclusive=False)).splitlines()
+    plain = _profile(tmp_path, volta, **{"defaults.exclusive": False})
+    assert "#SBATCH --exclusive" not in render_job_script(
+        plain, make_plan(plain, JobRequest(nodes=2)), {}, JobOptions()).splitlines()
+    # meaningful only where jobs share nodes
+    with pytest.raises(HpcdlError, match=r"exclusive_when_full: .*exclusive is true"):
+        _profile(tmp_path, volta, **{"defaults.exclusive_when_full": True})
+
+
+def test_an_srun_binding_variable_in_env_is_refused_for_the_launch_field_that_says_it(tmp_path):
+    # BSC's MN5 scripts `export SLURM_CPU_BIND=none` (BSC-CNS-EAPM/MN_bash_runners run_helixFold3.sh); srun(1) reads
+    # it as --cpu-bind, which the line hpcdl writes overrides, so in `env` the centre's choice would be lost in silence
+    volta = SHIPPED / "volta-x86.yaml"
+    with pytest.raises(HpcdlError, match=r"env\.SLURM_CPU_BIND: srun reads it as --cpu-bind.*launch\.args"):
+        _profile(tmp_path, volta, **{"env.SLURM_CPU_BIND": "none"})
+    with pytest.raises(HpcdlError, match=r"env\.SLURM_GPU_BIND: srun reads it as --gpu-bind"):
+        _profile(tmp_path, volta, **{"env.SLURM_GPU_BIND": "none"})
+    # the launch field says it, and the line carries it as written
+    site = _profile(tmp_path, volta, **{"launch.args": ["--cpu-bind=none"]})
+    assert "--cpu-bind=none" in make_plan(site, JobRequest(nodes=1)).launcher_argv

@@ -316,6 +316,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
     gpus_per_rank = len(plan.ranks[0].gpus)
     cores_per_rank = len(plan.ranks[0].cores)
     exclusive = site.defaults.exclusive if options.exclusive is None else options.exclusive
+    if options.exclusive is None and site.defaults.exclusive_when_full and _takes_every_gpu(site, plan):
+        exclusive = True
     job = {
         "nodes": plan.nodes,
         "ranks_per_node": plan.ranks_per_node,
@@ -498,6 +500,13 @@ def node_local_gres(site: Site, plan: Plan, job: dict) -> str | None:
     share = None if job["exclusive"] else node_share(site.node_kinds[plan.node_kind], job, plan.ranks_per_node)
     count = gres.per_node if share is None else max(1, int(gres.per_node * share))
     return f"{gres.name}:{count}"
+
+
+def _takes_every_gpu(site: Site, plan: Plan) -> bool:
+    """Whether a GPU job's ranks drive every GPU of each of its nodes (defaults.exclusive_when_full)."""
+    node_gpus = len(site.node_kinds[plan.node_kind].gpus)
+    used = {gpu for rank in plan.local_ranks() for gpu in rank.gpus}
+    return node_gpus > 0 and len(used) == node_gpus
 
 
 def node_share(node: NodeKind, job: dict, ranks_per_node: int) -> Fraction | None:

@@ -797,6 +797,15 @@ class Defaults(_Strict):
             "no --exclusive; unset, a shared node stays shared at any size"
         ),
     )
+    exclusive_when_full: bool = Field(
+        default=False,
+        description=(
+            "on nodes jobs share (exclusive: false): a GPU job that takes every GPU of each of its nodes asks them "
+            "whole (#SBATCH --exclusive, PBS place=...:excl, LSF -x), where the centre's full-node jobs do and its "
+            "smaller ones share their node (BSC MareNostrum 5 ACC: one-GPU jobs '--gres=gpu:1 --cpus-per-task=20' "
+            "with no --exclusive, four-GPU jobs '--gres=gpu:4 ... --exclusive'); unset, such a job names none"
+        ),
+    )
     max_time: str | None = None
     image: SitePath | None = Field(default=None, description="image (path or name in image_dir) jobs run in")
     image_dir: SitePath | None = None
@@ -804,6 +813,10 @@ class Defaults(_Strict):
     @model_validator(mode="after")
     def _policy_is_whole_nodes(self) -> Defaults:
         # a policy of whole nodes and jobs planned on shared ones would contradict each other
+        if self.exclusive_when_full and self.exclusive:
+            raise ValueError("exclusive_when_full: asks whole nodes for jobs on every GPU of nodes jobs otherwise "
+                             "share, but exclusive is true (every job asks whole nodes); set exclusive: false, or "
+                             "leave exclusive_when_full out")
         if self.exclusive_by == "policy" and not self.exclusive:
             raise ValueError("exclusive_by: policy says the batch system hands out whole nodes, but exclusive is "
                              "false; set exclusive: true, or leave exclusive_by out for nodes jobs share")
@@ -1216,6 +1229,7 @@ class Site(_Strict):
                 f"default_node_kind: {self.default_node_kind!r} is not one of {sorted(self.node_kinds)}"
             )
         self._only_guaranteed_variables()
+        self._no_srun_binding_in_env()
         lists = [("defaults.directives", self.defaults.directives)]
         lists += [(f"node_kinds.{k}.defaults.directives", n.defaults.directives or ()) for k, n in self.node_kinds.items()]
         for where, directives in lists:
@@ -1432,6 +1446,22 @@ class Site(_Strict):
                     f"per core, so say whether {self.scheduler} counts a core as {node.threads_per_core} CPUs "
                     f"(write {node.threads_per_core}) or as 1 (write 1); {look[self.scheduler]} equal to the node's "
                     f"{node.cores} cores means 1 (docs/sites.md)"
+                )
+
+    def _no_srun_binding_in_env(self) -> None:
+        """srun reads SLURM_CPU_BIND, SLURM_GPU_BIND and SLURM_DISTRIBUTION as its --cpu-bind, --gpu-bind and
+        --distribution (srun(1), INPUT ENVIRONMENT VARIABLES), and the options hpcdl's line writes override them: set
+        in `env`, the centre's choice would be silently lost (BSC's MN5 scripts: `export SLURM_CPU_BIND=none`)."""
+        if self.launcher != "srun":
+            return
+        options = {"SLURM_CPU_BIND": "--cpu-bind", "SLURM_GPU_BIND": "--gpu-bind", "SLURM_DISTRIBUTION": "--distribution"}
+        where = [("env", self.env), *((f"node_kinds.{k}.env", n.env) for k, n in self.node_kinds.items())]
+        for field, env in where:
+            for name in sorted(set(env) & set(options)):
+                raise ValueError(
+                    f"{field}.{name}: srun reads it as {options[name]}, which the launch line hpcdl writes overrides; "
+                    f"say the centre's choice as a launch field instead (SLURM_CPU_BIND=none: launch.args: "
+                    f"[--cpu-bind=none]; docs/sites.md, launch)"
                 )
 
     def _only_guaranteed_variables(self) -> None:
