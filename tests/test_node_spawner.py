@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcdl.errors import HpcdlError
 from hpcdl.plan import JobRequest, make_plan
 from hpcdl.plan.model import Plan
 from hpcdl.render.jobscript import JobOptions, render_job_script
