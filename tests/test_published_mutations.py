@@ -42,7 +42,7 @@ import pytest
 from conftest import require_tool
 from real_launchers import mpirun_refuses, srun_refuses
 from test_published_practice import (CASES, Rendered, _case, _plan, checks_of_plan, judge, launcher_options, named_options,
-                                     render_case)
+                                     render_case, spawner_options)
 
 from hpcdl.launchers import launcher_for
 from hpcdl.plan.env import intel_mpi_pin_domain, rank_env
@@ -143,6 +143,13 @@ def mutations(checks: list[dict], site, plan):
             continue  # the launcher derives it from the rest of the line: the same step, an equivalent mutant
         yield f"launcher option {' '.join(tokens)} dropped", lambda s, p, at=at, n=len(tokens): replace(
             p, launcher_argv=p.launcher_argv[:at] + p.launcher_argv[at + n:])
+    spawner = list(plan.spawner_argv)
+    for tokens in spawner_options(spawner):
+        # each option of a per-node spawner (launch.spawner: torchrun's --nnodes, --nproc_per_node, its rendezvous):
+        # none is derived from the rest, so every drop counts
+        at = next(i for i in range(1, len(spawner)) if spawner[i : i + len(tokens)] == tokens)
+        yield f"spawner option {' '.join(tokens)} dropped", lambda s, p, at=at, n=len(tokens): replace(
+            p, spawner_argv=p.spawner_argv[:at] + p.spawner_argv[at + n:])
     yield f"foreign launcher option {FOREIGN_OPTION} added", lambda s, p: replace(
         p, launcher_argv=(p.launcher_argv[0], FOREIGN_OPTION, *p.launcher_argv[1:]))
 

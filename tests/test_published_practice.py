@@ -41,7 +41,7 @@ CASES = sorted(PUBLISHED.glob("*.yaml"))
 CHECK_KEYS = {
     "what", "centre", "source", "request", "options", "launcher", "launch", "launch_only", "launch_absent", "runtime",
     "directives", "directive_matching", "env", "env_absent", "modules", "rank_env", "placement", "script_absent",
-    "script_matching", "known_mismatch",
+    "script_matching", "known_mismatch", "spawner", "spawn",
 }
 PLACEMENT_KEYS = {"cores", "cpus", "gpus", "nic"}
 DIRECTIVE_PREFIX = {"slurm": "#SBATCH ", "lsf": "#BSUB ", "pbs": "#PBS "}
@@ -149,8 +149,26 @@ class Rendered:
         program = max(i for i in range(len(self.argv)) if self.argv[i : i + len(PROGRAM)] == PROGRAM)
         self.launcher = self.argv[: len(launcher)]
         self.options = launcher_options(self.launcher)
-        self.runtime = self.argv[len(launcher) : program]
+        # a per-node spawner's words (launch.spawner: torchrun ...) sit between the runtime's and the program
+        spawner = self.plan.get("spawner_argv", [])
+        start = program - len(spawner)
+        assert self.argv[start:program] == spawner, f"the launch line does not hold the plan's spawner {spawner}"
+        self.runtime = self.argv[len(launcher) : start]
+        self.spawner = self.argv[start:program]
+        self.spawn_options = spawner_options(self.spawner)
         self.program = self.argv[program:]
+
+
+def spawner_options(words: list[str]) -> list[list[str]]:
+    """A spawner's options after its name (torchrun, or hpcdl launch), one list of tokens per option."""
+    return launcher_options(words[1:] if words[:2] == ["hpcdl", "launch"] else words)
+
+
+def self_word(spawner: list[str]) -> str | None:
+    """The per-node spawner's name (torchrun; `hpcdl launch` as hpcdl), None where the launcher starts every rank."""
+    if not spawner:
+        return None
+    return "hpcdl" if spawner[:2] == ["hpcdl", "launch"] else spawner[0]
 
 
 def _has_option(job: Rendered, option: str, value) -> bool:
@@ -201,6 +219,12 @@ def judge(check: dict, job: Rendered, where: str = "", named: set[str] = frozens
         foreign = [" ".join(t) for t in job.options if not any(option_is(t, o) for o in named)]
         if foreign:
             wrong.append(f"{where}: launcher options beyond the centre's: {foreign}")
+    if "spawner" in check and self_word(job.spawner) != check["spawner"]:
+        wrong.append(f"{where}: spawner {self_word(job.spawner)}, not {check['spawner']}")
+    for option, value in (check.get("spawn") or {}).items():
+        values = value if isinstance(value, list) else [value]
+        if not all(any(option_is(t, option, None if v is None else str(v)) for t in job.spawn_options) for v in values):
+            wrong.append(f"{where}: {option} {value} not among the spawner's options: {' '.join(job.spawner)}")
     for prefix in check.get("launch_absent", ()):
         if any(option_is(t, prefix) or t[0].startswith(prefix) for t in job.options):
             wrong.append(f"{where}: {prefix} in {line}")
@@ -416,6 +440,9 @@ def slurm_refuses(facts: dict, plan, job: Rendered) -> str | None:
     if asked is None:
         return None  # ibrun and the like: the launcher places the ranks, Slurm gives whole nodes
     planned = len(plan.local_ranks()[0].cores)
+    tasks = plan.ranks_per_node
+    if plan.spawner:
+        planned, tasks = planned * plan.ranks_per_node, 1  # one task per node holds its ranks' cores (launch.spawner)
     given = -(-int(asked) // per_core)
     if given != planned:
         return (f"-c {asked} buys {given} core(s) per task on the published node ({per_core} CPU(s) per core), "
@@ -424,8 +451,8 @@ def slurm_refuses(facts: dict, plan, job: Rendered) -> str | None:
     if kept:
         return f"the plan puts ranks on cores {sorted(kept)}, which Slurm keeps for the system there"
     free = cores - len(facts.get("spec_cores", ()))
-    if plan.ranks_per_node * given > free:
-        return f"{plan.ranks_per_node} tasks x {given} cores is more than the {free} cores Slurm gives jobs"
+    if tasks * given > free:
+        return f"{tasks} tasks x {given} cores is more than the {free} cores Slurm gives jobs"
     return None
 
 

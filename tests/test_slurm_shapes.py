@@ -192,15 +192,17 @@ CLUSTERS = side_by_side(SHAPES.values())
 # the machines of one cluster one after another, so each cluster comes up once
 SITE_KINDS.sort(key=lambda sk: next(i for i, group in enumerate(CLUSTERS) if SHAPES[sk] in group))
 
+# one write per line: the ranks a per-node spawner starts share their task's output (launch.spawner)
 PROBE = """
 import json, os
 e = os.environ
-print("HPCDL-PROBE " + json.dumps({
-    "rank": int(e["SLURM_PROCID"]), "local": int(e["SLURM_LOCALID"]), "node": int(e["SLURM_NODEID"]),
+os.write(1, ("HPCDL-PROBE " + json.dumps({
+    "rank": int(e.get("RANK", e["SLURM_PROCID"])), "local": int(e.get("LOCAL_RANK", e["SLURM_LOCALID"])),
+    "node": int(e["SLURM_NODEID"]), "task": int(e["SLURM_PROCID"]),
     "nodename": e.get("SLURMD_NODENAME"), "cpus_per_task": e.get("SLURM_CPUS_PER_TASK"),
     "cpu_bind": e.get("SLURM_CPU_BIND_LIST"), "affinity": sorted(os.sched_getaffinity(0)),
     "cuda": e.get("CUDA_VISIBLE_DEVICES"), "rocr": e.get("ROCR_VISIBLE_DEVICES"),
-}), flush=True)
+}) + "\\n").encode())
 """
 
 
@@ -214,8 +216,9 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
     if runnable:
         # launcher options of the site's own Slurm plugins (LLNL's --mpibind) are not on this host, nor the centre's
         # own free-port command (Princeton's get_free_port): the job takes hpcdl's port from its id
+        # nor do the pretend nodes' own names resolve here (launch.master_addr: node-list): the batch host's name does
         launch = site.launch.model_copy(update={"args": tuple(a for a in site.launch.args if _srun_knows(a, conf)),
-                                                "master_port_command": (),
+                                                "master_port_command": (), "master_addr": "host-name",
                                                 **_stand_in_wrappers(site, folder)})
         site = site.model_copy(update={"launch": launch})
     # a machine with a single node of the kind (Mahidol's MAI HPC: one H100 node, one A100 node) gets a one-node job
@@ -226,6 +229,9 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
         # nor the centre's conda environment (Mahidol's MAI HPC: conda activate hpc_lab), which this host lacks too
         site = site.model_copy(update={"runtime": "none", "modules": Modules(system="none"), "environment": None})
         program = [sys.executable, "-S", "-c", PROBE]  # -S: the probe needs no site-packages, and starts in half the time
+        if plan.spawner_argv[:1] == ("torchrun",):
+            # the spawner beside this Python (a batch job's PATH need not hold it)
+            plan = replace(plan, spawner_argv=(str(Path(sys.executable).parent / "torchrun"), *plan.spawner_argv[1:]))
     recipe = {"name": "shape-probe", "net": "cifar10_quick", "data": {"source": "digits"}}
     # a centre that runs no job without a project (CSC: "The billing project argument is mandatory") gets one;
     # the test Slurm keeps no accounts, so any name passes
@@ -324,7 +330,8 @@ def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters
 
     # 2. one CPU per task more than the node's allocatable CPUs hold is refused
     allocatable = (node.cores - len(shape.spec_cores)) * node.cpus_per_core  # in the profile's -c unit
-    too_many = allocatable // plan.ranks_per_node + 1
+    tasks_per_node = 1 if plan.spawner else plan.ranks_per_node  # one task per node holds a spawner's ranks
+    too_many = allocatable // tasks_per_node + 1
     greedy = tmp_path / "greedy.sh"
     text = script.read_text()
     if "\n#SBATCH --cpus-per-gpu=" in text:
@@ -365,9 +372,16 @@ def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters
     gpu_var = "rocr" if node.gpus and node.gpus[0].vendor == "amd" else "cuda"
     for placement in plan.ranks:
         got = seen[placement.rank]
-        # Slurm numbers the ranks as the plan does: node by node, local rank within a node
-        assert (got["node"], got["local"]) == (placement.node, placement.local_rank), got
-        assert got["cpus_per_task"] == str(len(placement.cores) * node.cpus_per_core)
+        if plan.spawner:
+            # one Slurm task per node holds the node's ranks (launch.spawner); torchrun numbers its nodes in the order
+            # they join its rendezvous, and every node's local layout is the same
+            assert got["local"] == placement.local_rank and got["task"] == got["node"], got
+            assert got["cpus_per_task"] == str(len(placement.cores) * node.cpus_per_core * plan.ranks_per_node)
+            assert sum(s["node"] == got["node"] for s in seen.values()) == plan.ranks_per_node, seen
+        else:
+            # Slurm numbers the ranks as the plan does: node by node, local rank within a node
+            assert (got["node"], got["local"]) == (placement.node, placement.local_rank), got
+            assert got["cpus_per_task"] == str(len(placement.cores) * node.cpus_per_core)
         if got["cpu_bind"] and got["cpu_bind"] != "cores":
             # the mask srun got for this rank (--cpu-bind=mask_cpu:) holds the plan's CPUs, no more
             mask = int(got["cpu_bind"].split(",")[placement.local_rank], 16)

@@ -34,8 +34,28 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def launch(nproc: int, argv: list[str], grace: float = 10.0) -> int:
+def node_rank(nnodes: int, environ=None) -> int:
+    """This node's place among `nnodes` nodes that each run one `hpcdl launch`: srun's SLURM_NODEID ("The relative
+    node ID of the current node", srun(1)), where srun started it once per node (a profile's launch.spawner: hpcdl);
+    0 for one node."""
+    from hpcdl.errors import HpcdlError
+
+    env = os.environ if environ is None else environ
+    if nnodes == 1:
+        return 0
+    given = env.get("SLURM_NODEID", "")
+    if not given.isdigit() or int(given) >= nnodes:
+        raise HpcdlError(f"--nnodes: {nnodes} nodes, but this node's SLURM_NODEID is {given or 'unset'}: start one "
+                         "hpcdl launch per node under srun (--ntasks-per-node=1)")
+    if "MASTER_ADDR" not in env or "MASTER_PORT" not in env:
+        raise HpcdlError(f"--nnodes: {nnodes} nodes rendezvous at MASTER_ADDR:MASTER_PORT, which the job sets; "
+                         "one or both are unset")
+    return int(given)
+
+
+def launch(nproc: int, argv: list[str], grace: float = 10.0, nnodes: int = 1) -> int:
     base = dict(os.environ)
+    first = node_rank(nnodes, base) * nproc
     base.setdefault("MASTER_ADDR", "127.0.0.1")
     base.setdefault("MASTER_PORT", str(free_port()))
     import shutil
@@ -46,8 +66,8 @@ def launch(nproc: int, argv: list[str], grace: float = 10.0) -> int:
         raise HpcdlError(f"launch: {argv[0]}: no such program (or it is not executable)")
     procs = []
     for rank in range(nproc):
-        env = {**base, "RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
-               "LOCAL_WORLD_SIZE": str(nproc)}
+        env = {**base, "RANK": str(first + rank), "WORLD_SIZE": str(nproc * nnodes), "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": str(first // nproc)}
         procs.append(subprocess.Popen(argv, env=env))
 
     def forward(signum, _frame):
@@ -65,7 +85,7 @@ def launch(nproc: int, argv: list[str], grace: float = 10.0) -> int:
             rc = p.poll()
             if rc not in (None, 0) and failed_at is None:
                 why = " (pre-empted: snapshot written, requeue to resume)" if rc == PREEMPTED_EXIT else ""
-                print(f"hpcdl launch: rank {rank} exited with status {rc}{why}; stopping the other ranks", file=sys.stderr)
+                print(f"hpcdl launch: rank {first + rank} exited with status {rc}{why}; stopping the other ranks", file=sys.stderr)
                 failed_at, status = time.monotonic(), rc
                 forward(signal.SIGTERM, None)
         if failed_at is not None and time.monotonic() - failed_at > grace:

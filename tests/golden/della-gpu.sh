@@ -73,7 +73,8 @@ export OMP_PLACES=cores
 export OMP_PROC_BIND=close
 
 # Rank 0 runs on the allocation's first node, where Slurm also runs this batch step.
-MASTER_ADDR=$(hostname)
+# the first host of the job's node list, as the centre's jobs name it (launch.master_addr: node-list)
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export MASTER_ADDR
 # a free port on this host, where rank 0 runs, as the centre's command picks it
 MASTER_PORT=$(get_free_port)

@@ -148,6 +148,9 @@ def plan(
         for line in p.runtime.describe():
             console.print(line, highlight=False, markup=False)
     console.print("launch: " + " ".join(p.launcher_argv), highlight=False, markup=False)
+    if p.spawner_argv:
+        # the per-node spawner srun starts once per node (launch.spawner), which starts the node's ranks
+        console.print("spawner: " + " ".join(p.spawner_argv), highlight=False, markup=False)
     for note in p.notes:
         console.print(f"  - {note}", highlight=False, markup=False)
     if picture:

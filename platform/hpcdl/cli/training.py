@@ -45,6 +45,8 @@ def launch(
     nproc: int = typer.Option(..., "--nproc", "-n", min=1, help="processes (ranks) to start on this node"),
     oversubscribe: bool = typer.Option(False, "--oversubscribe",
                                        help="start more ranks than the cores this process may use"),
+    nnodes: int = typer.Option(1, "--nnodes", min=1,
+                               help="nodes each running one hpcdl launch (under srun: this node's from SLURM_NODEID)"),
 ) -> None:
     """Start ranks on this node (hpcdl's own launcher): hpcdl launch -n 2 -- PROGRAM ARGS..."""
     from hpcdl.errors import HpcdlError
@@ -58,7 +60,7 @@ def launch(
     if nproc > usable_cores() and not oversubscribe:
         raise HpcdlError(f"--nproc: {nproc} ranks, more than the {usable_cores()} core(s) this process may use on "
                          f"{os.uname().nodename}; ask for fewer, or pass --oversubscribe")
-    raise typer.Exit(run_ranks(nproc, argv))
+    raise typer.Exit(run_ranks(nproc, argv, nnodes=nnodes))
 
 
 nets_app = typer.Typer(help="The bundled networks; Caffe prototxt import and export.", add_completion=False)

@@ -103,6 +103,8 @@ class SrunLauncher(Launcher):
     binds_cores = True
 
     def command(self, plan: LaunchPlan, site: Site) -> list[str]:
+        if site.launch.spawner != "none":
+            return srun_per_node(plan, site)
         local = plan.local_ranks()
         node = site.node_kinds[plan.node_kind]
         # a bare srun (launch.srun_layout: header) takes the step's nodes, tasks, CPUs per task and GPUs from the
@@ -232,6 +234,70 @@ class SrunLauncher(Launcher):
             else:
                 argv.append("--gpu-bind=mask_gpu:" + ",".join(_hex_mask(r.gpus) for r in local))
         return argv + list(site.launch.args)
+
+
+def srun_per_node(plan: LaunchPlan, site: Site) -> list[str]:
+    """srun starting one task per node, whose per-node launcher (launch.spawner) spawns the node's ranks: NRIS
+    Olivia's `srun torchrun ...` under `--ntasks-per-node=1 --cpus-per-task=72 --gpus-per-node=4`. The task holds
+    every CPU of the node's ranks and the node's GPUs the plan uses; srun binds nothing (each rank binds itself to
+    its cores and drives its GPU from plan.json), and restates the layout unless the line is a bare srun under the
+    header (launch.srun_layout: header, as NRIS writes it)."""
+    node = site.node_kinds[plan.node_kind]
+    restate = site.launch.srun_layout == "restate"
+    argv = ["srun"]
+    if "nodes" in site.launch.srun_restates:
+        argv.append(f"--nodes={plan.nodes}")
+    if "ntasks" in site.launch.srun_restates:
+        argv.append(f"--ntasks={plan.nodes}")
+    if restate:
+        argv += [f"--nodes={plan.nodes}", f"--ntasks={plan.nodes}", "--ntasks-per-node=1",
+                 f"--cpus-per-task={node_task_cpus(plan, site)}"]
+        if node.cpus_per_core < node.threads_per_core:
+            argv.append(threads_option(site, node, False))
+    plugin = srun_mpi_plugin(site)
+    if plugin and _site_mpi(site) is None:
+        argv.append(f"--mpi={plugin}")
+    gpus_used = sorted({g for r in plan.local_ranks() for g in r.gpus})
+    if gpus_used and site.defaults.gpu_request != "none":
+        gpu_type = node.defaults.gpu_type
+        typed = f"{gpu_type}:" if gpu_type else ""
+        style = site.defaults.gpu_request
+        if not restate:
+            pass  # the step has the job's GPUs of each node
+        elif style == "gres":
+            argv.append(f"--gres=gpu:{typed}{len(gpus_used)}")
+        elif style == "gpus" and not gpu_total_uneven(plan.nodes, len(gpus_used), len(node.gpus)):
+            argv.append(f"--gpus={typed}{len(gpus_used) * plan.nodes}")
+        else:
+            argv.append(f"--gpus-per-node={typed}{len(gpus_used)}")
+        if site.launch.gpu_bind_default != "none":
+            argv.append("--gpu-bind=none")  # the one task sees the node's GPUs; each rank drives its own
+    return argv + list(site.launch.args)
+
+
+def node_task_cpus(plan: LaunchPlan, site: Site) -> int:
+    """The CPUs of the one task a node's spawner runs in (launch.spawner): every CPU of the node's ranks, in the
+    unit the site's Slurm counts (scheduler_cpus_per_core)."""
+    return plan.ranks_per_node * cores_per_rank(plan) * site.node_kinds[plan.node_kind].cpus_per_core
+
+
+def spawner_argv(plan: LaunchPlan, site: Site) -> list[str]:
+    """The per-node launcher's words (launch.spawner), between the container runtime and the program; each word from
+    the plan or the job's rendezvous, none of one machine.
+
+    torchrun, as the centres publish it under srun (NRIS Olivia: `srun torchrun --nnodes="${SLURM_JOB_NUM_NODES}"
+    --nproc_per_node="${SLURM_GPUS_ON_NODE}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_backend=c10d
+    --rdzv_endpoint="${head_node}:29500"`): the plan's nodes and ranks per node, the job's id, the c10d rendezvous at
+    the job's MASTER_ADDR:MASTER_PORT, and --no-python, since the program is a command (hpcdl train), not a Python
+    file ("Skip prepending the training script with 'python' - just execute it directly", torchrun --help).
+    hpcdl: `hpcdl launch --nproc N --nnodes M --`, its node's rank from SLURM_NODEID."""
+    if site.launch.spawner == "torchrun":
+        return ["torchrun", f"--nnodes={plan.nodes}", f"--nproc_per_node={plan.ranks_per_node}",
+                Expanding("--rdzv_id=${SLURM_JOB_ID}"), "--rdzv_backend=c10d",
+                Expanding("--rdzv_endpoint=${MASTER_ADDR}:${MASTER_PORT}"), "--no-python"]
+    if site.launch.spawner == "hpcdl":
+        return ["hpcdl", "launch", "--nproc", str(plan.ranks_per_node), "--nnodes", str(plan.nodes), "--"]
+    return []
 
 
 def srun_threads_word(plan: LaunchPlan, site: Site) -> str | None:

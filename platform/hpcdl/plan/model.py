@@ -128,6 +128,10 @@ class Plan:
     # pretend nodes that share one host (a test cluster, the node kind's nodes_per_host): each node's CPU
     # ids are the same host CPUs, so a job over several of them must not pin by them (train/binding.py)
     nodes_per_host: int = 1
+    # who starts a node's ranks where srun starts one task per node (the profile's launch.spawner: torchrun, hpcdl),
+    # and its words, between the container runtime and the program; None: the launcher starts every rank itself
+    spawner: str | None = None
+    spawner_argv: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -142,7 +146,7 @@ class Plan:
         data["world_size"] = self.world_size
         if self.spatial is None:
             data.pop("spatial")  # plans without spatial parallelism read as they always have
-        for name in ("modules", "env_paths", "runtime", "ulimit", "tmpdir"):
+        for name in ("modules", "env_paths", "runtime", "ulimit", "tmpdir", "spawner", "spawner_argv"):
             if not data[name]:
                 data.pop(name)  # nor do plans without these
         if self.nodes_per_host == 1:
@@ -168,5 +172,5 @@ class Plan:
                "spatial": spatial, "runtime": runtime, "modules": tuple(data.get("modules", ())),
                "env_paths": {k: {"prepend": list(v.get("prepend", ())), "append": list(v.get("append", ()))}
                              for k, v in data.get("env_paths", {}).items()},
-               "ulimit": dict(data.get("ulimit", {}))}
+               "ulimit": dict(data.get("ulimit", {})), "spawner_argv": tuple(data.get("spawner_argv", ()))}
         )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from hpcdl.errors import HpcdlError
 from hpcdl.launchers import launcher_for
 from hpcdl.launchers.base import gpu_total_uneven
-from hpcdl.launchers.mpi import closest_gpus_misses, default_binding_misses
+from hpcdl.launchers.mpi import closest_gpus_misses, default_binding_misses, spawner_argv
 from hpcdl.plan.env import communication_env, intel_mpi_pin_domain, rank_env, threading_env
 from hpcdl.plan.model import Plan, RankPlacement, RuntimeChoice, SpatialLayout
 from hpcdl.plan.runtime import LIBFABRIC_NICS, choose_runtime
@@ -199,6 +199,13 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         argv = [*site.launch.command, *argv[1:]]
     # the centre's per-rank wrapper runs between the launcher and the program, on the host (NCAR's set_gpu_rank)
     wrapper = [*site.launch.wrapper, *(site.launch.gpu_wrapper if any(r.gpus for r in plan.ranks) else ())]
+    if site.launch.spawner != "none":
+        # srun starts one task per node and the spawner starts the node's ranks (launch.spawner): the ranks, their
+        # cores and GPUs are the plan's as ever, each rank binding itself to them from plan.json
+        plan = replace(plan, spawner=site.launch.spawner, spawner_argv=tuple(spawner_argv(plan, site)),
+                       notes=(*plan.notes, f"srun starts one task per node holding its {plan.ranks_per_node} "
+                              f"rank(s)' CPUs and GPUs; {site.launch.spawner} starts the node's ranks "
+                              "(launch.spawner), each binding itself to its cores and GPU from plan.json"))
     return replace(plan, launcher_argv=(*argv, *wrapper))
 
 

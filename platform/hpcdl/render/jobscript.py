@@ -199,7 +199,10 @@ def render_job_script(
     if program is None:
         program = ["hpcdl", "train", "recipe.json", "--plan", "plan.json", "--results", "results.jsonl"]
     program = [*program, *options.extra_args]
-    for what, words in (("the launch line", [*plan.launcher_argv, *runtime_argv, *program]), ("env", env.values())):
+    # a per-node spawner (launch.spawner) runs inside the container, as the centres' lines put it there
+    # (NRIS Olivia: srun apptainer exec --nv ... torchrun ...), and starts the program once per rank
+    launch = [*plan.launcher_argv, *runtime_argv, *plan.spawner_argv, *program]
+    for what, words in (("the launch line", launch), ("env", env.values())):
         for word in words:
             if len(str(word)) > MAX_WORD:
                 # Linux refuses any one argument or environment string over 128 KiB (MAX_ARG_STRLEN):
@@ -229,7 +232,7 @@ def render_job_script(
         runtime_files=runtime_files,
         plan_json=plan_json,
         recipe_json=_heredoc_safe(json.dumps(recipe, sort_keys=True)),
-        launch=[*plan.launcher_argv, *runtime_argv, *program],
+        launch=launch,
         image_from_module="${HPCDL_IMAGE_DIR}" in str(image or ""),
         stage=stage,
         node_map=node_map_lines(plan),
@@ -396,6 +399,12 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "job_resources": [],
         "job_id_var": {"slurm": "SLURM_JOB_ID", "lsf": "LSB_JOBID", "pbs": "PBS_JOBID", "local": "HPCDL_JOB_ID"}[scheduler],
     }
+    if plan.spawner and scheduler == "slurm" == site.scheduler:
+        # one task per node, holding every CPU and GPU of the node's ranks, which its spawner starts (launch.spawner;
+        # NRIS Olivia: "#SBATCH --ntasks-per-node=1 ... --gpus-per-node=4 --cpus-per-task=72", one torchrun a node)
+        job.update(ranks_per_node=1, world_size=plan.nodes, cpus_per_rank=job["cpus_per_rank"] * plan.ranks_per_node,
+                   gpus_per_rank=job["gpus_per_node"], cpus_per_gpu=None, tasks_per_socket=None,
+                   total_tasks=plan.nodes if job["total_tasks"] else None)
     if job["batch_request"] == "cores":
         if not exclusive:
             raise HpcdlError("exclusive: the profile's header asks every core of each node (defaults.batch_request: "

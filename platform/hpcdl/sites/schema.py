@@ -922,11 +922,13 @@ class Launch(_Strict):
             "staff scripts, --cpu-bind=cores with CUDA_VISIBLE_DEVICES=$((3-SLURM_LOCALID)))"
         ),
     )
-    master_addr: Literal["host-name", "host-ip"] = Field(
+    master_addr: Literal["host-name", "host-ip", "node-list"] = Field(
         default="host-name",
         description=(
             "how a Slurm job names its rendezvous host (MASTER_ADDR, the batch host): its name, $(hostname), or "
             "its address, $(hostname -i), where the centre asks for it (OLCF Frontier: export MASTER_ADDR=$(hostname -i)); "
+            "node-list: the first host of the job's node list, $(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1) "
+            "(Princeton Research Computing's Della; NRIS Olivia's head_node); "
             "beside master_addr_suffix, the address of the suffixed name (JSC's course on JURECA-DC: "
             "MASTER_ADDR=\"${MASTER_ADDR}i\" then its nslookup address)"
         ),
@@ -949,6 +951,19 @@ class Launch(_Strict):
             "a command the centre provides on its nodes that prints a free TCP port, word by word, run on the batch "
             "host (where rank 0 runs) to set MASTER_PORT, where the centre's jobs take their rendezvous port so "
             "(Princeton Research Computing's Della: export MASTER_PORT=$(get_free_port)); not beside master_port"
+        ),
+    )
+    spawner: Literal["none", "torchrun", "hpcdl"] = Field(
+        default="none",
+        description=(
+            "who starts a node's ranks: none (srun starts every rank as a Slurm task of its own), or a per-node "
+            "launcher that srun starts once per node (one task holding the node's ranks' CPUs and GPUs) and that "
+            "spawns the node's ranks: torchrun (NRIS Olivia: 'srun torchrun --nnodes=... --nproc_per_node=... "
+            "--rdzv_id=\"${SLURM_JOB_ID}\" --rdzv_backend=c10d --rdzv_endpoint=\"${head_node}:29500\"'), its words "
+            "from the plan (nodes, ranks per node) and the job's rendezvous (MASTER_ADDR:MASTER_PORT); or hpcdl "
+            "(hpcdl launch --nproc N --nnodes M, which forwards signals and stops the survivors of a dead rank). "
+            "Each rank still binds itself to its planned cores and GPU from plan.json. srun only; a container runtime "
+            "runs the spawner inside the container"
         ),
     )
     srun_mpi: Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]+$", max_length=32)] | None = Field(
@@ -1372,6 +1387,8 @@ class Site(_Strict):
                 raise ValueError(f"launch.args: --bind-to {bind}: hpcdl writes the binding mpirun gives each rank from "
                                  "the plan; only none, mpirun binding no rank and each rank binding itself to its "
                                  "cores, is kept as the centre writes it")
+        if self.launch.spawner != "none":
+            self._spawner_fits()
         if self.launch.master_port_command and self.launch.master_port is not None:
             raise ValueError("launch.master_port_command: a port the centre's command picks, but launch.master_port "
                              f"fixes it at {self.launch.master_port}; keep one")
@@ -1411,6 +1428,32 @@ class Site(_Strict):
             )
         self._cpu_counting_stated()
         return self
+
+    def _spawner_fits(self) -> None:
+        """launch.spawner: srun starts one task per node, and a per-node launcher spawns the node's ranks: the one
+        task holds the node's GPUs for its ranks to pick from, and nothing binds a rank but the rank itself."""
+        spawner = self.launch.spawner
+        if self.launcher != "srun" or self.scheduler != "slurm":
+            raise ValueError(f"launch.spawner: {spawner} is started once per node by srun under Slurm, but the launcher "
+                             f"is {self.launcher} under {self.scheduler}")
+        if any(k.gpus for k in self.node_kinds.values()) and self.launch.gpu_visibility != "node":
+            raise ValueError(f"launch.spawner: {spawner}'s ranks share one task's GPUs, each driving its own by the plan, "
+                             "but launch.gpu_visibility is per-rank; set gpu_visibility: node")
+        if self.defaults.gpu_request == "gpus-per-task":
+            raise ValueError(f"launch.spawner: {spawner} runs one task per node holding the node's GPUs, but "
+                             "defaults.gpu_request: gpus-per-task asks them per rank; ask them per node or per job")
+        if self.defaults.batch_request != "tasks":
+            raise ValueError(f"launch.spawner: {spawner} asks one task per node in the #SBATCH header, but "
+                             f"defaults.batch_request is {self.defaults.batch_request}; keep one")
+        if self.launch.slurm_binds_tasks:
+            raise ValueError(f"launch.spawner: {spawner}'s ranks share one task and bind themselves to their cores, but "
+                             f"launch.cpu_bind_default: {self.launch.cpu_bind_default} says Slurm binds each rank's task")
+        if self.launch.wrapper or self.launch.gpu_wrapper:
+            raise ValueError(f"launch.spawner: {spawner} starts the ranks, so a per-rank launch.wrapper or gpu_wrapper "
+                             "between srun and the rank has no rank to wrap; keep one")
+        if self.defaults.tasks_per_socket or self.defaults.cpu_request == "cpus-per-gpu":
+            raise ValueError(f"launch.spawner: {spawner} asks one task per node, but defaults.tasks_per_socket or "
+                             "defaults.cpu_request: cpus-per-gpu lay out a task per rank; keep one")
 
     def _srun_layout_header_fits(self) -> None:
         """launch.srun_layout: header leaves tasks, CPUs and GPUs to the #SBATCH header: the header must ask them,
