@@ -3,6 +3,8 @@
 Every node kind of every shipped profile and of every profile under tests/published/ (machines
 hpcdl does not ship, written from their centres' pages) is walked: each x86_64 or aarch64 kind
 has at least one image `compat` accepts, and each image accepts every site it claims (`serves`).
+A GPU no hpcdl image is built for (Stanford Sherlock's Pascal P100/P40, sm_60: the CUDA images start at
+Volta) is served by the centre's own environment where the profile names one, and the plan says so.
 POWER9 (Summit, Lassen) has no PyPI wheels of PyTorch or TensorFlow to build an image from: no
 image claims it, and compat refuses every image there.
 """
@@ -16,6 +18,8 @@ import pytest
 from conftest import ROOT
 from hpcdl.images.compat import compat, cpu_family
 from hpcdl.images.spec import load_images
+from hpcdl.plan.model import NATIVE_KINDS, SITE_CONTAINER
+from hpcdl.plan.runtime import choose_runtime
 from hpcdl.sites import list_sites, load_site
 from hpcdl.sites.registry import load_site_file
 
@@ -48,6 +52,12 @@ def test_every_node_kind_has_an_image_compat_accepts_unless_it_is_power(site, ki
     assert fits, f"no image serves {site}:{kind}"
     if node.gpus:
         gpu_images = [name for name in fits if SPECS[name].gpu]
+        if not gpu_images and SITES[site].environment is not None:
+            # SiteEnvironment: the centre's own environment runs "where no hpcdl image fits the node kind"; the job
+            # runs there, never a placeholder image
+            choice = choose_runtime(SITES[site], kind, "pytorch", use_gpus=True)
+            assert choice.kind in (*NATIVE_KINDS, SITE_CONTAINER), f"{site}:{kind}: no GPU image fits, yet {choice}"
+            return
         assert gpu_images, f"{site}:{kind} has GPUs but only CPU images serve it: {fits}"
 
 
