@@ -112,20 +112,8 @@ class SrunLauncher(Launcher):
         # (SLURM_NTASKS_PER_NODE, SLURM_GPUS_PER_NODE, a step's GRES "all of the generic resources that have been
         # requested by the job", srun(1)), and the job script exports SRUN_CPUS_PER_TASK for the CPUs
         restate = site.launch.srun_layout == "restate"
-        argv = ["srun"]
-        # (a bare srun may still name the nodes or the tasks, as the centre's line does: launch.srun_restates)
-        if "nodes" in site.launch.srun_restates:
-            argv.append(f"--nodes={plan.nodes}")
-        if "ntasks" in site.launch.srun_restates:
-            argv.append(f"--ntasks={plan.world_size}")
-        if restate:
-            argv += [
-                f"--nodes={plan.nodes}",
-                f"--ntasks={plan.world_size}",
-                f"--ntasks-per-node={plan.ranks_per_node}",
-                # Slurm's unit: CPUs per core as the site's Slurm counts them (schema: scheduler_cpus_per_core)
-                f"--cpus-per-task={cores_per_rank(plan) * node.cpus_per_core}",
-            ]
+        # Slurm's unit: CPUs per core as the site's Slurm counts them (schema: scheduler_cpus_per_core)
+        argv = ["srun", *_layout_words(plan, site, plan.ranks_per_node, cores_per_rank(plan) * node.cpus_per_core)]
         if site.defaults.tasks_per_socket and restate:
             # the header's most tasks on one socket, repeated "in every call of srun" (ULHPC), as its Slurm counts sockets
             argv.append(f"--ntasks-per-socket={node.tasks_per_scheduler_socket(min(r.cores) for r in local)}")
@@ -185,26 +173,8 @@ class SrunLauncher(Launcher):
             # bind: each rank takes its GPU from plan.json)
             # in the style the centre's submit filter counts (defaults.gpu_request)
             style = site.defaults.gpu_request if site.scheduler == "slurm" else None
-            # Slurm's [type:]number, with the GRES type where the centre names it (CSC: --gres=gpu:a100:4)
-            gpu_type = site.node_kinds[plan.node_kind].defaults.gpu_type
-            typed = f"{gpu_type}:" if gpu_type else ""
-            if not restate:
-                pass  # the step has the job's GPUs of each node (srun_layout: header)
-            elif style == "gres":
-                argv.append(f"--gres=gpu:{typed}{len(gpus_used)}")
-            elif style == "gpus-per-task":
-                if site.defaults.batch_request == "nodes":
-                    # the header names no GPUs (defaults.batch_request: nodes): the step asks its GPUs per
-                    # node itself, then each task's ("--gres=gpu:8 --gpus-per-task=1", Pawsey)
-                    argv.append(f"--gres=gpu:{typed}{len(gpus_used)}")
-                argv.append(f"--gpus-per-task={typed}{gpus_per_rank(plan)}")
-            elif style == "gpus" and not gpu_total_uneven(plan.nodes, len(gpus_used),
-                                                          len(site.node_kinds[plan.node_kind].gpus)):
-                # the step's total, as the job asks it (PSC Bridges-2: --gpus=v100-32:16 on two nodes); a total
-                # Slurm could lay out unevenly (part of each of several nodes) is asked per node, below
-                argv.append(f"--gpus={typed}{len(gpus_used) * plan.nodes}")
-            else:
-                argv.append(f"--gpus-per-node={typed}{len(gpus_used)}")
+            if restate:  # (a bare srun's step has the job's GPUs of each node: srun_layout: header)
+                argv += _gpu_words(plan, site, style, len(gpus_used))
             per_task = gpus_per_rank(plan)
             if site.launch.gpu_bind == "wrapper":
                 # the centre's wrapper binds each task's GPU itself from its local rank (EPCC Tursa: "You must use the
@@ -244,35 +214,49 @@ def srun_per_node(plan: LaunchPlan, site: Site) -> list[str]:
     header (launch.srun_layout: header, as NRIS writes it)."""
     node = site.node_kinds[plan.node_kind]
     restate = site.launch.srun_layout == "restate"
-    argv = ["srun"]
-    if "nodes" in site.launch.srun_restates:
-        argv.append(f"--nodes={plan.nodes}")
-    if "ntasks" in site.launch.srun_restates:
-        argv.append(f"--ntasks={plan.nodes}")
-    if restate:
-        argv += [f"--nodes={plan.nodes}", f"--ntasks={plan.nodes}", "--ntasks-per-node=1",
-                 f"--cpus-per-task={node_task_cpus(plan, site)}"]
-        if node.cpus_per_core < node.threads_per_core:
-            argv.append(threads_option(site, node, False))
+    argv = ["srun", *_layout_words(plan, site, 1, node_task_cpus(plan, site))]
+    if restate and node.cpus_per_core < node.threads_per_core:
+        argv.append(threads_option(site, node, False))
     plugin = srun_mpi_plugin(site)
     if plugin and _site_mpi(site) is None:
         argv.append(f"--mpi={plugin}")
     gpus_used = sorted({g for r in plan.local_ranks() for g in r.gpus})
     if gpus_used and site.defaults.gpu_request != "none":
-        gpu_type = node.defaults.gpu_type
-        typed = f"{gpu_type}:" if gpu_type else ""
-        style = site.defaults.gpu_request
-        if not restate:
-            pass  # the step has the job's GPUs of each node
-        elif style == "gres":
-            argv.append(f"--gres=gpu:{typed}{len(gpus_used)}")
-        elif style == "gpus" and not gpu_total_uneven(plan.nodes, len(gpus_used), len(node.gpus)):
-            argv.append(f"--gpus={typed}{len(gpus_used) * plan.nodes}")
-        else:
-            argv.append(f"--gpus-per-node={typed}{len(gpus_used)}")
+        if restate:  # (a bare srun's step has the job's GPUs of each node)
+            argv += _gpu_words(plan, site, site.defaults.gpu_request, len(gpus_used))
         if site.launch.gpu_bind_default != "none":
             argv.append("--gpu-bind=none")  # the one task sees the node's GPUs; each rank drives its own
     return argv + list(site.launch.args)
+
+
+def _layout_words(plan: LaunchPlan, site: Site, tasks_per_node: int, cpus_per_task: int) -> list[str]:
+    """The step's layout on srun's line: all of it where the line restates the #SBATCH header (launch.srun_layout:
+    restate), else only the nodes or the tasks a centre's otherwise bare line still names (launch.srun_restates)."""
+    tasks = plan.nodes * tasks_per_node
+    if site.launch.srun_layout == "restate":
+        return [f"--nodes={plan.nodes}", f"--ntasks={tasks}", f"--ntasks-per-node={tasks_per_node}",
+                f"--cpus-per-task={cpus_per_task}"]
+    return [word for name, word in (("nodes", f"--nodes={plan.nodes}"), ("ntasks", f"--ntasks={tasks}"))
+            if name in site.launch.srun_restates]
+
+
+def _gpu_words(plan: LaunchPlan, site: Site, style: str | None, used: int) -> list[str]:
+    """The step's GPUs (`used` of each node) in the style the centre's submit filter counts (defaults.gpu_request),
+    as Slurm's [type:]number, with the GRES type where the centre names it (CSC: --gres=gpu:a100:4)."""
+    node = site.node_kinds[plan.node_kind]
+    typed = f"{node.defaults.gpu_type}:" if node.defaults.gpu_type else ""
+    if style == "gres":
+        return [f"--gres=gpu:{typed}{used}"]
+    if style == "gpus-per-task":
+        # the header names no GPUs (defaults.batch_request: nodes): the step asks its GPUs per node itself, then
+        # each task's ("--gres=gpu:8 --gpus-per-task=1", Pawsey)
+        per_node = [f"--gres=gpu:{typed}{used}"] if site.defaults.batch_request == "nodes" else []
+        return [*per_node, f"--gpus-per-task={typed}{gpus_per_rank(plan)}"]
+    if style == "gpus" and not gpu_total_uneven(plan.nodes, used, len(node.gpus)):
+        # the step's total, as the job asks it (PSC Bridges-2: --gpus=v100-32:16 on two nodes); a total Slurm could
+        # lay out unevenly (part of each of several nodes) is asked per node
+        return [f"--gpus={typed}{used * plan.nodes}"]
+    return [f"--gpus-per-node={typed}{used}"]
 
 
 def node_task_cpus(plan: LaunchPlan, site: Site) -> int:
