@@ -1317,3 +1317,25 @@ def test_an_srun_binding_variable_in_env_is_refused_for_the_launch_field_that_sa
     # the launch field says it, and the line carries it as written
     site = _profile(tmp_path, volta, **{"launch.args": ["--cpu-bind=none"]})
     assert "--cpu-bind=none" in make_plan(site, JobRequest(nodes=1)).launcher_argv
+
+
+def test_a_shared_node_job_of_fewer_ranks_than_gpus_spreads_them_over_the_sockets_where_the_centre_does(tmp_path):
+    # ULHPC's Iris GPU launchers (github.com/ULHPC/ulhpc-docs docs/slurm/launchers.md, "Iris (GPU)"): two GPUs of a
+    # shared node as "--ntasks-per-node 2 --ntasks-per-socket 1 -c 7 -G 2", one task of a GPU's 7 cores on each
+    # socket, where hpcdl took the first two GPUs, both on socket 0 (defaults.partial_gpus: spread)
+    volta = SHIPPED / "volta-x86.yaml"  # 2 sockets of 20 cores, 4 GPUs, two a socket
+    site = _profile(tmp_path, volta, **{"defaults.exclusive": False, "defaults.partial_gpus": "spread",
+                                        "defaults.tasks_per_socket": True})
+    two = make_plan(site, JobRequest(nodes=1, ranks_per_node=2))
+    assert [r.gpus for r in two.local_ranks()] == [(0,), (2,)]
+    # each still with its GPU's share of the node's 40 cores, not its socket's 20
+    assert [r.cores for r in two.local_ranks()] == [tuple(range(10)), tuple(range(20, 30))]
+    lines = render_job_script(site, two, {}, JobOptions()).splitlines()
+    assert "#SBATCH --ntasks-per-socket=1" in lines and "#SBATCH --exclusive" not in lines
+    # a full node is the same either way; unset, the first GPUs as before
+    assert [r.gpus for r in make_plan(site, JobRequest(nodes=1)).local_ranks()] == [(0,), (1,), (2,), (3,)]
+    first = make_plan(_profile(tmp_path, volta, **{"defaults.exclusive": False}), JobRequest(nodes=1, ranks_per_node=2))
+    assert [r.gpus for r in first.local_ranks()] == [(0,), (1,)]
+    # meaningful only where jobs share nodes
+    with pytest.raises(HpcdlError, match=r"defaults\.partial_gpus: .*whole nodes"):
+        _profile(tmp_path, volta, **{"defaults.partial_gpus": "spread"})

@@ -339,6 +339,13 @@ def _slots(
         if rpn < len(node.gpus) and _shared_node(site, kind_name, use_gpus, request.nodes):
             # a job that shares its nodes is handed GPUs with their cores, the first free ones, not a spread
             # over the sockets that would hold back every socket's cores from other jobs
+            if site.defaults.partial_gpus == "spread":
+                # the centre's partial-node jobs ask one task per socket (ULHPC Iris: "--ntasks-per-node 2
+                # --ntasks-per-socket 1 -c 7 -G 2"): GPUs spread over the sockets, each still with its share of cores
+                notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, spread over the sockets, each with "
+                             "its share of the cores, on a node the job shares (defaults.partial_gpus: spread)")
+                return [_Slot(socket=node.gpus[g].socket, domain=node.gpus[g].domain, gpus=(g,))
+                        for g in _spread(node.gpus, node.sockets, rpn)]
             notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, the first ones with their cores, "
                          "as the batch system hands out a node the job shares (defaults.exclusive: false)")
             order = sorted(range(len(node.gpus)), key=lambda g: (node.gpus[g].socket, g))

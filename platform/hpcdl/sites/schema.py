@@ -797,6 +797,16 @@ class Defaults(_Strict):
             "no --exclusive; unset, a shared node stays shared at any size"
         ),
     )
+    partial_gpus: Literal["first", "spread"] = Field(
+        default="first",
+        description=(
+            "on nodes jobs share (exclusive: false): which GPUs a GPU job with fewer ranks than a node's GPUs takes: "
+            "'first' (the default: the first GPUs, socket by socket, each with its share of the cores) or 'spread' "
+            "(as evenly over the sockets as they go, each rank still with its GPU's share of the cores), where the "
+            "centre's partial-node examples ask one task per socket (ULHPC Iris: '--ntasks-per-node 2 "
+            "--ntasks-per-socket 1 -c 7 -G 2')"
+        ),
+    )
     exclusive_when_full: bool = Field(
         default=False,
         description=(
@@ -1314,6 +1324,12 @@ class Site(_Strict):
             raise ValueError(f"defaults.whole_nodes_from: where Slurm gives larger jobs their nodes whole, a site whose "
                              f"jobs share nodes (defaults.exclusive: false); this one's scheduler is {self.scheduler} "
                              f"and its jobs take whole nodes already")
+        if self.defaults.partial_gpus == "spread" and (self.scheduler not in ("slurm", "pbs") or all(
+                self.job_defaults(kind).exclusive for kind in self.node_kinds) or self.launch.gpu_bind == "wrapper"):
+            raise ValueError(f"defaults.partial_gpus: spread chooses the GPUs of a job that shares its node (defaults."
+                             f"exclusive: false) under Slurm or PBS, whose own GPUs the plan picks (not launch.gpu_bind: "
+                             f"wrapper); this one's scheduler is {self.scheduler}, its gpu_bind {self.launch.gpu_bind}, "
+                             f"and {'its jobs take whole nodes' if all(self.job_defaults(k).exclusive for k in self.node_kinds) else 'its jobs share nodes'}")
         suffixes = {k: n.defaults.account_suffix for k, n in self.node_kinds.items() if n.defaults.account_suffix}
         if suffixes and self.defaults.account and any(self.defaults.account.endswith(x) for x in suffixes.values()):
             raise ValueError("defaults.account: give the project without a node kind's account_suffix; the job adds it")
