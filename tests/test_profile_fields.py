@@ -1345,9 +1345,7 @@ def test_a_pbs_queue_whose_chunks_are_gpus_asks_select_of_the_gpus_alone(tmp_pat
         {"max_nodes": 1, "max_gpus": 3, "partition": "by-gpu", "chunk": "gpu", "gpu_counts": [1, 2]},
         {"max_nodes": 496, "partition": "prod"}]})
     with pytest.raises(HpcdlError, match=r"^gpus: 3 GPUs is not a count queue 'by-gpu' .*gpu_counts 1, 2\)$"):
-        make_plan_and_render = render_job_script(site3, make_plan(site3, JobRequest(nodes=1, ranks_per_node=3)), {},
-                                                 JobOptions(account="a"))
-        del make_plan_and_render
+        render_job_script(site3, make_plan(site3, JobRequest(nodes=1, ranks_per_node=3)), {}, JobOptions(account="a"))
 
 
 def test_gpu_chunks_are_refused_where_they_cannot_be(tmp_path):
