@@ -1339,3 +1339,51 @@ def test_a_shared_node_job_of_fewer_ranks_than_gpus_spreads_them_over_the_socket
     # meaningful only where jobs share nodes
     with pytest.raises(HpcdlError, match=r"defaults\.partial_gpus: .*whole nodes"):
         _profile(tmp_path, volta, **{"defaults.partial_gpus": "spread"})
+
+
+def test_a_pbs_queue_whose_chunks_are_gpus_asks_select_of_the_gpus_alone(tmp_path):
+    # ALCF Sophia's by-gpu queue (argonne-lcf/user-guides docs/sophia/queueing-and-running-jobs/running-jobs.md):
+    # 'The number of "chunks" you specify in your qsub (i.e., -l select=4) will be the number of GPUs you are
+    # allocated, and they will all be on the same node. Valid values are 1, 2, 4, or 8'; ALCF's Dask job asks two GPUs
+    # as "qsub -I -l select=2 ... -q by-gpu". A node chunk (select=1:ncpus=..:ngpus=2) would ask something else there.
+    site = _profile(tmp_path, SHIPPED / "polaris.yaml", **{"defaults.partition_by_nodes": [
+        {"max_nodes": 1, "max_gpus": 2, "partition": "by-gpu", "chunk": "gpu", "gpu_counts": [1, 2]},
+        {"max_nodes": 496, "partition": "prod"}]})
+
+    def header(nodes, ranks):
+        plan = make_plan(site, JobRequest(nodes=nodes, ranks_per_node=ranks))
+        return [line for line in render_job_script(site, plan, {}, JobOptions(account="a")).splitlines()
+                if line.startswith("#PBS")]
+
+    two = header(1, 2)
+    assert "#PBS -l select=2" in two and "#PBS -q by-gpu" in two
+    assert not any("place=" in line for line in two)  # scatter would put each GPU's chunk on a host of its own
+    assert "#PBS -l select=1" in header(1, 1)
+    # a whole node goes on to the next queue, in node chunks
+    assert "#PBS -q prod" in header(1, 4)
+    assert any(line.startswith("#PBS -l select=1:ncpus=") for line in header(1, 4))
+    # a count the centre's qsub refuses is refused here, naming the field
+    site3 = _profile(tmp_path, SHIPPED / "polaris.yaml", **{"defaults.partition_by_nodes": [
+        {"max_nodes": 1, "max_gpus": 3, "partition": "by-gpu", "chunk": "gpu", "gpu_counts": [1, 2]},
+        {"max_nodes": 496, "partition": "prod"}]})
+    with pytest.raises(HpcdlError, match=r"^gpus: 3 GPUs is not a count queue 'by-gpu' .*gpu_counts 1, 2\)$"):
+        render_job_script(site3, make_plan(site3, JobRequest(nodes=1, ranks_per_node=3)), {}, JobOptions(account="a"))
+
+
+def test_gpu_chunks_are_refused_where_they_cannot_be(tmp_path):
+    with pytest.raises(HpcdlError, match=r"chunk: gpu asks PBS chunks of one GPU, but the scheduler is slurm"):
+        _profile(tmp_path, SHIPPED / "volta-x86.yaml", **{"node_kinds.v100.defaults": {"partition_by_nodes": [
+            {"max_nodes": 1, "partition": "by-gpu", "chunk": "gpu"}]}})
+    with pytest.raises(HpcdlError, match=r"chunk: gpu puts a job's GPUs on one node: give the queue max_nodes: 1"):
+        _profile(tmp_path, SHIPPED / "polaris.yaml", **{"defaults.partition_by_nodes": [
+            {"max_nodes": 2, "partition": "by-gpu", "chunk": "gpu"}]})
+    with pytest.raises(HpcdlError, match=r"chunk:|gpu_counts"):
+        _profile(tmp_path, SHIPPED / "polaris.yaml", **{"defaults.partition_by_nodes": [
+            {"max_nodes": 1, "partition": "by-gpu", "chunk": "core"}]})
+    # more ranks than the queue's one-slot GPU chunks: refused naming the field
+    site = _profile(tmp_path, SHIPPED / "polaris.yaml", **{"defaults.partition_by_nodes": [
+        {"max_nodes": 1, "partition": "by-gpu", "chunk": "gpu"}]})
+    plan = make_plan(site, JobRequest(nodes=1, ranks_per_node=8, mode="per-core"))
+    with pytest.raises(HpcdlError, match=r"^ranks_per_node: 8 ranks on .* \(defaults.partition_by_nodes: by-gpu "
+                                         r"chunk: gpu\)"):
+        render_job_script(site, plan, {}, JobOptions(account="a"))

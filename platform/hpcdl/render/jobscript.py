@@ -495,7 +495,33 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # scatter: "only one chunk ... from any host", nothing to say of a job of one chunk, which a shared node
         # takes where PBS puts it (the default, free); excl asks a node whole at any size
         job["place"] = "scatter:excl" if job["exclusive_request"] else "scatter" if plan.nodes > 1 else None
+        if scheduler == site.scheduler:
+            _gpu_chunks(site, plan, defaults, partition, job)
     return job
+
+
+def _gpu_chunks(site: Site, plan: Plan, defaults, partition: str | None, job: dict) -> None:
+    """A queue whose chunks are GPUs of one node (defaults.partition_by_nodes chunk: gpu): the job asks select=<GPUs>
+    alone, as the centre's jobs do (ALCF Sophia's by-gpu: "qsub -I -l select=2 ... -q by-gpu", "the number of GPUs
+    you are allocated, and they will all be on the same node"), the queue giving each chunk its GPU and its CPUs; no
+    place=scatter, which would put each chunk on a host of its own."""
+    size = queue_by_size(site, plan, defaults)
+    if size is None or size.chunk != "gpu" or partition != (size.partition or defaults.partition):
+        return
+    where = f"defaults.partition_by_nodes: {partition} chunk: gpu"
+    gpus = len({gpu for rank in plan.local_ranks() for gpu in rank.gpus})  # each GPU once, however many ranks share it
+    if plan.nodes != 1 or not gpus:
+        raise HpcdlError(f"nodes: queue {partition!r} hands out GPUs of one node ({where}); this job asks "
+                         f"{plan.nodes} node(s) and {gpus} GPU(s) a node")
+    if plan.ranks_per_node > gpus:
+        # PBS gives each chunk one MPI slot (mpiprocs=1): more ranks than chunks oversubscribe them
+        raise HpcdlError(f"ranks_per_node: {plan.ranks_per_node} ranks on {gpus} GPU chunk(s) of "
+                         f"queue {partition!r} ({where}), one MPI slot each")
+    if defaults.job_resources_per_node:
+        raise HpcdlError(f"defaults.job_resources_per_node: a node's resources cannot go into the one-GPU chunks of "
+                         f"queue {partition!r} ({where})")
+    job["select"] = f"select={gpus}"
+    job["place"] = "excl" if job["exclusive_request"] else None
 
 
 def node_local_gres(site: Site, plan: Plan, job: dict) -> str | None:
@@ -570,6 +596,11 @@ def queue_by_size(site: Site, plan: Plan, defaults):
     gpus = plan.nodes * plan.ranks_per_node * len(plan.ranks[0].gpus)
     for size in sizes:
         if (size.max_nodes is None or plan.nodes <= size.max_nodes) and (size.max_gpus is None or gpus <= size.max_gpus):
+            if size.gpu_counts and gpus not in size.gpu_counts:
+                # the centre's qsub refuses any other count (ALCF Sophia's by-gpu: 1, 2, 4 or 8)
+                raise HpcdlError(f"gpus: {gpus} GPUs is not a count queue {size.partition or 'its queue'!r} of site "
+                                 f"{site.name!r} takes (defaults.partition_by_nodes: gpu_counts "
+                                 f"{', '.join(map(str, size.gpu_counts))})")
             return size
     last = sizes[-1]
     queue = last.partition or last.qos or "its queue"

@@ -241,6 +241,20 @@ class SizedPartition(_Strict):
         description=("the longest job this queue runs, where it is shorter than the site's defaults.max_time "
                      "(Purdue Anvil: wholenode 96 h to 16 nodes, wide 12 h to 56)"),
     )
+    gpu_counts: tuple[Annotated[int, Field(ge=1)], ...] | None = Field(
+        default=None, min_length=1,
+        description=("the only GPU counts a job of this queue may ask, where the centre's qsub refuses others "
+                     "(ALCF Sophia's by-gpu: 'Valid values are 1, 2, 4, or 8 in your select statement ... If you "
+                     "specify a different value, your qsub will issue an error and fail')"),
+    )
+    chunk: Literal["node", "gpu"] = Field(
+        default="node",
+        description=("PBS: what one chunk of this queue's select is: a node (the default, select=<nodes>:ncpus=..) "
+                     "or one GPU, where the queue hands out GPUs of one node as chunks and the centre's jobs ask "
+                     "select=<GPUs> alone (ALCF Sophia's by-gpu: 'The number of \"chunks\" you specify in your qsub "
+                     "(i.e., -l select=4) will be the number of GPUs you are allocated, and they will all be on the "
+                     "same node')"),
+    )
 
     @field_validator("max_time")
     @classmethod
@@ -1319,6 +1333,17 @@ class Site(_Strict):
             raise ValueError(f"defaults.total_tasks: #SBATCH --ntasks beside --ntasks-per-node, a Slurm header that asks "
                              f"tasks, but the scheduler is {self.scheduler} and batch_request "
                              f"{self.defaults.batch_request}")
+        for kind in self.node_kinds:
+            for size in self.job_defaults(kind).partition_by_nodes or ():
+                if size.chunk != "gpu":
+                    continue
+                where = f"defaults.partition_by_nodes: {size.partition or 'the queue'} chunk: gpu"
+                if self.scheduler != "pbs":
+                    raise ValueError(f"{where} asks PBS chunks of one GPU, but the scheduler is {self.scheduler}")
+                if size.max_nodes != 1:
+                    raise ValueError(f"{where} puts a job's GPUs on one node: give the queue max_nodes: 1")
+                if not self.node_kinds[kind].gpus:
+                    raise ValueError(f"{where}: node kind {kind!r} has no GPUs to hand out as chunks")
         if self.defaults.whole_nodes_from and (self.scheduler != "slurm" or all(
                 self.job_defaults(kind).exclusive for kind in self.node_kinds)):
             raise ValueError(f"defaults.whole_nodes_from: where Slurm gives larger jobs their nodes whole, a site whose "
