@@ -1387,3 +1387,34 @@ def test_gpu_chunks_are_refused_where_they_cannot_be(tmp_path):
     with pytest.raises(HpcdlError, match=r"^ranks_per_node: 8 ranks on .* \(defaults.partition_by_nodes: by-gpu "
                                          r"chunk: gpu\)"):
         render_job_script(site, plan, {}, JobOptions(account="a"))
+
+
+def test_the_rendezvous_host_and_port_a_site_prolog_sets(tmp_path):
+    """C3SE Alvis's job prolog sets PROEPI_HEAD_NODE and PROEPI_FREE_PORT, and its multi-node PyTorch job
+    rendezvouses there (--rdzv_endpoint=${PROEPI_HEAD_NODE}:${PROEPI_FREE_PORT}): launch.master_addr_env and
+    launch.master_port_env take MASTER_ADDR and MASTER_PORT from them, and a job whose prolog set none stops,
+    naming the variable and the field."""
+    olivia = SHIPPED / "olivia.yaml"
+    site = _profile(tmp_path, olivia, **{"launch.master_addr": "host-name", "launch.master_port": None,
+                                         "launch.master_addr_env": "SITE_HEAD", "launch.master_port_env": "SITE_PORT"})
+    lines = _render(site, tmp_path, account="nn9999k").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("MASTER_ADDR="))
+    block = [line for line in lines[start:start + 6] if line.startswith(("MASTER_", "export MASTER_"))]
+    assert block[0].startswith("MASTER_ADDR=${SITE_HEAD:?") and any(b.startswith("MASTER_PORT=${SITE_PORT:?") for b in block)
+    assert not any("scontrol show hostnames" in line or "% 12000" in line for line in lines)
+    script = "\n".join(block) + '\necho "$MASTER_ADDR:$MASTER_PORT"'
+    out = subprocess.run(["bash", "-euc", script], capture_output=True, text=True,
+                         env={**os.environ, "SITE_HEAD": "alvis3-04", "SITE_PORT": "45678"})
+    assert out.returncode == 0 and out.stdout.strip() == "alvis3-04:45678"
+    env = {k: v for k, v in os.environ.items() if k not in ("SITE_HEAD", "SITE_PORT")}
+    out = subprocess.run(["bash", "-euc", script], capture_output=True, text=True, env=env)
+    assert out.returncode != 0 and "SITE_HEAD (launch.master_addr_env)" in out.stderr
+    # a name only, nothing that runs; one way to name each; Slurm only
+    with pytest.raises(HpcdlError, match=r"launch.master_addr_env"):
+        _profile(tmp_path, olivia, **{"launch.master_addr": "host-name", "launch.master_addr_env": "X; rm -rf ~"})
+    with pytest.raises(HpcdlError, match=r"launch.master_addr_env: .* keep one"):
+        _profile(tmp_path, olivia, **{"launch.master_addr_env": "SITE_HEAD"})
+    with pytest.raises(HpcdlError, match=r"launch.master_port_env: .* keep one"):
+        _profile(tmp_path, olivia, **{"launch.master_port_env": "SITE_PORT"})
+    with pytest.raises(HpcdlError, match=r"launch.master_port_env: a variable a Slurm job prolog sets, but the scheduler is pbs"):
+        _profile(tmp_path, GADI, **{"launch.master_port_env": "SITE_PORT"})

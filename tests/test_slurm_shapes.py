@@ -219,6 +219,8 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
         # nor do the pretend nodes' own names resolve here (launch.master_addr: node-list): the batch host's name does
         launch = site.launch.model_copy(update={"args": tuple(a for a in site.launch.args if _srun_knows(a, conf)),
                                                 "master_port_command": (), "master_addr": "host-name",
+                                                # nor the site prolog's rendezvous variables (C3SE Alvis's PROEPI_*)
+                                                "master_addr_env": None, "master_port_env": None,
                                                 **_stand_in_wrappers(site, folder)})
         site = site.model_copy(update={"launch": launch})
     # a machine with a single node of the kind (Mahidol's MAI HPC: one H100 node, one A100 node) gets a one-node job

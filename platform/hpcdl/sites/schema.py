@@ -977,6 +977,22 @@ class Launch(_Strict):
             "(Princeton Research Computing's Della: export MASTER_PORT=$(get_free_port)); not beside master_port"
         ),
     )
+    master_addr_env: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)] | None = Field(
+        default=None,
+        description=(
+            "a variable the site's job prolog sets in every Slurm job to the rendezvous host, where the centre's jobs "
+            "take MASTER_ADDR from it (C3SE Alvis: --rdzv_endpoint=${PROEPI_HEAD_NODE}:${PROEPI_FREE_PORT}, 'on Alvis "
+            "we configure some environment variables to easily start a distributed training job'); the job stops, "
+            "naming it, where it is unset; not beside master_addr other than host-name, nor master_addr_suffix"
+        ),
+    )
+    master_port_env: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)] | None = Field(
+        default=None,
+        description=(
+            "a variable the site's job prolog sets in every Slurm job to a free rendezvous port (C3SE Alvis: "
+            "PROEPI_FREE_PORT), taken as MASTER_PORT; not beside master_port or master_port_command"
+        ),
+    )
     spawner: Literal["none", "torchrun", "hpcdl"] = Field(
         default="none",
         description=(
@@ -1430,6 +1446,17 @@ class Site(_Strict):
                                  "cores, is kept as the centre writes it")
         if self.launch.spawner != "none":
             self._spawner_fits()
+        if (self.launch.master_addr_env or self.launch.master_port_env) and self.scheduler != "slurm":
+            which = "launch.master_addr_env" if self.launch.master_addr_env else "launch.master_port_env"
+            raise ValueError(f"{which}: a variable a Slurm job prolog sets, but the scheduler is {self.scheduler}")
+        if self.launch.master_addr_env and (self.launch.master_addr != "host-name" or self.launch.master_addr_suffix):
+            raise ValueError(f"launch.master_addr_env: the rendezvous host is the site prolog's "
+                             f"${self.launch.master_addr_env}, but launch.master_addr or master_addr_suffix names "
+                             f"it another way; keep one")
+        if self.launch.master_port_env and (self.launch.master_port is not None or self.launch.master_port_command):
+            raise ValueError(f"launch.master_port_env: the rendezvous port is the site prolog's "
+                             f"${self.launch.master_port_env}, but launch.master_port or master_port_command gives "
+                             f"it too; keep one")
         if self.launch.master_port_command and self.launch.master_port is not None:
             raise ValueError("launch.master_port_command: a port the centre's command picks, but launch.master_port "
                              f"fixes it at {self.launch.master_port}; keep one")
