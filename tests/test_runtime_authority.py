@@ -48,7 +48,10 @@ def _launch(script: str) -> list[str]:
 def test_plan_and_render_run_what_the_authority_accepts_or_refuse_in_one_line(where, name, kind):
     site = _load(where, name)
     node = site.node_kinds[kind]
-    nodes = min(2, node.count or 2, site.defaults.max_nodes or 2)
+    # two nodes where the kind's queues take two (ALCF Sophia's bigmem queue takes one node)
+    queues = site.job_defaults(kind).partition_by_nodes or ()
+    most = None if not queues or any(q.max_nodes is None for q in queues) else max(q.max_nodes for q in queues)
+    nodes = min(2, node.count or 2, site.defaults.max_nodes or 2, most or 2)
     plan = make_plan(site, JobRequest(nodes=nodes, node_kind=kind))
     choice = plan.runtime
     assert choice is not None
