@@ -35,6 +35,8 @@ DeviceName = Annotated[str, StringConstraints(pattern=DEVICE_NAME_PATTERN, max_l
 # Lmod/Tcl module names: name/version, with the + @ : , characters Spack and vendors use.
 ModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+@:,/-]*$", max_length=255)]
 # a scheduler word: account, partition/queue, QoS, feature list (no blanks, quotes or shell text)
+# a shell variable's name (POSIX: letters, digits and underscores, not starting with a digit)
+VariableName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)]
 SchedulerWord = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:+=,@/%&|!()\[\]*-]+$", max_length=255)]
 PATH_MAX = 4096
 #: more nodes than any machine has (Fugaku: 158,976): a bound on counts, so a typo cannot make
@@ -977,7 +979,7 @@ class Launch(_Strict):
             "(Princeton Research Computing's Della: export MASTER_PORT=$(get_free_port)); not beside master_port"
         ),
     )
-    master_addr_env: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)] | None = Field(
+    master_addr_env: VariableName | None = Field(
         default=None,
         description=(
             "a variable the site's job prolog sets in every Slurm job to the rendezvous host, where the centre's jobs "
@@ -986,7 +988,7 @@ class Launch(_Strict):
             "naming it, where it is unset; not beside master_addr other than host-name, nor master_addr_suffix"
         ),
     )
-    master_port_env: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)] | None = Field(
+    master_port_env: VariableName | None = Field(
         default=None,
         description=(
             "a variable the site's job prolog sets in every Slurm job to a free rendezvous port (C3SE Alvis: "
