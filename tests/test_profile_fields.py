@@ -84,6 +84,12 @@ def test_a_path_list_expands_only_variable_references(tmp_path):
     assert out.returncode == 0 and out.stdout == "/opt/$(touch pwned)/lib:/home/u/lib`id`", "no stray ':' when unset"
 
 
+def test_a_path_list_takes_one_folder_per_entry(tmp_path):
+    # ':' separates a path list's folders: '/opt/a:/opt/b' would be two, and every container runtime's
+    # bind (apptainer --bind, ch-run -b, podman --volume) splits on it
+    with pytest.raises(HpcdlError, match=r"env\.LD_LIBRARY_PATH.*'/opt/a:/opt/b': one folder each"):
+        _profile(tmp_path, POLARIS, **{"env.LD_LIBRARY_PATH": {"prepend": ["/opt/a:/opt/b"]}})
+
 def test_a_project_path_takes_the_account_or_the_one_slurm_charged(tmp_path):
     site = load_site("frontier")
     assert "/lustre/orion/prj1/scratch/\"${USER}\"" in _render(site, tmp_path, account="prj1")

@@ -48,10 +48,9 @@ def host_library_dirs(site: Site) -> tuple[list[str], list[str]]:
     return list(value.prepend), list(value.append)
 
 
-def container_library_path(site: Site) -> str | None:
-    """LD_LIBRARY_PATH inside the container: the host folders around the container's own value,
-    which the runtime expands ($LD_LIBRARY_PATH, inside the container); None without host folders."""
-    before, after = host_library_dirs(site)
+def container_library_path(before: list[str], after: list[str]) -> str | None:
+    """LD_LIBRARY_PATH inside the container: the host folders (host_library_dirs) around the container's
+    own value, which the runtime expands ($LD_LIBRARY_PATH, inside the container); None without any."""
     if not before and not after:
         return None
     return ":".join([*before, f"${LIBRARY_PATH}", *after])
@@ -131,15 +130,16 @@ class ApptainerRuntime(Runtime):
             argv += ["--workdir", Expanding(site.container.workdir)]
         for path in self.binds(site):
             argv += ["--bind", path]
-        library_path = container_library_path(site)
+        before, after = host_library_dirs(site)
+        library_path = container_library_path(before, after)
         if library_path:
             # Apptainer sets the container's LD_LIBRARY_PATH to /.singularity.d/libs, not the host's;
-            # --env NAME="\$NAME..." sets it from the container's own value ("Environment and Metadata")
-            before, after = host_library_dirs(site)
+            # --env NAME="\$NAME..." sets it from the container's own value ("Environment and Metadata").
+            # (The profile already refuses a ':' in a folder: the path list's own separator.)
             for path in (*before, *after):
-                if "," in path or ":" in path:
-                    raise HpcdlError(f"env.{LIBRARY_PATH}: {path!r}: {self.program}'s --bind and --env split on "
-                                     "',' and ':'; name a folder without them")
+                if "," in path:
+                    raise HpcdlError(f"env.{LIBRARY_PATH}: {path!r}: {self.program}'s --bind and --env lists split "
+                                     "on ','; name a folder without it")
             argv += ["--env", RuntimeExpands(f"{LIBRARY_PATH}={library_path}")]
         return argv + list(site.container.args) + [_named(image, site)]
 
@@ -202,7 +202,7 @@ class CharliecloudRuntime(Runtime):
 
     def command(self, plan, site, image):
         argv = ["ch-run", "--set-env"]
-        library_path = container_library_path(site)
+        library_path = container_library_path(*host_library_dirs(site))
         if library_path:
             # after the image's ENV (the bare --set-env, which may set LD_LIBRARY_PATH): ch-run expands
             # $LD_LIBRARY_PATH in a --set-env value to the value set so far (ch-run(1), "Environment variables")

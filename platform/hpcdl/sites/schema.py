@@ -856,6 +856,16 @@ class EnvPath(_Strict):
     prepend: tuple[str, ...] = ()
     append: tuple[str, ...] = ()
 
+    @field_validator("prepend", "append")
+    @classmethod
+    def _one_folder_each(cls, folders: tuple[str, ...]) -> tuple[str, ...]:
+        for folder in folders:
+            _plain_path(folder)
+            if ":" in folder:
+                # ':' separates a path list's folders: 'a:b' is two folders, and every runtime's bind splits on it
+                raise ValueError(f"{folder!r}: one folder each, without ':' (the path list's separator)")
+        return folders
+
 
 def option_value(args, *spellings: str, short: str | None = None) -> str | None:
     """The value launcher arguments give an option, in any of its `spellings` (`--name=X`, `--name X`;
