@@ -392,13 +392,14 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # (sbatch(1), Slurm 22.05), as EPCC and NHR@FAU write it: export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
         "srun_cpus_per_task": (scheduler == "slurm" == site.scheduler and site.launcher == "srun"
                                and site.launch.srun_layout == "header" and site.defaults.batch_request == "tasks"),
-        # LSF: -P project unless the profile says -G; PBS: -A account unless it says -P (NCI Gadi);
-        # a profile's flag is for its own scheduler
-        "account_flag": (site.defaults.account_flag if scheduler == site.scheduler and site.defaults.account_flag
-                         else {"lsf": "-P", "pbs": "-A"}.get(scheduler)),
         "job_resources": [],
         "job_id_var": {"slurm": "SLURM_JOB_ID", "lsf": "LSB_JOBID", "pbs": "PBS_JOBID", "local": "HPCDL_JOB_ID"}[scheduler],
     }
+    # LSF: -P project unless the profile says -G; PBS: -A account unless it says -P (NCI Gadi) or -W group_list;
+    # a profile's flag is for its own scheduler
+    account_flag = (site.defaults.account_flag if scheduler == site.scheduler and site.defaults.account_flag
+                    else {"lsf": "-P", "pbs": "-A"}.get(scheduler))
+    job["account_directive"] = account_directive(account_flag, job["account"]) if account_flag and job["account"] else None
     if plan.spawner and scheduler == "slurm" == site.scheduler:
         # one task per node, holding every CPU and GPU of the node's ranks, which its spawner starts (launch.spawner;
         # NRIS Olivia: "#SBATCH --ntasks-per-node=1 ... --gpus-per-node=4 --cpus-per-task=72", one torchrun a node)
@@ -609,6 +610,13 @@ def queue_by_size(site: Site, plan: Plan, defaults):
                          f"(defaults.partition_by_nodes: at most {last.max_gpus} GPUs in {queue})")
     raise HpcdlError(f"nodes: {plan.nodes} is more than any queue of site {site.name!r} takes "
                      f"(defaults.partition_by_nodes: at most {last.max_nodes} in {queue})")
+
+
+def account_directive(flag: str, account: str) -> str:
+    """The words of the directive that charges the account: an option and its value (`-A acct`, `-P a00`,
+    `-G bank`), or a job attribute that `-W` sets (PBS Pro's qsub: `-W attribute=value`, JCAHPC Miyabi's
+    `-W group_list=gz00`)."""
+    return f"{flag}={account}" if flag.startswith("-W ") else f"{flag} {account}"
 
 
 def job_account(site: Site, plan: Plan, account: str | None) -> str | None:
