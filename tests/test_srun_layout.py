@@ -172,3 +172,14 @@ def test_a_bare_srun_that_names_its_nodes_names_them_alone():
     assert list(make_plan(load_site("mai-hpc"), JobRequest(nodes=1)).launcher_argv) == ["srun", "--nodes=1"]
     with pytest.raises(ValueError, match=r"launch\.srun_restates: .* set srun_layout: header"):
         _site(srun_restates=["nodes"], srun_layout="restate")
+
+
+def test_a_bare_srun_that_names_its_tasks_per_node_names_them_alone():
+    """launch.srun_restates: ntasks-per-node, where the centre's otherwise bare srun still names the tasks of each node
+    (the Kempner Institute's DDP job on Harvard FASRC's Cannon: 'srun --ntasks-per-node=$SLURM_NTASKS_PER_NODE python
+    -u mlp_ddp.py'): the line names --ntasks-per-node, the plan's, and nothing else of the layout."""
+    site = _site(srun_restates=["ntasks-per-node"])
+    assert _job(site, 4)[2] == ["srun", "--ntasks-per-node=4"]
+    assert _job(_site(srun_restates=["nodes", "ntasks-per-node"]), 2)[2] == ["srun", "--nodes=1", "--ntasks-per-node=2"]
+    argv = list(make_plan(load_site("cannon"), JobRequest(nodes=2, ranks_per_node=1, node_kind="a100")).launcher_argv)
+    assert argv == ["srun", "--ntasks-per-node=1"]

@@ -1071,11 +1071,13 @@ class Launch(_Strict):
             "required where the node has GPUs) and drives the plan's"
         ),
     )
-    srun_restates: tuple[Literal["nodes", "ntasks"], ...] = Field(
+    srun_restates: tuple[Literal["nodes", "ntasks", "ntasks-per-node"], ...] = Field(
         default=(),
         description=(
             "with srun_layout: header, the layout options the centre's otherwise bare srun names all the same: nodes "
-            "(--nodes=N; Mahidol MAI HPC: 'srun -N 2 python3 train_ddp_2node.py') and ntasks (--ntasks=N)"
+            "(--nodes=N; Mahidol MAI HPC: 'srun -N 2 python3 train_ddp_2node.py'), ntasks (--ntasks=N) and "
+            "ntasks-per-node (--ntasks-per-node=R; the Kempner Institute on Harvard's Cannon: 'srun "
+            "--ntasks-per-node=$SLURM_NTASKS_PER_NODE python -u mlp_ddp.py')"
         ),
     )
     gpu_bind: Literal["map", "closest", "wrapper"] = Field(
