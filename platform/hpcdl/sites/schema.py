@@ -1201,6 +1201,13 @@ class SiteEnvironment(_Strict):
     )
     node_kinds: tuple[str, ...] = Field(default=(), description="the node kinds it serves; empty: all")
     prefer: bool = Field(default=False, description="run here even where an hpcdl image fits")
+    module_env: tuple[VariableName, ...] = Field(
+        default=(),
+        description="container: variables the modules the job loads set (environment.modules, modules.runtime, "
+        "modules.load), which `image` may name, expanded when the job runs, after its modules load: UVA's container "
+        "modules set $CONTAINERDIR, the folder of the centre's images (`apptainer run --nv "
+        "$CONTAINERDIR/pytorch-2.0.1.sif`)",
+    )
 
     @model_validator(mode="after")
     def _fields_of_its_kind(self) -> "SiteEnvironment":
@@ -1212,6 +1219,9 @@ class SiteEnvironment(_Strict):
             raise ValueError("modules: a modules environment names the modules to load")
         if self.hook and self.kind != "conda":
             raise ValueError(f"hook: conda's shell hook, not for a {self.kind} environment")
+        if self.module_env and self.kind != "container":
+            raise ValueError(f"module_env: the variables a container environment's image may name; this is a "
+                             f"{self.kind} environment")
         for key, value in self.annotations.items():
             if not _WORD.match(key) or any(c in value for c in '"\\\n\r\0'):
                 raise ValueError(f"annotations.{key}: not a plain annotation name and value")
@@ -1480,6 +1490,9 @@ class Site(_Strict):
                 raise ValueError("environment: a container environment needs a container runtime (runtime)")
             if environment.kind == "uenv" and self.launcher != "srun":
                 raise ValueError("environment: a uenv starts through srun --uenv; the launcher is " + self.launcher)
+            if environment.module_env and not (environment.modules or self.modules.runtime or self.modules.load):
+                raise ValueError("environment.module_env: no module is loaded that could set "
+                                 f"${environment.module_env[0]} (environment.modules, modules.runtime, modules.load)")
         if self.container.workdir is not None and self.runtime not in ("apptainer", "singularity"):
             raise ValueError(f"container.workdir: --workdir is Apptainer's and Singularity's; the runtime is "
                              f"{self.runtime}")
@@ -1589,11 +1602,19 @@ class Site(_Strict):
         for name, value in self.env.items():
             if isinstance(value, EnvPath):
                 places += [(f"env.{name}", p) for p in (*value.prepend, *value.append)]
+        environment = self.environment
+        if environment is not None and environment.image:
+            # the image is named on the launch line, after the job's modules load: it may also use what they set
+            places.append(("environment.image", environment.image))
+            known |= set(environment.module_env)
         for field, text in places:
             for var in variables_in(text or ""):
                 if var not in known and not var.startswith(prefix) and not var.startswith("DW_JOB_"):
                     hint = (f"; for the project write {PROJECT_PLACEHOLDER}, which takes the account at render time"
                             if "PROJ" in var.upper() or "ACCOUNT" in var.upper() else "")
+                    if field == "environment.image":
+                        hint += (f"; if a module the job loads sets it (UVA's $CONTAINERDIR), add "
+                                 f"`environment.module_env: [{var}]`")
                     # (profiles written before this check loaded; the message says the one-line fix)
                     raise ValueError(
                         f"{field}: ${var} is set neither by {self.scheduler} nor by the login, and under set -u an "
