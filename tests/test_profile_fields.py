@@ -1454,3 +1454,32 @@ def test_an_image_variable_no_module_or_login_sets_is_refused_naming_the_field(t
         _profile(tmp_path, UVA, **{"environment.modules": [], "modules.runtime": None})
     with pytest.raises(Exception, match=r"module_env: the variables a container environment's image may name"):
         _profile(tmp_path, UVA, **{"environment.kind": "modules"})
+
+
+def test_folders_the_centres_runtime_binds_itself_are_not_bound_again(tmp_path):
+    """UVA's Apptainer mounts "/home, /scratch, /standard, /project" into each container by default, and its
+    container lines bind none: with container.system_binds the job binds no folder at or under them, and still
+    binds the others."""
+    site = _profile(tmp_path, UVA, **{"container.system_binds": ["/home", "/scratch/", "/standard", "/project"]})
+    launch = next(x for x in _render(site, tmp_path, nodes=1, account="g").splitlines() if " hpcdl train " in x)
+    assert "--bind" not in launch and launch.startswith("srun apptainer exec --nv ")
+    # a folder outside them is bound; a library folder under one is not bound but still reaches the library path
+    site = _profile(tmp_path, UVA, **{"container.system_binds": ["/scratch"], "filesystems.node_local": "/localscratch",
+                                      "env.LD_LIBRARY_PATH": {"prepend": ["/scratch/plugins/lib"]}})
+    launch = next(x for x in _render(site, tmp_path, nodes=1, account="g").splitlines() if " hpcdl train " in x)
+    assert "--bind /localscratch " in launch and "--bind /scratch" not in launch
+    assert "--env LD_LIBRARY_PATH=/scratch/plugins/lib:\\$LD_LIBRARY_PATH" in launch
+    # a folder that only starts like one is bound
+    site = _profile(tmp_path, UVA, **{"container.system_binds": ["/scratch"], "filesystems.scratch": "/scratch2/$USER"})
+    assert '--bind /scratch2/"${USER}"' in _render(site, tmp_path, nodes=1, account="g")
+
+
+def test_system_binds_are_absolute_folders_of_apptainer_or_singularity(tmp_path):
+    with pytest.raises(Exception, match=r"system_binds\[0\]: 'scratch' is not an absolute host folder"):
+        _profile(tmp_path, UVA, **{"container.system_binds": ["scratch"]})
+    with pytest.raises(Exception, match=r"system_binds\[1\]: '/scratch/\$USER' is not an absolute host folder"):
+        _profile(tmp_path, UVA, **{"container.system_binds": ["/home", "/scratch/$USER"]})
+    with pytest.raises(Exception, match=r"container\.system_binds: the folders apptainer.conf's `bind path` binds; "
+                                        r"the runtime is charliecloud"):
+        _profile(tmp_path, UVA, **{"container.system_binds": ["/home"], "runtime": "charliecloud",
+                                   "environment": None})

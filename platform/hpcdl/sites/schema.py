@@ -1160,6 +1160,21 @@ class Container(_Strict):
         "job has little of (the Alliance: '-W ${SLURM_TMPDIR}'); an absolute path or one under a variable the job "
         "has, expanded when the job runs",
     )
+    system_binds: tuple[SitePath, ...] = Field(
+        default=(),
+        description="Apptainer/Singularity: host folders the centre's runtime binds into every container by itself "
+        "(apptainer.conf `bind path`), where the centre says so: the job binds no scratch, node-local or library "
+        "folder at or under one of them (UVA: '/home, /scratch, /standard, /project' are 'mounted into each "
+        "container by default', and its container lines bind none); absolute paths",
+    )
+
+    @model_validator(mode="after")
+    def _system_binds_absolute(self) -> "Container":
+        for i, path in enumerate(self.system_binds):
+            if not path.startswith("/") or variables_in(path):
+                raise ValueError(f"system_binds[{i}]: {path!r} is not an absolute host folder (the runtime's own "
+                                 "configuration names folders without variables)")
+        return self
 
 
 class SiteEnvironment(_Strict):
@@ -1495,6 +1510,9 @@ class Site(_Strict):
                                  f"${environment.module_env[0]} (environment.modules, modules.runtime, modules.load)")
         if self.container.workdir is not None and self.runtime not in ("apptainer", "singularity"):
             raise ValueError(f"container.workdir: --workdir is Apptainer's and Singularity's; the runtime is "
+                             f"{self.runtime}")
+        if self.container.system_binds and self.runtime not in ("apptainer", "singularity"):
+            raise ValueError(f"container.system_binds: the folders apptainer.conf's `bind path` binds; the runtime is "
                              f"{self.runtime}")
         if self.container.nvidia != "nv" and self.runtime not in ("apptainer", "singularity"):
             raise ValueError(f"container.nvidia: --{self.container.nvidia} is Apptainer's and Singularity's; the "
