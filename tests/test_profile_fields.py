@@ -1424,3 +1424,68 @@ def test_the_rendezvous_host_and_port_a_site_prolog_sets(tmp_path):
         _profile(tmp_path, olivia, **{"launch.master_port_env": "SITE_PORT"})
     with pytest.raises(HpcdlError, match=r"launch.master_port_env: a variable a Slurm job prolog sets, but the scheduler is pbs"):
         _profile(tmp_path, GADI, **{"launch.master_port_env": "SITE_PORT"})
+
+
+UVA = Path(__file__).parents[1] / "platform" / "hpcdl" / "sites" / "profiles" / "uva-hpc-gpu.yaml"
+
+
+def test_a_centre_image_under_a_folder_its_modules_set_expands_when_the_job_runs(tmp_path):
+    """UVA runs PyTorch in the image its container modules name by folder: `module load apptainer pytorch/2.0.1`,
+    then `apptainer run --nv $CONTAINERDIR/pytorch-2.0.1.sif`. The profile declares the variable a module sets
+    (environment.module_env); the launch line expands it when the job runs, after the modules load, and nothing
+    else in the image's name runs."""
+    site = load_site_file(UVA)
+    text = _render(site, tmp_path, nodes=1, account="mygroup")
+    lines = text.splitlines()
+    assert "module load apptainer pytorch/2.0.1" in lines
+    launch = next(line for line in lines if " hpcdl train " in line)
+    word = launch.split(" hpcdl train ", 1)[0].rsplit(" ", 1)[1]
+    assert word == '"${CONTAINERDIR}"/pytorch-2.0.1.sif'
+    out = subprocess.run(["bash", "-c", f"set -u; printf %s {word}"], capture_output=True, text=True,
+                         env={"PATH": os.environ["PATH"], "CONTAINERDIR": "/apps/containers"})
+    assert out.stdout == "/apps/containers/pytorch-2.0.1.sif"
+    # a name holding anything but a variable reference stays literal
+    site = _profile(tmp_path, UVA, **{"environment.image": "$CONTAINERDIR/$(id)`id`.sif"})
+    word = next(x for x in _render(site, tmp_path, nodes=1, account="g").splitlines()
+                if " hpcdl train " in x).split(" hpcdl train ", 1)[0].rsplit(" ", 1)[1]
+    out = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, text=True,
+                         env={"PATH": os.environ["PATH"], "CONTAINERDIR": "/c"})
+    assert out.stdout == "/c/$(id)`id`.sif"
+
+
+def test_an_image_variable_no_module_or_login_sets_is_refused_naming_the_field(tmp_path):
+    with pytest.raises(Exception, match=r"environment\.image: \$IMAGES .*environment\.module_env: \[IMAGES\]"):
+        _profile(tmp_path, UVA, **{"environment.image": "$IMAGES/pytorch.sif"})
+    with pytest.raises(Exception, match=r"environment\.module_env: no module is loaded that could set \$CONTAINERDIR"):
+        _profile(tmp_path, UVA, **{"environment.modules": [], "modules.runtime": None})
+    with pytest.raises(Exception, match=r"module_env: the variables a container environment's image may name"):
+        _profile(tmp_path, UVA, **{"environment.kind": "modules"})
+
+
+def test_folders_the_centres_runtime_binds_itself_are_not_bound_again(tmp_path):
+    """UVA's Apptainer mounts "/home, /scratch, /standard, /project" into each container by default, and its
+    container lines bind none: with container.system_binds the job binds no folder at or under them, and still
+    binds the others."""
+    site = _profile(tmp_path, UVA, **{"container.system_binds": ["/home", "/scratch/", "/standard", "/project"]})
+    launch = next(x for x in _render(site, tmp_path, nodes=1, account="g").splitlines() if " hpcdl train " in x)
+    assert "--bind" not in launch and launch.startswith("srun apptainer exec --nv ")
+    # a folder outside them is bound; a library folder under one is not bound but still reaches the library path
+    site = _profile(tmp_path, UVA, **{"container.system_binds": ["/scratch"], "filesystems.node_local": "/localscratch",
+                                      "env.LD_LIBRARY_PATH": {"prepend": ["/scratch/plugins/lib"]}})
+    launch = next(x for x in _render(site, tmp_path, nodes=1, account="g").splitlines() if " hpcdl train " in x)
+    assert "--bind /localscratch " in launch and "--bind /scratch" not in launch
+    assert "--env LD_LIBRARY_PATH=/scratch/plugins/lib:\\$LD_LIBRARY_PATH" in launch
+    # a folder that only starts like one is bound
+    site = _profile(tmp_path, UVA, **{"container.system_binds": ["/scratch"], "filesystems.scratch": "/scratch2/$USER"})
+    assert '--bind /scratch2/"${USER}"' in _render(site, tmp_path, nodes=1, account="g")
+
+
+def test_system_binds_are_absolute_folders_of_apptainer_or_singularity(tmp_path):
+    with pytest.raises(Exception, match=r"system_binds\[0\]: 'scratch' is not an absolute host folder"):
+        _profile(tmp_path, UVA, **{"container.system_binds": ["scratch"]})
+    with pytest.raises(Exception, match=r"system_binds\[1\]: '/scratch/\$USER' is not an absolute host folder"):
+        _profile(tmp_path, UVA, **{"container.system_binds": ["/home", "/scratch/$USER"]})
+    with pytest.raises(Exception, match=r"container\.system_binds: the folders apptainer.conf's `bind path` binds; "
+                                        r"the runtime is charliecloud"):
+        _profile(tmp_path, UVA, **{"container.system_binds": ["/home"], "runtime": "charliecloud",
+                                   "environment": None})

@@ -29,7 +29,10 @@ class Runtime:
         """
         before, after = host_library_dirs(site)
         paths = (site.filesystems.scratch, site.filesystems.node_local, *before, *after)
-        return [Expanding(p) for p in dict.fromkeys(p.rstrip("/") or "/" for p in paths if p)]
+        # the folders the centre's runtime binds into every container itself (container.system_binds) need no bind
+        system = [b.rstrip("/") or "/" for b in site.container.system_binds]
+        return [Expanding(p) for p in dict.fromkeys(p.rstrip("/") or "/" for p in paths if p)
+                if not any(p == b or p.startswith(b.rstrip("/") + "/") for b in system)]
 
 
 #: the library path a site's environment extends with host folders

@@ -25,7 +25,7 @@ from hpcdl.errors import HpcdlError
 from hpcdl.launchers.base import gpu_total_uneven
 from hpcdl.launchers.mpi import srun_threads_word
 from hpcdl.plan.model import Plan
-from hpcdl.plan.runtime import IMAGE, choose_runtime
+from hpcdl.plan.runtime import IMAGE, SITE_CONTAINER, choose_runtime
 from hpcdl.runtimes import IMAGE_FILE_SUFFIX, image_reference, runtime_for
 from hpcdl.shell import (
     Expanding,
@@ -39,7 +39,7 @@ from hpcdl.shell import (
     slurm_directive_value,
 )
 from hpcdl.sites.project import with_project
-from hpcdl.sites.schema import ULIMIT_OPTIONS, ULIMIT_VALUE, NodeKind, Site
+from hpcdl.sites.schema import ULIMIT_OPTIONS, ULIMIT_VALUE, NodeKind, Site, variables_in
 
 SCHEDULERS = ("local", "slurm", "lsf", "pbs")
 
@@ -137,6 +137,10 @@ def default_image(site: Site, node_kind: str | None = None, plan: Plan | None = 
         raise HpcdlError(f"runtime: {choice.refusal}")
     if not choice.in_container:
         return None
+    if choice.kind == SITE_CONTAINER and variables_in(choice.image):
+        # the centre's image under a folder the login or the job's modules name (UVA's $CONTAINERDIR: the profile
+        # declares it in environment.module_env or provides_env): it expands when the job runs, nothing else does
+        return Expanding(choice.image)
     if choice.kind != IMAGE or "/" in choice.image:
         return choice.image
     suffix = IMAGE_FILE_SUFFIX.get(site.runtime)
@@ -184,7 +188,7 @@ def render_job_script(
         raise HpcdlError(f"runtime: {plan.runtime.refusal}")
     image = options.image or default_image(site, plan.node_kind, plan)
     if image and site.defaults.image_dir and not image.startswith(("/", "docker:", "docker://", "oras://")) \
-            and site.runtime in ("apptainer", "singularity", "charliecloud"):
+            and not isinstance(image, Expanding) and site.runtime in ("apptainer", "singularity", "charliecloud"):
         image = str(PurePosixPath(site.defaults.image_dir) / image)
     in_container = plan.runtime.in_container if plan.runtime is not None else site.runtime != "none"
     runtime = runtime_for(site.runtime if in_container else "none")

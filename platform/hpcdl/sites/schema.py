@@ -1172,6 +1172,21 @@ class Container(_Strict):
         "job has little of (the Alliance: '-W ${SLURM_TMPDIR}'); an absolute path or one under a variable the job "
         "has, expanded when the job runs",
     )
+    system_binds: tuple[SitePath, ...] = Field(
+        default=(),
+        description="Apptainer/Singularity: host folders the centre's runtime binds into every container by itself "
+        "(apptainer.conf `bind path`), where the centre says so: the job binds no scratch, node-local or library "
+        "folder at or under one of them (UVA: '/home, /scratch, /standard, /project' are 'mounted into each "
+        "container by default', and its container lines bind none); absolute paths",
+    )
+
+    @model_validator(mode="after")
+    def _system_binds_absolute(self) -> "Container":
+        for i, path in enumerate(self.system_binds):
+            if not path.startswith("/") or variables_in(path):
+                raise ValueError(f"system_binds[{i}]: {path!r} is not an absolute host folder (the runtime's own "
+                                 "configuration names folders without variables)")
+        return self
 
 
 class SiteEnvironment(_Strict):
@@ -1213,6 +1228,13 @@ class SiteEnvironment(_Strict):
     )
     node_kinds: tuple[str, ...] = Field(default=(), description="the node kinds it serves; empty: all")
     prefer: bool = Field(default=False, description="run here even where an hpcdl image fits")
+    module_env: tuple[VariableName, ...] = Field(
+        default=(),
+        description="container: variables the modules the job loads set (environment.modules, modules.runtime, "
+        "modules.load), which `image` may name, expanded when the job runs, after its modules load: UVA's container "
+        "modules set $CONTAINERDIR, the folder of the centre's images (`apptainer run --nv "
+        "$CONTAINERDIR/pytorch-2.0.1.sif`)",
+    )
 
     @model_validator(mode="after")
     def _fields_of_its_kind(self) -> "SiteEnvironment":
@@ -1224,6 +1246,9 @@ class SiteEnvironment(_Strict):
             raise ValueError("modules: a modules environment names the modules to load")
         if self.hook and self.kind != "conda":
             raise ValueError(f"hook: conda's shell hook, not for a {self.kind} environment")
+        if self.module_env and self.kind != "container":
+            raise ValueError(f"module_env: the variables a container environment's image may name; this is a "
+                             f"{self.kind} environment")
         for key, value in self.annotations.items():
             if not _WORD.match(key) or any(c in value for c in '"\\\n\r\0'):
                 raise ValueError(f"annotations.{key}: not a plain annotation name and value")
@@ -1492,8 +1517,14 @@ class Site(_Strict):
                 raise ValueError("environment: a container environment needs a container runtime (runtime)")
             if environment.kind == "uenv" and self.launcher != "srun":
                 raise ValueError("environment: a uenv starts through srun --uenv; the launcher is " + self.launcher)
+            if environment.module_env and not (environment.modules or self.modules.runtime or self.modules.load):
+                raise ValueError("environment.module_env: no module is loaded that could set "
+                                 f"${environment.module_env[0]} (environment.modules, modules.runtime, modules.load)")
         if self.container.workdir is not None and self.runtime not in ("apptainer", "singularity"):
             raise ValueError(f"container.workdir: --workdir is Apptainer's and Singularity's; the runtime is "
+                             f"{self.runtime}")
+        if self.container.system_binds and self.runtime not in ("apptainer", "singularity"):
+            raise ValueError(f"container.system_binds: the folders apptainer.conf's `bind path` binds; the runtime is "
                              f"{self.runtime}")
         if self.container.nvidia != "nv" and self.runtime not in ("apptainer", "singularity"):
             raise ValueError(f"container.nvidia: --{self.container.nvidia} is Apptainer's and Singularity's; the "
@@ -1601,11 +1632,19 @@ class Site(_Strict):
         for name, value in self.env.items():
             if isinstance(value, EnvPath):
                 places += [(f"env.{name}", p) for p in (*value.prepend, *value.append)]
+        environment = self.environment
+        if environment is not None and environment.image:
+            # the image is named on the launch line, after the job's modules load: it may also use what they set
+            places.append(("environment.image", environment.image))
+            known |= set(environment.module_env)
         for field, text in places:
             for var in variables_in(text or ""):
                 if var not in known and not var.startswith(prefix) and not var.startswith("DW_JOB_"):
                     hint = (f"; for the project write {PROJECT_PLACEHOLDER}, which takes the account at render time"
                             if "PROJ" in var.upper() or "ACCOUNT" in var.upper() else "")
+                    if field == "environment.image":
+                        hint += (f"; if a module the job loads sets it (UVA's $CONTAINERDIR), add "
+                                 f"`environment.module_env: [{var}]`")
                     # (profiles written before this check loaded; the message says the one-line fix)
                     raise ValueError(
                         f"{field}: ${var} is set neither by {self.scheduler} nor by the login, and under set -u an "
