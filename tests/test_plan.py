@@ -323,3 +323,31 @@ def test_ranks_that_see_the_whole_nodes_gpus_drive_distinct_ones_the_step_holds_
                 assert counted or bare or plan.launcher not in ("srun", "jsrun"), (name, kind, ranks, plan.launcher_argv)
                 checked += 1
     assert checked >= 10
+
+
+def test_a_rank_keeps_to_its_gpus_numa_domain_whatever_part_of_the_node_it_runs_on():
+    # IT4I Karolina's GPUs sit on NUMA domains 2,3,0,1,6,7,4,5 (ESPRESO's ESPRESO_RANK_TO_GPU_MAP): a one-GPU job on
+    # a node it shares took GPU 0 with cores 0-15, domain 0's, where GPU 0's own are 32-47. Every shipped kind
+    # whose GPUs name their domain, at every count of GPUs: each rank's cores are its GPU's domain, part of it,
+    # or the whole of it and more (JSC's 12 cores a GPU over 6-core domains)
+    from hpcdl.sites.registry import list_sites
+
+    checked = 0
+    for name in sorted(list_sites()):
+        site = load_site(name)
+        for kind, node in site.node_kinds.items():
+            if not node.gpus or any(gpu.domain is None for gpu in node.gpus):
+                continue
+            for rpn in range(1, len(node.gpus) + 1):
+                try:
+                    plan = make_plan(site, JobRequest(nodes=1, ranks_per_node=rpn, node_kind=kind))
+                except HpcdlError:
+                    continue  # a layout the site refuses
+                for rank in plan.ranks:
+                    if len(rank.gpus) != 1:
+                        continue
+                    domain = set(node.usable_cores_of_domain(node.gpus[rank.gpus[0]].domain))
+                    block = set(rank.cores)
+                    assert domain <= block or block <= domain, (name, kind, rpn, rank.local_rank, rank.gpus, rank.cores)
+                    checked += 1
+    assert checked > 100

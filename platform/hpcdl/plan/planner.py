@@ -515,7 +515,7 @@ def _given_whole(site: Site, kind_name: str, nodes: int) -> bool:
 
 
 def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[str],
-                    shared_node: bool = False) -> list[tuple[int, ...]]:
+                    shared_node: bool = False, by_domain_order: set[int] | None = None) -> list[tuple[int, ...]]:
     """Split the usable cores of each socket (or NUMA domain) evenly and contiguously among its ranks.
 
     Every rank gets the same number of cores, so one launcher line (`-c7`, `--cpus-per-task`)
@@ -534,8 +534,10 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
     # 8 domains of 6 cores, and the centre runs 12 cores per GPU rank) shares out the whole
     # socket, in the order of the ranks' domains, so no core idles and each rank's block still
     # holds its device's domain; where the blocks would miss a rank's domain, domains it is.
-    by_domain_order = _sockets_shared_by_domain_order(node, slots)
+    if by_domain_order is None:
+        by_domain_order = _sockets_shared_by_domain_order(node, slots)
     whole_socket |= by_domain_order
+    said: list[str] = []  # notes, kept until the cores are settled
     groups: dict[tuple[int, int | None], list[int]] = {}
     for i, slot in enumerate(slots):
         domain = None if slot.socket in whole_socket else slot.domain
@@ -548,15 +550,15 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
     per_rank = min(len(usable(key)) // len(members) for key, members in groups.items())
     if node.default_cores_per_rank and per_rank > node.default_cores_per_rank:
         per_rank = node.default_cores_per_rank
-        notes.append(f"{per_rank} cores per rank from the site profile")
+        said.append(f"{per_rank} cores per rank from the site profile")
     if shared_node and node.gpus and all(slot.gpus for slot in slots):
         # a rank on a node the job shares takes the cores that come with its GPUs, not its socket's
         per_gpu = node.usable_cores // len(node.gpus)
         share = per_gpu * min(len(slot.gpus) for slot in slots)
         if 0 < share < per_rank:
             per_rank = share
-            notes.append(f"{per_gpu} cores per GPU: the job shares its nodes (defaults.exclusive: false), and each "
-                         "GPU comes with its share of the node's cores")
+            said.append(f"{per_gpu} cores per GPU: the job shares its nodes (defaults.exclusive: false), and each "
+                        "GPU comes with its share of the node's cores")
     if per_rank < 1:
         key, members = min(groups.items(), key=lambda kv: len(usable(kv[0])) / len(kv[1]))
         where = f"socket {key[0]}" + (f" (NUMA domain {key[1]})" if key[1] is not None else "")
@@ -576,6 +578,17 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
             continue
         for k, i in enumerate(members):
             cores[i] = pool[k * per_rank : (k + 1) * per_rank]
+    # A block narrower than the socket's share (a job on part of a node the job shares, IT4I Karolina's one GPU
+    # with its 16 cores; a profile's cores per rank) can miss its rank's domain, or hold only part of it beside
+    # another's: that socket's ranks keep to their own domains after all
+    def holds_its_domain(i: int) -> bool:
+        block, domain = set(cores[i]), set(node.usable_cores_of_domain(slots[i].domain))
+        return domain <= block or block <= domain
+
+    missed = {slots[i].socket for i in range(len(slots)) if slots[i].socket in by_domain_order and not holds_its_domain(i)}
+    if missed:
+        return _cores_of_slots(site, node, slots, notes, shared_node, by_domain_order - missed)
+    notes.extend(said)
     if reserved:
         notes.append(f"{reserved} core(s) per node left to the OS and MPI progress (site profile)")
     idle = node.sockets * node.usable_cores_per_socket - per_rank * len(slots)
