@@ -1418,3 +1418,35 @@ def test_the_rendezvous_host_and_port_a_site_prolog_sets(tmp_path):
         _profile(tmp_path, olivia, **{"launch.master_port_env": "SITE_PORT"})
     with pytest.raises(HpcdlError, match=r"launch.master_port_env: a variable a Slurm job prolog sets, but the scheduler is pbs"):
         _profile(tmp_path, GADI, **{"launch.master_port_env": "SITE_PORT"})
+
+
+def test_a_cap_on_a_jobs_cpus_shrinks_each_rank_to_fit(tmp_path):
+    """UAB Cheaha's A100 nodes: "#SBATCH --partition=amperenodes # up to 64 cpus per job", "--ntasks=2
+    --cpus-per-task=32", and "requesting four GPUs will allocate two nodes": node_kinds.<kind>.defaults.max_job_cpus
+    caps the CPUs of the job's ranks together, so each rank asks its share of the cap where its GPUs' share of the
+    node would be more; a job with more ranks than the cap has CPUs, or on nodes it takes whole, is refused naming
+    the field."""
+    base = SHIPPED / "cheaha-gpu.yaml"
+    site = _profile(tmp_path, base, **{"node_kinds.a100.defaults": {"max_job_cpus": 64}})
+
+    def cores(nodes, rpn):
+        plan = make_plan(site, JobRequest(nodes=nodes, ranks_per_node=rpn))
+        return [len(r.cores) for r in plan.ranks], plan.notes
+
+    assert cores(1, 1)[0] == [64]  # one GPU's share of the node's 128 cores is within the cap
+    per_rank, notes = cores(1, 2)
+    assert per_rank == [32, 32] and any("max_job_cpus" in n for n in notes)
+    assert cores(2, 2)[0] == [16] * 4  # four GPUs on two nodes, 64 CPUs in all
+    script = render_job_script(site, make_plan(site, JobRequest(nodes=2)), {}, JobOptions())
+    assert "#SBATCH --cpus-per-task=16" in script and "#SBATCH --ntasks=4" in script
+    # without the cap, each A100 comes with its half of the node
+    plain = _profile(tmp_path, base, **{"node_kinds.a100.defaults": {}})
+    assert [len(r.cores) for r in make_plan(plain, JobRequest(nodes=1)).ranks] == [64, 64]
+    # more ranks than CPUs under the cap: refused, naming the field
+    tiny = _profile(tmp_path, base, **{"node_kinds.a100.defaults": {"max_job_cpus": 3}})
+    with pytest.raises(HpcdlError, match=r"^ranks_per_node: 4 ranks of a job on .*\(node_kinds.a100.defaults.max_job_cpus 3\)"):
+        make_plan(tiny, JobRequest(nodes=2, ranks_per_node=2))
+    # a job on nodes it takes whole holds every CPU of them: the cap cannot hold there
+    with pytest.raises(HpcdlError, match=r"node_kinds.a100.defaults.max_job_cpus: .*defaults.exclusive"):
+        _profile(tmp_path, base, **{"node_kinds.a100.defaults": {"max_job_cpus": 64}, "defaults.exclusive": True,
+                                    "defaults.partial_gpus": "first"})

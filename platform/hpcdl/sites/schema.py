@@ -342,6 +342,17 @@ class NodeKindDefaults(_Strict):
             "asks --mem=0, one on fewer its GPUs' share"
         ),
     )
+    max_job_cpus: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description=(
+            "the most CPUs (the batch system's unit, -c) one job's ranks may hold together on this kind, where the "
+            "centre caps what a job or a researcher holds on its queue (UAB Cheaha's A100 nodes: '#SBATCH "
+            "--partition=amperenodes # up to 64 cpus per job', '--ntasks=2 --cpus-per-task=32'): each rank takes "
+            "at most its share of the cap, rounded down to whole cores, where its GPUs' or socket's share of the "
+            "node would be more; a job asking more would wait for ever behind the limit. Refused where the kind's "
+            "jobs take their nodes whole (defaults.exclusive), which holds every CPU of them"
+        ),
+    )
 
 
 class NodeKind(_Strict):
@@ -1319,6 +1330,10 @@ class Site(_Strict):
             if kind.defaults.gpu_type and self.scheduler != "slurm":
                 raise ValueError(f"node_kinds.{kind_name}.defaults.gpu_type: Slurm's GRES type, but the scheduler "
                                  f"is {self.scheduler}")
+            if kind.defaults.max_job_cpus and self.job_defaults(kind_name).exclusive:
+                raise ValueError(f"node_kinds.{kind_name}.defaults.max_job_cpus: {kind.defaults.max_job_cpus} caps the "
+                                 "CPUs of a job on nodes it shares, but defaults.exclusive gives its jobs their nodes "
+                                 "whole, every CPU of them; set defaults.exclusive: false or drop the cap")
             if kind.defaults.mem_per_gpu and self.scheduler != "slurm":
                 raise ValueError(f"node_kinds.{kind_name}.defaults.mem_per_gpu: Slurm's --mem per GPU, but the "
                                  f"scheduler is {self.scheduler}")
