@@ -1450,3 +1450,34 @@ def test_a_cap_on_a_jobs_cpus_shrinks_each_rank_to_fit(tmp_path):
     with pytest.raises(HpcdlError, match=r"node_kinds.a100.defaults.max_job_cpus: .*defaults.exclusive"):
         _profile(tmp_path, base, **{"node_kinds.a100.defaults": {"max_job_cpus": 64}, "defaults.exclusive": True,
                                     "defaults.partial_gpus": "first"})
+
+
+def test_a_queue_by_size_takes_a_job_by_its_time_too(tmp_path):
+    """UAB Cheaha: "Use `amperenodes` partition for up to 12 hours or `amperenodes-medium` partition for up to 48
+    hours": a queue by size bounded by its max_time alone takes the jobs whose time it runs, and a longer job goes
+    on to the next queue; a job longer than every queue runs is refused naming the queue, as before (Purdue Anvil)."""
+    site = _profile(tmp_path, SHIPPED / "cheaha-gpu.yaml", **{"defaults.max_time": "2-00:00:00",
+                                                             "defaults.partition_by_nodes": [
+        {"max_time": "12:00:00", "partition": "amperenodes"},
+        {"max_time": "2-00:00:00", "partition": "amperenodes-medium"}]})
+    plan = make_plan(site, JobRequest(nodes=1))
+
+    def partition(time):
+        script = render_job_script(site, plan, {}, JobOptions(time=time))
+        return [line for line in script.splitlines() if line.startswith("#SBATCH --partition=")]
+
+    assert partition("12:00:00") == ["#SBATCH --partition=amperenodes"]
+    assert partition("12:00:01") == ["#SBATCH --partition=amperenodes-medium"]
+    assert partition("1-12:00:00") == ["#SBATCH --partition=amperenodes-medium"]
+    with pytest.raises(HpcdlError, match=r"^time: 3-00:00:00 is longer than site"):
+        render_job_script(site, plan, {}, JobOptions(time="3-00:00:00"))
+    # Purdue Anvil's queues by nodes and time: a 24-hour job of 32 nodes is still refused, naming wide's 12 hours
+    anvil = load_site("anvil")
+    big = make_plan(anvil, JobRequest(nodes=32))
+    with pytest.raises(HpcdlError, match=r"queue 'wide' .*max_time 12:00:00"):
+        render_job_script(anvil, big, {}, JobOptions(time="24:00:00", account="x"))
+    # time bounds alone must grow down the list, as node bounds do
+    with pytest.raises(HpcdlError, match=r"partition_by_nodes.*max_time"):
+        _profile(tmp_path, SHIPPED / "cheaha-gpu.yaml", **{"defaults.partition_by_nodes": [
+            {"max_time": "2-00:00:00", "partition": "amperenodes-medium"},
+            {"max_time": "12:00:00", "partition": "amperenodes"}]})

@@ -241,7 +241,9 @@ class SizedPartition(_Strict):
     max_time: str | None = Field(
         default=None,
         description=("the longest job this queue runs, where it is shorter than the site's defaults.max_time "
-                     "(Purdue Anvil: wholenode 96 h to 16 nodes, wide 12 h to 56)"),
+                     "(Purdue Anvil: wholenode 96 h to 16 nodes, wide 12 h to 56); queues of one size told apart by "
+                     "it alone take a job by its time, the first that runs it (UAB Cheaha: amperenodes 12 h, "
+                     "amperenodes-medium 48 h)"),
     )
     gpu_counts: tuple[Annotated[int, Field(ge=1)], ...] | None = Field(
         default=None, min_length=1,
@@ -268,15 +270,31 @@ class SizedPartition(_Strict):
 
 
 def _sizes_in_order(sizes: tuple[SizedPartition, ...]) -> tuple[SizedPartition, ...]:
-    if any(s.max_nodes is None and s.max_gpus is None for s in sizes[:-1]):
-        raise ValueError("list the queues from the smallest jobs up, each max_nodes (or max_gpus) larger than the "
-                         "one before; only the last may leave both out")
+    if any(s.max_nodes is None and s.max_gpus is None and s.max_time is None for s in sizes[:-1]):
+        raise ValueError("list the queues from the smallest jobs up, each max_nodes (or max_gpus, or max_time) larger "
+                         "than the one before; only the last may leave them out")
+    # queues told apart by their time alone (UAB Cheaha: amperenodes to 12 hours, amperenodes-medium to 48): the
+    # time each runs grows down the list, as the node bounds do
+    times = [_slurm_seconds(s.max_time) for s in sizes if s.max_time and s.max_nodes is None and s.max_gpus is None]
+    if any(later <= earlier for earlier, later in zip(times, times[1:])):
+        raise ValueError("list the queues from the shortest jobs up, each max_time longer than the one before")
     for bound in ("max_nodes", "max_gpus"):
         given = [getattr(s, bound) for s in sizes if getattr(s, bound) is not None]
         if any(later <= earlier for earlier, later in zip(given, given[1:])):
             raise ValueError(f"list the queues from the smallest jobs up, each {bound} larger than the one before; "
                              "only the last may leave max_nodes and max_gpus out")
     return sizes
+
+
+def _slurm_seconds(value: str) -> int:
+    """A Slurm time limit in seconds: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (sbatch(1) --time)."""
+    days, _, rest = value.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        h, m, sec = (parts + [0, 0])[:3]
+    else:
+        h, m, sec = {1: (0, parts[0], 0), 2: (0, *parts), 3: tuple(parts)}[len(parts)]
+    return ((int(days or 0) * 24 + h) * 60 + m) * 60 + sec
 
 
 PartitionsBySize = Annotated[tuple[SizedPartition, ...], AfterValidator(_sizes_in_order)]
