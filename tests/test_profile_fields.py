@@ -1489,3 +1489,66 @@ def test_system_binds_are_absolute_folders_of_apptainer_or_singularity(tmp_path)
                                         r"the runtime is charliecloud"):
         _profile(tmp_path, UVA, **{"container.system_binds": ["/home"], "runtime": "charliecloud",
                                    "environment": None})
+
+
+def test_a_cap_on_a_jobs_cpus_shrinks_each_rank_to_fit(tmp_path):
+    """UAB Cheaha's A100 nodes: "#SBATCH --partition=amperenodes # up to 64 cpus per job", "--ntasks=2
+    --cpus-per-task=32", and "requesting four GPUs will allocate two nodes": node_kinds.<kind>.defaults.max_job_cpus
+    caps the CPUs of the job's ranks together, so each rank asks its share of the cap where its GPUs' share of the
+    node would be more; a job with more ranks than the cap has CPUs, or on nodes it takes whole, is refused naming
+    the field."""
+    base = SHIPPED / "cheaha-gpu.yaml"
+    site = _profile(tmp_path, base, **{"node_kinds.a100.defaults": {"max_job_cpus": 64}})
+
+    def cores(nodes, rpn):
+        plan = make_plan(site, JobRequest(nodes=nodes, ranks_per_node=rpn))
+        return [len(r.cores) for r in plan.ranks], plan.notes
+
+    assert cores(1, 1)[0] == [64]  # one GPU's share of the node's 128 cores is within the cap
+    per_rank, notes = cores(1, 2)
+    assert per_rank == [32, 32] and any("max_job_cpus" in n for n in notes)
+    assert cores(2, 2)[0] == [16] * 4  # four GPUs on two nodes, 64 CPUs in all
+    script = render_job_script(site, make_plan(site, JobRequest(nodes=2)), {}, JobOptions())
+    assert "#SBATCH --cpus-per-task=16" in script and "#SBATCH --ntasks=4" in script
+    # without the cap, each A100 comes with its half of the node
+    plain = _profile(tmp_path, base, **{"node_kinds.a100.defaults": {}})
+    assert [len(r.cores) for r in make_plan(plain, JobRequest(nodes=1)).ranks] == [64, 64]
+    # more ranks than CPUs under the cap: refused, naming the field
+    tiny = _profile(tmp_path, base, **{"node_kinds.a100.defaults": {"max_job_cpus": 3}})
+    with pytest.raises(HpcdlError, match=r"^ranks_per_node: 4 ranks of a job on .*\(node_kinds.a100.defaults.max_job_cpus 3\)"):
+        make_plan(tiny, JobRequest(nodes=2, ranks_per_node=2))
+    # a job on nodes it takes whole holds every CPU of them: the cap cannot hold there
+    with pytest.raises(HpcdlError, match=r"node_kinds.a100.defaults.max_job_cpus: .*defaults.exclusive"):
+        _profile(tmp_path, base, **{"node_kinds.a100.defaults": {"max_job_cpus": 64}, "defaults.exclusive": True,
+                                    "defaults.partial_gpus": "first"})
+
+
+def test_a_queue_by_size_takes_a_job_by_its_time_too(tmp_path):
+    """UAB Cheaha: "Use `amperenodes` partition for up to 12 hours or `amperenodes-medium` partition for up to 48
+    hours": a queue by size bounded by its max_time alone takes the jobs whose time it runs, and a longer job goes
+    on to the next queue; a job longer than every queue runs is refused naming the queue, as before (Purdue Anvil)."""
+    site = _profile(tmp_path, SHIPPED / "cheaha-gpu.yaml", **{"defaults.max_time": "2-00:00:00",
+                                                             "defaults.partition_by_nodes": [
+        {"max_time": "12:00:00", "partition": "amperenodes"},
+        {"max_time": "2-00:00:00", "partition": "amperenodes-medium"}]})
+    plan = make_plan(site, JobRequest(nodes=1))
+
+    def partition(time):
+        script = render_job_script(site, plan, {}, JobOptions(time=time))
+        return [line for line in script.splitlines() if line.startswith("#SBATCH --partition=")]
+
+    assert partition("12:00:00") == ["#SBATCH --partition=amperenodes"]
+    assert partition("12:00:01") == ["#SBATCH --partition=amperenodes-medium"]
+    assert partition("1-12:00:00") == ["#SBATCH --partition=amperenodes-medium"]
+    with pytest.raises(HpcdlError, match=r"^time: 3-00:00:00 is longer than site"):
+        render_job_script(site, plan, {}, JobOptions(time="3-00:00:00"))
+    # Purdue Anvil's queues by nodes and time: a 24-hour job of 32 nodes is still refused, naming wide's 12 hours
+    anvil = load_site("anvil")
+    big = make_plan(anvil, JobRequest(nodes=32))
+    with pytest.raises(HpcdlError, match=r"queue 'wide' .*max_time 12:00:00"):
+        render_job_script(anvil, big, {}, JobOptions(time="24:00:00", account="x"))
+    # time bounds alone must grow down the list, as node bounds do
+    with pytest.raises(HpcdlError, match=r"partition_by_nodes.*max_time"):
+        _profile(tmp_path, SHIPPED / "cheaha-gpu.yaml", **{"defaults.partition_by_nodes": [
+            {"max_time": "2-00:00:00", "partition": "amperenodes-medium"},
+            {"max_time": "12:00:00", "partition": "amperenodes"}]})

@@ -70,7 +70,8 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
                      f"--exclusive (defaults.whole_nodes_from: {site.defaults.whole_nodes_from}): planned as on whole nodes")
     slots = _slots(site, kind_name, node, request, mode, use_gpus, notes)
     _check_partial_nodes(site, kind_name, node, request, slots)
-    cores = _cores_of_slots(site, node, slots, notes, _shared_node(site, kind_name, use_gpus, request.nodes))
+    cores = _cores_of_slots(site, node, slots, notes, _shared_node(site, kind_name, use_gpus, request.nodes),
+                            nodes=request.nodes, kind_name=kind_name)
     if site.launch.nic_choice == "plan":
         slots = [_with_nearest_nic(node, slots, i) for i in range(len(slots))]
     elif node.nics and mode != "per-nic":
@@ -515,7 +516,8 @@ def _given_whole(site: Site, kind_name: str, nodes: int) -> bool:
 
 
 def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[str],
-                    shared_node: bool = False, by_domain_order: set[int] | None = None) -> list[tuple[int, ...]]:
+                    shared_node: bool = False, nodes: int = 1, kind_name: str = "",
+                    by_domain_order: set[int] | None = None) -> list[tuple[int, ...]]:
     """Split the usable cores of each socket (or NUMA domain) evenly and contiguously among its ranks.
 
     Every rank gets the same number of cores, so one launcher line (`-c7`, `--cpus-per-task`)
@@ -559,6 +561,19 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
             per_rank = share
             said.append(f"{per_gpu} cores per GPU: the job shares its nodes (defaults.exclusive: false), and each "
                         "GPU comes with its share of the node's cores")
+    cap = node.defaults.max_job_cpus
+    if cap:
+        # the centre's cap on a job's CPUs (UAB Cheaha: "up to 64 cpus per job"): each rank its share, whole cores
+        ranks = nodes * len(slots)
+        capped = cap // ranks // node.cpus_per_core
+        if capped < 1:
+            raise HpcdlError(f"ranks_per_node: {ranks} ranks of a job on {site.name} need a core each, more than "
+                             f"the {cap} CPUs a job may hold (node_kinds.{kind_name}.defaults.max_job_cpus {cap}); "
+                             "ask for fewer ranks or nodes")
+        if capped < per_rank:
+            per_rank = capped
+            said.append(f"{per_rank} cores per rank: a job holds at most {cap} CPUs on this node kind "
+                        f"(node_kinds.{kind_name}.defaults.max_job_cpus), {ranks} ranks share them")
     if per_rank < 1:
         key, members = min(groups.items(), key=lambda kv: len(usable(kv[0])) / len(kv[1]))
         where = f"socket {key[0]}" + (f" (NUMA domain {key[1]})" if key[1] is not None else "")
@@ -587,7 +602,7 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
 
     missed = {slots[i].socket for i in range(len(slots)) if slots[i].socket in by_domain_order and not holds_its_domain(i)}
     if missed:
-        return _cores_of_slots(site, node, slots, notes, shared_node, by_domain_order - missed)
+        return _cores_of_slots(site, node, slots, notes, shared_node, nodes, kind_name, by_domain_order - missed)
     notes.extend(said)
     if reserved:
         notes.append(f"{reserved} core(s) per node left to the OS and MPI progress (site profile)")

@@ -318,7 +318,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
     if site.defaults.max_time and seconds > parse_time(site.defaults.max_time):
         raise HpcdlError(f"time: {options.time or site.defaults.time} is longer than site {site.name!r} allows "
                          f"(defaults.max_time {site.defaults.max_time})")
-    partition = options.partition or partition_for(site, plan, defaults)
+    partition = options.partition or partition_for(site, plan, defaults, seconds)
     _queue_time_limit(site, defaults, partition, seconds, options.time or site.defaults.time)
     gpus_per_rank = len(plan.ranks[0].gpus)
     cores_per_rank = len(plan.ranks[0].cores)
@@ -353,7 +353,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "seconds": seconds,
         "account": job_account(site, plan, options.account or site.defaults.account),
         "partition": partition,
-        "qos": options.qos or qos_for(site, plan, defaults),
+        "qos": options.qos or qos_for(site, plan, defaults, seconds),
         # how the GPUs are asked: the style the centre's submit filter counts (Slurm: --gpus-per-node,
         # --gres=gpu:N or --gpus-per-task; LSF: -gpu or rusage)
         "gpu_style": site.defaults.gpu_request or "gpus-per-node",
@@ -501,16 +501,16 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # takes where PBS puts it (the default, free); excl asks a node whole at any size
         job["place"] = "scatter:excl" if job["exclusive_request"] else "scatter" if plan.nodes > 1 else None
         if scheduler == site.scheduler:
-            _gpu_chunks(site, plan, defaults, partition, job)
+            _gpu_chunks(site, plan, defaults, partition, job, seconds)
     return job
 
 
-def _gpu_chunks(site: Site, plan: Plan, defaults, partition: str | None, job: dict) -> None:
+def _gpu_chunks(site: Site, plan: Plan, defaults, partition: str | None, job: dict, seconds: int | None = None) -> None:
     """A queue whose chunks are GPUs of one node (defaults.partition_by_nodes chunk: gpu): the job asks select=<GPUs>
     alone, as the centre's jobs do (ALCF Sophia's by-gpu: "qsub -I -l select=2 ... -q by-gpu", "the number of GPUs
     you are allocated, and they will all be on the same node"), the queue giving each chunk its GPU and its CPUs; no
     place=scatter, which would put each chunk on a host of its own."""
-    size = queue_by_size(site, plan, defaults)
+    size = queue_by_size(site, plan, defaults, seconds)
     if size is None or size.chunk != "gpu" or partition != (size.partition or defaults.partition):
         return
     where = f"defaults.partition_by_nodes: {partition} chunk: gpu"
@@ -577,36 +577,48 @@ def _queue_time_limit(site: Site, defaults, partition: str | None, seconds: int,
                              f"(defaults.partition_by_nodes: {partition} max_time {size.max_time})")
 
 
-def partition_for(site: Site, plan: Plan, defaults) -> str | None:
+def partition_for(site: Site, plan: Plan, defaults, seconds: int | None = None) -> str | None:
     """The queue a job of the plan's size goes to: the first of the profile's queues by size that takes
-    its nodes (TACC Frontera: small for one or two nodes, normal from three) and its GPUs (PSI Merlin7:
-    a100-general takes a job of up to 4 GPUs, over as many nodes as it likes), else the one partition."""
-    size = queue_by_size(site, plan, defaults)
+    its nodes (TACC Frontera: small for one or two nodes, normal from three), its GPUs (PSI Merlin7:
+    a100-general takes a job of up to 4 GPUs, over as many nodes as it likes) and its time (UAB Cheaha:
+    amperenodes up to 12 hours, amperenodes-medium up to 48), else the one partition."""
+    size = queue_by_size(site, plan, defaults, seconds)
     return defaults.partition if size is None or size.partition is None else size.partition
 
 
-def qos_for(site: Site, plan: Plan, defaults) -> str | None:
+def qos_for(site: Site, plan: Plan, defaults, seconds: int | None = None) -> str | None:
     """The quality of service a job of the plan's size names: its queue by size's own (NHR@FAU Alex: a
     multi-node A100 job asks --qos=a100multi, a one-node job none), else the kind's or the site's."""
-    size = queue_by_size(site, plan, defaults)
+    size = queue_by_size(site, plan, defaults, seconds)
     return size.qos if size is not None and size.qos else defaults.qos
 
 
-def queue_by_size(site: Site, plan: Plan, defaults):
-    """The first of the profile's queues by size that takes the plan's nodes and GPUs; None without such queues;
-    a job larger than every queue is refused, naming the field."""
+def queue_by_size(site: Site, plan: Plan, defaults, seconds: int | None = None):
+    """The first of the profile's queues by size that takes the plan's nodes and GPUs; among queues of that size
+    told apart by their time alone, the first that runs the job's time (UAB Cheaha: amperenodes runs 12 hours,
+    amperenodes-medium 48); a job no such queue runs that long keeps the first, whose max_time then refuses it by
+    name (Purdue Anvil: wide's 12 hours). None without such queues; a job larger than every queue is refused,
+    naming the field."""
     sizes = defaults.partition_by_nodes
     if not sizes:
         return None
     gpus = plan.nodes * plan.ranks_per_node * len(plan.ranks[0].gpus)
-    for size in sizes:
-        if (size.max_nodes is None or plan.nodes <= size.max_nodes) and (size.max_gpus is None or gpus <= size.max_gpus):
-            if size.gpu_counts and gpus not in size.gpu_counts:
-                # the centre's qsub refuses any other count (ALCF Sophia's by-gpu: 1, 2, 4 or 8)
-                raise HpcdlError(f"gpus: {gpus} GPUs is not a count queue {size.partition or 'its queue'!r} of site "
-                                 f"{site.name!r} takes (defaults.partition_by_nodes: gpu_counts "
-                                 f"{', '.join(map(str, size.gpu_counts))})")
-            return size
+    fits = [size for size in sizes
+            if (size.max_nodes is None or plan.nodes <= size.max_nodes) and (size.max_gpus is None or gpus <= size.max_gpus)]
+    if seconds is not None and fits:
+        # among the queues of the job's size told apart by their time alone, the first that runs it that long; a
+        # queue for larger jobs is no place for it (TACC Frontera's normal starts at 3 nodes)
+        bounds = (fits[0].max_nodes, fits[0].max_gpus)
+        same = [size for size in fits if (size.max_nodes, size.max_gpus) == bounds]
+        fits = [size for size in same if size.max_time is None or seconds <= parse_time(size.max_time)] or fits
+    if fits:
+        size = fits[0]
+        if size.gpu_counts and gpus not in size.gpu_counts:
+            # the centre's qsub refuses any other count (ALCF Sophia's by-gpu: 1, 2, 4 or 8)
+            raise HpcdlError(f"gpus: {gpus} GPUs is not a count queue {size.partition or 'its queue'!r} of site "
+                             f"{site.name!r} takes (defaults.partition_by_nodes: gpu_counts "
+                             f"{', '.join(map(str, size.gpu_counts))})")
+        return size
     last = sizes[-1]
     queue = last.partition or last.qos or "its queue"
     if last.max_gpus is not None and gpus > last.max_gpus:

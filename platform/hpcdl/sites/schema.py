@@ -241,7 +241,9 @@ class SizedPartition(_Strict):
     max_time: str | None = Field(
         default=None,
         description=("the longest job this queue runs, where it is shorter than the site's defaults.max_time "
-                     "(Purdue Anvil: wholenode 96 h to 16 nodes, wide 12 h to 56)"),
+                     "(Purdue Anvil: wholenode 96 h to 16 nodes, wide 12 h to 56); queues of one size told apart by "
+                     "it alone take a job by its time, the first that runs it (UAB Cheaha: amperenodes 12 h, "
+                     "amperenodes-medium 48 h)"),
     )
     gpu_counts: tuple[Annotated[int, Field(ge=1)], ...] | None = Field(
         default=None, min_length=1,
@@ -268,15 +270,31 @@ class SizedPartition(_Strict):
 
 
 def _sizes_in_order(sizes: tuple[SizedPartition, ...]) -> tuple[SizedPartition, ...]:
-    if any(s.max_nodes is None and s.max_gpus is None for s in sizes[:-1]):
-        raise ValueError("list the queues from the smallest jobs up, each max_nodes (or max_gpus) larger than the "
-                         "one before; only the last may leave both out")
+    if any(s.max_nodes is None and s.max_gpus is None and s.max_time is None for s in sizes[:-1]):
+        raise ValueError("list the queues from the smallest jobs up, each max_nodes (or max_gpus, or max_time) larger "
+                         "than the one before; only the last may leave them out")
+    # queues told apart by their time alone (UAB Cheaha: amperenodes to 12 hours, amperenodes-medium to 48): the
+    # time each runs grows down the list, as the node bounds do
+    times = [_slurm_seconds(s.max_time) for s in sizes if s.max_time and s.max_nodes is None and s.max_gpus is None]
+    if any(later <= earlier for earlier, later in zip(times, times[1:])):
+        raise ValueError("list the queues from the shortest jobs up, each max_time longer than the one before")
     for bound in ("max_nodes", "max_gpus"):
         given = [getattr(s, bound) for s in sizes if getattr(s, bound) is not None]
         if any(later <= earlier for earlier, later in zip(given, given[1:])):
             raise ValueError(f"list the queues from the smallest jobs up, each {bound} larger than the one before; "
                              "only the last may leave max_nodes and max_gpus out")
     return sizes
+
+
+def _slurm_seconds(value: str) -> int:
+    """A Slurm time limit in seconds: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (sbatch(1) --time)."""
+    days, _, rest = value.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        h, m, sec = (parts + [0, 0])[:3]
+    else:
+        h, m, sec = {1: (0, parts[0], 0), 2: (0, *parts), 3: tuple(parts)}[len(parts)]
+    return ((int(days or 0) * 24 + h) * 60 + m) * 60 + sec
 
 
 PartitionsBySize = Annotated[tuple[SizedPartition, ...], AfterValidator(_sizes_in_order)]
@@ -340,6 +358,17 @@ class NodeKindDefaults(_Strict):
             "Slurm's 'all of the memory on each node', where the centre asks a whole node's memory so (NREL Kestrel: "
             "'To request all of the memory available on the GPU node, use --mem=0'): a job on every GPU of the node "
             "asks --mem=0, one on fewer its GPUs' share"
+        ),
+    )
+    max_job_cpus: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description=(
+            "the most CPUs (the batch system's unit, -c) one job's ranks may hold together on this kind, where the "
+            "centre caps what a job or a researcher holds on its queue (UAB Cheaha's A100 nodes: '#SBATCH "
+            "--partition=amperenodes # up to 64 cpus per job', '--ntasks=2 --cpus-per-task=32'): each rank takes "
+            "at most its share of the cap, rounded down to whole cores, where its GPUs' or socket's share of the "
+            "node would be more; a job asking more would wait for ever behind the limit. Refused where the kind's "
+            "jobs take their nodes whole (defaults.exclusive), which holds every CPU of them"
         ),
     )
 
@@ -1356,6 +1385,10 @@ class Site(_Strict):
             if kind.defaults.gpu_type and self.scheduler != "slurm":
                 raise ValueError(f"node_kinds.{kind_name}.defaults.gpu_type: Slurm's GRES type, but the scheduler "
                                  f"is {self.scheduler}")
+            if kind.defaults.max_job_cpus and self.job_defaults(kind_name).exclusive:
+                raise ValueError(f"node_kinds.{kind_name}.defaults.max_job_cpus: {kind.defaults.max_job_cpus} caps the "
+                                 "CPUs of a job on nodes it shares, but defaults.exclusive gives its jobs their nodes "
+                                 "whole, every CPU of them; set defaults.exclusive: false or drop the cap")
             if kind.defaults.mem_per_gpu and self.scheduler != "slurm":
                 raise ValueError(f"node_kinds.{kind_name}.defaults.mem_per_gpu: Slurm's --mem per GPU, but the "
                                  f"scheduler is {self.scheduler}")

@@ -122,6 +122,11 @@ def train_job(
 ) -> ValidationJob:
     rpn = ranks_per_node or ctx.default_plan.ranks_per_node
     threads = threads or (ctx.default_plan.threads_per_rank if rpn == ctx.default_plan.ranks_per_node else None)
+    if threads:
+        # at most the cores a rank of this size gets: a cap on a job's CPUs (node_kinds.<kind>.defaults.max_job_cpus,
+        # UAB Cheaha's 64) leaves each rank of a larger job fewer cores than the one-node baseline's
+        free = make_plan(ctx.site, JobRequest(nodes=nodes, ranks_per_node=rpn, framework=framework))
+        threads = min(threads, free.threads_per_rank)
     request = JobRequest(nodes=nodes, ranks_per_node=rpn, threads_per_rank=threads, framework=framework)
     threads = make_plan(ctx.site, request).threads_per_rank
     recipe = dict(recipe or base_recipe())
