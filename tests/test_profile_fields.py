@@ -1418,3 +1418,29 @@ def test_the_rendezvous_host_and_port_a_site_prolog_sets(tmp_path):
         _profile(tmp_path, olivia, **{"launch.master_port_env": "SITE_PORT"})
     with pytest.raises(HpcdlError, match=r"launch.master_port_env: a variable a Slurm job prolog sets, but the scheduler is pbs"):
         _profile(tmp_path, GADI, **{"launch.master_port_env": "SITE_PORT"})
+
+
+def test_each_node_kind_runs_its_own_environment_where_the_centres_route_differs_by_kind(tmp_path):
+    # N8 CIR Bede (github.com/N8-CIR-Bede/documentation): PyTorch on its ppc64le POWER9 nodes from a conda environment
+    # with Open-CE's build ("The upstream Conda and pip distributions do not provide ppc64le pytorch packages"), on its
+    # aarch64 GH200 nodes from "NGC Pytorch containers" under Apptainer: one machine, two routes, one per node kind
+    site = _profile(tmp_path, PERLMUTTER, **{
+        "node_kinds.cpu.environment": {"kind": "conda", "activate": "cpu-torch", "hook": True, "prefer": True},
+        "node_kinds.gpu.environment": {"kind": "container", "image": "nersc/pytorch:ngc-22.05-v1", "prefer": True}})
+    gpu = render_job_script(site, make_plan(site, JobRequest(nodes=1)), {}, JobOptions(account="p"))
+    assert "nersc/pytorch:ngc-22.05-v1" in gpu and "conda activate" not in gpu
+    cpu = render_job_script(site, make_plan(site, JobRequest(nodes=1, node_kind="cpu", use_gpus=False)), {},
+                            JobOptions(account="p"))
+    assert "conda activate cpu-torch" in cpu.splitlines() and "nersc/pytorch" not in cpu
+    path = tmp_path / "cpu.sh"
+    path.write_text(cpu)
+    shellcheck(path)
+    # a kind's own environment serves that kind alone; the site's still serves the kinds it names
+    with pytest.raises(HpcdlError, match=r"node_kinds\.gpu\.environment\.node_kinds: a node kind's own environment"):
+        _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.environment": {
+            "kind": "container", "image": "nersc/pytorch:ngc-22.05-v1", "node_kinds": ["cpu"]}})
+    mixed = _profile(tmp_path, PERLMUTTER, **{
+        "environment": {"kind": "conda", "activate": "site-env"},
+        "node_kinds.gpu.environment": {"kind": "container", "image": "nersc/pytorch:ngc-22.05-v1"}})
+    assert mixed.environment_for("gpu").image == "nersc/pytorch:ngc-22.05-v1"
+    assert mixed.environment_for("cpu").activate == "site-env"

@@ -427,6 +427,13 @@ class NodeKind(_Strict):
                      "sets them for these nodes only (NHR@FAU Alex: NCCL_IB_HCA='=mlx5_0:1,mlx5_3:1' 'for A100 nodes', "
                      "whose A40 nodes have no InfiniBand); plain strings, exported as they are"),
     )
+    environment: SiteEnvironment | None = Field(
+        default=None,
+        description=("the centre's own environment for this kind, in place of the site's `environment`, where the "
+                     "centre's route to the framework differs by node kind (N8 CIR Bede: a conda environment with "
+                     "Open-CE's PyTorch on its ppc64le POWER9 nodes, NVIDIA's NGC PyTorch container under Apptainer "
+                     "on its aarch64 GH200 nodes); it serves this kind alone, so it names no node_kinds"),
+    )
 
     @property
     def cores(self) -> int:
@@ -1476,10 +1483,16 @@ class Site(_Strict):
             for kind in environment.node_kinds:
                 if kind not in self.node_kinds:
                     raise ValueError(f"environment.node_kinds: {kind!r} is not one of {sorted(self.node_kinds)}")
-            if environment.kind == "container" and self.runtime == "none":
-                raise ValueError("environment: a container environment needs a container runtime (runtime)")
-            if environment.kind == "uenv" and self.launcher != "srun":
-                raise ValueError("environment: a uenv starts through srun --uenv; the launcher is " + self.launcher)
+        owned = [(f"node_kinds.{name}.environment", kind.environment) for name, kind in self.node_kinds.items()
+                 if kind.environment is not None]
+        for where, env in [*([("environment", environment)] if environment is not None else []), *owned]:
+            if where != "environment" and env.node_kinds:
+                raise ValueError(f"{where}.node_kinds: a node kind's own environment serves that kind alone; "
+                                 f"leave node_kinds out")
+            if env.kind == "container" and self.runtime == "none":
+                raise ValueError(f"{where}: a container environment needs a container runtime (runtime)")
+            if env.kind == "uenv" and self.launcher != "srun":
+                raise ValueError(f"{where}: a uenv starts through srun --uenv; the launcher is " + self.launcher)
         if self.container.workdir is not None and self.runtime not in ("apptainer", "singularity"):
             raise ValueError(f"container.workdir: --workdir is Apptainer's and Singularity's; the runtime is "
                              f"{self.runtime}")
@@ -1608,6 +1621,15 @@ class Site(_Strict):
         own = {name: value for name in type(node.defaults).model_fields
                if (value := getattr(node.defaults, name)) is not None}
         return self.defaults.model_copy(update=own) if own else self.defaults
+
+    def environment_for(self, kind: str | None = None) -> SiteEnvironment | None:
+        """The centre's own environment on node kind `kind`: the kind's own (`node_kinds.<kind>.environment`),
+        else the site's where it serves the kind (its `node_kinds` empty or naming it), else none."""
+        name, node = self.node_kind(kind)
+        if node.environment is not None:
+            return node.environment
+        env = self.environment
+        return env if env is not None and (not env.node_kinds or name in env.node_kinds) else None
 
     def node_kind(self, name: str | None = None) -> tuple[str, NodeKind]:
         from hpcdl.errors import HpcdlError
