@@ -1444,3 +1444,28 @@ def test_each_node_kind_runs_its_own_environment_where_the_centres_route_differs
         "node_kinds.gpu.environment": {"kind": "container", "image": "nersc/pytorch:ngc-22.05-v1"}})
     assert mixed.environment_for("gpu").image == "nersc/pytorch:ngc-22.05-v1"
     assert mixed.environment_for("cpu").activate == "site-env"
+
+
+def test_a_centres_own_mpirun_command_lays_the_ranks_out_from_a_header_of_nodes_and_gpus(tmp_path):
+    # N8 CIR Bede (github.com/N8-CIR-Bede/documentation, usage/index.rst): "#SBATCH --nodes=2", "#SBATCH --gres=gpu:4"
+    # and nothing else of the layout, then "bede-mpirun --bede-par 1ppc <mpi_program>": "The bede-mpirun command takes
+    # both ordinary mpirun arguments and the special --bede-par <distrib> option, allowing control over how MPI jobs
+    # launch, e.g. one MPI rank per CPU core or GPU"
+    csd3 = SHIPPED / "csd3-ampere.yaml"
+    own = {"launch.command": ["site-mpirun"], "launch.args": ["--site-par", "1ppg"], "defaults.total_tasks": False}
+    site = _profile(tmp_path, csd3, **own, **{"launch.mpirun_layout": "command", "defaults.batch_request": "nodes"})
+    text = _render(site, tmp_path, account="p-GPU")
+    header = [line for line in text.splitlines() if line.startswith("#SBATCH ")]
+    assert "#SBATCH --nodes=2" in header and "#SBATCH --gres=gpu:4" in header
+    assert not any(word in line for line in header for word in ("--ntasks", "--cpus-per-task", "--exclusive"))
+    line = next(line for line in text.splitlines() if line.startswith("site-mpirun "))
+    assert line.startswith("site-mpirun -x ") and "--site-par 1ppg hpcdl train" in line
+    assert not any(word in line.split() for word in ("-np", "--map-by", "--bind-to"))
+    # restated, the line keeps hpcdl's own layout beside the centre's options
+    restated = _render(_profile(tmp_path, csd3, **own), tmp_path, account="p-GPU")
+    assert "site-mpirun -np 8 --map-by ppr:4:node:PE=32 --bind-to core" in restated
+    with pytest.raises(HpcdlError, match=r"launch\.mpirun_layout: command leaves the layout to the centre's own "
+                                         r"mpirun command \(launch\.command\).*launch\.command is unset"):
+        _profile(tmp_path, csd3, **{"launch.mpirun_layout": "command"})
+    with pytest.raises(HpcdlError, match=r"defaults\.batch_request: nodes leaves tasks, CPUs and GPUs to srun"):
+        _profile(tmp_path, csd3, **own, **{"defaults.batch_request": "nodes"})

@@ -1068,6 +1068,17 @@ class Launch(_Strict):
             "required where the node has GPUs) and drives the plan's"
         ),
     )
+    mpirun_layout: Literal["restate", "command"] = Field(
+        default="restate",
+        description=(
+            "how Open MPI's mpirun line gives the ranks their layout: restate (hpcdl's -np, --map-by ppr:R:node:PE=C "
+            "and --bind-to core) or command, where the centre's own launcher (launch.command) lays the ranks out and "
+            "binds them itself from its own options (launch.args) and the allocation, and the centre's line names no "
+            "count, mapping or binding (N8 CIR Bede: 'bede-mpirun --bede-par 1ppg <mpi_program>', '1ppg (one process "
+            "per GPU)'): the line then names only the -x exports, a host file where asked, and launch.args, and each "
+            "rank binds itself to its cores from plan.json"
+        ),
+    )
     srun_restates: tuple[Literal["nodes", "ntasks"], ...] = Field(
         default=(),
         description=(
@@ -1332,9 +1343,18 @@ class Site(_Strict):
         if self.defaults.gpu_request in ("gpus-per-node", "gres", "gpus-per-task", "gpus") and self.scheduler != "slurm":
             raise ValueError(f"defaults.gpu_request: {self.defaults.gpu_request} is a Slurm setting, but the scheduler "
                              f"is {self.scheduler}")
-        if self.defaults.batch_request == "nodes" and (self.scheduler != "slurm" or self.launcher != "srun"):
-            raise ValueError(f"defaults.batch_request: nodes leaves tasks, CPUs and GPUs to srun, but the scheduler "
-                             f"is {self.scheduler} and the launcher {self.launcher}")
+        if self.launch.mpirun_layout == "command" and (self.launcher != "mpirun" or not self.launch.command):
+            raise ValueError(f"launch.mpirun_layout: command leaves the layout to the centre's own mpirun command "
+                             f"(launch.command), but the launcher is {self.launcher} and launch.command "
+                             f"{'is ' + ' '.join(self.launch.command) if self.launch.command else 'is unset'}")
+        # a header of nodes alone (Pawsey's allocation-packs) needs a launcher that lays the ranks out itself: srun,
+        # or the centre's own mpirun command (launch.mpirun_layout: command; N8 CIR Bede's bede-mpirun)
+        layout_launcher = self.launcher == "srun" or (self.launcher == "mpirun"
+                                                      and self.launch.mpirun_layout == "command")
+        if self.defaults.batch_request == "nodes" and (self.scheduler != "slurm" or not layout_launcher):
+            raise ValueError(f"defaults.batch_request: nodes leaves tasks, CPUs and GPUs to srun (or to the centre's "
+                             f"own mpirun command, launch.mpirun_layout: command), but the scheduler is "
+                             f"{self.scheduler} and the launcher {self.launcher}")
         if self.defaults.batch_request == "cores" and (self.scheduler != "slurm" or self.launcher != "srun"):
             raise ValueError(f"defaults.batch_request: cores leaves the ranks' tasks and CPUs to srun, but the "
                              f"scheduler is {self.scheduler} and the launcher {self.launcher}")
