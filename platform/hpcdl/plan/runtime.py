@@ -20,7 +20,7 @@ from hpcdl.plan.model import (
     CE_HOOK_PLUGIN, CE_PLUGIN_HOOK, IMAGE, NATIVE_KINDS, REFUSED, SITE_CONTAINER, USER_IMAGE, RuntimeChoice,
 )
 from hpcdl.runtimes import host_library_dirs, runtime_modules_for
-from hpcdl.sites.schema import NodeKind, Site
+from hpcdl.sites.schema import Site
 
 #: NIC kinds whose collectives between nodes need the libfabric NCCL/RCCL plugin (aws-ofi-nccl):
 #: without it NCCL falls back to TCP sockets, which "does not scale" (OLCF "PyTorch on Frontier")
@@ -56,7 +56,6 @@ def _serves(env, kind: str, framework: str) -> bool:
 def choose_runtime(site: Site, kind: str, framework: str = "pytorch", use_gpus: bool = False,
                    image: str | None = None, net_plugin: str | None = None) -> RuntimeChoice:
     """The runtime of a job on node kind `kind` of `site`; `image` is the one the user names (--image)."""
-    node = site.node_kinds[kind]
     own = site.environment_for(kind)
     env = own if _serves(own, kind, framework) else None
     choice: RuntimeChoice | None = None
