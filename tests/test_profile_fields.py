@@ -1469,3 +1469,13 @@ def test_a_centres_own_mpirun_command_lays_the_ranks_out_from_a_header_of_nodes_
         _profile(tmp_path, csd3, **{"launch.mpirun_layout": "command"})
     with pytest.raises(HpcdlError, match=r"defaults\.batch_request: nodes leaves tasks, CPUs and GPUs to srun"):
         _profile(tmp_path, csd3, **own, **{"defaults.batch_request": "nodes"})
+
+
+def test_a_refused_runtime_names_as_closest_an_image_built_for_the_nodes_cpu_family(tmp_path):
+    # N8 CIR Bede's GH200 nodes start Open MPI 4 (openmpi/4.1.6) through bede-mpirun: hpcdl's aarch64 Open MPI image
+    # (Open MPI 5) is refused for its MPI, and the refusal named an x86_64 image, refused for its CPU, as the closest
+    # (JCAHPC Miyabi-G, another GH200 site whose mpirun is Open MPI, posed with an Open MPI 4)
+    vista = _profile(tmp_path, SHIPPED / "miyabi-g.yaml", mpi_version="4.1.6")
+    refusal = make_plan(vista, JobRequest(nodes=1)).runtime.refusal
+    # either aarch64 image, each refused for its MPI alone, says what an Open MPI 4 GH200 site lacks
+    assert re.search(r"closest: gh200-cuda(-openmpi)?: the image's (MPI|Open MPI) ", refusal), refusal

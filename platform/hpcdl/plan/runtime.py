@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hpcdl.images.compat import fabric_mismatch, launcher_needs, site_problems
+from hpcdl.images.compat import cpu_family, fabric_mismatch, launcher_needs, site_problems
 from hpcdl.images.frameworks import image_frameworks, image_spec_named, image_specs
 from hpcdl.plan.model import (
     CE_HOOK_PLUGIN, CE_PLUGIN_HOOK, IMAGE, NATIVE_KINDS, REFUSED, SITE_CONTAINER, USER_IMAGE, RuntimeChoice,
@@ -101,7 +101,12 @@ def choose_runtime(site: Site, kind: str, framework: str = "pytorch", use_gpus: 
         elif framework in site.modules.frameworks:
             choice = _framework_module_choice(site, framework)
         else:
-            closest = min(refused.items(), key=lambda kv: len(kv[1])) if refused else None
+            # the closest is one built for the node's CPU family where any is (an aarch64 image refused for its MPI
+            # says more to a GH200 site than an x86_64 image refused for its CPU), then the shortest reason
+            family = cpu_family(site.node_kinds[kind].cpu_target)
+            specs = image_specs()
+            closest = min(refused.items(), key=lambda kv: (getattr(specs.get(kv[0]), "arch", None) != family,
+                                                           len(kv[1]))) if refused else None
             build = "GPU" if use_gpus else "CPU"
             why = f" (closest: {closest[0]}: {closest[1]})" if closest else f" (hpcdl ships no {build} image)"
             return _refused(site, f"no hpcdl image runs {framework} on node kind {kind} of site {site.name}{why}; "
