@@ -1552,3 +1552,64 @@ def test_a_queue_by_size_takes_a_job_by_its_time_too(tmp_path):
         _profile(tmp_path, SHIPPED / "cheaha-gpu.yaml", **{"defaults.partition_by_nodes": [
             {"max_time": "2-00:00:00", "partition": "amperenodes-medium"},
             {"max_time": "12:00:00", "partition": "amperenodes"}]})
+
+
+def test_each_node_kind_runs_its_own_environment_where_the_centres_route_differs_by_kind(tmp_path):
+    # N8 CIR Bede (github.com/N8-CIR-Bede/documentation): PyTorch on its ppc64le POWER9 nodes from a conda environment
+    # with Open-CE's build ("The upstream Conda and pip distributions do not provide ppc64le pytorch packages"), on its
+    # aarch64 GH200 nodes from "NGC Pytorch containers" under Apptainer: one machine, two routes, one per node kind
+    site = _profile(tmp_path, PERLMUTTER, **{
+        "node_kinds.cpu.environment": {"kind": "conda", "activate": "cpu-torch", "hook": True, "prefer": True},
+        "node_kinds.gpu.environment": {"kind": "container", "image": "nersc/pytorch:ngc-22.05-v1", "prefer": True}})
+    gpu = render_job_script(site, make_plan(site, JobRequest(nodes=1)), {}, JobOptions(account="p"))
+    assert "nersc/pytorch:ngc-22.05-v1" in gpu and "conda activate" not in gpu
+    cpu = render_job_script(site, make_plan(site, JobRequest(nodes=1, node_kind="cpu", use_gpus=False)), {},
+                            JobOptions(account="p"))
+    assert "conda activate cpu-torch" in cpu.splitlines() and "nersc/pytorch" not in cpu
+    path = tmp_path / "cpu.sh"
+    path.write_text(cpu)
+    shellcheck(path)
+    # a kind's own environment serves that kind alone; the site's still serves the kinds it names
+    with pytest.raises(HpcdlError, match=r"node_kinds\.gpu\.environment\.node_kinds: a node kind's own environment"):
+        _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.environment": {
+            "kind": "container", "image": "nersc/pytorch:ngc-22.05-v1", "node_kinds": ["cpu"]}})
+    mixed = _profile(tmp_path, PERLMUTTER, **{
+        "environment": {"kind": "conda", "activate": "site-env"},
+        "node_kinds.gpu.environment": {"kind": "container", "image": "nersc/pytorch:ngc-22.05-v1"}})
+    assert mixed.environment_for("gpu").image == "nersc/pytorch:ngc-22.05-v1"
+    assert mixed.environment_for("cpu").activate == "site-env"
+
+
+def test_a_centres_own_mpirun_command_lays_the_ranks_out_from_a_header_of_nodes_and_gpus(tmp_path):
+    # N8 CIR Bede (github.com/N8-CIR-Bede/documentation, usage/index.rst): "#SBATCH --nodes=2", "#SBATCH --gres=gpu:4"
+    # and nothing else of the layout, then "bede-mpirun --bede-par 1ppc <mpi_program>": "The bede-mpirun command takes
+    # both ordinary mpirun arguments and the special --bede-par <distrib> option, allowing control over how MPI jobs
+    # launch, e.g. one MPI rank per CPU core or GPU"
+    csd3 = SHIPPED / "csd3-ampere.yaml"
+    own = {"launch.command": ["site-mpirun"], "launch.args": ["--site-par", "1ppg"], "defaults.total_tasks": False}
+    site = _profile(tmp_path, csd3, **own, **{"launch.mpirun_layout": "command", "defaults.batch_request": "nodes"})
+    text = _render(site, tmp_path, account="p-GPU")
+    header = [line for line in text.splitlines() if line.startswith("#SBATCH ")]
+    assert "#SBATCH --nodes=2" in header and "#SBATCH --gres=gpu:4" in header
+    assert not any(word in line for line in header for word in ("--ntasks", "--cpus-per-task", "--exclusive"))
+    line = next(line for line in text.splitlines() if line.startswith("site-mpirun "))
+    assert line.startswith("site-mpirun -x ") and "--site-par 1ppg hpcdl train" in line
+    assert not any(word in line.split() for word in ("-np", "--map-by", "--bind-to"))
+    # restated, the line keeps hpcdl's own layout beside the centre's options
+    restated = _render(_profile(tmp_path, csd3, **own), tmp_path, account="p-GPU")
+    assert "site-mpirun -np 8 --map-by ppr:4:node:PE=32 --bind-to core" in restated
+    with pytest.raises(HpcdlError, match=r"launch\.mpirun_layout: command leaves the layout to the centre's own "
+                                         r"mpirun command \(launch\.command\).*launch\.command is unset"):
+        _profile(tmp_path, csd3, **{"launch.mpirun_layout": "command"})
+    with pytest.raises(HpcdlError, match=r"defaults\.batch_request: nodes leaves tasks, CPUs and GPUs to srun"):
+        _profile(tmp_path, csd3, **own, **{"defaults.batch_request": "nodes"})
+
+
+def test_a_refused_runtime_names_as_closest_an_image_built_for_the_nodes_cpu_family(tmp_path):
+    # N8 CIR Bede's GH200 nodes start Open MPI 4 (openmpi/4.1.6) through bede-mpirun: hpcdl's aarch64 Open MPI image
+    # (Open MPI 5) is refused for its MPI, and the refusal named an x86_64 image, refused for its CPU, as the closest
+    # (JCAHPC Miyabi-G, another GH200 site whose mpirun is Open MPI, posed with an Open MPI 4)
+    vista = _profile(tmp_path, SHIPPED / "miyabi-g.yaml", mpi_version="4.1.6")
+    refusal = make_plan(vista, JobRequest(nodes=1)).runtime.refusal
+    # either aarch64 image, each refused for its MPI alone, says what an Open MPI 4 GH200 site lacks
+    assert re.search(r"closest: gh200-cuda(-openmpi)?: the image's (MPI|Open MPI) ", refusal), refusal

@@ -243,7 +243,8 @@ class ContainerEngineRuntime(Runtime):
         lines = [f"image = {toml(_named(image, site))}",
                  "mounts = [" + ", ".join(toml(m) for m in [*mounts, "${HPCDL_JOB_DIR}"]) + "]",
                  'workdir = "${HPCDL_JOB_DIR}"']
-        annotations = site.environment.annotations if site.environment else {}
+        environment = site.environment_for(plan.node_kind)
+        annotations = environment.annotations if environment else {}
         if annotations:
             lines += ["", "[annotations]", *(f"{k} = {toml(v)}" for k, v in annotations.items())]
         return {EDF_FILE: "\n".join(lines)}

@@ -34,8 +34,14 @@ class OpenMpiLauncher(Launcher):
     binds_cores = True
 
     def command(self, plan: LaunchPlan, site: Site) -> list[str]:
-        argv = ["mpirun", "-np", str(plan.world_size)]
-        if mpirun_option_of(site.launch.args, "bind-to") == "none":
+        argv = ["mpirun"]
+        if site.launch.mpirun_layout == "command":
+            # the centre's own mpirun command lays the ranks out and binds them from its own options and the
+            # allocation (N8 CIR Bede: "bede-mpirun --bede-par 1ppg", one process per GPU), and its line names no
+            # count, mapping or binding: none is written, and each rank binds itself to its cores from plan.json
+            pass
+        elif mpirun_option_of(site.launch.args, "bind-to") == "none":
+            argv += ["-np", str(plan.world_size)]
             # the centre's own -bind-to none (PSC's Bridges-2 lines), kept in launch.args as written: mpirun
             # binds no rank and each binds itself to the plan's cores from plan.json, so no PE= either; a
             # mapping of the centre's own (PSC: -map-by slot, filling the slots the header's --ntasks-per-node
@@ -43,7 +49,8 @@ class OpenMpiLauncher(Launcher):
             if mpirun_option_of(site.launch.args, "map-by") is None:
                 argv += ["--map-by", f"ppr:{plan.ranks_per_node}:node"]
         else:
-            argv += ["--map-by", f"ppr:{plan.ranks_per_node}:node:PE={cores_per_rank(plan)}", "--bind-to", "core"]
+            argv += ["-np", str(plan.world_size),
+                     "--map-by", f"ppr:{plan.ranks_per_node}:node:PE={cores_per_rank(plan)}", "--bind-to", "core"]
         if site.launch.hostfile:
             # an Open MPI without the batch system's launch support knows only the node it starts on
             argv += ["--hostfile", Expanding(HOSTFILE[site.scheduler])]

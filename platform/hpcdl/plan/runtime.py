@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hpcdl.images.compat import fabric_mismatch, launcher_needs, site_problems
+from hpcdl.images.compat import cpu_family, fabric_mismatch, launcher_needs, site_problems
 from hpcdl.images.frameworks import image_frameworks, image_spec_named, image_specs
 from hpcdl.plan.model import (
     CE_HOOK_PLUGIN, CE_PLUGIN_HOOK, IMAGE, NATIVE_KINDS, REFUSED, SITE_CONTAINER, USER_IMAGE, RuntimeChoice,
 )
 from hpcdl.runtimes import host_library_dirs, runtime_modules_for
-from hpcdl.sites.schema import NodeKind, Site
+from hpcdl.sites.schema import Site
 
 #: NIC kinds whose collectives between nodes need the libfabric NCCL/RCCL plugin (aws-ofi-nccl):
 #: without it NCCL falls back to TCP sockets, which "does not scale" (OLCF "PyTorch on Frontier")
@@ -56,8 +56,8 @@ def _serves(env, kind: str, framework: str) -> bool:
 def choose_runtime(site: Site, kind: str, framework: str = "pytorch", use_gpus: bool = False,
                    image: str | None = None, net_plugin: str | None = None) -> RuntimeChoice:
     """The runtime of a job on node kind `kind` of `site`; `image` is the one the user names (--image)."""
-    node = site.node_kinds[kind]
-    env = site.environment if _serves(site.environment, kind, framework) else None
+    own = site.environment_for(kind)
+    env = own if _serves(own, kind, framework) else None
     choice: RuntimeChoice | None = None
     asked = image or site.defaults.image
     if asked and site.runtime != "none" and not (env and env.prefer and not image):
@@ -101,13 +101,18 @@ def choose_runtime(site: Site, kind: str, framework: str = "pytorch", use_gpus: 
         elif framework in site.modules.frameworks:
             choice = _framework_module_choice(site, framework)
         else:
-            closest = min(refused.items(), key=lambda kv: len(kv[1])) if refused else None
+            # the closest is one built for the node's CPU family where any is (an aarch64 image refused for its MPI
+            # says more to a GH200 site than an x86_64 image refused for its CPU), then the shortest reason
+            family = cpu_family(site.node_kinds[kind].cpu_target)
+            specs = image_specs()
+            closest = min(refused.items(), key=lambda kv: (getattr(specs.get(kv[0]), "arch", None) != family,
+                                                           len(kv[1]))) if refused else None
             build = "GPU" if use_gpus else "CPU"
             why = f" (closest: {closest[0]}: {closest[1]})" if closest else f" (hpcdl ships no {build} image)"
             return _refused(site, f"no hpcdl image runs {framework} on node kind {kind} of site {site.name}{why}; "
                                   f"what would serve: the centre's own environment (profile field environment, "
                                   f"docs/sites.md) or an image that fits, named with --image")
-    return _with_net_plugin(site, node, choice, use_gpus, net_plugin)
+    return _with_net_plugin(site, kind, choice, use_gpus, net_plugin)
 
 
 def _refused(site: Site, why: str) -> RuntimeChoice:
@@ -159,18 +164,19 @@ def _native_choice(site: Site, framework: str) -> RuntimeChoice:
                          verdict="no container (runtime: none)")
 
 
-def _with_net_plugin(site: Site, node: NodeKind, choice: RuntimeChoice, use_gpus: bool,
+def _with_net_plugin(site: Site, kind: str, choice: RuntimeChoice, use_gpus: bool,
                      net_plugin: str | None) -> RuntimeChoice:
     """Where the libfabric NCCL/RCCL plugin reaches the ranks from, on a Slingshot GPU node. Only what
     reaches the process counts: inside a container, the image's own build, the runtime's plugin module
     or hook, or a library path carried in by the runtime; outside, the environment's declared plugin or
     the profile's NCCL_NET_PLUGIN or library path. A host module's name says nothing of either."""
+    node = site.node_kinds[kind]
     if not (use_gpus and any(n.kind in LIBFABRIC_NICS for n in node.nics)):
         return choice
     if net_plugin:
         return replace(choice, net_plugin_from=f"the library the request names (--net-plugin {net_plugin})",
                        net_plugin_library=net_plugin)
-    env = site.environment if choice.kind in (SITE_CONTAINER, *NATIVE_KINDS) else None
+    env = site.environment_for(kind) if choice.kind in (SITE_CONTAINER, *NATIVE_KINDS) else None
     if choice.in_container:
         modules = [m for m in runtime_modules_for(site, True) if m in PLUGIN_RUNTIME_MODULES.get(site.runtime, ())]
         if modules:

@@ -195,7 +195,7 @@ def render_job_script(
     runtime_argv = runtime.command(plan, site, image)
     if plan.runtime is not None and plan.runtime.kind == "uenv":
         # CSCS: srun --uenv=<image> --view=<view> starts each rank inside the uenv
-        uenv = site.environment
+        uenv = site.environment_for(plan.node_kind)
         runtime_argv = [f"--uenv={uenv.activate}", *([f"--view={uenv.view}"] if uenv.view else [])]
     runtime_files = runtime.files(plan, site, image)
     for text in runtime_files.values():
@@ -819,7 +819,7 @@ def module_lines(site: Site, plan: Plan | None = None) -> dict:
 def activate_lines(site: Site, plan: Plan) -> list[str]:
     """The shell lines that enter the centre's conda environment or venv before the launch (the
     ranks inherit it); a uenv is entered by srun itself (--uenv)."""
-    choice, env = plan.runtime, site.environment
+    choice, env = plan.runtime, site.environment_for(plan.node_kind)
     # only where the plan runs the centre's environment: a framework its environment lacks runs from a venv
     # beside hpcdl (kind venv too, the centre's `environment` being modules: CSC Mahti's TensorFlow)
     if choice is None or env is None or choice.kind not in ("conda", "venv") or env.kind != choice.kind:

@@ -456,6 +456,13 @@ class NodeKind(_Strict):
                      "sets them for these nodes only (NHR@FAU Alex: NCCL_IB_HCA='=mlx5_0:1,mlx5_3:1' 'for A100 nodes', "
                      "whose A40 nodes have no InfiniBand); plain strings, exported as they are"),
     )
+    environment: SiteEnvironment | None = Field(
+        default=None,
+        description=("the centre's own environment for this kind, in place of the site's `environment`, where the "
+                     "centre's route to the framework differs by node kind (N8 CIR Bede: a conda environment with "
+                     "Open-CE's PyTorch on its ppc64le POWER9 nodes, NVIDIA's NGC PyTorch container under Apptainer "
+                     "on its aarch64 GH200 nodes); it serves this kind alone, so it names no node_kinds"),
+    )
 
     @property
     def cores(self) -> int:
@@ -1100,6 +1107,17 @@ class Launch(_Strict):
             "required where the node has GPUs) and drives the plan's"
         ),
     )
+    mpirun_layout: Literal["restate", "command"] = Field(
+        default="restate",
+        description=(
+            "how Open MPI's mpirun line gives the ranks their layout: restate (hpcdl's -np, --map-by ppr:R:node:PE=C "
+            "and --bind-to core) or command, where the centre's own launcher (launch.command) lays the ranks out and "
+            "binds them itself from its own options (launch.args) and the allocation, and the centre's line names no "
+            "count, mapping or binding (N8 CIR Bede: 'bede-mpirun --bede-par 1ppg <mpi_program>', '1ppg (one process "
+            "per GPU)'): the line then names only the -x exports, a host file where asked, and launch.args, and each "
+            "rank binds itself to its cores from plan.json"
+        ),
+    )
     srun_restates: tuple[Literal["nodes", "ntasks", "ntasks-per-node"], ...] = Field(
         default=(),
         description=(
@@ -1395,9 +1413,18 @@ class Site(_Strict):
         if self.defaults.gpu_request in ("gpus-per-node", "gres", "gpus-per-task", "gpus") and self.scheduler != "slurm":
             raise ValueError(f"defaults.gpu_request: {self.defaults.gpu_request} is a Slurm setting, but the scheduler "
                              f"is {self.scheduler}")
-        if self.defaults.batch_request == "nodes" and (self.scheduler != "slurm" or self.launcher != "srun"):
-            raise ValueError(f"defaults.batch_request: nodes leaves tasks, CPUs and GPUs to srun, but the scheduler "
-                             f"is {self.scheduler} and the launcher {self.launcher}")
+        if self.launch.mpirun_layout == "command" and (self.launcher != "mpirun" or not self.launch.command):
+            raise ValueError(f"launch.mpirun_layout: command leaves the layout to the centre's own mpirun command "
+                             f"(launch.command), but the launcher is {self.launcher} and launch.command "
+                             f"{'is ' + ' '.join(self.launch.command) if self.launch.command else 'is unset'}")
+        # a header of nodes alone (Pawsey's allocation-packs) needs a launcher that lays the ranks out itself: srun,
+        # or the centre's own mpirun command (launch.mpirun_layout: command; N8 CIR Bede's bede-mpirun)
+        layout_launcher = self.launcher == "srun" or (self.launcher == "mpirun"
+                                                      and self.launch.mpirun_layout == "command")
+        if self.defaults.batch_request == "nodes" and (self.scheduler != "slurm" or not layout_launcher):
+            raise ValueError(f"defaults.batch_request: nodes leaves tasks, CPUs and GPUs to srun (or to the centre's "
+                             f"own mpirun command, launch.mpirun_layout: command), but the scheduler is "
+                             f"{self.scheduler} and the launcher {self.launcher}")
         if self.defaults.batch_request == "cores" and (self.scheduler != "slurm" or self.launcher != "srun"):
             raise ValueError(f"defaults.batch_request: cores leaves the ranks' tasks and CPUs to srun, but the "
                              f"scheduler is {self.scheduler} and the launcher {self.launcher}")
@@ -1546,13 +1573,19 @@ class Site(_Strict):
             for kind in environment.node_kinds:
                 if kind not in self.node_kinds:
                     raise ValueError(f"environment.node_kinds: {kind!r} is not one of {sorted(self.node_kinds)}")
-            if environment.kind == "container" and self.runtime == "none":
-                raise ValueError("environment: a container environment needs a container runtime (runtime)")
-            if environment.kind == "uenv" and self.launcher != "srun":
-                raise ValueError("environment: a uenv starts through srun --uenv; the launcher is " + self.launcher)
-            if environment.module_env and not (environment.modules or self.modules.runtime or self.modules.load):
-                raise ValueError("environment.module_env: no module is loaded that could set "
-                                 f"${environment.module_env[0]} (environment.modules, modules.runtime, modules.load)")
+        owned = [(f"node_kinds.{name}.environment", kind.environment) for name, kind in self.node_kinds.items()
+                 if kind.environment is not None]
+        for where, env in [*([("environment", environment)] if environment is not None else []), *owned]:
+            if where != "environment" and env.node_kinds:
+                raise ValueError(f"{where}.node_kinds: a node kind's own environment serves that kind alone; "
+                                 f"leave node_kinds out")
+            if env.kind == "container" and self.runtime == "none":
+                raise ValueError(f"{where}: a container environment needs a container runtime (runtime)")
+            if env.kind == "uenv" and self.launcher != "srun":
+                raise ValueError(f"{where}: a uenv starts through srun --uenv; the launcher is " + self.launcher)
+            if env.module_env and not (env.modules or self.modules.runtime or self.modules.load):
+                raise ValueError(f"{where}.module_env: no module is loaded that could set "
+                                 f"${env.module_env[0]} ({where}.modules, modules.runtime, modules.load)")
         if self.container.workdir is not None and self.runtime not in ("apptainer", "singularity"):
             raise ValueError(f"container.workdir: --workdir is Apptainer's and Singularity's; the runtime is "
                              f"{self.runtime}")
@@ -1692,6 +1725,15 @@ class Site(_Strict):
         own = {name: value for name in type(node.defaults).model_fields
                if (value := getattr(node.defaults, name)) is not None}
         return self.defaults.model_copy(update=own) if own else self.defaults
+
+    def environment_for(self, kind: str | None = None) -> SiteEnvironment | None:
+        """The centre's own environment on node kind `kind`: the kind's own (`node_kinds.<kind>.environment`),
+        else the site's where it serves the kind (its `node_kinds` empty or naming it), else none."""
+        name, node = self.node_kind(kind)
+        if node.environment is not None:
+            return node.environment
+        env = self.environment
+        return env if env is not None and (not env.node_kinds or name in env.node_kinds) else None
 
     def node_kind(self, name: str | None = None) -> tuple[str, NodeKind]:
         from hpcdl.errors import HpcdlError
