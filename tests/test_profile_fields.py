@@ -1460,6 +1460,15 @@ def test_an_image_variable_no_module_or_login_sets_is_refused_naming_the_field(t
         _profile(tmp_path, UVA, **{"environment.modules": [], "modules.runtime": None})
     with pytest.raises(Exception, match=r"module_env: the variables a container environment's image may name"):
         _profile(tmp_path, UVA, **{"environment.kind": "modules"})
+    # a node kind's own environment is held to the same (N8 CIR Bede's GH200 kind runs NGC's container)
+    bede = Path(__file__).parents[1] / "platform" / "hpcdl" / "sites" / "profiles" / "bede.yaml"
+    with pytest.raises(Exception, match=r"node_kinds\.gh\.environment\.image: \$IMAGES .*"
+                                        r"node_kinds\.gh\.environment\.module_env: \[IMAGES\]"):
+        _profile(tmp_path, bede, **{"node_kinds.gh.environment.image": "$IMAGES/pytorch.sif"})
+    site = _profile(tmp_path, bede, **{"node_kinds.gh.environment.image": "$IMAGES/pytorch.sif",
+                                       "node_kinds.gh.environment.module_env": ["IMAGES"],
+                                       "node_kinds.gh.environment.modules": ["ngc"]})
+    assert site.environment_for("gh").image == "$IMAGES/pytorch.sif"
 
 
 def test_folders_the_centres_runtime_binds_itself_are_not_bound_again(tmp_path):

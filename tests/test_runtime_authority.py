@@ -71,7 +71,7 @@ def test_plan_and_render_run_what_the_authority_accepts_or_refuse_in_one_line(wh
         assert any(choice.image in word for word in argv), argv
         assert spec.gpu == bool(node.gpus)  # a GPU job runs a GPU build, a CPU job a CPU build
     elif choice.kind == SITE_CONTAINER:
-        assert site.environment is not None and site.environment.image == choice.image
+        assert site.environment_for(kind) is not None and site.environment_for(kind).image == choice.image
         assert choice.image in " ".join(argv) or choice.image in script
     else:
         assert choice.kind in NATIVE_KINDS and not choice.in_container

@@ -1698,19 +1698,24 @@ class Site(_Strict):
         for name, value in self.env.items():
             if isinstance(value, EnvPath):
                 places += [(f"env.{name}", p) for p in (*value.prepend, *value.append)]
-        environment = self.environment
-        if environment is not None and environment.image:
-            # the image is named on the launch line, after the job's modules load: it may also use what they set
-            places.append(("environment.image", environment.image))
-            known |= set(environment.module_env)
+        # the site's environment and each node kind's own: an image is named on the launch line, after the job's
+        # modules load, so it may also use what they set (module_env, for that environment's image alone)
+        also: dict[str, set[str]] = {}
+        envs = [("environment", self.environment), *((f"node_kinds.{name}.environment", kind.environment)
+                                                      for name, kind in self.node_kinds.items())]
+        for where, environment in envs:
+            if environment is not None and environment.image:
+                places.append((f"{where}.image", environment.image))
+                also[f"{where}.image"] = set(environment.module_env)
         for field, text in places:
             for var in variables_in(text or ""):
-                if var not in known and not var.startswith(prefix) and not var.startswith("DW_JOB_"):
+                if var not in known | also.get(field, set()) and not var.startswith(prefix) \
+                        and not var.startswith("DW_JOB_"):
                     hint = (f"; for the project write {PROJECT_PLACEHOLDER}, which takes the account at render time"
                             if "PROJ" in var.upper() or "ACCOUNT" in var.upper() else "")
-                    if field == "environment.image":
+                    if field.endswith("environment.image"):
                         hint += (f"; if a module the job loads sets it (UVA's $CONTAINERDIR), add "
-                                 f"`environment.module_env: [{var}]`")
+                                 f"`{field.removesuffix('.image')}.module_env: [{var}]`")
                     # (profiles written before this check loaded; the message says the one-line fix)
                     raise ValueError(
                         f"{field}: ${var} is set neither by {self.scheduler} nor by the login, and under set -u an "
