@@ -91,7 +91,8 @@ def test_the_centres_that_write_a_bare_srun_get_one(site):
 @pytest.mark.parametrize(("change", "words"), [
     ({"launcher": "mpirun", "launch": {"srun_layout": "header"}}, "the launcher is mpirun"),
     ({"defaults": {"batch_request": "nodes"}}, "defaults.batch_request is nodes"),
-    ({"defaults": {"gpu_request": "gpus-per-task"}}, "gpu_request: gpus-per-task"),
+    ({"defaults": {"gpu_request": "gpus-per-task"}, "launch": {"srun_layout": "header", "gpu_visibility": "node"}},
+     "gpu_request: gpus-per-task gives each task its own GPUs"),
 ])
 def test_contradictions_are_refused_naming_the_field(change, words):
     data = yaml.safe_load(POSED)
@@ -112,6 +113,22 @@ def test_a_gpu_node_whose_tasks_see_only_their_own_gpus_is_refused():
     # or srun binds each task the GPUs beside its cores (NCSA Delta's --gpu-bind=closest)
     data["launch"].update(gpu_visibility="per-rank", gpu_bind="closest", cpu_bind_default=None)
     Site.model_validate(data)
+
+
+def test_a_header_asking_each_tasks_gpus_reaches_a_bare_srun():
+    """WarpX's Great Lakes V100 job: '#SBATCH --ntasks-per-node=2', '--cpus-per-task=20', '--gpus-per-task=v100:1',
+    'export SRUN_CPUS_PER_TASK=20', 'srun --cpu-bind=cores ${EXE}': the header asks each task's GPU and the bare srun
+    takes it from SLURM_GPUS_PER_TASK, each task seeing its own GPU (per-rank, no gpu_visibility: node needed)."""
+    data = yaml.safe_load(POSED)
+    data["node_kinds"]["cpu"]["gpus"] = [{"model": "posed", "socket": 0}, {"model": "posed", "socket": 1}]
+    data["node_kinds"]["cpu"]["defaults"] = {"gpu_type": "v100"}
+    data["defaults"] = {"gpu_request": "gpus-per-task"}
+    data["launch"]["cpu_bind_default"] = None
+    site = Site.model_validate(data)
+    header, exports, argv = _job(site, 2)
+    assert {"#SBATCH --ntasks-per-node=2", "#SBATCH --cpus-per-task=4", "#SBATCH --gpus-per-task=v100:1"} <= set(header)
+    assert argv == ["srun", "--cpu-bind=cores"], argv
+    assert exports == [EXPORT]
 
 
 def _slurmd_masks(cluster, script_lines: list[str], tmp_path) -> list[int] | None:

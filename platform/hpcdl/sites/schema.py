@@ -1644,16 +1644,20 @@ class Site(_Strict):
             raise ValueError(f"launch.srun_layout: header takes the ranks' tasks and CPUs from the #SBATCH header, but "
                              f"defaults.batch_request is {self.defaults.batch_request} (a header that does not ask "
                              "them); keep one")
-        if (self.launch.gpu_visibility != "node" and self.launch.gpu_bind != "closest"
+        if self.defaults.gpu_request == "gpus-per-task":
+            # the header's --gpus-per-task reaches the bare srun as SLURM_GPUS_PER_TASK (sbatch(1) OUTPUT, srun(1)
+            # INPUT ENVIRONMENT VARIABLES): each task gets its own GPUs, as the centre's line relies on (WarpX's
+            # Great Lakes job: '#SBATCH --gpus-per-task=v100:1', 'srun --cpu-bind=cores ${EXE}'), never the node's
+            if self.launch.gpu_visibility == "node":
+                raise ValueError("launch.srun_layout: header with defaults.gpu_request: gpus-per-task gives each task "
+                                 "its own GPUs (the header's --gpus-per-task reaches srun as SLURM_GPUS_PER_TASK), but "
+                                 "launch.gpu_visibility is node; ask the GPUs per node or per job, or keep per-rank")
+        elif (self.launch.gpu_visibility != "node" and self.launch.gpu_bind != "closest"
                 and any(k.gpus for k in self.node_kinds.values())):
             # (srun's --gpu-bind=closest, NCSA's, still picks each task's own among them)
             raise ValueError("launch.srun_layout: header starts every task with the job's GPUs of its node (srun(1): a "
                              "step 'is allocated all of the generic resources that have been requested by the job'), "
                              "but launch.gpu_visibility is per-rank; set gpu_visibility: node")
-        if self.defaults.gpu_request == "gpus-per-task":
-            raise ValueError("launch.srun_layout: header leaves the GPUs to the header, but defaults.gpu_request: "
-                             "gpus-per-task would have srun give each task its own (SLURM_GPUS_PER_TASK); ask them "
-                             "per node or per job")
 
     def _cpu_counting_stated(self) -> None:
         """On an SMT node the unit of Slurm's -c and PBS ncpus (a core or a hardware thread) decides every CPU
