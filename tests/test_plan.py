@@ -240,6 +240,17 @@ def test_more_ranks_than_cores_is_refused():
         plan_for("stampede2-knl", ranks_per_node=65)
 
 
+def test_more_ranks_than_cores_on_smt_says_the_threads_go_to_each_rank():
+    # A CPU centre may tell its users to run a task per hardware thread (LRZ SuperMUC-NG: "With hyperthreading, you
+    # have to increase the number of MPI tasks per node from 48 to 96"); hpcdl gives each rank whole cores, and the
+    # refusal says where the node's second threads go instead: into each rank, as its threads
+    with pytest.raises(HpcdlError, match=r"ranks_per_node: 96 ranks need a core each but .* has 48 usable cores; "
+                                         r"ask for at most 48 \(hpcdl gives a rank whole cores, never one hardware "
+                                         r"thread of a core: the node's 96 hardware threads are 48 cores x 2; a rank "
+                                         r"may run up to 2 threads a core, --threads-per-rank\)"):
+        plan_for("stampede2-skx", ranks_per_node=96)
+
+
 def test_a_gpu_request_on_a_cpu_only_site_is_refused():
     with pytest.raises(HpcdlError, match=r"GPUs requested but node kind 'knl' of site 'stampede2-knl' has none; "
                                          r"pick a site with GPUs, or run on CPUs with --mode per-socket"):

@@ -400,9 +400,16 @@ def _slots(
             notes.append(f"{default} rank(s) per socket from the site profile")
     usable = node.sockets * node.usable_cores_per_socket
     if rpn > usable:
+        # A CPU centre may advise a task per hardware thread (LRZ SuperMUC-NG: "increase the number of MPI tasks per
+        # node from 48 to 96"); a rank here holds whole cores, so where the ranks would fit the node's hardware
+        # threads the refusal says where those threads go instead: into each rank, as its own threads
+        tpc = node.threads_per_core
+        smt = (f" (hpcdl gives a rank whole cores, never one hardware thread of a core: the node's {usable * tpc} "
+               f"hardware threads are {usable} cores x {tpc}; a rank may run up to {tpc} threads a core, "
+               f"--threads-per-rank)") if tpc > 1 and rpn <= usable * tpc else ""
         raise HpcdlError(
             f"ranks_per_node: {rpn} ranks need a core each but a {_node_of(site.name, kind_name)} has {usable} usable "
-            f"cores; ask for at most {usable}"
+            f"cores; ask for at most {usable}{smt}"
         )
     # ranks spread evenly over the sockets, socket-major (ranks 0..k-1 on socket 0, ...)
     per_socket = [rpn // node.sockets + (1 if s < rpn % node.sockets else 0) for s in range(node.sockets)]
