@@ -1613,3 +1613,23 @@ def test_a_refused_runtime_names_as_closest_an_image_built_for_the_nodes_cpu_fam
     refusal = make_plan(vista, JobRequest(nodes=1)).runtime.refusal
     # either aarch64 image, each refused for its MPI alone, says what an Open MPI 4 GH200 site lacks
     assert re.search(r"closest: gh200-cuda(-openmpi)?: the image's (MPI|Open MPI) ", refusal), refusal
+
+
+def test_a_node_taken_in_part_is_taken_only_by_the_gpu_counts_the_centre_takes(tmp_path):
+    # SciNet Trillium: "you are only allowed to request exactly 1 GPU or a multiple of 4 GPUs. You cannot request
+    # --gpus-per-node=2 or 3": a job on two or three of a node's four GPUs is refused before submission, naming the
+    # field, where Trillium's scheduler would refuse it after; one GPU, or every GPU of each node, is taken
+    volta = SHIPPED / "volta-x86.yaml"  # 4 GPUs a node
+    site = _profile(tmp_path, volta, **{"defaults.exclusive": False, "defaults.partial_gpu_counts": [1]})
+    assert make_plan(site, JobRequest(nodes=1, ranks_per_node=1)).ranks_per_node == 1
+    assert make_plan(site, JobRequest(nodes=2)).ranks_per_node == 4
+    for ranks in (2, 3):
+        with pytest.raises(HpcdlError, match=rf"uses {ranks} of the 4 GPUs.*takes 1, 4 GPU\(s\).*"
+                                             r"defaults\.partial_gpu_counts: 1"):
+            make_plan(site, JobRequest(nodes=1, ranks_per_node=ranks))
+    # a CPU-only job asks no GPU, and a site without the field takes any count
+    assert make_plan(site, JobRequest(nodes=1, ranks_per_node=2, use_gpus=False)).ranks_per_node == 2
+    assert make_plan(_profile(tmp_path, volta, **{"defaults.exclusive": False}),
+                     JobRequest(nodes=1, ranks_per_node=2)).ranks_per_node == 2
+    with pytest.raises(HpcdlError, match=r"defaults\.partial_gpu_counts"):
+        _profile(tmp_path, volta, **{"defaults.partial_gpu_counts": [0]})

@@ -839,6 +839,15 @@ class Defaults(_Strict):
             "'Specify the number of GPUs per node (between 1 and 4; must be 4 if nodes>1)': 1); unset, any size"
         ),
     )
+    partial_gpu_counts: tuple[Annotated[int, Field(ge=1)], ...] | None = Field(
+        default=None, min_length=1,
+        description=(
+            "the only counts of a node's GPUs a GPU job may take on a node it takes in part, where the centre's "
+            "scheduler refuses others (SciNet Trillium: 'you are only allowed to request exactly 1 GPU or a multiple "
+            "of 4 GPUs. You cannot request --gpus-per-node=2 or 3': [1]); a job on every GPU of its nodes is always "
+            "taken, and one of another count is refused naming this field; unset, any count"
+        ),
+    )
     whole_nodes_from: int | None = Field(
         default=None, ge=2, le=MAX_NODES,
         description=(
