@@ -1633,3 +1633,23 @@ def test_a_node_taken_in_part_is_taken_only_by_the_gpu_counts_the_centre_takes(t
                      JobRequest(nodes=1, ranks_per_node=2)).ranks_per_node == 2
     with pytest.raises(HpcdlError, match=r"defaults\.partial_gpu_counts"):
         _profile(tmp_path, volta, **{"defaults.partial_gpu_counts": [0]})
+
+
+@pytest.mark.parametrize("base", ["narval.yaml", "polaris.yaml"])
+def test_a_job_writes_its_run_folder_on_scratch_where_the_compute_nodes_cannot_write_home(tmp_path, base):
+    # SciNet Trillium: "The home and project file systems are read-only on compute nodes on Trillium. Your compute
+    # jobs, therefore, have to write to the scratch directory": filesystems.runs: scratch puts the run folder under
+    # the shared scratch, wherever the job was submitted from; the default keeps it under the submit folder
+    site = _profile(tmp_path, SHIPPED / base, **{"filesystems.scratch": "/scratch/$USER/wo rk$(x)",
+                                                  "filesystems.runs": "scratch"})
+    text = _render(site, tmp_path, nodes=1, account="abc")
+    line = next(x for x in text.splitlines() if x.startswith("HPCDL_JOB_DIR="))
+    env = {"PATH": os.environ["PATH"], "USER": "ann", "HPCDL_JOB_ID": "7", "SLURM_SUBMIT_DIR": "/home/ann",
+           "PBS_O_WORKDIR": "/home/ann"}
+    out = subprocess.run(["bash", "-c", f'{line}\nprintf %s "$HPCDL_JOB_DIR"'], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert out == "/scratch/ann/wo rk$(x)/hpcdl-runs/hpcdl-7", out
+    plain = _render(load_site(base.removesuffix(".yaml")), tmp_path, nodes=1, account="abc")
+    assert "hpcdl-runs" in plain and "SCRATCH" not in next(x for x in plain.splitlines() if x.startswith("HPCDL_JOB_DIR="))
+    with pytest.raises(HpcdlError, match=r"filesystems.*runs: 'scratch'.*scratch names no path"):
+        _profile(tmp_path, SHIPPED / base, **{"filesystems.scratch": None, "filesystems.runs": "scratch"})

@@ -241,6 +241,8 @@ def render_job_script(
         stage=stage,
         node_map=node_map_lines(plan),
         job_slug=slug(options.name),
+        # the run folder's root where the compute nodes cannot write the submit folder (filesystems.runs: scratch)
+        runs_root=path_with_variables(site.filesystems.scratch) if site.filesystems.runs == "scratch" else None,
         name_comment=comment_text(options.name),
     )
     _fits_the_scheduler(len(text.encode()), plan, scheduler)

@@ -626,6 +626,16 @@ class Filesystems(_Strict):
         default=None, description="node-local storage for staged data, e.g. /mnt/bb/$USER on Summit"
     )
     node_local_kind: Literal["nvme", "ssd", "tmpfs", "burst-buffer", "ramdisk"] | None = None
+    runs: Literal["submit", "scratch"] = Field(
+        default="submit",
+        description=(
+            "where a batch job writes its run folder (hpcdl-runs/<name>-<job id>): under the folder it was "
+            "submitted from (the default) or under the shared scratch, where the centre's compute nodes cannot "
+            "write the home and project file systems a job may be submitted from (SciNet Trillium: 'The home and "
+            "project file systems are read-only on compute nodes on Trillium. Your compute jobs, therefore, have to "
+            "write to the scratch directory')"
+        ),
+    )
     tmpdir: JobPath | None = Field(
         default=None,
         description=(
@@ -645,6 +655,9 @@ class Filesystems(_Strict):
 
     @model_validator(mode="after")
     def _gres_names_a_place(self) -> "Filesystems":
+        if self.runs == "scratch" and not self.scratch:
+            raise ValueError("runs: 'scratch' puts the job's run folder under the shared scratch, but scratch names "
+                             "no path")
         if self.node_local_gres is not None and not self.node_local:
             raise ValueError("node_local_gres: asks node-local storage, but node_local names no path to stage to")
         return self
