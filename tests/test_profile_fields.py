@@ -1653,3 +1653,18 @@ def test_a_job_writes_its_run_folder_on_scratch_where_the_compute_nodes_cannot_w
     assert "hpcdl-runs" in plain and "SCRATCH" not in next(x for x in plain.splitlines() if x.startswith("HPCDL_JOB_DIR="))
     with pytest.raises(HpcdlError, match=r"filesystems.*runs: 'scratch'.*scratch names no path"):
         _profile(tmp_path, SHIPPED / base, **{"filesystems.scratch": None, "filesystems.runs": "scratch"})
+
+
+def test_a_job_shorter_than_the_centre_takes_is_refused_naming_the_field(tmp_path):
+    # SciNet Trillium's GPU compute partition: "Min. walltime 15 minutes": a ten-minute job is refused at render,
+    # naming the field, where the centre's scheduler would refuse it after submission
+    site = _profile(tmp_path, SHIPPED / "narval.yaml", **{"defaults.min_time": "00:15:00"})
+    assert "#SBATCH --time=00:15:00" in _render(site, tmp_path, nodes=1, time="00:15:00")
+    with pytest.raises(HpcdlError, match=r"time: 00:10:00 is shorter .*defaults\.min_time 00:15:00"):
+        _render(site, tmp_path, nodes=1, time="00:10:00")
+    with pytest.raises(HpcdlError, match=r"time: 10 is shorter .*defaults\.min_time"):
+        _render(site, tmp_path, nodes=1, time="10")
+    for bad, says in (("a quarter hour", "not a time limit"), ("8-00:00:00", "longer than max_time"),
+                      ("04:00:00", "longer than time 03:00:00")):
+        with pytest.raises(HpcdlError, match=rf"defaults.*min_time.*{says}"):
+            _profile(tmp_path, SHIPPED / "narval.yaml", **{"defaults.min_time": bad})

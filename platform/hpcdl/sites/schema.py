@@ -891,8 +891,31 @@ class Defaults(_Strict):
         ),
     )
     max_time: str | None = None
+    min_time: str | None = Field(
+        default=None,
+        description=(
+            "the shortest time limit the centre's scheduler takes, where it refuses shorter jobs (SciNet Trillium's "
+            "GPU compute partition: 'Min. walltime 15 minutes': 00:15:00); a job asking less is refused at render, "
+            "naming this field; unset, any"
+        ),
+    )
     image: SitePath | None = Field(default=None, description="image (path or name in image_dir) jobs run in")
     image_dir: SitePath | None = None
+
+    @model_validator(mode="after")
+    def _min_time_is_a_time_jobs_can_keep(self) -> Defaults:
+        if self.min_time is None:
+            return self
+        if not re.fullmatch(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})", self.min_time):
+            raise ValueError(f"min_time: {self.min_time!r} is not a time limit; write HH:MM:SS, MM:SS, minutes or "
+                             "D-HH:MM:SS")
+        if self.max_time and _slurm_seconds(self.min_time) > _slurm_seconds(self.max_time):
+            raise ValueError(f"min_time: {self.min_time} is longer than max_time {self.max_time}")
+        if re.fullmatch(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})", self.time) and \
+                _slurm_seconds(self.time) < _slurm_seconds(self.min_time):
+            raise ValueError(f"min_time: {self.min_time} is longer than time {self.time}, the limit a job asks by "
+                             "default, so every such job would be refused")
+        return self
 
     @model_validator(mode="after")
     def _policy_is_whole_nodes(self) -> Defaults:
