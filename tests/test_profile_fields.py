@@ -1622,3 +1622,58 @@ def test_a_refused_runtime_names_as_closest_an_image_built_for_the_nodes_cpu_fam
     refusal = make_plan(vista, JobRequest(nodes=1)).runtime.refusal
     # either aarch64 image, each refused for its MPI alone, says what an Open MPI 4 GH200 site lacks
     assert re.search(r"closest: gh200-cuda(-openmpi)?: the image's (MPI|Open MPI) ", refusal), refusal
+
+
+def test_a_node_taken_in_part_is_taken_only_by_the_gpu_counts_the_centre_takes(tmp_path):
+    # SciNet Trillium: "you are only allowed to request exactly 1 GPU or a multiple of 4 GPUs. You cannot request
+    # --gpus-per-node=2 or 3": a job on two or three of a node's four GPUs is refused before submission, naming the
+    # field, where Trillium's scheduler would refuse it after; one GPU, or every GPU of each node, is taken
+    volta = SHIPPED / "volta-x86.yaml"  # 4 GPUs a node
+    site = _profile(tmp_path, volta, **{"defaults.exclusive": False, "defaults.partial_gpu_counts": [1]})
+    assert make_plan(site, JobRequest(nodes=1, ranks_per_node=1)).ranks_per_node == 1
+    assert make_plan(site, JobRequest(nodes=2)).ranks_per_node == 4
+    for ranks in (2, 3):
+        with pytest.raises(HpcdlError, match=rf"uses {ranks} of the 4 GPUs.*takes 1, 4 GPU\(s\).*"
+                                             r"defaults\.partial_gpu_counts: 1"):
+            make_plan(site, JobRequest(nodes=1, ranks_per_node=ranks))
+    # a CPU-only job asks no GPU, and a site without the field takes any count
+    assert make_plan(site, JobRequest(nodes=1, ranks_per_node=2, use_gpus=False)).ranks_per_node == 2
+    assert make_plan(_profile(tmp_path, volta, **{"defaults.exclusive": False}),
+                     JobRequest(nodes=1, ranks_per_node=2)).ranks_per_node == 2
+    with pytest.raises(HpcdlError, match=r"defaults\.partial_gpu_counts"):
+        _profile(tmp_path, volta, **{"defaults.partial_gpu_counts": [0]})
+
+
+@pytest.mark.parametrize("base", ["narval.yaml", "polaris.yaml"])
+def test_a_job_writes_its_run_folder_on_scratch_where_the_compute_nodes_cannot_write_home(tmp_path, base):
+    # SciNet Trillium: "The home and project file systems are read-only on compute nodes on Trillium. Your compute
+    # jobs, therefore, have to write to the scratch directory": filesystems.runs: scratch puts the run folder under
+    # the shared scratch, wherever the job was submitted from; the default keeps it under the submit folder
+    site = _profile(tmp_path, SHIPPED / base, **{"filesystems.scratch": "/scratch/$USER/wo rk$(x)",
+                                                  "filesystems.runs": "scratch"})
+    text = _render(site, tmp_path, nodes=1, account="abc")
+    line = next(x for x in text.splitlines() if x.startswith("HPCDL_JOB_DIR="))
+    env = {"PATH": os.environ["PATH"], "USER": "ann", "HPCDL_JOB_ID": "7", "SLURM_SUBMIT_DIR": "/home/ann",
+           "PBS_O_WORKDIR": "/home/ann"}
+    out = subprocess.run(["bash", "-c", f'{line}\nprintf %s "$HPCDL_JOB_DIR"'], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert out == "/scratch/ann/wo rk$(x)/hpcdl-runs/hpcdl-7", out
+    plain = _render(load_site(base.removesuffix(".yaml")), tmp_path, nodes=1, account="abc")
+    assert "hpcdl-runs" in plain and "SCRATCH" not in next(x for x in plain.splitlines() if x.startswith("HPCDL_JOB_DIR="))
+    with pytest.raises(HpcdlError, match=r"filesystems.*runs: 'scratch'.*scratch names no path"):
+        _profile(tmp_path, SHIPPED / base, **{"filesystems.scratch": None, "filesystems.runs": "scratch"})
+
+
+def test_a_job_shorter_than_the_centre_takes_is_refused_naming_the_field(tmp_path):
+    # SciNet Trillium's GPU compute partition: "Min. walltime 15 minutes": a ten-minute job is refused at render,
+    # naming the field, where the centre's scheduler would refuse it after submission
+    site = _profile(tmp_path, SHIPPED / "narval.yaml", **{"defaults.min_time": "00:15:00"})
+    assert "#SBATCH --time=00:15:00" in _render(site, tmp_path, nodes=1, time="00:15:00")
+    with pytest.raises(HpcdlError, match=r"time: 00:10:00 is shorter .*defaults\.min_time 00:15:00"):
+        _render(site, tmp_path, nodes=1, time="00:10:00")
+    with pytest.raises(HpcdlError, match=r"time: 10 is shorter .*defaults\.min_time"):
+        _render(site, tmp_path, nodes=1, time="10")
+    for bad, says in (("a quarter hour", "not a time limit"), ("8-00:00:00", "longer than max_time"),
+                      ("04:00:00", "longer than time 03:00:00")):
+        with pytest.raises(HpcdlError, match=rf"defaults.*min_time.*{says}"):
+            _profile(tmp_path, SHIPPED / "narval.yaml", **{"defaults.min_time": bad})

@@ -230,6 +230,11 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
     if runnable:
         # nor the centre's conda environment (Mahidol's MAI HPC: conda activate hpc_lab), which this host lacks too
         site = site.model_copy(update={"runtime": "none", "modules": Modules(system="none"), "environment": None})
+        if site.filesystems.runs == "scratch":
+            # nor the centre's scratch (SciNet Trillium's $SCRATCH, where its jobs write: filesystems.runs): a folder
+            # of the test's stands in for it, so the job still makes its run folder there
+            site = site.model_copy(update={"filesystems": site.filesystems.model_copy(
+                update={"scratch": str(folder / "scratch")})})
         program = [sys.executable, "-S", "-c", PROBE]  # -S: the probe needs no site-packages, and starts in half the time
         if plan.spawner_argv[:1] == ("torchrun",):
             # the spawner beside this Python (a batch job's PATH need not hold it)

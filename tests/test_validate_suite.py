@@ -245,3 +245,17 @@ def test_validate_help_names_the_suites_and_options():
     for word in ("--suite", "--nodes", "--write-profile", "--checks"):
         assert word in out
     assert "report" in hpcdl("--help", check=True).stdout
+
+
+def test_the_environment_job_asks_a_gpu_count_the_site_takes():
+    # SciNet Trillium: "you are only allowed to request exactly 1 GPU or a multiple of 4 GPUs. You cannot request
+    # --gpus-per-node=2 or 3" (defaults.partial_gpu_counts: [1]): the two-rank environment job would be refused
+    # there, so it takes the node's four GPUs; a site that takes any count keeps two ranks
+    from hpcdl.plan import make_plan
+    from hpcdl.validate.checks import checks
+
+    site = load_site("trillium-gpu")
+    (job,) = checks.get("environment").jobs(context(site, nodes=(1,)))
+    assert make_plan(site, job.request).ranks_per_node == 4
+    (other,) = checks.get("environment").jobs(context(load_site("narval"), nodes=(1,)))
+    assert other.request.ranks_per_node == 2

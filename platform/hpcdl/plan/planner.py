@@ -483,6 +483,16 @@ def _check_partial_nodes(site: Site, kind_name: str, node: NodeKind, request: Jo
     be 4 if nodes>1")."""
     limit = site.defaults.max_nodes_partial
     held = {g for slot in slots for g in slot.gpus}
+    counts = site.defaults.partial_gpu_counts
+    if counts and held and len(held) != len(node.gpus) and len(held) not in counts:
+        # SciNet Trillium: "you are only allowed to request exactly 1 GPU or a multiple of 4 GPUs. You cannot request
+        # --gpus-per-node=2 or 3": the centre's scheduler would refuse the job after submission
+        taken = ", ".join(map(str, sorted(set(counts) | {len(node.gpus)})))
+        raise HpcdlError(
+            f"ranks_per_node: the job uses {len(held)} of the {len(node.gpus)} GPUs of each "
+            f"{_node_of(site.name, kind_name)}, but the site takes {taken} GPU(s) of a node "
+            f"(defaults.partial_gpu_counts: {', '.join(map(str, counts))}, or the whole node); ask for one of those"
+        )
     if limit is None or request.nodes <= limit or not held or len(held) == len(node.gpus):
         return
     raise HpcdlError(

@@ -241,6 +241,8 @@ def render_job_script(
         stage=stage,
         node_map=node_map_lines(plan),
         job_slug=slug(options.name),
+        # the run folder's root where the compute nodes cannot write the submit folder (filesystems.runs: scratch)
+        runs_root=path_with_variables(site.filesystems.scratch) if site.filesystems.runs == "scratch" else None,
         name_comment=comment_text(options.name),
     )
     _fits_the_scheduler(len(text.encode()), plan, scheduler)
@@ -318,6 +320,10 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
     if site.defaults.max_time and seconds > parse_time(site.defaults.max_time):
         raise HpcdlError(f"time: {options.time or site.defaults.time} is longer than site {site.name!r} allows "
                          f"(defaults.max_time {site.defaults.max_time})")
+    if site.defaults.min_time and seconds < parse_time(site.defaults.min_time):
+        # SciNet Trillium's GPU compute partition: "Min. walltime 15 minutes"
+        raise HpcdlError(f"time: {options.time or site.defaults.time} is shorter than site {site.name!r} takes "
+                         f"(defaults.min_time {site.defaults.min_time})")
     partition = options.partition or partition_for(site, plan, defaults, seconds)
     _queue_time_limit(site, defaults, partition, seconds, options.time or site.defaults.time)
     gpus_per_rank = len(plan.ranks[0].gpus)

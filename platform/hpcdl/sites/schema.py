@@ -626,6 +626,16 @@ class Filesystems(_Strict):
         default=None, description="node-local storage for staged data, e.g. /mnt/bb/$USER on Summit"
     )
     node_local_kind: Literal["nvme", "ssd", "tmpfs", "burst-buffer", "ramdisk"] | None = None
+    runs: Literal["submit", "scratch"] = Field(
+        default="submit",
+        description=(
+            "where a batch job writes its run folder (hpcdl-runs/<name>-<job id>): under the folder it was "
+            "submitted from (the default) or under the shared scratch, where the centre's compute nodes cannot "
+            "write the home and project file systems a job may be submitted from (SciNet Trillium: 'The home and "
+            "project file systems are read-only on compute nodes on Trillium. Your compute jobs, therefore, have to "
+            "write to the scratch directory')"
+        ),
+    )
     tmpdir: JobPath | None = Field(
         default=None,
         description=(
@@ -645,6 +655,9 @@ class Filesystems(_Strict):
 
     @model_validator(mode="after")
     def _gres_names_a_place(self) -> "Filesystems":
+        if self.runs == "scratch" and not self.scratch:
+            raise ValueError("runs: 'scratch' puts the job's run folder under the shared scratch, but scratch names "
+                             "no path")
         if self.node_local_gres is not None and not self.node_local:
             raise ValueError("node_local_gres: asks node-local storage, but node_local names no path to stage to")
         return self
@@ -839,6 +852,15 @@ class Defaults(_Strict):
             "'Specify the number of GPUs per node (between 1 and 4; must be 4 if nodes>1)': 1); unset, any size"
         ),
     )
+    partial_gpu_counts: tuple[Annotated[int, Field(ge=1)], ...] | None = Field(
+        default=None, min_length=1,
+        description=(
+            "the only counts of a node's GPUs a GPU job may take on a node it takes in part, where the centre's "
+            "scheduler refuses others (SciNet Trillium: 'you are only allowed to request exactly 1 GPU or a multiple "
+            "of 4 GPUs. You cannot request --gpus-per-node=2 or 3': [1]); a job on every GPU of its nodes is always "
+            "taken, and one of another count is refused naming this field; unset, any count"
+        ),
+    )
     whole_nodes_from: int | None = Field(
         default=None, ge=2, le=MAX_NODES,
         description=(
@@ -869,8 +891,31 @@ class Defaults(_Strict):
         ),
     )
     max_time: str | None = None
+    min_time: str | None = Field(
+        default=None,
+        description=(
+            "the shortest time limit the centre's scheduler takes, where it refuses shorter jobs (SciNet Trillium's "
+            "GPU compute partition: 'Min. walltime 15 minutes': 00:15:00); a job asking less is refused at render, "
+            "naming this field; unset, any"
+        ),
+    )
     image: SitePath | None = Field(default=None, description="image (path or name in image_dir) jobs run in")
     image_dir: SitePath | None = None
+
+    @model_validator(mode="after")
+    def _min_time_is_a_time_jobs_can_keep(self) -> Defaults:
+        if self.min_time is None:
+            return self
+        if not re.fullmatch(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})", self.min_time):
+            raise ValueError(f"min_time: {self.min_time!r} is not a time limit; write HH:MM:SS, MM:SS, minutes or "
+                             "D-HH:MM:SS")
+        if self.max_time and _slurm_seconds(self.min_time) > _slurm_seconds(self.max_time):
+            raise ValueError(f"min_time: {self.min_time} is longer than max_time {self.max_time}")
+        if re.fullmatch(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})", self.time) and \
+                _slurm_seconds(self.time) < _slurm_seconds(self.min_time):
+            raise ValueError(f"min_time: {self.min_time} is longer than time {self.time}, the limit a job asks by "
+                             "default, so every such job would be refused")
+        return self
 
     @model_validator(mode="after")
     def _policy_is_whole_nodes(self) -> Defaults:

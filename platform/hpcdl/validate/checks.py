@@ -123,6 +123,11 @@ class EnvironmentCheck(Check):
     def jobs(self, ctx):
         frameworks = sorted(ctx.references.expect.get("frameworks") or {"pytorch": ""})
         rpn = min(2, ctx.default_plan.ranks_per_node if ctx.uses_gpus else ctx.usable_cores)
+        counts = ctx.site.defaults.partial_gpu_counts
+        if ctx.uses_gpus and counts and rpn not in counts:
+            # two ranks, each its GPU, where the site takes a node's GPUs only in some counts (SciNet Trillium: 1 or
+            # the node's 4, defaults.partial_gpu_counts): the fewest of at least two it takes, the whole node at most
+            rpn = min([c for c in counts if rpn <= c] + [ctx.default_plan.ranks_per_node])
         request = JobRequest(nodes=1, ranks_per_node=rpn, threads_per_rank=1 if not ctx.uses_gpus else None)
         payload = {"name": "validate-environment", "probe": {"frameworks": frameworks, "launcher": ctx.site.launcher}}
         return [ValidationJob(f"1n{rpn}r-environment", "environment", request, payload)]
