@@ -39,7 +39,7 @@ from hpcdl.shell import (
     slurm_directive_value,
 )
 from hpcdl.sites.project import with_project
-from hpcdl.sites.schema import ULIMIT_OPTIONS, ULIMIT_VALUE, NodeKind, Site, variables_in
+from hpcdl.sites.schema import ULIMIT_OPTIONS, ULIMIT_VALUE, NodeKind, Site, slurm_seconds, variables_in
 
 SCHEDULERS = ("local", "slurm", "lsf", "pbs")
 
@@ -708,25 +708,13 @@ def lsf_alloc_flags(site: Site, plan: Plan) -> str:
     return " ".join(plain_word("defaults.alloc_flags", "LSF", f) for f in flags)
 
 
-_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
-
-
 def parse_time(text: str) -> int:
-    """Slurm's time forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS -> seconds."""
+    """Slurm's time forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS -> seconds (slurm_seconds), within
+    what a batch queue runs."""
     one_line("time", text)
-    m = _TIME.match(str(text).strip())
-    if not m:
+    seconds = slurm_seconds(str(text).strip())
+    if seconds is None:
         raise HpcdlError(f"time: {text!r} is not a time limit; write HH:MM:SS, MM:SS, minutes or D-HH:MM:SS")
-    days, a, b, c = m.groups()
-    if days is not None:
-        # D-HH[:MM[:SS]]
-        seconds = int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
-    elif c is not None:
-        seconds = int(a) * 3600 + int(b) * 60 + int(c)
-    elif b is not None:
-        seconds = int(a) * 60 + int(b)
-    else:
-        seconds = int(a) * 60
     if seconds <= 0:
         raise HpcdlError(f"time: {text!r} is not a positive time limit")
     if seconds > MAX_TIME:

@@ -263,8 +263,7 @@ class SizedPartition(_Strict):
     @field_validator("max_time")
     @classmethod
     def _a_slurm_time(cls, value: str | None) -> str | None:
-        # Slurm's forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
-        if value is not None and not re.fullmatch(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})", value):
+        if value is not None and slurm_seconds(value) is None:
             raise ValueError(f"{value!r} is not a time limit; write HH:MM:SS, MM:SS, minutes or D-HH:MM:SS")
         return value
 
@@ -275,7 +274,7 @@ def _sizes_in_order(sizes: tuple[SizedPartition, ...]) -> tuple[SizedPartition, 
                          "than the one before; only the last may leave them out")
     # queues told apart by their time alone (UAB Cheaha: amperenodes to 12 hours, amperenodes-medium to 48): the
     # time each runs grows down the list, as the node bounds do
-    times = [_slurm_seconds(s.max_time) for s in sizes if s.max_time and s.max_nodes is None and s.max_gpus is None]
+    times = [slurm_seconds(s.max_time) for s in sizes if s.max_time and s.max_nodes is None and s.max_gpus is None]
     if any(later <= earlier for earlier, later in zip(times, times[1:])):
         raise ValueError("list the queues from the shortest jobs up, each max_time longer than the one before")
     for bound in ("max_nodes", "max_gpus"):
@@ -286,15 +285,21 @@ def _sizes_in_order(sizes: tuple[SizedPartition, ...]) -> tuple[SizedPartition, 
     return sizes
 
 
-def _slurm_seconds(value: str) -> int:
-    """A Slurm time limit in seconds: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (sbatch(1) --time)."""
-    days, _, rest = value.rpartition("-")
-    parts = [int(p) for p in rest.split(":")]
-    if days:
-        h, m, sec = (parts + [0, 0])[:3]
-    else:
-        h, m, sec = {1: (0, parts[0], 0), 2: (0, *parts), 3: tuple(parts)}[len(parts)]
-    return ((int(days or 0) * 24 + h) * 60 + m) * 60 + sec
+#: Slurm's time limit forms (sbatch(1) --time): minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
+SLURM_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?")
+
+
+def slurm_seconds(text: str) -> int | None:
+    """A Slurm time limit in seconds; None where the text is none of Slurm's forms (SLURM_TIME)."""
+    m = SLURM_TIME.fullmatch(text)
+    if not m:
+        return None
+    days, a, b, c = m.groups()
+    if days is not None:  # D-HH[:MM[:SS]]
+        return int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
+    if c is not None:
+        return int(a) * 3600 + int(b) * 60 + int(c)
+    return int(a) * 60 + int(b) if b is not None else int(a) * 60
 
 
 PartitionsBySize = Annotated[tuple[SizedPartition, ...], AfterValidator(_sizes_in_order)]
@@ -906,13 +911,15 @@ class Defaults(_Strict):
     def _min_time_is_a_time_jobs_can_keep(self) -> Defaults:
         if self.min_time is None:
             return self
-        if not re.fullmatch(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})", self.min_time):
+        shortest = slurm_seconds(self.min_time)
+        if shortest is None:
             raise ValueError(f"min_time: {self.min_time!r} is not a time limit; write HH:MM:SS, MM:SS, minutes or "
                              "D-HH:MM:SS")
-        if self.max_time and _slurm_seconds(self.min_time) > _slurm_seconds(self.max_time):
+        longest = slurm_seconds(self.max_time) if self.max_time else None
+        if longest is not None and shortest > longest:
             raise ValueError(f"min_time: {self.min_time} is longer than max_time {self.max_time}")
-        if re.fullmatch(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})", self.time) and \
-                _slurm_seconds(self.time) < _slurm_seconds(self.min_time):
+        asked = slurm_seconds(self.time)
+        if asked is not None and asked < shortest:
             raise ValueError(f"min_time: {self.min_time} is longer than time {self.time}, the limit a job asks by "
                              "default, so every such job would be refused")
         return self
