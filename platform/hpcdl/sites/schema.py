@@ -1625,9 +1625,7 @@ class Site(_Strict):
             for kind in environment.node_kinds:
                 if kind not in self.node_kinds:
                     raise ValueError(f"environment.node_kinds: {kind!r} is not one of {sorted(self.node_kinds)}")
-        owned = [(f"node_kinds.{name}.environment", kind.environment) for name, kind in self.node_kinds.items()
-                 if kind.environment is not None]
-        for where, env in [*([("environment", environment)] if environment is not None else []), *owned]:
+        for where, env in self._environments():
             if where != "environment" and env.node_kinds:
                 raise ValueError(f"{where}.node_kinds: a node kind's own environment serves that kind alone; "
                                  f"leave node_kinds out")
@@ -1757,10 +1755,8 @@ class Site(_Strict):
         # the site's environment and each node kind's own: an image is named on the launch line, after the job's
         # modules load, so it may also use what they set (module_env, for that environment's image alone)
         also: dict[str, set[str]] = {}
-        envs = [("environment", self.environment), *((f"node_kinds.{name}.environment", kind.environment)
-                                                      for name, kind in self.node_kinds.items())]
-        for where, environment in envs:
-            if environment is not None and environment.image:
+        for where, environment in self._environments():
+            if environment.image:
                 places.append((f"{where}.image", environment.image))
                 also[f"{where}.image"] = set(environment.module_env)
         for field, text in places:
@@ -1786,6 +1782,12 @@ class Site(_Strict):
         own = {name: value for name in type(node.defaults).model_fields
                if (value := getattr(node.defaults, name)) is not None}
         return self.defaults.model_copy(update=own) if own else self.defaults
+
+    def _environments(self) -> list[tuple[str, SiteEnvironment]]:
+        """The centre's own environments, each with the field that names it: the site's, then each node kind's."""
+        named = [("environment", self.environment),
+                 *((f"node_kinds.{name}.environment", kind.environment) for name, kind in self.node_kinds.items())]
+        return [(where, env) for where, env in named if env is not None]
 
     def environment_for(self, kind: str | None = None) -> SiteEnvironment | None:
         """The centre's own environment on node kind `kind`: the kind's own (`node_kinds.<kind>.environment`),
