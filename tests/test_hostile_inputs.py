@@ -17,7 +17,7 @@ from conftest import FIXTURE_SITES, RECIPES, hpcdl, shellcheck
 
 from hpcdl.errors import HpcdlError
 from hpcdl.executors.local import job_environment
-from hpcdl.shell import path_with_variables, slurm_directive_value
+from hpcdl.shell import path_in_double_quotes, path_with_variables, slurm_directive_value
 
 
 def payloads() -> list[str]:
@@ -148,6 +148,17 @@ def test_site_paths_expand_variables_and_nothing_else():
     assert out == "/x/$(touch y)/`id`/$"
     with pytest.raises(HpcdlError):
         path_with_variables("/a\nb")
+
+
+def test_a_site_path_inside_a_double_quoted_word_expands_its_variables_and_nothing_else():
+    assert path_in_double_quotes("/scratch/$USER") == "/scratch/${USER}"
+    hostile = '/x/$(touch y)/`id`/"\\$(id)/$'
+    word = '"' + path_in_double_quotes(hostile + "/${HOME}") + '/runs"'
+    out = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, text=True,
+                         env={"HOME": "/home/u", "PATH": "/usr/bin:/bin"}).stdout
+    assert out == hostile + "//home/u/runs"
+    with pytest.raises(HpcdlError):
+        path_in_double_quotes("/a\nb")
 
 
 def test_slurm_directive_values_keep_plain_words_bare_and_quote_the_rest():

@@ -123,6 +123,27 @@ def path_with_variables(path: str) -> str:
     return "".join(parts)
 
 
+def path_in_double_quotes(path: str) -> str:
+    """A site path written to go inside a double-quoted word: its variables expand, nothing else does.
+
+    A path that is only part of a word ("${SCRATCH}/hpcdl-runs/<name>-$HPCDL_JOB_ID") reads as one quoted
+    string this way. The variables are written ${NAME}, as path_with_variables writes them; each other `$`,
+    backtick, backslash and double quote gets a backslash, the only characters that act inside double quotes.
+    """
+    one_line("path", path)
+    parts, last = [], 0
+    for match in _VARIABLE.finditer(path):
+        parts.append(_inert_in_double_quotes(path[last:match.start()]))
+        parts.append("${" + (match.group(1) or match.group(3)) + (match.group(2) or "") + "}")
+        last = match.end()
+    parts.append(_inert_in_double_quotes(path[last:]))
+    return "".join(parts)
+
+
+def _inert_in_double_quotes(text: str) -> str:
+    return "".join("\\" + c if c in '\\$`"' else c for c in text)
+
+
 def slurm_directive_value(value: str) -> str:
     """A value as sbatch reads it back from an #SBATCH line, byte for byte.
 

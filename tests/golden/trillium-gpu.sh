@@ -35,7 +35,7 @@ set +u
 module load apptainer
 set -u
 
-HPCDL_JOB_DIR=${HPCDL_JOB_DIR:-"${SCRATCH}""/hpcdl-runs/digits-quick-$HPCDL_JOB_ID"}
+HPCDL_JOB_DIR=${HPCDL_JOB_DIR:-"${SCRATCH}/hpcdl-runs/digits-quick-$HPCDL_JOB_ID"}
 mkdir -p "$HPCDL_JOB_DIR"
 cd "$HPCDL_JOB_DIR"
 export HPCDL_JOB_DIR

@@ -33,6 +33,7 @@ from hpcdl.shell import (
     env_name,
     join,
     one_line,
+    path_in_double_quotes,
     path_with_variables,
     plain_word,
     quote,
@@ -242,7 +243,7 @@ def render_job_script(
         node_map=node_map_lines(plan),
         job_slug=slug(options.name),
         # the run folder's root where the compute nodes cannot write the submit folder (filesystems.runs: scratch)
-        runs_root=path_with_variables(site.filesystems.scratch) if site.filesystems.runs == "scratch" else None,
+        runs_root=path_in_double_quotes(site.filesystems.scratch) if site.filesystems.runs == "scratch" else None,
         name_comment=comment_text(options.name),
     )
     _fits_the_scheduler(len(text.encode()), plan, scheduler)
