@@ -122,13 +122,11 @@ def train_job(
 ) -> ValidationJob:
     rpn = ranks_per_node or ctx.default_plan.ranks_per_node
     threads = threads or (ctx.default_plan.threads_per_rank if rpn == ctx.default_plan.ranks_per_node else None)
-    if threads:
-        # at most the cores a rank of this size gets: a cap on a job's CPUs (node_kinds.<kind>.defaults.max_job_cpus,
-        # UAB Cheaha's 64) leaves each rank of a larger job fewer cores than the one-node baseline's
-        free = make_plan(ctx.site, JobRequest(nodes=nodes, ranks_per_node=rpn, framework=framework))
-        threads = min(threads, free.threads_per_rank)
+    # at most the cores a rank of this size gets: a cap on a job's CPUs (node_kinds.<kind>.defaults.max_job_cpus,
+    # UAB Cheaha's 64) leaves each rank of a larger job fewer cores than the one-node baseline's
+    free = make_plan(ctx.site, JobRequest(nodes=nodes, ranks_per_node=rpn, framework=framework)).threads_per_rank
+    threads = min(threads, free) if threads else free
     request = JobRequest(nodes=nodes, ranks_per_node=rpn, threads_per_rank=threads, framework=framework)
-    threads = make_plan(ctx.site, request).threads_per_rank
     recipe = dict(recipe or base_recipe())
     batch = batch or ctx.settings.batch_size
     iters = iters or ctx.settings.train_iters
@@ -140,7 +138,7 @@ def train_job(
         recipe.update(net=net, data={"source": "synthetic", "synthetic_samples": max(256, 4 * batch)})
     key = f"{nodes}n{rpn}x{threads}-b{batch}-i{iters}-{net}-{framework}-{tag}"
     recipe["name"] = job_name(key)
-    return ValidationJob(key, "train", JobRequest(**{**request.model_dump(), "threads_per_rank": threads}), recipe)
+    return ValidationJob(key, "train", request, recipe)
 
 
 def thread_sweep_configs(ctx: SuiteContext) -> list[tuple[int, int]]:
