@@ -1677,3 +1677,32 @@ def test_a_job_shorter_than_the_centre_takes_is_refused_naming_the_field(tmp_pat
                       ("04:00:00", "longer than time 03:00:00")):
         with pytest.raises(HpcdlError, match=rf"defaults.*min_time.*{says}"):
             _profile(tmp_path, SHIPPED / "narval.yaml", **{"defaults.min_time": bad})
+
+
+def test_a_centre_that_binds_each_task_to_its_sockets_gets_that_word_where_it_gives_the_plans_cores(tmp_path):
+    """launch.cpu_bind_unit: sockets (JSC staff's JUPITER tutorial: 'srun --cpu-bind=sockets --unbuffered', a task
+    per GH200): srun binds "tasks to sockets. Only the CPUs on the socket which have been allocated to the job will
+    be used" (srun(1)), so the word is written where each rank holds every usable core of its socket(s) (one rank per
+    socket, one per node), and --cpu-bind=cores, with a note naming the field, where two ranks share a socket. Beside
+    a line that names no binding of hpcdl's it is refused, naming the field."""
+    volta = SHIPPED / "volta-x86.yaml"  # 2 sockets x 20 cores, 4 GPUs
+    site = _profile(tmp_path, volta, **{"launch.cpu_bind_unit": "sockets"})
+    for request, word in (({"mode": "per-socket"}, "--cpu-bind=sockets"), ({"mode": "per-node"}, "--cpu-bind=sockets"),
+                          ({}, "--cpu-bind=cores")):
+        plan = make_plan(site, JobRequest(nodes=2, **request))
+        assert word in plan.launcher_argv, (request, plan.launcher_argv)
+        assert [r.cores for r in plan.ranks] == [r.cores for r in make_plan(load_site_file(volta), JobRequest(
+            nodes=2, **request)).ranks]
+    assert any("launch.cpu_bind_unit: sockets would not give this plan's cores (local rank 0 holds cores 0-9, but the "
+               "usable cores of its socket(s) 0 are 0-19)" in n for n in make_plan(site, JobRequest(nodes=2)).notes)
+    assert not any("cpu_bind_unit" in n for n in make_plan(site, JobRequest(nodes=2, mode="per-socket")).notes)
+    for change, says in (({"launch.cpu_bind_default": "auto"}, r"launch.cpu_bind_default: auto says the line names none"),
+                         ({"launch.args": ["--cpu-bind=none"]}, r"launch.args say --cpu-bind=none"),
+                         ({"launch.spawner": "torchrun"}, r"launch.spawner: torchrun starts one task per node")):
+        with pytest.raises(HpcdlError, match=rf"launch.cpu_bind_unit: sockets [^\n]*{says}"):
+            _profile(tmp_path, volta, **{"launch.cpu_bind_unit": "sockets", **change})
+    with pytest.raises(HpcdlError, match=r"launch.cpu_bind_unit: sockets is srun's --cpu-bind=sockets, but the "
+                                         r"launcher is mpirun"):
+        _profile(tmp_path, GADI, **{"launch.cpu_bind_unit": "sockets"})
+    with pytest.raises(HpcdlError, match=r"cpu_bind_unit"):
+        _profile(tmp_path, volta, **{"launch.cpu_bind_unit": "threads"})

@@ -201,7 +201,8 @@ def binds_by_cores(argv: list[str], site) -> bool:
     if site.launch.cpu_bind_default == "unstated":
         return False  # the centre's Slurm binds a bare srun's tasks as it will: each rank binds itself from plan.json
     bind = _option(argv, "--cpu-bind")
-    return bind == "cores" or (bind is None and (site.launch.cpu_bind_default in ("auto", "cores")
+    # (--cpu-bind=sockets, launch.cpu_bind_unit, is written only where each task holds whole sockets: the same cores)
+    return bind in ("cores", "sockets") or (bind is None and (site.launch.cpu_bind_default in ("auto", "cores")
                                                  or _option(argv, "--threads-per-core") is not None
                                                  or _option(argv, "--hint") == "nomultithread"))
 

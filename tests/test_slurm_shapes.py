@@ -389,7 +389,7 @@ def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters
             # Slurm numbers the ranks as the plan does: node by node, local rank within a node
             assert (got["node"], got["local"]) == (placement.node, placement.local_rank), got
             assert got["cpus_per_task"] == str(len(placement.cores) * node.cpus_per_core)
-        if got["cpu_bind"] and got["cpu_bind"] != "cores":
+        if got["cpu_bind"] and got["cpu_bind"] not in ("cores", "sockets"):  # (words: tests/test_slurm_binding.py)
             # the mask srun got for this rank (--cpu-bind=mask_cpu:) holds the plan's CPUs, no more
             mask = int(got["cpu_bind"].split(",")[placement.local_rank], 16)
             assert {i for i in range(mask.bit_length()) if mask >> i & 1} == set(placement.cpus), (placement, got)

@@ -162,7 +162,11 @@ class SrunLauncher(Launcher):
             # (a site whose Slurm lays tasks out in blocks by default, launch.distribution_default: block, gives the
             # plan's blocks with none, as the centre's lines name none)
             if not site.launch.slurm_binds_tasks and not fewer_threads:
-                argv.append("--cpu-bind=cores")
+                # in the unit the centre's line names (launch.cpu_bind_unit: JSC's JUPITER tutorial says sockets),
+                # where that unit gives each rank exactly its cores
+                unit = site.launch.cpu_bind_unit
+                argv.append(f"--cpu-bind={unit}" if unit == "cores" or sockets_binding_misses(plan, site) is None
+                            else "--cpu-bind=cores")
             # else the site's Slurm binds each task to its block of cores by itself, as the centre's lines rely on
             # (launch.cpu_bind_default: task/affinity's auto binding or TaskPluginParam=Cores), and the line names
             # no --cpu-bind, as theirs do; or --threads-per-core binds it, which "Implies --cpu-bind=threads"
@@ -378,6 +382,28 @@ def default_binding_misses(plan: LaunchPlan, site: Site) -> str | None:
         return (f"the site's own --distribution {_site_option(site, '--distribution', '-m')} lays the ranks' "
                 "cores out over the sockets otherwise than the plan's blocks; only a mask (--cpu-bind=mask_cpu) "
                 "gives them")
+    return None
+
+
+def sockets_binding_misses(plan: LaunchPlan, site: Site) -> str | None:
+    """Why `--cpu-bind=sockets` (launch.cpu_bind_unit) would not bind each local rank to the plan's cores; None
+    where it would.
+
+    srun(1): sockets "Automatically generate masks binding tasks to sockets. Only the CPUs on the socket which have
+    been allocated to the job will be used": a task is bound to every allocated CPU of each socket its own CPUs lie
+    on, as the site's Slurm counts sockets (scheduler_sockets). That is the plan's binding only where each rank's
+    cores are every usable core of those sockets: one rank per socket, or per group of whole sockets, never two
+    ranks on one socket (each would be bound to both's cores)."""
+    node = site.node_kinds[plan.node_kind]
+    sockets = node.scheduler_sockets or node.sockets
+    per_socket = node.cores // sockets
+    usable = {c for s in range(node.sockets) for c in node.usable_cores_of_socket(s)}
+    for r in plan.local_ranks():
+        touched = sorted({c // per_socket for c in r.cores})
+        whole = sorted(c for s in touched for c in range(s * per_socket, (s + 1) * per_socket) if c in usable)
+        if whole != sorted(r.cores):
+            return (f"local rank {r.local_rank} holds cores {_cpu_ranges(list(r.cores))}, but the usable cores of "
+                    f"its socket(s) {','.join(map(str, touched))} are {_cpu_ranges(whole)}")
     return None
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from hpcdl.errors import HpcdlError
 from hpcdl.launchers import launcher_for
 from hpcdl.launchers.base import gpu_total_uneven
-from hpcdl.launchers.mpi import closest_gpus_misses, default_binding_misses, spawner_argv
+from hpcdl.launchers.mpi import closest_gpus_misses, default_binding_misses, sockets_binding_misses, spawner_argv
 from hpcdl.plan.env import communication_env, intel_mpi_pin_domain, rank_env, threading_env
 from hpcdl.plan.model import Plan, RankPlacement, RuntimeChoice, SpatialLayout
 from hpcdl.plan.runtime import LIBFABRIC_NICS, choose_runtime
@@ -187,6 +187,11 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
             raise HpcdlError(f"launch.cpu_bind_default: {site.launch.cpu_bind_default} binding cannot give this "
                              f"plan's cores: {miss}; ask another layout (--ranks-per-node, --mode), or unset it so "
                              "hpcdl names the binding")
+    if (site.launch.cpu_bind_unit == "sockets" and "--cpu-bind=cores" in argv
+            and (miss := sockets_binding_misses(plan, site)) is not None):
+        # the line says --cpu-bind=sockets only where each rank holds whole sockets; else the plan's own cores
+        plan = replace(plan, notes=(*plan.notes, f"launch.cpu_bind_unit: sockets would not give this plan's cores "
+                                    f"({miss}): the line binds them by cores"))
     if site.launch.gpu_bind == "closest" and any(r.gpus for r in plan.ranks):
         # the srun line says --gpu-bind=closest only where Slurm's nearest GPUs are the plan's; else its map
         if (miss := closest_gpus_misses(plan, site)) is not None:

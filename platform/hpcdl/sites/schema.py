@@ -1131,6 +1131,19 @@ class Launch(_Strict):
             "Unset, hpcdl writes --cpu-bind=cores or the plan's masks"
         ),
     )
+    cpu_bind_unit: Literal["cores", "sockets"] = Field(
+        default="cores",
+        description=(
+            "the unit srun's binding word names where hpcdl writes one: cores (the default, --cpu-bind=cores) or "
+            "sockets (--cpu-bind=sockets, as the centre's own line writes it: JSC staff's JUPITER tutorial, "
+            "'srun --cpu-bind=sockets --unbuffered', one task per GH200 superchip); srun(1): sockets 'Automatically "
+            "generate masks binding tasks to sockets. Only the CPUs on the socket which have been allocated to the "
+            "job will be used', so it is written only where each rank's cores are every usable core of the sockets "
+            "(as the site's Slurm counts them) that they touch; elsewhere (two ranks on one socket) the plan's own "
+            "binding, --cpu-bind=cores or masks, with a note naming the field. srun only; not beside "
+            "cpu_bind_default, a --cpu-bind in launch.args or a spawner, which write no binding word"
+        ),
+    )
     distribution_default: Literal["cyclic", "block", "fcyclic"] | None = Field(
         default=None,
         description=(
@@ -1542,6 +1555,8 @@ class Site(_Strict):
             raise ValueError(f"launch.cpu_bind_default: {self.launch.cpu_bind_default} leaves each task's cores to the "
                              "site's Slurm until the rank binds itself, but launch.gpu_bind: closest picks each task's "
                              "GPU by the cores Slurm binds it to; keep one")
+        if self.launch.cpu_bind_unit != "cores":
+            self._cpu_bind_unit_fits()
         if self.launch.distribution_default and self.launcher != "srun":
             raise ValueError(f"launch.distribution_default: an srun setting, but the launcher is {self.launcher}")
         if self.launch.gpu_bind_default and self.launcher != "srun":
@@ -1683,6 +1698,24 @@ class Site(_Strict):
         if self.defaults.tasks_per_socket or self.defaults.cpu_request == "cpus-per-gpu":
             raise ValueError(f"launch.spawner: {spawner} asks one task per node, but defaults.tasks_per_socket or "
                              "defaults.cpu_request: cpus-per-gpu lay out a task per rank; keep one")
+
+    def _cpu_bind_unit_fits(self) -> None:
+        """launch.cpu_bind_unit names the word of a binding hpcdl writes on srun's line: refused where the line has
+        none of hpcdl's (another launcher, the site's Slurm binding by itself, the centre's --cpu-bind=none, a
+        per-node spawner)."""
+        unit = self.launch.cpu_bind_unit
+        if self.launcher != "srun":
+            raise ValueError(f"launch.cpu_bind_unit: {unit} is srun's --cpu-bind={unit}, but the launcher is "
+                             f"{self.launcher}")
+        if self.launch.cpu_bind_default:
+            raise ValueError(f"launch.cpu_bind_unit: {unit} names the binding word srun is given, but "
+                             f"launch.cpu_bind_default: {self.launch.cpu_bind_default} says the line names none; keep one")
+        if srun_cpu_bind_of(self.launch.args) is not None:
+            raise ValueError(f"launch.cpu_bind_unit: {unit} names the binding word srun is given, but launch.args "
+                             f"say --cpu-bind={srun_cpu_bind_of(self.launch.args)}; keep one")
+        if self.launch.spawner != "none":
+            raise ValueError(f"launch.cpu_bind_unit: {unit} names the binding word of a task per rank, but "
+                             f"launch.spawner: {self.launch.spawner} starts one task per node and binds none; keep one")
 
     def _srun_layout_header_fits(self) -> None:
         """launch.srun_layout: header leaves tasks, CPUs and GPUs to the #SBATCH header: the header must ask them,
