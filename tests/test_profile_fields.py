@@ -1706,3 +1706,33 @@ def test_a_centre_that_binds_each_task_to_its_sockets_gets_that_word_where_it_gi
         _profile(tmp_path, GADI, **{"launch.cpu_bind_unit": "sockets"})
     with pytest.raises(HpcdlError, match=r"cpu_bind_unit"):
         _profile(tmp_path, volta, **{"launch.cpu_bind_unit": "threads"})
+
+
+def test_ranks_lie_evenly_over_the_sockets_where_the_centre_lays_them_so_though_the_gpus_share_one_socket(tmp_path):
+    # ULHPC's hwloc-ls of an Iris GPU node (github.com/ULHPC/ulhpc-docs docs/jobs/hwloc.md): "There are 4 GPUs attached
+    # to socket 0", while ULHPC's GPU jobs ask "--ntasks-per-node 4 --ntasks-per-socket 2 -c 7 -G 4", two tasks of a
+    # GPU's 7 cores on each socket; hpcdl put every rank on its GPU's socket, four ranks crowded on socket 0
+    volta = SHIPPED / "volta-x86.yaml"  # 2 sockets of 20 cores, 4 GPUs
+    on_socket_0 = [{"model": "Tesla V100-PCIE-32GB", "socket": 0, "memory_gb": 32}] * 4
+    crowded = _profile(tmp_path, volta, **{"node_kinds.v100.gpus": on_socket_0, "defaults.tasks_per_socket": True})
+    assert {r.socket for r in make_plan(crowded, JobRequest(nodes=1)).local_ranks()} == {0}
+    site = _profile(tmp_path, volta, **{"node_kinds.v100.gpus": on_socket_0, "defaults.tasks_per_socket": True,
+                                        "defaults.gpu_rank_sockets": "even"})
+    plan = make_plan(site, JobRequest(nodes=1))
+    assert [(r.socket, r.gpus) for r in plan.local_ranks()] == [(0, (0,)), (0, (1,)), (1, (2,)), (1, (3,))]
+    # each socket's 20 cores shared by its two ranks, as on a node whose GPUs are spread
+    assert [r.cores for r in plan.local_ranks()] == [tuple(range(10)), tuple(range(10, 20)), tuple(range(20, 30)),
+                                                    tuple(range(30, 40))]
+    assert "#SBATCH --ntasks-per-socket=2" in render_job_script(site, plan, {}, JobOptions()).splitlines()
+    # a node the job shares: its two GPUs' ranks one on each socket, each with its GPU's share of the cores
+    shared = _profile(tmp_path, volta, **{"node_kinds.v100.gpus": on_socket_0, "defaults.tasks_per_socket": True,
+                                          "defaults.gpu_rank_sockets": "even", "defaults.exclusive": False,
+                                          "defaults.partial_gpus": "spread"})
+    two = make_plan(shared, JobRequest(nodes=1, ranks_per_node=2))
+    assert [(r.socket, r.gpus, r.cores) for r in two.local_ranks()] == [(0, (0,), tuple(range(10))),
+                                                                      (1, (1,), tuple(range(20, 30)))]
+    # Slurm picking each task's GPUs by its cores cannot give a rank a GPU of the other socket
+    with pytest.raises(HpcdlError, match=r"defaults\.gpu_rank_sockets: even .*launch\.gpu_bind: closest"):
+        _profile(tmp_path, volta, **{"defaults.gpu_rank_sockets": "even", "launch.gpu_bind": "closest"})
+    with pytest.raises(HpcdlError, match=r"defaults\.gpu_rank_sockets"):
+        _profile(tmp_path, volta, **{"defaults.gpu_rank_sockets": "socket"})

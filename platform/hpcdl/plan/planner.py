@@ -69,6 +69,8 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         notes.append(f"a job of {request.nodes} nodes gets them whole from the site's Slurm, though it names no "
                      f"--exclusive (defaults.whole_nodes_from: {site.defaults.whole_nodes_from}): planned as on whole nodes")
     slots = _slots(site, kind_name, node, request, mode, use_gpus, notes)
+    if mode == "per-gpu" and site.defaults.gpu_rank_sockets == "even":
+        slots = _evenly_over_sockets(node, slots, notes)
     _check_partial_nodes(site, kind_name, node, request, slots)
     cores = _cores_of_slots(site, node, slots, notes, _shared_node(site, kind_name, use_gpus, request.nodes),
                             nodes=request.nodes, kind_name=kind_name)
@@ -420,6 +422,17 @@ def _slots(
     per_socket = [rpn // node.sockets + (1 if s < rpn % node.sockets else 0) for s in range(node.sockets)]
     slots = [_Slot(socket=s) for s in range(node.sockets) for _ in range(per_socket[s])]
     return _share_gpus(node, slots, notes) if use_gpus else slots
+
+
+def _evenly_over_sockets(node: NodeKind, slots: list[_Slot], notes: list[str]) -> list[_Slot]:
+    """One rank per GPU laid evenly over the sockets, in order, whatever socket its GPU hangs off, as the centre's
+    --ntasks-per-socket lays its tasks (`defaults.gpu_rank_sockets: even`; ULHPC Iris: four GPUs on socket 0,
+    "--ntasks-per-node 4 --ntasks-per-socket 2 -c 7 -G 4")."""
+    per_socket = [len(slots) // node.sockets + (1 if s < len(slots) % node.sockets else 0) for s in range(node.sockets)]
+    sockets = [s for s in range(node.sockets) for _ in range(per_socket[s])]
+    if any(slot.socket != s for slot, s in zip(slots, sockets)):
+        notes.append("ranks laid evenly over the sockets, not on their GPUs' sockets (defaults.gpu_rank_sockets: even)")
+    return [replace(slot, socket=s, domain=None) for slot, s in zip(slots, sockets)]
 
 
 def _spread(devices: tuple[Gpu, ...] | tuple[Nic, ...], sockets: int, count: int, first=None) -> list[int]:

@@ -886,6 +886,16 @@ class Defaults(_Strict):
             "--ntasks-per-socket 1 -c 7 -G 2')"
         ),
     )
+    gpu_rank_sockets: Literal["gpus", "even"] = Field(
+        default="gpus",
+        description=(
+            "one rank per GPU: which socket's cores a rank takes: 'gpus' (the default: its GPU's socket) or 'even' "
+            "(the ranks laid evenly over the sockets, in order, as the centre's --ntasks-per-socket lays its tasks, "
+            "whatever socket their GPUs hang off), where the node's GPUs sit on fewer sockets than the centre's "
+            "tasks (ULHPC Iris: hwloc-ls shows 'There are 4 GPUs attached to socket 0', and its GPU jobs ask "
+            "'--ntasks-per-node 4 --ntasks-per-socket 2 -c 7 -G 4', two tasks of 7 cores on each socket)"
+        ),
+    )
     exclusive_when_full: bool = Field(
         default=False,
         description=(
@@ -1535,6 +1545,10 @@ class Site(_Strict):
                              f"exclusive: false) under Slurm or PBS, whose own GPUs the plan picks (not launch.gpu_bind: "
                              f"wrapper); this one's scheduler is {self.scheduler}, its gpu_bind {self.launch.gpu_bind}, "
                              f"and {'its jobs take whole nodes' if all(self.job_defaults(k).exclusive for k in self.node_kinds) else 'its jobs share nodes'}")
+        if self.defaults.gpu_rank_sockets == "even" and self.launch.gpu_bind in ("closest", "wrapper"):
+            raise ValueError(f"defaults.gpu_rank_sockets: even lays a GPU's rank on a socket of its own, so the plan "
+                             f"must name each rank's GPU; launch.gpu_bind: {self.launch.gpu_bind} lets "
+                             f"{'Slurm pick the GPUs beside its cores' if self.launch.gpu_bind == 'closest' else 'the centre wrapper pick them'}")
         suffixes = {k: n.defaults.account_suffix for k, n in self.node_kinds.items() if n.defaults.account_suffix}
         if suffixes and self.defaults.account and any(self.defaults.account.endswith(x) for x in suffixes.values()):
             raise ValueError("defaults.account: give the project without a node kind's account_suffix; the job adds it")
