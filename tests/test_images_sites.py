@@ -54,7 +54,10 @@ def test_every_node_kind_has_an_image_compat_accepts_unless_it_is_power(site, ki
         # SiteEnvironment: the centre's own environment (the kind's own, or the site's) runs "where no hpcdl image
         # fits the node kind" (N8 CIR Bede's GH200 nodes: its Open MPI 4 bede-mpirun starts neither aarch64 image's
         # MPI); the job runs there, never a placeholder image
-        choice = choose_runtime(SITES[site], kind, "pytorch", use_gpus=bool(node.gpus))
+        # for the frameworks it holds: PyTorch, else its first (MASSIVE M3's P100s, for which no hpcdl image is built:
+        # TensorFlow 2 from its users' own conda, the one route MASSIVE publishes there)
+        held = SITES[site].environment_for(kind).frameworks
+        choice = choose_runtime(SITES[site], kind, "pytorch" if "pytorch" in held else held[0], use_gpus=bool(node.gpus))
         assert choice.kind in (*NATIVE_KINDS, SITE_CONTAINER), f"{site}:{kind}: no image fits, yet {choice}"
         return
     assert fits, f"no image serves {site}:{kind}"

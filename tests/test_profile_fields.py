@@ -1736,3 +1736,31 @@ def test_ranks_lie_evenly_over_the_sockets_where_the_centre_lays_them_so_though_
         _profile(tmp_path, volta, **{"defaults.gpu_rank_sockets": "even", "launch.gpu_bind": "closest"})
     with pytest.raises(HpcdlError, match=r"defaults\.gpu_rank_sockets"):
         _profile(tmp_path, volta, **{"defaults.gpu_rank_sockets": "socket"})
+
+
+def test_a_conda_environment_sources_the_conda_install_the_centres_scripts_source(tmp_path):
+    # MASSIVE M3's GPU jobs (github.com/ML4AU/M3-GPU-jobs, single-gpu-examples/resnet_job.bash): 'module load
+    # cuda/10.1', 'module load cudnn/7.6.5.32-cuda10', 'source /path/to/miniconda/bin/activate', 'conda activate
+    # tf2-gpu': conda lives in the user's own install, on no module's PATH, so neither `conda activate` alone nor
+    # conda's shell hook (which runs `conda`) finds it; the job sources the install's script first
+    site = _profile(tmp_path, POLARIS, **{"environment.init": "$HOME/miniconda/bin/activate",
+                                          "environment.activate": "tf2-gpu"})
+    lines = _render(site, tmp_path, account="p").splitlines()
+    source = next(i for i, line in enumerate(lines) if line.startswith("source ") and "miniconda" in line)
+    assert lines[source] == 'source "${HOME}"/miniconda/bin/activate'
+    assert lines[source + 1] == "conda activate tf2-gpu"
+    assert source > max(i for i, line in enumerate(lines) if line.startswith("module load "))
+    # a node kind's own environment sources its own
+    kind = _profile(tmp_path, POLARIS, **{"node_kinds.a100.environment": {
+        "kind": "conda", "init": "/apps/miniconda3/bin/activate", "activate": "torch", "prefer": True}})
+    assert "source /apps/miniconda3/bin/activate" in _render(kind, tmp_path, account="p").splitlines()
+    # conda's alone; one way to define its shell function; a path the job can resolve
+    with pytest.raises(HpcdlError, match=r"environment.*init: the script that brings conda, not for a venv environment"):
+        _profile(tmp_path, POLARIS, **{"environment.kind": "venv", "environment.activate": "/opt/venv",
+                                       "environment.init": "/opt/miniconda/bin/activate"})
+    with pytest.raises(HpcdlError, match=r"environment.*init: the sourced script and hook both"):
+        _profile(tmp_path, POLARIS, **{"environment.init": "/opt/miniconda/bin/activate", "environment.hook": True})
+    with pytest.raises(HpcdlError, match=r"environment\.init: \$MINICONDA is set neither"):
+        _profile(tmp_path, POLARIS, **{"environment.init": "$MINICONDA/bin/activate"})
+    with pytest.raises(HpcdlError, match=r"environment.*init.*must be an absolute path"):
+        _profile(tmp_path, POLARIS, **{"environment.init": "miniconda/bin/activate"})

@@ -226,6 +226,11 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
     # a machine with a single node of the kind (Mahidol's MAI HPC: one H100 node, one A100 node) gets a one-node job
     count = site.node_kinds[kind].count
     plan = make_plan(site, JobRequest(nodes=min(NODES, count or NODES), node_kind=kind))
+    held = site.environment_for(kind).frameworks if site.environment_for(kind) is not None else ()
+    if plan.runtime is not None and plan.runtime.refusal and held and "pytorch" not in held:
+        # a kind whose one route is the centre's environment for another framework (MASSIVE M3's P100s, for which no
+        # hpcdl image is built: TensorFlow 2 from its users' conda) is posed with that framework
+        plan = make_plan(site, JobRequest(nodes=min(NODES, count or NODES), node_kind=kind, framework=held[0]))
     program = None
     if runnable:
         # nor the centre's conda environment (Mahidol's MAI HPC: conda activate hpc_lab), which this host lacks too

@@ -823,7 +823,10 @@ def activate_lines(site: Site, plan: Plan) -> list[str]:
         # conda's own shell function, where the centre's scripts define it first: a batch shell reads no ~/.bashrc,
         # so without it `conda activate` stops with "Run 'conda init' before 'conda activate'"
         hook = ['eval "$(conda shell.bash hook)"'] if env.hook else []
-        return hook + ["conda activate" + (f" {quote(env.activate)}" if env.activate else "")]
+        # or the script of a conda install the batch shell's PATH lacks, sourced where the centre's scripts source it
+        # (MASSIVE M3: `source /path/to/miniconda/bin/activate`); only its $NAME references expand
+        init = ["# shellcheck disable=SC1090,SC1091", f"source {path_with_variables(env.init)}"] if env.init else []
+        return init + hook + ["conda activate" + (f" {quote(env.activate)}" if env.activate else "")]
     return [f"source {path_with_variables(env.activate.rstrip('/') + '/bin/activate')}"]
 
 

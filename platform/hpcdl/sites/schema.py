@@ -1336,6 +1336,12 @@ class SiteEnvironment(_Strict):
         description="conda: define conda's shell function first, `eval \"$(conda shell.bash hook)\"`, where the centre's "
         "job scripts do (a batch shell runs no ~/.bashrc, so `conda init`'s function is not there)",
     )
+    init: JobPath | None = Field(
+        default=None,
+        description="conda: a script the job sources so `conda` exists before `conda activate`, where the centre's job "
+        "scripts enter conda so, from a conda install not on the batch shell's PATH (MASSIVE M3's GPU jobs: `source "
+        "/path/to/miniconda/bin/activate`, then `conda activate tf2-gpu`): absolute, or under a variable the job has",
+    )
     frameworks: tuple[Literal["pytorch", "tensorflow", "mxnet"], ...] = Field(
         default=("pytorch",), description="the frameworks it holds"
     )
@@ -1368,6 +1374,10 @@ class SiteEnvironment(_Strict):
             raise ValueError("modules: a modules environment names the modules to load")
         if self.hook and self.kind != "conda":
             raise ValueError(f"hook: conda's shell hook, not for a {self.kind} environment")
+        if self.init and self.kind != "conda":
+            raise ValueError(f"init: the script that brings conda, not for a {self.kind} environment")
+        if self.init and self.hook:
+            raise ValueError("init: the sourced script and hook both define conda's shell function; name one")
         if self.module_env and self.kind != "container":
             raise ValueError(f"module_env: the variables a container environment's image may name; this is a "
                              f"{self.kind} environment")
@@ -1803,6 +1813,8 @@ class Site(_Strict):
         # modules load, so it may also use what they set (module_env, for that environment's image alone)
         also: dict[str, set[str]] = {}
         for where, environment in self._environments():
+            if environment.init:
+                places.append((f"{where}.init", environment.init))
             if environment.image:
                 places.append((f"{where}.image", environment.image))
                 also[f"{where}.image"] = set(environment.module_env)
