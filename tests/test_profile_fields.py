@@ -1764,3 +1764,39 @@ def test_a_conda_environment_sources_the_conda_install_the_centres_scripts_sourc
         _profile(tmp_path, POLARIS, **{"environment.init": "$MINICONDA/bin/activate"})
     with pytest.raises(HpcdlError, match=r"environment.*init.*must be an absolute path"):
         _profile(tmp_path, POLARIS, **{"environment.init": "miniconda/bin/activate"})
+
+
+GAUTSCHI = Path(__file__).parents[1] / "platform" / "hpcdl" / "sites" / "profiles" / "gautschi-gpu.yaml"
+
+
+def test_a_centre_variable_under_a_folder_its_runtime_binds_itself_is_not_bound_again(tmp_path):
+    """Purdue RCAC's scratch is "/scratch/gautschi/$USER ($RCAC_SCRATCH)", and its Apptainer "auto-mounts /home,
+    /depot, and /scratch into containers": with container.system_bound_env the job binds no folder under
+    $RCAC_SCRATCH, as RCAC's container lines bind none; without it hpcdl cannot know where the variable points and
+    binds it."""
+    site = _profile(tmp_path, GAUTSCHI)
+    launch = next(x for x in _render(site, tmp_path, nodes=1, account="g").splitlines() if " hpcdl train " in x)
+    assert "RCAC_SCRATCH" not in launch and launch.startswith("srun --ntasks=8 apptainer exec --nv ")
+    site = _profile(tmp_path, GAUTSCHI, **{"container.system_bound_env": {}})
+    assert '--bind "${RCAC_SCRATCH}"' in _render(site, tmp_path, nodes=1, account="g")
+    # ${NAME} and a folder under it alike; a variable that only starts like it is bound
+    site = _profile(tmp_path, GAUTSCHI, **{"filesystems.scratch": "${RCAC_SCRATCH}/runs"})
+    assert "RCAC_SCRATCH" not in next(x for x in _render(site, tmp_path, nodes=1, account="g").splitlines()
+                                      if " hpcdl train " in x)
+    site = _profile(tmp_path, GAUTSCHI, **{"filesystems.scratch": "$RCAC_SCRATCH2", "provides_env": ["RCAC_SCRATCH",
+                                                                                                    "RCAC_SCRATCH2"]})
+    assert '--bind "${RCAC_SCRATCH2}"' in _render(site, tmp_path, nodes=1, account="g")
+
+
+def test_system_bound_env_names_a_variable_every_job_has_under_a_system_bind(tmp_path):
+    with pytest.raises(Exception, match=r"system_bound_env\.RCAC_SCRATCH: /data is not at or under a folder of "
+                                        r"container\.system_binds"):
+        _profile(tmp_path, GAUTSCHI, **{"container.system_bound_env": {"RCAC_SCRATCH": "/data"}})
+    with pytest.raises(Exception, match=r"system_bound_env\.RCAC_SCRATCH: '\$HOME/x' is not an absolute host folder"):
+        _profile(tmp_path, GAUTSCHI, **{"container.system_bound_env": {"RCAC_SCRATCH": "$HOME/x"}})
+    with pytest.raises(Exception, match=r"container\.system_bound_env\.SCRATCH: not a variable every job has"):
+        _profile(tmp_path, GAUTSCHI, **{"container.system_bound_env": {"SCRATCH": "/scratch"}})
+    with pytest.raises(Exception, match=r"system_bound_env\.\$X: '\$X' is not a variable's name"):
+        _profile(tmp_path, GAUTSCHI, **{"container.system_bound_env": {"$X": "/scratch"}})
+    # HOME is every job's: /home/$USER lies under /home
+    _profile(tmp_path, GAUTSCHI, **{"container.system_bound_env": {"RCAC_SCRATCH": "/scratch/gautschi", "HOME": "/home"}})

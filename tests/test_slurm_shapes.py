@@ -206,6 +206,15 @@ os.write(1, ("HPCDL-PROBE " + json.dumps({
 """
 
 
+def largest_job(site, kind) -> int:
+    """The most nodes a job of `kind` may take: its queues' largest (defaults.partition_by_nodes, where each names
+    max_nodes) or defaults.max_nodes; NODES where neither bounds it."""
+    defaults = site.job_defaults(kind)
+    sizes = defaults.partition_by_nodes or ()
+    bounds = [s.max_nodes for s in sizes] if sizes and all(s.max_nodes for s in sizes) else []
+    return min([NODES, *([max(bounds)] if bounds else []), *([defaults.max_nodes] if defaults.max_nodes else [])])
+
+
 def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple[object, Path]:
     """The job script for two nodes of `kind` (one where the machine has one: Mahidol's MAI HPC, RCC Midway3's A100 node); `runnable`: the probe instead of the trainer,
     without the container runtime, modules and conda environment this host does not have."""
@@ -223,14 +232,17 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
                                                 "master_addr_env": None, "master_port_env": None,
                                                 **_stand_in_wrappers(site, folder)})
         site = site.model_copy(update={"launch": launch})
-    # a machine with a single node of the kind (Mahidol's MAI HPC: one H100 node, one A100 node) gets a one-node job
+    # a machine with a single node of the kind (Mahidol's MAI HPC: one H100 node, one A100 node) gets a one-node job,
+    # and so does a kind whose queues take one node at most (Purdue Gautschi's smallgpu: "You can use up to 2 GPUs in
+    # this partition at once", its node's two)
     count = site.node_kinds[kind].count
-    plan = make_plan(site, JobRequest(nodes=min(NODES, count or NODES), node_kind=kind))
+    nodes = min(NODES, count or NODES, largest_job(site, kind))
+    plan = make_plan(site, JobRequest(nodes=nodes, node_kind=kind))
     held = site.environment_for(kind).frameworks if site.environment_for(kind) is not None else ()
     if plan.runtime is not None and plan.runtime.refusal and held and "pytorch" not in held:
         # a kind whose one route is the centre's environment for another framework (MASSIVE M3's P100s, for which no
         # hpcdl image is built: TensorFlow 2 from its users' conda) is posed with that framework
-        plan = make_plan(site, JobRequest(nodes=min(NODES, count or NODES), node_kind=kind, framework=held[0]))
+        plan = make_plan(site, JobRequest(nodes=nodes, node_kind=kind, framework=held[0]))
     program = None
     if runnable:
         # nor the centre's conda environment (Mahidol's MAI HPC: conda activate hpc_lab), which this host lacks too

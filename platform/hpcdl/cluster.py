@@ -224,11 +224,13 @@ class NodeShape:
             cpus_per_core=node.scheduler_cpus_per_core, spec_cores=reserved, gpus=len(node.gpus),
             gpu_vendor=node.gpus[0].vendor if node.gpus else "nvidia", gpu_type=node.defaults.gpu_type,
             memory_mb=int(node.memory_gb * 1024),
-            # a site that routes jobs to queues by size: the queue that takes the two whole nodes posed here
+            # a site that routes jobs to queues by size: the queue that takes the two whole nodes posed here, else
+            # (a kind whose queues take one node at most: Purdue Gautschi's smallgpu) its largest, the last
             features=features, partition=next((p.partition or defaults.partition for p in defaults.partition_by_nodes
                                                if (p.max_nodes is None or p.max_nodes >= 2)
                                                and (p.max_gpus is None or p.max_gpus >= 2 * len(node.gpus))),
-                                              defaults.partition) or "debug",
+                                              (defaults.partition_by_nodes[-1].partition if defaults.partition_by_nodes
+                                               else None) or defaults.partition) or "debug",
             max_time=_slurm_minutes(site.defaults.max_time) if site.defaults.max_time else "INFINITE",
         )
 

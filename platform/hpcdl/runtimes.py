@@ -32,7 +32,16 @@ class Runtime:
         # the folders the centre's runtime binds into every container itself (container.system_binds) need no bind
         system = [b.rstrip("/") or "/" for b in site.container.system_binds]
         return [Expanding(p) for p in dict.fromkeys(p.rstrip("/") or "/" for p in paths if p)
-                if not any(p == b or p.startswith(b.rstrip("/") + "/") for b in system)]
+                if not any(p == b or p.startswith(b.rstrip("/") + "/") for b in system)
+                and not _system_bound_variable(p, site.container.system_bound_env)]
+
+
+def _system_bound_variable(path: str, bound: dict[str, str]) -> bool:
+    """Whether `path` starts with a variable the centre sets to a folder its runtime mounts by itself
+    (container.system_bound_env: Purdue RCAC's $RCAC_SCRATCH, under /scratch), as $NAME or ${NAME}, alone or
+    followed by a folder."""
+    match = re.match(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))(/|$)", path)
+    return bool(match) and (match.group(1) or match.group(2)) in bound
 
 
 #: the library path a site's environment extends with host folders

@@ -1302,12 +1302,32 @@ class Container(_Strict):
         "container by default', and its container lines bind none); absolute paths",
     )
 
+    system_bound_env: dict[str, SitePath] = Field(
+        default_factory=dict,
+        description="Apptainer/Singularity: variables the centre sets to a folder under one of system_binds, each with "
+        "that folder, where the centre says where the variable points (Purdue RCAC: 'Scratch - /scratch/gautschi/$USER "
+        "($RCAC_SCRATCH)' and its Apptainer 'auto-mounts /home, /depot, and /scratch'): a scratch, node-local or library "
+        "folder under $NAME is not bound either, as the centre's lines bind none",
+    )
+
     @model_validator(mode="after")
     def _system_binds_absolute(self) -> "Container":
         for i, path in enumerate(self.system_binds):
             if not path.startswith("/") or variables_in(path):
                 raise ValueError(f"system_binds[{i}]: {path!r} is not an absolute host folder (the runtime's own "
                                  "configuration names folders without variables)")
+        system = [b.rstrip("/") or "/" for b in self.system_binds]
+        for name, folder in self.system_bound_env.items():
+            where = f"system_bound_env.{name}"
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"{where}: {name!r} is not a variable's name (letters, digits and _)")
+            if not folder.startswith("/") or variables_in(folder):
+                raise ValueError(f"{where}: {folder!r} is not an absolute host folder (the folder the variable lies "
+                                 "under, without variables)")
+            folder = folder.rstrip("/") or "/"
+            if not any(folder == b or folder.startswith(b.rstrip("/") + "/") for b in system):
+                raise ValueError(f"{where}: {folder} is not at or under a folder of container.system_binds "
+                                 f"({', '.join(system) or 'none'}), so the runtime would not mount it by itself")
         return self
 
 
@@ -1678,6 +1698,10 @@ class Site(_Strict):
         if self.container.workdir is not None and self.runtime not in ("apptainer", "singularity"):
             raise ValueError(f"container.workdir: --workdir is Apptainer's and Singularity's; the runtime is "
                              f"{self.runtime}")
+        for name in self.container.system_bound_env:
+            if name not in {*ALWAYS_SET, *self.provides_env}:
+                raise ValueError(f"container.system_bound_env.{name}: not a variable every job has (provides_env, or "
+                                 f"{', '.join(ALWAYS_SET)}): add `provides_env: [{name}]` where the centre sets it")
         if self.container.system_binds and self.runtime not in ("apptainer", "singularity"):
             raise ValueError(f"container.system_binds: the folders apptainer.conf's `bind path` binds; the runtime is "
                              f"{self.runtime}")
