@@ -79,7 +79,7 @@ trap 'hpcdl_signal=TERM; [ -z "$hpcdl_launcher_pid" ] || kill -s TERM "$hpcdl_la
 # exits 75 (requeue to resume) even where the launcher reports its own status (mpirun: 1).
 rm -f .hpcdl-preempted
 
-srun apptainer exec --nv --workdir "${SLURM_TMPDIR}" --bind "${HOME}"/links/scratch --bind "${SLURM_TMPDIR}" --bind /project --bind /scratch "${HPCDL_IMAGE_DIR}"/hopper-cuda.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
+srun apptainer exec --nv --workdir "${SLURM_TMPDIR}" --bind /scratch/"${USER}" --bind "${SLURM_TMPDIR}" --bind /project --bind /scratch "${HPCDL_IMAGE_DIR}"/hopper-cuda.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
 hpcdl_launcher_pid=$!
 hpcdl_status=0
 while :; do
