@@ -1800,3 +1800,30 @@ def test_system_bound_env_names_a_variable_every_job_has_under_a_system_bind(tmp
         _profile(tmp_path, GAUTSCHI, **{"container.system_bound_env": {"$X": "/scratch"}})
     # HOME is every job's: /home/$USER lies under /home
     _profile(tmp_path, GAUTSCHI, **{"container.system_bound_env": {"RCAC_SCRATCH": "/scratch/gautschi", "HOME": "/home"}})
+
+
+def test_a_job_on_one_gpu_asks_it_as_the_centre_asks_a_single_gpu(tmp_path):
+    # Calcul Quebec Rorqual: "One H100-80gb : --gpus=h100:1", "Multiple H100-80gb per node: --gpus-per-node=h100:2":
+    # a job on one GPU in all asks the job's total, every larger job its GPUs per node, header and restated srun alike
+    site = _profile(tmp_path, PERLMUTTER, **{"defaults.single_gpu_request": "gpus",
+                                             "node_kinds.gpu.defaults.gpu_type": "a100"})
+    one = make_plan(site, JobRequest(nodes=1, ranks_per_node=1))
+    lines = render_job_script(site, one, {}, JobOptions()).splitlines()
+    assert "#SBATCH --gpus=a100:1" in lines and not any(x.startswith("#SBATCH --gpus-per-") for x in lines)
+    assert "--gpus=a100:1" in one.launcher_argv and not any(w.startswith("--gpus-per-") for w in one.launcher_argv)
+    for nodes, ranks, word in ((1, 2, "--gpus-per-node=a100:2"), (2, 1, "--gpus-per-node=a100:1"),
+                               (2, 4, "--gpus-per-node=a100:4")):
+        plan = make_plan(site, JobRequest(nodes=nodes, ranks_per_node=ranks))
+        lines = render_job_script(site, plan, {}, JobOptions()).splitlines()
+        assert f"#SBATCH {word}" in lines and not any(x.startswith("#SBATCH --gpus=") for x in lines)
+        assert word in plan.launcher_argv
+    # unset, one GPU is asked as gpu_request says
+    plain = _profile(tmp_path, PERLMUTTER, **{"node_kinds.gpu.defaults.gpu_type": "a100"})
+    assert "#SBATCH --gpus-per-node=a100:1" in render_job_script(
+        plain, make_plan(plain, JobRequest(nodes=1, ranks_per_node=1)), {}, JobOptions()).splitlines()
+    with pytest.raises(HpcdlError, match=r"defaults.single_gpu_request: gpus is how a Slurm header .* scheduler is pbs"):
+        _profile(tmp_path, GADI, **{"defaults.single_gpu_request": "gpus"})
+    with pytest.raises(HpcdlError, match=r"defaults.single_gpu_request: gpus .* gpu_request none"):
+        _profile(tmp_path, PERLMUTTER, **{"defaults.single_gpu_request": "gpus", "defaults.gpu_request": "none"})
+    with pytest.raises(HpcdlError, match=r"defaults.*single_gpu_request"):
+        _profile(tmp_path, PERLMUTTER, **{"defaults.single_gpu_request": "gpus-per-task"})

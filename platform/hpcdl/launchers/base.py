@@ -65,6 +65,15 @@ def gpus_per_rank(plan: LaunchPlan) -> int:
     return len(plan.ranks[0].gpus)
 
 
+def slurm_gpu_style(site: Site, nodes: int, held: int) -> str:
+    """How a Slurm job asks its GPUs (`held` on each of `nodes`): defaults.gpu_request, or for a job on one GPU in all
+    defaults.single_gpu_request, where the centre asks a single GPU otherwise than several (Calcul Quebec Rorqual:
+    "One H100-80gb : --gpus=h100:1", "Multiple H100-80gb per node: --gpus-per-node=h100:2")."""
+    if site.defaults.single_gpu_request and nodes * held == 1:
+        return site.defaults.single_gpu_request
+    return site.defaults.gpu_request or "gpus-per-node"
+
+
 def gpu_total_uneven(nodes: int, held: int, node_gpus: int) -> bool:
     """Whether a job's GPUs asked as one total (`--gpus=N`, defaults.gpu_request: gpus: "the total number of
     GPUs required for the job", sbatch(1)) could be laid out otherwise than the plan's: several nodes, each

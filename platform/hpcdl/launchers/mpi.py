@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hpcdl.launchers.base import Launcher, LaunchPlan, cores_per_rank, gpu_total_uneven, gpus_per_rank, launchers
+from hpcdl.launchers.base import (Launcher, LaunchPlan, cores_per_rank, gpu_total_uneven, gpus_per_rank, launchers,
+                                  slurm_gpu_style)
 from hpcdl.shell import Expanding
 from hpcdl.sites.schema import NodeKind, Site, mpirun_option_of, option_value, srun_cpu_bind_of
 
@@ -183,7 +184,7 @@ class SrunLauncher(Launcher):
             # (where the GPUs come with the node, defaults.gpu_request: none, Slurm has no GPU GRES to
             # bind: each rank takes its GPU from plan.json)
             # in the style the centre's submit filter counts (defaults.gpu_request)
-            style = site.defaults.gpu_request if site.scheduler == "slurm" else None
+            style = slurm_gpu_style(site, plan.nodes, len(gpus_used)) if site.scheduler == "slurm" else None
             if restate:  # (a bare srun's step has the job's GPUs of each node: srun_layout: header)
                 argv += _gpu_words(plan, site, style, len(gpus_used))
             per_task = gpus_per_rank(plan)
@@ -234,7 +235,7 @@ def srun_per_node(plan: LaunchPlan, site: Site) -> list[str]:
     gpus_used = sorted({g for r in plan.local_ranks() for g in r.gpus})
     if gpus_used and site.defaults.gpu_request != "none":
         if restate:  # (a bare srun's step has the job's GPUs of each node)
-            argv += _gpu_words(plan, site, site.defaults.gpu_request, len(gpus_used))
+            argv += _gpu_words(plan, site, slurm_gpu_style(site, plan.nodes, len(gpus_used)), len(gpus_used))
         if site.launch.gpu_bind_default != "none":
             argv.append("--gpu-bind=none")  # the one task sees the node's GPUs; each rank drives its own
     return argv + list(site.launch.args)

@@ -22,7 +22,7 @@ import jinja2
 
 from hpcdl import __version__
 from hpcdl.errors import HpcdlError
-from hpcdl.launchers.base import gpu_total_uneven
+from hpcdl.launchers.base import gpu_total_uneven, slurm_gpu_style
 from hpcdl.launchers.mpi import srun_threads_word
 from hpcdl.plan.model import Plan
 from hpcdl.plan.runtime import IMAGE, SITE_CONTAINER, choose_runtime
@@ -363,7 +363,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "qos": options.qos or qos_for(site, plan, defaults, seconds),
         # how the GPUs are asked: the style the centre's submit filter counts (Slurm: --gpus-per-node,
         # --gres=gpu:N or --gpus-per-task; LSF: -gpu or rusage)
-        "gpu_style": site.defaults.gpu_request or "gpus-per-node",
+        # (defaults.single_gpu_request: a job on one GPU in all, where the centre asks one otherwise)
+        "gpu_style": slurm_gpu_style(site, plan.nodes, gpus_per_rank * plan.ranks_per_node),
         # Slurm's GRES type where the centre names it ("--gres=gpu:a100:4", CSC Mahti)
         "gpu_type_prefix": f"{node.defaults.gpu_type}:" if node.defaults.gpu_type else "",
         # Slurm: the node memory that comes with the job's GPUs, where the centre asks it so ("--gres=gpu:a100:1

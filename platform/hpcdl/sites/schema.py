@@ -776,6 +776,15 @@ class Defaults(_Strict):
             "node and the batch system takes no GPU request (TACC: \"--gres: TACC does not support this option\")"
         ),
     )
+    single_gpu_request: Literal["gpus", "gpus-per-node", "gres"] | None = Field(
+        default=None,
+        description=(
+            "Slurm: how a job on one GPU in all (one node, one GPU) asks it, where the centre's pages ask a single GPU "
+            "otherwise than several: gpus (the job's total, --gpus=[type:]1), gpus-per-node or gres; larger jobs ask "
+            "theirs as gpu_request says (Calcul Quebec Rorqual: 'One H100-80gb : --gpus=h100:1', 'Multiple "
+            "H100-80gb per node: --gpus-per-node=h100:2'). Unset: as gpu_request"
+        ),
+    )
     batch_request: Literal["tasks", "nodes", "cores"] = Field(
         default="tasks",
         description=(
@@ -1518,6 +1527,12 @@ class Site(_Strict):
         if self.defaults.gpu_request in ("gpus-per-node", "gres", "gpus-per-task", "gpus") and self.scheduler != "slurm":
             raise ValueError(f"defaults.gpu_request: {self.defaults.gpu_request} is a Slurm setting, but the scheduler "
                              f"is {self.scheduler}")
+        if self.defaults.single_gpu_request and (self.scheduler != "slurm" or self.defaults.gpu_request == "none"
+                                                 or self.defaults.batch_request == "nodes"):
+            raise ValueError(f"defaults.single_gpu_request: {self.defaults.single_gpu_request} is how a Slurm header "
+                             f"asks a job's one GPU, but the scheduler is {self.scheduler}, gpu_request "
+                             f"{self.defaults.gpu_request or 'unset'} and batch_request {self.defaults.batch_request} "
+                             "(it needs slurm, a GPU request, and a header that asks the GPUs)")
         if self.launch.mpirun_layout == "command" and (self.launcher != "mpirun" or not self.launch.command):
             raise ValueError(f"launch.mpirun_layout: command leaves the layout to the centre's own mpirun command "
                              f"(launch.command), but the launcher is {self.launcher} and launch.command "
