@@ -1677,3 +1677,32 @@ def test_a_job_shorter_than_the_centre_takes_is_refused_naming_the_field(tmp_pat
                       ("04:00:00", "longer than time 03:00:00")):
         with pytest.raises(HpcdlError, match=rf"defaults.*min_time.*{says}"):
             _profile(tmp_path, SHIPPED / "narval.yaml", **{"defaults.min_time": bad})
+
+
+def test_the_rendezvous_port_from_the_job_id_as_the_centre_derives_it(tmp_path):
+    # NYU Torch's DDP job: "export MASTER_PORT=$(expr 10000 + $(echo -n $SLURM_JOBID | tail -c 4))", 10000 + the id's
+    # last four digits (github.com/NYU-RTS/rts-docs, docs/hpc/08_ml_ai_hpc/03_pytorch_dpp.md @ 7e46f010)
+    site = _profile(tmp_path, SHIPPED / "della-gpu.yaml", **{"launch.master_port_command": [],
+                                                            "launch.master_port_base": 10000,
+                                                            "launch.master_port_span": 10000})
+    lines = _render(site, tmp_path).splitlines()
+    line = "export MASTER_PORT=$((10000 + SLURM_JOB_ID % 10000))"
+    assert line in lines and not any("% 12000" in x for x in lines)
+    for job_id, port in (("1234567", "14567"), ("42", "10042")):
+        out = subprocess.run(["bash", "-euc", f'{line}\necho "$MASTER_PORT"'], capture_output=True, text=True,
+                             check=True, env={**os.environ, "SLURM_JOB_ID": job_id})
+        assert out.stdout.strip() == port
+    # PBS and LSF derive it alike from their own job ids
+    gadi = _profile(tmp_path, GADI, **{"launch.master_port_base": 30000, "launch.master_port_span": 5000})
+    assert "export MASTER_PORT=$((30000 + hpcdl_job_number % 5000))" in _render(gadi, tmp_path, account="a00").splitlines()
+    minerva = _profile(tmp_path, SHIPPED / "minerva.yaml", **{"launch.master_port_base": 30000,
+                                                             "launch.master_port_span": 5000})
+    assert "export MASTER_PORT=$((30000 + LSB_JOBID % 5000))" in _render(minerva, tmp_path, account="acc_demo").splitlines()
+    with pytest.raises(HpcdlError, match=r"launch.master_port_base: .* give both"):
+        _profile(tmp_path, GADI, **{"launch.master_port_base": 30000})
+    with pytest.raises(HpcdlError, match=r"launch.master_port_span: base 60000 \+ span 10000 reaches port 69999"):
+        _profile(tmp_path, GADI, **{"launch.master_port_base": 60000, "launch.master_port_span": 10000})
+    with pytest.raises(HpcdlError, match=r"launch.master_port_base: .* launch.master_port gives the port another way"):
+        _profile(tmp_path, SHIPPED / "frontier.yaml", **{"launch.master_port_base": 30000, "launch.master_port_span": 5000})
+    with pytest.raises(HpcdlError, match=r"launch.master_port_base: .* launch.master_port_command gives"):
+        _profile(tmp_path, SHIPPED / "della-gpu.yaml", **{"launch.master_port_base": 30000, "launch.master_port_span": 5000})

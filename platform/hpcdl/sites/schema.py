@@ -1069,6 +1069,18 @@ class Launch(_Strict):
         default=None, ge=1024, le=65535,
         description="the rendezvous port the centre recommends (OLCF: 3442); default 20000 + the job id mod 12000, below Linux's ephemeral ports (32768 and up)",
     )
+    master_port_base: int | None = Field(
+        default=None, ge=1024, le=65535,
+        description=(
+            "with master_port_span, the rendezvous port the job derives from its id, base + the job id mod span, "
+            "where the centre's jobs take it so (NYU Torch: export MASTER_PORT=$(expr 10000 + $(echo -n $SLURM_JOBID "
+            "| tail -c 4)), 10000 + the id's last four digits: base 10000, span 10000); unset, 20000 and 12000"
+        ),
+    )
+    master_port_span: int | None = Field(
+        default=None, ge=1, le=64512,
+        description="with master_port_base: how many ports the job id's remainder spreads the jobs over",
+    )
     master_port_command: tuple[str, ...] = Field(
         default=(),
         description=(
@@ -1608,6 +1620,22 @@ class Site(_Strict):
             raise ValueError(f"launch.master_port_env: the rendezvous port is the site prolog's "
                              f"${self.launch.master_port_env}, but launch.master_port or master_port_command gives "
                              f"it too; keep one")
+        if (self.launch.master_port_base is None) != (self.launch.master_port_span is None):
+            given = "launch.master_port_base" if self.launch.master_port_base is not None else "launch.master_port_span"
+            raise ValueError(f"{given}: a port from the job id is base + the id mod span; give both "
+                             "launch.master_port_base and launch.master_port_span")
+        if self.launch.master_port_base is not None:
+            top = self.launch.master_port_base + self.launch.master_port_span - 1
+            if top > 65535:
+                raise ValueError(f"launch.master_port_span: base {self.launch.master_port_base} + span "
+                                 f"{self.launch.master_port_span} reaches port {top}, past the last, 65535")
+            other = next((name for name, value in (("launch.master_port", self.launch.master_port),
+                                                   ("launch.master_port_command", self.launch.master_port_command),
+                                                   ("launch.master_port_env", self.launch.master_port_env)) if value),
+                         None)
+            if other:
+                raise ValueError(f"launch.master_port_base: a port from the job id, but {other} gives the port "
+                                 "another way; keep one")
         if self.launch.master_port_command and self.launch.master_port is not None:
             raise ValueError("launch.master_port_command: a port the centre's command picks, but launch.master_port "
                              f"fixes it at {self.launch.master_port}; keep one")
