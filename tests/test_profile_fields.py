@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -1827,3 +1828,69 @@ def test_a_job_on_one_gpu_asks_it_as_the_centre_asks_a_single_gpu(tmp_path):
         _profile(tmp_path, PERLMUTTER, **{"defaults.single_gpu_request": "gpus", "defaults.gpu_request": "none"})
     with pytest.raises(HpcdlError, match=r"defaults.*single_gpu_request"):
         _profile(tmp_path, PERLMUTTER, **{"defaults.single_gpu_request": "gpus-per-task"})
+
+
+def test_the_rendezvous_port_from_the_job_id_as_the_centre_derives_it(tmp_path):
+    # NYU Torch's DDP job: "export MASTER_PORT=$(expr 10000 + $(echo -n $SLURM_JOBID | tail -c 4))", 10000 + the id's
+    # last four digits (github.com/NYU-RTS/rts-docs, docs/hpc/08_ml_ai_hpc/03_pytorch_dpp.md @ 7e46f010)
+    site = _profile(tmp_path, SHIPPED / "della-gpu.yaml", **{"launch.master_port_command": [],
+                                                            "launch.master_port_base": 10000,
+                                                            "launch.master_port_span": 10000})
+    lines = _render(site, tmp_path).splitlines()
+    line = "export MASTER_PORT=$((10000 + SLURM_JOB_ID % 10000))"
+    assert line in lines and not any("% 12000" in x for x in lines)
+    for job_id, port in (("1234567", "14567"), ("42", "10042")):
+        out = subprocess.run(["bash", "-euc", f'{line}\necho "$MASTER_PORT"'], capture_output=True, text=True,
+                             check=True, env={**os.environ, "SLURM_JOB_ID": job_id})
+        assert out.stdout.strip() == port
+    # PBS and LSF derive it alike from their own job ids
+    gadi = _profile(tmp_path, GADI, **{"launch.master_port_base": 30000, "launch.master_port_span": 5000})
+    assert "export MASTER_PORT=$((30000 + hpcdl_job_number % 5000))" in _render(gadi, tmp_path, account="a00").splitlines()
+    minerva = _profile(tmp_path, SHIPPED / "minerva.yaml", **{"launch.master_port_base": 30000,
+                                                             "launch.master_port_span": 5000})
+    assert "export MASTER_PORT=$((30000 + LSB_JOBID % 5000))" in _render(minerva, tmp_path, account="acc_demo").splitlines()
+    with pytest.raises(HpcdlError, match=r"launch.master_port_base: .* give both"):
+        _profile(tmp_path, GADI, **{"launch.master_port_base": 30000})
+    with pytest.raises(HpcdlError, match=r"launch.master_port_span: base 60000 \+ span 10000 reaches port 69999"):
+        _profile(tmp_path, GADI, **{"launch.master_port_base": 60000, "launch.master_port_span": 10000})
+    with pytest.raises(HpcdlError, match=r"launch.master_port_base: .* launch.master_port gives the port another way"):
+        _profile(tmp_path, SHIPPED / "frontier.yaml", **{"launch.master_port_base": 30000, "launch.master_port_span": 5000})
+    with pytest.raises(HpcdlError, match=r"launch.master_port_base: .* launch.master_port_command gives"):
+        _profile(tmp_path, SHIPPED / "della-gpu.yaml", **{"launch.master_port_base": 30000, "launch.master_port_span": 5000})
+
+
+def test_the_centres_image_with_the_users_overlay_and_its_environment_script(tmp_path):
+    # NYU Torch's "Apptainer with Conda": "apptainer exec --nv --overlay /scratch/<NetID>/pytorch-example/
+    # my_pytorch.ext3:ro /share/apps/images/cuda-13.3.1-ubuntu-26.04.sif /bin/bash -c "source /ext3/env.sh; python
+    # torch-test.py"" (github.com/NYU-RTS/rts-docs, docs/hpc/07_containers/03_apptainer_with_conda.md @ 45f70b21)
+    script = tmp_path / "env.sh"
+    script.write_text("export HPCDL_T=from-the-overlay\n")
+    site = _profile(tmp_path, SHIPPED / "nyu-torch.yaml", **{"environment.source": str(script)})
+    text = _render(site, tmp_path, account="torch_pr_1_2")
+    line = next(x for x in text.splitlines() if x.startswith("srun "))
+    words = shlex.split(line)
+    image = words.index("/share/apps/images/cuda-13.3.1-ubuntu-26.04.sif")
+    # the overlay before the image, read-only, its $SCRATCH expanded by the job
+    assert words[image - 2 : image] == ["--overlay", "${SCRATCH}/pytorch-example/my_pytorch.ext3:ro"]
+    assert ' --overlay "${SCRATCH}"/pytorch-example/my_pytorch.ext3:ro ' in line
+    assert words[image + 1 : image + 3] == ["/bin/bash", "-c"] and words[image + 4 : image + 7] == ["bash", "hpcdl", "train"]
+    # the shell sources the script, then runs the program with its words as they were
+    inside = line[line.index("/bin/bash") : line.index(" hpcdl train")] + " printenv HPCDL_T"
+    out = subprocess.run(["bash", "-c", inside], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "from-the-overlay"
+    # an image the job names is its own: neither the overlay nor the script
+    plan = make_plan(site, JobRequest(nodes=1))
+    own = render_job_script(site, plan, {}, JobOptions(account="torch_pr_1_2", image="/scratch/me/mine.sif"))
+    assert "--overlay" not in own and "/bin/bash -c" not in own
+    # what the profile may not say, each refused naming the field
+    nyu = SHIPPED / "nyu-torch.yaml"
+    with pytest.raises(HpcdlError, match=r"environment.overlays: --overlay is Apptainer's and Singularity's; the runtime is shifter"):
+        _profile(tmp_path, nyu, runtime="shifter")
+    with pytest.raises(HpcdlError, match=r"overlays\[0\]: .* ':' as the mode's separator"):
+        _profile(tmp_path, nyu, **{"environment.overlays": ["$SCRATCH/my.ext3:rw"]})
+    with pytest.raises(HpcdlError, match=r"environment.overlays\[0\]: \$PROJECTDIR is set neither"):
+        _profile(tmp_path, nyu, **{"environment.overlays": ["$PROJECTDIR/my.ext3"]})
+    with pytest.raises(HpcdlError, match=r"source: '\$HOME/env.sh' is not an absolute path"):
+        _profile(tmp_path, nyu, **{"environment.source": "$HOME/env.sh"})
+    with pytest.raises(HpcdlError, match=r"overlays: a container environment's; this is a conda environment"):
+        _profile(tmp_path, nyu, environment={"kind": "conda", "overlays": ["/scratch/x.ext3"]})

@@ -17,6 +17,12 @@ class Runtime:
     def command(self, plan: LaunchPlan, site: Site, image: str | None) -> list[str]:
         raise NotImplementedError
 
+    def with_overlays(self, argv: list[str], overlays) -> list[str]:
+        """`argv` (this runtime's command) with the centre's overlay images over its image
+        (environment.overlays). Only Apptainer and Singularity take them: a profile naming them under another
+        runtime is refused when it loads (as its Apptainer-only container.workdir is), so here they are none."""
+        return argv
+
     def files(self, plan: LaunchPlan, site: Site, image: str | None) -> dict[str, str]:
         """Files the job writes before the launch for the runtime to read (name -> text)."""
         return {}
@@ -121,13 +127,15 @@ def _named(image: str | None, site: Site) -> str:
 
 @runtimes.register("none")
 class NoRuntime(Runtime):
+    name = "none"
+
     def command(self, plan, site, image):
         return []
 
 
 @runtimes.register("apptainer")
 class ApptainerRuntime(Runtime):
-    program = "apptainer"
+    name = program = "apptainer"
 
     def command(self, plan, site, image):
         argv = [self.program, "exec"]
@@ -155,10 +163,16 @@ class ApptainerRuntime(Runtime):
             argv += ["--env", RuntimeExpands(f"{LIBRARY_PATH}={library_path}")]
         return argv + list(site.container.args) + [_named(image, site)]
 
+    def with_overlays(self, argv, overlays):
+        # before the image, each read-only: several ranks open it at once, and a writable ext3 overlay is locked by
+        # the first (NYU: "For production jobs to run, the overlay image should be open in read-only mode")
+        words = [w for path in overlays for w in ("--overlay", Expanding(f"{path}:ro"))]
+        return [*argv[:-1], *words, argv[-1]] if words else argv
+
 
 @runtimes.register("singularity")
 class SingularityRuntime(ApptainerRuntime):
-    program = "singularity"
+    name = program = "singularity"
 
 
 @runtimes.register("shifter")

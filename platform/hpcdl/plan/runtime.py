@@ -136,7 +136,10 @@ def _image_choice(site: Site, spec, reference: str, framework: str) -> RuntimeCh
 def _environment_choice(site: Site, env) -> RuntimeChoice:
     if env.kind == "container":
         return RuntimeChoice(SITE_CONTAINER, site.runtime, env.image, modules=tuple(env.modules),
-                             framework_from=f"the centre's image {env.image}, hpcdl installed into it",
+                             framework_from=(f"the centre's image {env.image}"
+                                             + "".join(f", overlay {o} (read-only)" for o in env.overlays)
+                                             + (f", activated by sourcing {env.source}" if env.source else "")
+                                             + ", hpcdl installed into it"),
                              mpi_from=_container_mpi(site, None), verdict="the centre's own container (profile environment)")
     what = {"modules": "modules " + ", ".join(env.modules), "conda": f"conda environment {env.activate or 'base'}",
             "uenv": f"uenv {env.activate}", "venv": f"venv {env.activate}"}[env.kind]

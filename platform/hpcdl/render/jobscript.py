@@ -194,6 +194,15 @@ def render_job_script(
     in_container = plan.runtime.in_container if plan.runtime is not None else site.runtime != "none"
     runtime = runtime_for(site.runtime if in_container else "none")
     runtime_argv = runtime.command(plan, site, image)
+    centre = site.environment_for(plan.node_kind)
+    if in_container and centre is not None and plan.runtime is not None and plan.runtime.kind == SITE_CONTAINER \
+            and str(image) == str(default_image(site, plan.node_kind, plan)):
+        # the centre's own image, as its jobs run it: the user's environment in overlay images over it, activated by a
+        # script sourced inside (NYU Torch: apptainer exec --nv --overlay ...ext3:ro IMAGE /bin/bash -c "source
+        # /ext3/env.sh; python ..."); an image the job names is its own, and gets neither
+        runtime_argv = runtime.with_overlays(list(runtime_argv), centre.overlays)
+        if centre.source:
+            runtime_argv = [*runtime_argv, "/bin/bash", "-c", f'source {centre.source} && exec "$@"', "bash"]
     if plan.runtime is not None and plan.runtime.kind == "uenv":
         # CSCS: srun --uenv=<image> --view=<view> starts each rank inside the uenv
         uenv = site.environment_for(plan.node_kind)

@@ -1088,6 +1088,18 @@ class Launch(_Strict):
         default=None, ge=1024, le=65535,
         description="the rendezvous port the centre recommends (OLCF: 3442); default 20000 + the job id mod 12000, below Linux's ephemeral ports (32768 and up)",
     )
+    master_port_base: int | None = Field(
+        default=None, ge=1024, le=65535,
+        description=(
+            "with master_port_span, the rendezvous port the job derives from its id, base + the job id mod span, "
+            "where the centre's jobs take it so (NYU Torch: export MASTER_PORT=$(expr 10000 + $(echo -n $SLURM_JOBID "
+            "| tail -c 4)), 10000 + the id's last four digits: base 10000, span 10000); unset, 20000 and 12000"
+        ),
+    )
+    master_port_span: int | None = Field(
+        default=None, ge=1, le=64512,
+        description="with master_port_base: how many ports the job id's remainder spreads the jobs over",
+    )
     master_port_command: tuple[str, ...] = Field(
         default=(),
         description=(
@@ -1340,6 +1352,10 @@ class Container(_Strict):
         return self
 
 
+#: a script inside a container that a job's shell sources (environment.source): a plain absolute path
+_SOURCED_SCRIPT = re.compile(r"/[A-Za-z0-9._+/-]+")
+
+
 class SiteEnvironment(_Strict):
     """The centre's own environment, a runtime beside hpcdl's images: where the framework, the MPI and
     the network plugin come from when the job runs there. hpcdl installs only itself into it (it is
@@ -1393,8 +1409,33 @@ class SiteEnvironment(_Strict):
         "$CONTAINERDIR/pytorch-2.0.1.sif`)",
     )
 
+    overlays: tuple[SitePath, ...] = Field(
+        default=(),
+        description="container, Apptainer/Singularity: overlay images over the centre's image, each opened read-only "
+        "(`--overlay <file>:ro`), where the centre's users keep their own environment in one (NYU Torch: `apptainer "
+        "exec --nv --overlay /scratch/<NetID>/pytorch-example/my_pytorch.ext3:ro IMAGE ...`, 'For production jobs to "
+        "run, the overlay image should be open in read-only mode'); a path or one under a variable the job has",
+    )
+    source: SitePath | None = Field(
+        default=None,
+        description="container: a script inside the container that the program's shell sources before it starts, "
+        "where the centre's jobs activate their environment so (NYU Torch: `/bin/bash -c \"source /ext3/env.sh; "
+        "python ...\"`): the line runs `/bin/bash -c 'source <script> && exec \"$@\"' bash <program>`; an absolute "
+        "path without variables",
+    )
+
     @model_validator(mode="after")
     def _fields_of_its_kind(self) -> "SiteEnvironment":
+        for field, given in (("overlays", self.overlays), ("source", self.source)):
+            if given and self.kind != "container":
+                raise ValueError(f"{field}: a container environment's; this is a {self.kind} environment")
+        for i, path in enumerate(self.overlays):
+            if ":" in path or "," in path:
+                raise ValueError(f"overlays[{i}]: {path!r}: apptainer's --overlay reads ':' as the mode's separator "
+                                 "and ',' as a list's; name a file without them (hpcdl opens each read-only, :ro)")
+        if self.source is not None and not _SOURCED_SCRIPT.fullmatch(self.source):
+            raise ValueError(f"source: {self.source!r} is not an absolute path of letters, digits, '.', '_', '+', "
+                             "'-' and '/' (a script inside the container, without variables)")
         if self.kind == "container" and not self.image:
             raise ValueError("image: a container environment names the centre's image")
         if self.kind in ("uenv", "venv") and not self.activate:
@@ -1682,6 +1723,22 @@ class Site(_Strict):
             raise ValueError(f"launch.master_port_env: the rendezvous port is the site prolog's "
                              f"${self.launch.master_port_env}, but launch.master_port or master_port_command gives "
                              f"it too; keep one")
+        if (self.launch.master_port_base is None) != (self.launch.master_port_span is None):
+            given = "launch.master_port_base" if self.launch.master_port_base is not None else "launch.master_port_span"
+            raise ValueError(f"{given}: a port from the job id is base + the id mod span; give both "
+                             "launch.master_port_base and launch.master_port_span")
+        if self.launch.master_port_base is not None:
+            top = self.launch.master_port_base + self.launch.master_port_span - 1
+            if top > 65535:
+                raise ValueError(f"launch.master_port_span: base {self.launch.master_port_base} + span "
+                                 f"{self.launch.master_port_span} reaches port {top}, past the last, 65535")
+            other = next((name for name, value in (("launch.master_port", self.launch.master_port),
+                                                   ("launch.master_port_command", self.launch.master_port_command),
+                                                   ("launch.master_port_env", self.launch.master_port_env)) if value),
+                         None)
+            if other:
+                raise ValueError(f"launch.master_port_base: a port from the job id, but {other} gives the port "
+                                 "another way; keep one")
         if self.launch.master_port_command and self.launch.master_port is not None:
             raise ValueError("launch.master_port_command: a port the centre's command picks, but launch.master_port "
                              f"fixes it at {self.launch.master_port}; keep one")
@@ -1707,6 +1764,9 @@ class Site(_Strict):
                 raise ValueError(f"{where}: a container environment needs a container runtime (runtime)")
             if env.kind == "uenv" and self.launcher != "srun":
                 raise ValueError(f"{where}: a uenv starts through srun --uenv; the launcher is " + self.launcher)
+            if env.overlays and self.runtime not in ("apptainer", "singularity"):
+                raise ValueError(f"{where}.overlays: --overlay is Apptainer's and Singularity's; the runtime is "
+                                 f"{self.runtime}")
             if env.module_env and not (env.modules or self.modules.runtime or self.modules.load):
                 raise ValueError(f"{where}.module_env: no module is loaded that could set "
                                  f"${env.module_env[0]} ({where}.modules, modules.runtime, modules.load)")
@@ -1857,6 +1917,9 @@ class Site(_Strict):
             if environment.image:
                 places.append((f"{where}.image", environment.image))
                 also[f"{where}.image"] = set(environment.module_env)
+            for i, overlay in enumerate(environment.overlays):
+                places.append((f"{where}.overlays[{i}]", overlay))
+                also[f"{where}.overlays[{i}]"] = set(environment.module_env)
         for field, text in places:
             for var in variables_in(text or ""):
                 if var not in known | also.get(field, set()) and not var.startswith(prefix) \
