@@ -409,7 +409,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "mpirun_slots": ({"SLURM_NTASKS": str(plan.world_size), "SLURM_NTASKS_PER_NODE": str(plan.ranks_per_node),
                           "SLURM_TASKS_PER_NODE": f"{plan.ranks_per_node}(x{plan.nodes})"}
                          if (scheduler == "slurm" == site.scheduler and plan.launcher == "mpirun"
-                             and site.defaults.batch_request == "nodes") else None),
+                             and site.defaults.batch_request == "nodes" and site.launch.mpirun_layout == "restate")
+                         else None),
         # the step asks its own GPUs (srun's --gres per node), so a whole-node header of nodes alone names none
         "step_asks_gpus": plan.launcher == "srun",
         "job_resources": [],
