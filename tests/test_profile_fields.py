@@ -1611,8 +1611,12 @@ def test_a_centres_own_mpirun_command_lays_the_ranks_out_from_a_header_of_nodes_
     with pytest.raises(HpcdlError, match=r"launch\.mpirun_layout: command leaves the layout to the centre's own "
                                          r"mpirun command \(launch\.command\).*launch\.command is unset"):
         _profile(tmp_path, csd3, **{"launch.mpirun_layout": "command"})
-    with pytest.raises(HpcdlError, match=r"defaults\.batch_request: nodes leaves tasks, CPUs and GPUs to srun"):
-        _profile(tmp_path, csd3, **own, **{"defaults.batch_request": "nodes"})
+    # restated under a header of nodes alone, Open MPI's line still lays the ranks out, and the job exports the slots
+    # Open MPI reads from Slurm (EPCC Cirrus; tests/test_mpirun_nodes_header.py): taken, not refused
+    nodes_only = _render(_profile(tmp_path, csd3, **own, **{"defaults.batch_request": "nodes"}), tmp_path,
+                         account="p-GPU")
+    assert "site-mpirun -np 8 --map-by ppr:4:node:PE=32 --bind-to core" in nodes_only
+    assert "SLURM_TASKS_PER_NODE='4(x2)'" in nodes_only
 
 
 def test_a_refused_runtime_names_as_closest_an_image_built_for_the_nodes_cpu_family(tmp_path):

@@ -49,6 +49,10 @@ class OpenMpiLauncher(Launcher):
             # gives each node) is kept too
             if mpirun_option_of(site.launch.args, "map-by") is None:
                 argv += ["--map-by", f"ppr:{plan.ranks_per_node}:node"]
+            elif site.scheduler == "slurm" and site.defaults.batch_request == "nodes":
+                # a header of nodes alone gives no node its ranks: the line says them, Open MPI's -N ("Launch num
+                # processes per node on all allocated nodes"), as EPCC's Cirrus lines do beside -map-by slot
+                argv += ["-N", str(plan.ranks_per_node)]
         else:
             argv += ["-np", str(plan.world_size),
                      "--map-by", f"ppr:{plan.ranks_per_node}:node:PE={cores_per_rank(plan)}", "--bind-to", "core"]

@@ -413,6 +413,16 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # (sbatch(1), Slurm 22.05), as EPCC and NHR@FAU write it: export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
         "srun_cpus_per_task": (scheduler == "slurm" == site.scheduler and site.launcher == "srun"
                                and site.launch.srun_layout == "header" and site.defaults.batch_request == "tasks"),
+        # Open MPI's mpirun under a Slurm header of nodes alone (defaults.batch_request: nodes): Slurm gives each node
+        # one task (SLURM_TASKS_PER_NODE 1(xN)), which Open MPI takes as the node's slots and so refuses the ranks;
+        # the job exports the plan's counts before the launch, as EPCC's Cirrus jobs do
+        "mpirun_slots": ({"SLURM_NTASKS": str(plan.world_size), "SLURM_NTASKS_PER_NODE": str(plan.ranks_per_node),
+                          "SLURM_TASKS_PER_NODE": f"{plan.ranks_per_node}(x{plan.nodes})"}
+                         if (scheduler == "slurm" == site.scheduler and plan.launcher == "mpirun"
+                             and site.defaults.batch_request == "nodes" and site.launch.mpirun_layout == "restate")
+                         else None),
+        # the step asks its own GPUs (srun's --gres per node), so a whole-node header of nodes alone names none
+        "step_asks_gpus": plan.launcher == "srun",
         "job_resources": [],
         "job_id_var": {"slurm": "SLURM_JOB_ID", "lsf": "LSB_JOBID", "pbs": "PBS_JOBID", "local": "HPCDL_JOB_ID"}[scheduler],
     }

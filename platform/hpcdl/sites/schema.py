@@ -793,7 +793,11 @@ class Defaults(_Strict):
             "its GPUs per node as --gres=gpu:N; srun alone says tasks, CPUs and GPUs, the step's GPUs per node "
             "among them: Pawsey Setonix's CLI filter counts 'allocation-packs', 'users should not indicate any "
             "other Slurm allocation option related to memory or CPU cores', 'srun -N 1 -n 8 -c 8 --gres=gpu:8 "
-            "--gpus-per-task=1 --gpu-bind=closest') or cores (the header asks every usable core of each whole node "
+            "--gpus-per-task=1 --gpu-bind=closest'; under Open MPI's mpirun the header asks the GPUs per node too, the "
+            "job exports SLURM_NTASKS, SLURM_NTASKS_PER_NODE and SLURM_TASKS_PER_NODE, from which Open MPI takes each "
+            "node's slots, and the line names -N <ranks per node>: EPCC Cirrus, 'the submission script should not "
+            "specify options such as --ntasks and --cpus-per-task', 'export SLURM_TASKS_PER_NODE=...', 'mpirun -n "
+            "${SLURM_NTASKS} -N ${SLURM_NTASKS_PER_NODE}') or cores (the header asks every usable core of each whole node "
             "as a task of one CPU, --ntasks-per-node=<cores> --cpus-per-task=1, with the GPUs and no pinning "
             "option, no --hint or --threads-per-core; srun alone says the ranks' layout and binding: EPCC Tursa, "
             "'ask for the full node resources in your sbatch options with tasks-per-node equal to the number of "
@@ -1579,13 +1583,13 @@ class Site(_Strict):
                              f"(launch.command), but the launcher is {self.launcher} and launch.command "
                              f"{'is ' + ' '.join(self.launch.command) if self.launch.command else 'is unset'}")
         # a header of nodes alone (Pawsey's allocation-packs) needs a launcher that lays the ranks out itself: srun,
-        # or the centre's own mpirun command (launch.mpirun_layout: command; N8 CIR Bede's bede-mpirun)
-        layout_launcher = self.launcher == "srun" or (self.launcher == "mpirun"
-                                                      and self.launch.mpirun_layout == "command")
+        # the centre's own mpirun command (launch.mpirun_layout: command; N8 CIR Bede's bede-mpirun), or Open MPI's
+        # mpirun, which names its ranks per node and takes its slots from the job's exports (EPCC Cirrus)
+        layout_launcher = self.launcher in ("srun", "mpirun")
         if self.defaults.batch_request == "nodes" and (self.scheduler != "slurm" or not layout_launcher):
-            raise ValueError(f"defaults.batch_request: nodes leaves tasks, CPUs and GPUs to srun (or to the centre's "
-                             f"own mpirun command, launch.mpirun_layout: command), but the scheduler is "
-                             f"{self.scheduler} and the launcher {self.launcher}")
+            raise ValueError(f"defaults.batch_request: nodes leaves tasks, CPUs and GPUs to srun (or to Open MPI's "
+                             f"mpirun, or the centre's own mpirun command, launch.mpirun_layout: command), but the "
+                             f"scheduler is {self.scheduler} and the launcher {self.launcher}")
         if self.defaults.batch_request == "cores" and (self.scheduler != "slurm" or self.launcher != "srun"):
             raise ValueError(f"defaults.batch_request: cores leaves the ranks' tasks and CPUs to srun, but the "
                              f"scheduler is {self.scheduler} and the launcher {self.launcher}")
