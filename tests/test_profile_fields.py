@@ -1898,3 +1898,22 @@ def test_the_centres_image_with_the_users_overlay_and_its_environment_script(tmp
         _profile(tmp_path, nyu, **{"environment.source": "$HOME/env.sh"})
     with pytest.raises(HpcdlError, match=r"overlays: a container environment's; this is a conda environment"):
         _profile(tmp_path, nyu, environment={"kind": "conda", "overlays": ["/scratch/x.ext3"]})
+
+
+def test_one_partition_runs_longer_jobs_under_another_qos(tmp_path):
+    """CU Boulder Alpine (CURC's "Alpine Hardware": aa100 "24H, 7D"; QoS "normal | Default | 1D", "long | Longer
+    wall times | 7D"): one partition takes a job of a day under its default QOS and one of a week under
+    `--qos=long`. The time limit is the chosen entry's, not that of every entry naming the partition; a job no
+    entry runs that long is still refused, naming the longest."""
+    volta = SHIPPED / "volta-x86.yaml"
+    site = _profile(tmp_path, volta, **{"defaults.exclusive": False, "defaults.max_time": "10-00:00:00",
+                                        "defaults.partition_by_nodes": [
+                                            {"partition": "aa100", "max_time": "24:00:00"},
+                                            {"partition": "aa100", "qos": "long", "max_time": "7-00:00:00"}]})
+    day = _render(site, tmp_path, nodes=1, time="24:00:00").splitlines()
+    assert "#SBATCH --partition=aa100" in day and not any(line.startswith("#SBATCH --qos") for line in day)
+    week = _render(site, tmp_path, nodes=1, time="3-00:00:00").splitlines()
+    assert "#SBATCH --partition=aa100" in week and "#SBATCH --qos=long" in week
+    with pytest.raises(HpcdlError, match=r"^time: 8-00:00:00 is longer than queue 'aa100' of site 'volta-x86' runs "
+                                         r"\(defaults.partition_by_nodes: aa100 max_time 7-00:00:00\)$"):
+        render_job_script(site, make_plan(site, JobRequest(nodes=1)), {}, JobOptions(time="8-00:00:00"))

@@ -335,7 +335,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         raise HpcdlError(f"time: {options.time or site.defaults.time} is shorter than site {site.name!r} takes "
                          f"(defaults.min_time {site.defaults.min_time})")
     partition = options.partition or partition_for(site, plan, defaults, seconds)
-    _queue_time_limit(site, defaults, partition, seconds, options.time or site.defaults.time)
+    _queue_time_limit(site, plan, defaults, partition, seconds, options.time or site.defaults.time)
     gpus_per_rank = len(plan.ranks[0].gpus)
     cores_per_rank = len(plan.ranks[0].cores)
     exclusive = site.defaults.exclusive if options.exclusive is None else options.exclusive
@@ -595,13 +595,24 @@ def share_of(value: str, share: Fraction) -> str:
     return f"{max(1, int(int(number) * share))}{value[len(number):]}"
 
 
-def _queue_time_limit(site: Site, defaults, partition: str | None, seconds: int, asked: str) -> None:
+def _queue_time_limit(site: Site, plan: Plan, defaults, partition: str | None, seconds: int, asked: str) -> None:
     """Refuse a time limit longer than the queue the job goes to runs (a queue by size with its own
-    max_time: Purdue Anvil's wide runs 12 h where wholenode runs 96 h)."""
-    for size in defaults.partition_by_nodes or ():
-        if size.partition == partition and size.max_time and seconds > parse_time(size.max_time):
-            raise HpcdlError(f"time: {asked} is longer than queue {partition!r} of site {site.name!r} runs "
-                             f"(defaults.partition_by_nodes: {partition} max_time {size.max_time})")
+    max_time: Purdue Anvil's wide runs 12 h where wholenode runs 96 h). The queue is the entry the job's size and
+    time chose, not every entry of the same partition: one partition may run longer jobs under another QOS (CU
+    Boulder Alpine's aa100 runs a day under the default QOS and seven under `--qos=long`), so a job is refused only
+    where no entry of its partition that takes its size runs it that long."""
+    sizes = [size for size in defaults.partition_by_nodes or ()
+             if (size.partition or defaults.partition) == partition and size.max_time]
+    if not sizes:
+        return
+    chosen = queue_by_size(site, plan, defaults, seconds)
+    if chosen is not None and chosen in sizes:
+        # the entries of the job's own size: a queue for larger jobs is no place for it
+        sizes = [size for size in sizes if (size.max_nodes, size.max_gpus) == (chosen.max_nodes, chosen.max_gpus)]
+    if all(seconds > parse_time(size.max_time) for size in sizes):
+        longest = max(sizes, key=lambda size: parse_time(size.max_time))
+        raise HpcdlError(f"time: {asked} is longer than queue {partition!r} of site {site.name!r} runs "
+                         f"(defaults.partition_by_nodes: {partition} max_time {longest.max_time})")
 
 
 def partition_for(site: Site, plan: Plan, defaults, seconds: int | None = None) -> str | None:
