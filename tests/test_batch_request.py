@@ -104,7 +104,6 @@ def test_a_header_of_every_core_leaves_out_the_reserved_ones():
 
 
 @pytest.mark.parametrize("defaults,message", [
-    ({"batch_request": "cores", "exclusive": False}, "defaults.batch_request: cores asks every core"),
     ({"batch_request": "cores", "gpu_request": "gpus-per-task"}, "defaults.batch_request: cores asks a task of one CPU"),
 ])
 def test_a_header_of_every_core_beside_a_setting_that_contradicts_it_is_refused(defaults, message):
@@ -112,7 +111,61 @@ def test_a_header_of_every_core_beside_a_setting_that_contradicts_it_is_refused(
         _site("jean-zay", **defaults)
 
 
-def test_a_job_told_to_share_its_nodes_is_refused_where_the_header_asks_every_core():
-    from hpcdl.errors import HpcdlError
-    with pytest.raises(HpcdlError, match=r"^exclusive: .*defaults\.batch_request: cores"):
-        _sbatch(_site("jean-zay", batch_request="cores"), exclusive=False)
+def test_a_job_that_shares_its_nodes_asks_its_own_cores_as_one_cpu_tasks():
+    # CU Boulder Alpine ("Examples", https://github.com/ResearchComputing/Documentation/blob/
+    # b29ae18dc9ae5338a946ff29d3b5074f43befb7f/docs/clusters/alpine/examples.md): "To run a 50-core job for 2 hours on
+    # a single Alpine NVIDIA GPU node ..., using 2 GPUs: #SBATCH --nodes=1 #SBATCH --ntasks=50 #SBATCH --gres=gpu:2":
+    # on a shared node the header asks the ranks' cores, not the node's, each a task of one CPU
+    site = _site("jean-zay", batch_request="cores", gpu_request="gres", exclusive=False)
+    header = _sbatch(site)
+    assert "--ntasks-per-node=40" in header and "--cpus-per-task=1" in header and "--exclusive" not in header
+    plan = make_plan(site, JobRequest(nodes=1, ranks_per_node=2))
+    text = render_job_script(site, plan, {}, JobOptions(name="r", account="p1"))
+    assert "#SBATCH --ntasks-per-node=20" in text.splitlines() and "#SBATCH --gres=gpu:2" in text.splitlines()
+    # the same for a job told to share the nodes of a whole-node profile
+    assert "--ntasks-per-node=40" in _sbatch(_site("jean-zay", batch_request="cores"), exclusive=False)
+
+
+def test_a_header_of_cores_under_open_mpis_mpirun_gives_it_the_ranks_cores_as_slots():
+    # Alpine's MPI jobs start "mpirun -np 4" under a header of one-CPU tasks: Open MPI takes each node's slots from
+    # them, and hpcdl's line names the ranks per node and their cores (--map-by ppr:R:node:PE=C), which they fill
+    site = _site("alpine-gpu", batch_request="cores", total_tasks=True)
+    plan = make_plan(site, JobRequest(nodes=1, ranks_per_node=2))
+    lines = render_job_script(site, plan, {}, JobOptions(name="r")).splitlines()
+    assert "#SBATCH --ntasks=32" in lines and "#SBATCH --ntasks-per-node=32" in lines
+    assert not any(line.startswith("#SBATCH --cpus-per-task=16") for line in lines)
+    assert "ppr:2:node:PE=16" in plan.launcher_argv
+    data = load_site("alpine-gpu").model_dump(exclude_unset=True)
+    data["mpi"] = "mpich"
+    data["mpi_version"] = None
+    with pytest.raises(ValueError, match=r"defaults.batch_request: cores leaves the ranks' tasks and CPUs to srun or "
+                                         r"to Open MPI's mpirun"):
+        Site.model_validate({**data, "defaults": {**data["defaults"], "batch_request": "cores"}})
+
+
+def test_under_a_header_of_cores_a_bare_np_would_fill_the_first_node_and_the_ranks_per_node_spread_them():
+    """The installed Open MPI under a posed Slurm allocation of two nodes of 32 one-CPU tasks each (Alpine's header
+    of cores, SLURM_TASKS_PER_NODE 32(x2)): CURC's bare `mpirun -np 4` maps all four ranks on the first node, which
+    has the slots; hpcdl's --map-by ppr:2:node puts two on each (the posed hosts have no topology to bind on, so the
+    line's PE= and --bind-to are left out here)."""
+    import os
+    import re
+    import subprocess
+
+    from conftest import require_tool
+    mpirun = require_tool("mpirun")
+    site = _site("alpine-gpu", batch_request="cores")
+    argv = list(make_plan(site, JobRequest(nodes=2, ranks_per_node=2)).launcher_argv)
+    mapping = argv[argv.index("--map-by") + 1]
+    assert argv[1:3] == ["-np", "4"] and mapping == "ppr:2:node:PE=16"
+    allocation = {"SLURM_JOBID": "7", "SLURM_JOB_ID": "7", "SLURM_NODELIST": "n[1-2]", "SLURM_JOB_NODELIST": "n[1-2]",
+                  "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_TASKS_PER_NODE": "32(x2)"}
+
+    def mapped(*words: str) -> list[tuple[str, str]]:
+        done = subprocess.run(["mpirun", "--allow-run-as-root", "--do-not-launch", "--display-map", "-np", "4", *words,
+                               "true"], env={**os.environ, **allocation}, capture_output=True, text=True, timeout=60,
+                              executable=mpirun)
+        return re.findall(r"Data for node: (n\d)\s+Num slots: \d+.*?Num procs: (\d+)", done.stdout + done.stderr)
+
+    assert mapped() == [("n1", "4")]
+    assert mapped("--map-by", mapping.split(":PE=")[0]) == [("n1", "2"), ("n2", "2")]

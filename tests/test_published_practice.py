@@ -444,6 +444,16 @@ def slurm_refuses(facts: dict, plan, job: Rendered) -> str | None:
     if plan.spawner:
         planned, tasks = planned * plan.ranks_per_node, 1  # one task per node holds its ranks' cores (launch.spawner)
     given = -(-int(asked) // per_core)
+    header_tasks = directives.get("--ntasks-per-node")
+    if "--cpus-per-task" not in options and header_tasks and int(header_tasks) != tasks:
+        # a header of the job's cores as one-CPU tasks (defaults.batch_request: cores) under a launcher that lays the
+        # ranks over them itself (Open MPI's mpirun: CU Boulder Alpine's "--ntasks=50 --gres=gpu:2", "mpirun -np
+        # 4"): the node's CPUs it buys must hold the ranks' cores
+        bought = -(-int(header_tasks) * int(asked) // per_core)
+        if bought != planned * tasks:
+            return (f"--ntasks-per-node={header_tasks} x -c {asked} buys {bought} core(s) a node on the published node "
+                    f"({per_core} CPU(s) per core), the plan means {tasks} x {planned}")
+        given = planned
     if given != planned:
         return (f"-c {asked} buys {given} core(s) per task on the published node ({per_core} CPU(s) per core), "
                 f"the plan means {planned}")

@@ -385,7 +385,9 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # Slurm: the header asks tasks, CPUs and GPUs (tasks), or the nodes alone (nodes: Pawsey's
         # allocation-packs, where srun says the rest)
         "batch_request": site.defaults.batch_request,
-        # cores: the header asks each node's every usable core as a task of one CPU, srun the ranks (EPCC Tursa)
+        # cores: the header asks each node's every usable core as a task of one CPU, srun the ranks (EPCC Tursa); on a
+        # node other jobs share, the job's own cores there (CU Boulder Alpine: "a 50-core job ... using 2 GPUs:
+        # --ntasks=50 --gres=gpu:2"), the ranks' cores, set below once the job knows whether it shares its nodes
         "node_cores": node.usable_cores,
         # the job's total tasks named beside the tasks per node, where the centre's scripts count them so (CSD3)
         "total_tasks": plan.nodes * plan.ranks_per_node if site.defaults.total_tasks else None,
@@ -439,8 +441,9 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
                    total_tasks=plan.nodes if job["total_tasks"] else None)
     if job["batch_request"] == "cores":
         if not exclusive:
-            raise HpcdlError("exclusive: the profile's header asks every core of each node (defaults.batch_request: "
-                             "cores), so the job cannot share its nodes")
+            # the job's own cores, each a task of one CPU: Slurm hands them with the GPUs and the launcher lays the
+            # ranks over them (Open MPI's mpirun takes them as the node's slots)
+            job["node_cores"] = plan.ranks_per_node * job["cpus_per_rank"]
         if job["total_tasks"]:
             job["total_tasks"] = plan.nodes * job["node_cores"]
     for field in ("account", "partition", "constraint", "qos"):

@@ -802,7 +802,10 @@ class Defaults(_Strict):
             "option, no --hint or --threads-per-core; srun alone says the ranks' layout and binding: EPCC Tursa, "
             "'ask for the full node resources in your sbatch options with tasks-per-node equal to the number of "
             "CPU cores on the node and cpus-per-task equal to 1 and then specify the process and thread pinning "
-            "using srun options. You cannot specify process/thread pinning options in sbatch options')"
+            "using srun options. You cannot specify process/thread pinning options in sbatch options'; on nodes jobs "
+            "share, the job's own cores, the ranks' cores on each node, as tasks of one CPU; under Open MPI's mpirun "
+            "too, whose line names the ranks per node and their cores: CU Boulder Alpine, 'To run a 50-core job ... "
+            "using 2 GPUs: #SBATCH --nodes=1 #SBATCH --ntasks=50 #SBATCH --gres=gpu:2', 'mpirun -np 4')"
         ),
     )
     cpu_request: Literal["cpus-per-task", "cpus-per-gpu"] = Field(
@@ -1590,12 +1593,15 @@ class Site(_Strict):
             raise ValueError(f"defaults.batch_request: nodes leaves tasks, CPUs and GPUs to srun (or to Open MPI's "
                              f"mpirun, or the centre's own mpirun command, launch.mpirun_layout: command), but the "
                              f"scheduler is {self.scheduler} and the launcher {self.launcher}")
-        if self.defaults.batch_request == "cores" and (self.scheduler != "slurm" or self.launcher != "srun"):
-            raise ValueError(f"defaults.batch_request: cores leaves the ranks' tasks and CPUs to srun, but the "
-                             f"scheduler is {self.scheduler} and the launcher {self.launcher}")
-        if self.defaults.batch_request == "cores" and not self.defaults.exclusive:
-            raise ValueError("defaults.batch_request: cores asks every core of each node, but defaults.exclusive is "
-                             "false (a job that shares its nodes); set exclusive: true, or ask tasks")
+        # cores: the header asks the job's cores as one-CPU tasks and the launcher lays the ranks over them: srun, or
+        # Open MPI's mpirun, which takes each node's slots from them and names its own ranks per node (CU Boulder
+        # Alpine: "a 50-core job ... using 2 GPUs: --nodes=1 --ntasks=50 --gres=gpu:2", "mpirun -np 4")
+        if self.defaults.batch_request == "cores" and (
+                self.scheduler != "slurm" or self.launcher not in ("srun", "mpirun")
+                or (self.launcher == "mpirun" and (self.mpi != "openmpi" or self.launch.mpirun_layout != "restate"))):
+            raise ValueError(f"defaults.batch_request: cores leaves the ranks' tasks and CPUs to srun or to Open MPI's "
+                             f"mpirun (launch.mpirun_layout: restate), but the scheduler is {self.scheduler}, the "
+                             f"launcher {self.launcher} and the MPI {self.mpi}")
         if self.defaults.batch_request == "cores" and self.defaults.gpu_request == "gpus-per-task":
             raise ValueError("defaults.batch_request: cores asks a task of one CPU per core, and defaults.gpu_request: "
                              "gpus-per-task would give each of them GPUs; ask the GPUs per node (gres, gpus-per-node)")
