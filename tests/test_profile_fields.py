@@ -1917,3 +1917,24 @@ def test_one_partition_runs_longer_jobs_under_another_qos(tmp_path):
     with pytest.raises(HpcdlError, match=r"^time: 8-00:00:00 is longer than queue 'aa100' of site 'volta-x86' runs "
                                          r"\(defaults.partition_by_nodes: aa100 max_time 7-00:00:00\)$"):
         render_job_script(site, make_plan(site, JobRequest(nodes=1)), {}, JobOptions(time="8-00:00:00"))
+
+
+def test_a_conda_environment_entered_with_condas_activate_script_where_the_centre_does(tmp_path):
+    # MIT ORCD Engaging's PyTorch jobs (github.com/mit-orcd/orcd-docs-edit @0f2610108c33f6d62bc16fe2ef1727d12d1beb26,
+    # docs/recipes/torch-gpu.md): 'module load miniforge/24.3.0-0', 'source activate pytorch': conda's own activate
+    # script, on the PATH the Miniforge module sets, which needs no shell function (no `conda init`, no hook)
+    site = _profile(tmp_path, POLARIS, **{"environment.activate_command": "source",
+                                          "environment.activate": "pytorch"})
+    lines = _render(site, tmp_path, account="p").splitlines()
+    entered = lines.index("source activate pytorch")
+    assert entered > max(i for i, line in enumerate(lines) if line.startswith("module load "))
+    assert not any(line.startswith("conda activate") for line in lines)
+    # the default stays `conda activate`
+    assert any(line.startswith("conda activate") for line in _render(load_site_file(POLARIS), tmp_path, account="p").splitlines())
+    with pytest.raises(HpcdlError, match=r"environment.*activate_command: conda's activate script, not for a venv environment"):
+        _profile(tmp_path, POLARIS, **{"environment.kind": "venv", "environment.activate": "/opt/venv",
+                                       "environment.activate_command": "source"})
+    with pytest.raises(HpcdlError, match=r"environment.*activate_command: source .* hook"):
+        _profile(tmp_path, POLARIS, **{"environment.activate_command": "source", "environment.hook": True})
+    with pytest.raises(HpcdlError, match=r"environment.*activate_command"):
+        _profile(tmp_path, POLARIS, **{"environment.activate_command": "eval"})

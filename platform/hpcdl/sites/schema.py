@@ -1394,6 +1394,13 @@ class SiteEnvironment(_Strict):
         "scripts enter conda so, from a conda install not on the batch shell's PATH (MASSIVE M3's GPU jobs: `source "
         "/path/to/miniconda/bin/activate`, then `conda activate tf2-gpu`): absolute, or under a variable the job has",
     )
+    activate_command: Literal["conda", "source"] = Field(
+        default="conda",
+        description="conda: how the job enters the environment, `conda activate <activate>` (the default) or "
+        "`source activate <activate>`, conda's own activate script on the PATH a conda module sets, which needs no "
+        "shell function, where the centre's job scripts enter it so (MIT ORCD Engaging: `module load "
+        "miniforge/24.3.0-0`, `source activate pytorch`)",
+    )
     frameworks: tuple[Literal["pytorch", "tensorflow", "mxnet"], ...] = Field(
         default=("pytorch",), description="the frameworks it holds"
     )
@@ -1455,6 +1462,11 @@ class SiteEnvironment(_Strict):
             raise ValueError(f"init: the script that brings conda, not for a {self.kind} environment")
         if self.init and self.hook:
             raise ValueError("init: the sourced script and hook both define conda's shell function; name one")
+        if self.activate_command != "conda" and self.kind != "conda":
+            raise ValueError(f"activate_command: conda's activate script, not for a {self.kind} environment")
+        if self.activate_command == "source" and (self.hook or self.init):
+            raise ValueError("activate_command: source enters the environment with conda's activate script, which "
+                             "needs no shell function; not beside hook or init, which define one for `conda activate`")
         if self.module_env and self.kind != "container":
             raise ValueError(f"module_env: the variables a container environment's image may name; this is a "
                              f"{self.kind} environment")
