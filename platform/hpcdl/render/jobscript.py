@@ -870,6 +870,10 @@ def env_path_lines(plan: Plan) -> list[str]:
     lines = []
     for name, parts in sorted(plan.env_paths.items()):
         env_name(name)
+        if parts.get("path") is not None:
+            # one path under a variable the job has (HF_HOME on $SCRATCH): only $NAME references expand
+            lines.append(f"export {name}={path_with_variables(parts['path'])}")
+            continue
         before = ":".join(path_with_variables(p) for p in parts.get("prepend", ()))
         after = ":".join(path_with_variables(p) for p in parts.get("append", ()))
         own = f'"${{{name}:+:${{{name}}}}}"' if before else f'"${{{name}:+${{{name}}}:}}"'
