@@ -847,7 +847,9 @@ def activate_lines(site: Site, plan: Plan) -> list[str]:
         # (MASSIVE M3: `source /path/to/miniconda/bin/activate`); only its $NAME references expand
         init = ["# shellcheck disable=SC1090,SC1091", f"source {path_with_variables(env.init)}"] if env.init else []
         return init + hook + ["conda activate" + (f" {quote(env.activate)}" if env.activate else "")]
-    return [f"source {path_with_variables(env.activate.rstrip('/') + '/bin/activate')}"]
+    # the venv's own script, on the cluster alone: shellcheck cannot follow it (a folder under $SCRATCH: SC1091)
+    return ["# shellcheck disable=SC1090,SC1091",
+            f"source {path_with_variables(env.activate.rstrip('/') + '/bin/activate')}"]
 
 
 def ulimit_lines(plan: Plan) -> list[str]:
