@@ -1938,3 +1938,35 @@ def test_a_conda_environment_entered_with_condas_activate_script_where_the_centr
         _profile(tmp_path, POLARIS, **{"environment.activate_command": "source", "environment.hook": True})
     with pytest.raises(HpcdlError, match=r"environment.*activate_command"):
         _profile(tmp_path, POLARIS, **{"environment.activate_command": "eval"})
+
+
+def test_an_env_path_under_a_variable_expands_only_its_variable_references(tmp_path):
+    # Texas A&M HPRC's ACES job exports HF_HOME="$SCRATCH/.cache/huggingface" (tamu-edu/dor-hprc-drona-environments,
+    # run_slurm.sh): a plain env value is exported quoted and reaches the job as a literal $SCRATCH, so
+    # env: {HF_HOME: {path: ...}} is one path whose $NAME references expand, and nothing else in it runs
+    site = _profile(tmp_path, POLARIS, **{"provides_env": ["SCRATCH"],
+                                          "env.HF_HOME": {"path": "$SCRATCH/.cache/$(touch pwned)`id`"}})
+    text = _render(site, tmp_path, account="p")
+    line = next(x for x in text.splitlines() if x.startswith("export HF_HOME="))
+    env = {"PATH": os.environ["PATH"], "SCRATCH": "/scratch/user/u"}
+    out = subprocess.run(["bash", "-uc", f"cd {tmp_path} && {line} && printf %s \"$HF_HOME\""],
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and out.stdout == "/scratch/user/u/.cache/$(touch pwned)`id`"
+    assert not (tmp_path / "pwned").exists()
+    plan = make_plan(site, JobRequest(nodes=1))
+    assert plan.env_paths["HF_HOME"] == {"path": "$SCRATCH/.cache/$(touch pwned)`id`"} and "HF_HOME" not in plan.env
+
+
+@pytest.mark.parametrize("value,match", [
+    ({"path": "$NOPE/x"}, r"NOPE"),
+    ({"path": "/a", "prepend": ["/b"]}, r"env\.HF_HOME.*path is the whole value"),
+    ({}, r"env\.HF_HOME.*give path"),
+])
+def test_an_env_path_is_one_path_under_a_variable_the_job_has(tmp_path, value, match):
+    with pytest.raises(HpcdlError, match=match):
+        _profile(tmp_path, POLARIS, **{"env.HF_HOME": value})
+
+
+def test_the_library_path_is_never_replaced_whole(tmp_path):
+    with pytest.raises(HpcdlError, match=r"env\.LD_LIBRARY_PATH: path would replace the library path whole"):
+        _profile(tmp_path, POLARIS, **{"env.LD_LIBRARY_PATH": {"path": "/opt/lib"}})

@@ -232,6 +232,14 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
                                                 "master_addr_env": None, "master_port_env": None,
                                                 **_stand_in_wrappers(site, folder)})
         site = site.model_copy(update={"launch": launch})
+        # nor the variables the centre sets in every job (Texas A&M HPRC's $SCRATCH, under which its jobs put
+        # HF_HOME: env {path: ...}): a folder of the test's stands in for each that such a path names
+        stand_ins = {name: str(folder / "provided" / name) for name in site.provides_env}
+        env = {name: value.model_copy(update={"path": re.sub(
+                   r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: stand_ins.get(m.group(1), m.group(0)), value.path)})
+               if not isinstance(value, str) and value.path is not None else value
+               for name, value in site.env.items()}
+        site = site.model_copy(update={"env": env})
     # a machine with a single node of the kind (Mahidol's MAI HPC: one H100 node, one A100 node) gets a one-node job,
     # and so does a kind whose queues take one node at most (Purdue Gautschi's smallgpu: "You can use up to 2 GPUs in
     # this partition at once", its node's two)

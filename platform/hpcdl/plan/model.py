@@ -170,7 +170,8 @@ class Plan:
         return cls(
             **{**data, "ranks": ranks, "launcher_argv": tuple(data["launcher_argv"]), "notes": tuple(data.get("notes", ())),
                "spatial": spatial, "runtime": runtime, "modules": tuple(data.get("modules", ())),
-               "env_paths": {k: {"prepend": list(v.get("prepend", ())), "append": list(v.get("append", ()))}
+               "env_paths": {k: {"path": v["path"]} if v.get("path") is not None
+                             else {"prepend": list(v.get("prepend", ())), "append": list(v.get("append", ()))}
                              for k, v in data.get("env_paths", {}).items()},
                "ulimit": dict(data.get("ulimit", {})), "spawner_argv": tuple(data.get("spawner_argv", ()))}
         )

@@ -865,7 +865,9 @@ def activate_lines(site: Site, plan: Plan) -> list[str]:
             # `module load miniforge/24.3.0-0`, `source activate pytorch`): no shell function needed
             return ["# shellcheck disable=SC1091", "source activate" + (f" {quote(env.activate)}" if env.activate else "")]
         return init + hook + ["conda activate" + (f" {quote(env.activate)}" if env.activate else "")]
-    return [f"source {path_with_variables(env.activate.rstrip('/') + '/bin/activate')}"]
+    # the venv's own script, on the cluster alone: shellcheck cannot follow it (a folder under $SCRATCH: SC1091)
+    return ["# shellcheck disable=SC1090,SC1091",
+            f"source {path_with_variables(env.activate.rstrip('/') + '/bin/activate')}"]
 
 
 def ulimit_lines(plan: Plan) -> list[str]:
@@ -888,6 +890,10 @@ def env_path_lines(plan: Plan) -> list[str]:
     lines = []
     for name, parts in sorted(plan.env_paths.items()):
         env_name(name)
+        if parts.get("path") is not None:
+            # one path under a variable the job has (HF_HOME on $SCRATCH): only $NAME references expand
+            lines.append(f"export {name}={path_with_variables(parts['path'])}")
+            continue
         before = ":".join(path_with_variables(p) for p in parts.get("prepend", ()))
         after = ":".join(path_with_variables(p) for p in parts.get("append", ()))
         own = f'"${{{name}:+:${{{name}}}}}"' if before else f'"${{{name}:+${{{name}}}:}}"'

@@ -965,10 +965,27 @@ class Defaults(_Strict):
 
 class EnvPath(_Strict):
     """An environment value built from other variables, as data: folders put before and after the
-    variable's own value (LD_LIBRARY_PATH). The job shell expands only $NAME references."""
+    variable's own value (LD_LIBRARY_PATH), or one path under a variable the job has (`path`:
+    HF_HOME on $SCRATCH, as Texas A&M HPRC's jobs export it). The job shell expands only $NAME references."""
 
     prepend: tuple[str, ...] = ()
     append: tuple[str, ...] = ()
+    path: str | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _a_path(cls, path: str | None) -> str | None:
+        return None if path is None else _plain_path(path)
+
+    @model_validator(mode="after")
+    def _path_or_list(self) -> "EnvPath":
+        if self.path is not None and (self.prepend or self.append):
+            raise ValueError("path is the whole value; prepend and append build a list on the variable's own "
+                             "value: give one or the other")
+        if self.path is None and not (self.prepend or self.append):
+            raise ValueError("give path (one path, its $NAME references expanded) or prepend/append (folders "
+                             "around the variable's own value)")
+        return self
 
     @field_validator("prepend", "append")
     @classmethod
@@ -1929,7 +1946,11 @@ class Site(_Strict):
                   ("container.workdir", self.container.workdir)]
         for name, value in self.env.items():
             if isinstance(value, EnvPath):
-                places += [(f"env.{name}", p) for p in (*value.prepend, *value.append)]
+                if value.path is not None and name == "LD_LIBRARY_PATH":
+                    # a container runtime binds the library folders a profile adds around the host's own
+                    raise ValueError("env.LD_LIBRARY_PATH: path would replace the library path whole; give the "
+                                     "folders as prepend or append (docs/sites.md, env)")
+                places += [(f"env.{name}", p) for p in (*value.prepend, *value.append, *(value.path or "",)) if p]
         # the site's environment and each node kind's own: an image is named on the launch line, after the job's
         # modules load, so it may also use what they set (module_env, for that environment's image alone)
         also: dict[str, set[str]] = {}
