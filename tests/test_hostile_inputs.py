@@ -17,7 +17,14 @@ from conftest import FIXTURE_SITES, RECIPES, hpcdl, shellcheck
 
 from hpcdl.errors import HpcdlError
 from hpcdl.executors.local import job_environment
-from hpcdl.shell import path_in_double_quotes, path_with_variables, slurm_directive_value
+from hpcdl.shell import (
+    leading_variable,
+    path_in_double_quotes,
+    path_with_variables,
+    slurm_directive_value,
+    variables_in,
+    with_braces,
+)
 
 
 def payloads() -> list[str]:
@@ -159,6 +166,18 @@ def test_a_site_path_inside_a_double_quoted_word_expands_its_variables_and_nothi
     assert out == hostile + "//home/u/runs"
     with pytest.raises(HpcdlError):
         path_in_double_quotes("/a\nb")
+
+
+def test_one_spelling_of_a_variable_reference_is_read_everywhere():
+    """The profile's checks, the job script's quoting and the Container Engine's EDF read $NAME, ${NAME} and
+    ${NAME%word} alike; a $( or a lone $ is no variable."""
+    assert variables_in("$SCRATCH/${USER}/${SLURM_JOB_ACCOUNT%-gpu}/$(id)/$") == ["SCRATCH", "USER", "SLURM_JOB_ACCOUNT"]
+    assert leading_variable("$RCAC_SCRATCH/runs") == leading_variable("${RCAC_SCRATCH}") == "RCAC_SCRATCH"
+    assert leading_variable("$RCAC_SCRATCHES") == "RCAC_SCRATCHES"
+    assert leading_variable("${RCAC_SCRATCH}x/runs") is None
+    assert leading_variable("/scratch/$USER") is None
+    assert leading_variable("${RCAC_SCRATCH%/x}/runs") is None
+    assert with_braces("/mnt/bb/$USER/${HOME}/${A%-gpu}/$") == "/mnt/bb/${USER}/${HOME}/${A%-gpu}/$"
 
 
 def test_slurm_directive_values_keep_plain_words_bare_and_quote_the_rest():

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 from hpcdl.errors import HpcdlError
 from hpcdl.launchers.base import LaunchPlan
 from hpcdl.registry import Registry
-from hpcdl.shell import Expanding, RuntimeExpands
+from hpcdl.shell import Expanding, RuntimeExpands, leading_variable, with_braces
 from hpcdl.sites.schema import Site
 
 
@@ -44,10 +42,8 @@ class Runtime:
 
 def _system_bound_variable(path: str, bound: dict[str, str]) -> bool:
     """Whether `path` starts with a variable the centre sets to a folder its runtime mounts by itself
-    (container.system_bound_env: Purdue RCAC's $RCAC_SCRATCH, under /scratch), as $NAME or ${NAME}, alone or
-    followed by a folder."""
-    match = re.match(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))(/|$)", path)
-    return bool(match) and (match.group(1) or match.group(2)) in bound
+    (container.system_bound_env: Purdue RCAC's $RCAC_SCRATCH, under /scratch), alone or followed by a folder."""
+    return leading_variable(path) in bound
 
 
 #: the library path a site's environment extends with host folders
@@ -262,7 +258,7 @@ class ContainerEngineRuntime(Runtime):
             return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
         # the EDF expands ${NAME} only in braces (CSCS: "use curly braces for environment variables")
-        mounts = [re.sub(r"\$([A-Za-z_][A-Za-z0-9_]*)", r"${\1}", str(p)) for p in self.binds(site)]
+        mounts = [with_braces(str(p)) for p in self.binds(site)]
         lines = [f"image = {toml(_named(image, site))}",
                  "mounts = [" + ", ".join(toml(m) for m in [*mounts, "${HPCDL_JOB_DIR}"]) + "]",
                  'workdir = "${HPCDL_JOB_DIR}"']

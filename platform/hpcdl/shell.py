@@ -7,9 +7,30 @@ import shlex
 
 from hpcdl.errors import HpcdlError
 
-# $NAME, ${NAME}, or ${NAME%word}: the shell's removal of a literal suffix (a project's folder from the account
-# Slurm charged, $SLURM_JOB_ACCOUNT less a node kind's account suffix); the word holds no pattern or expansion
-_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(%[A-Za-z0-9._-]+)?\}|([A-Za-z_][A-Za-z0-9_]*))")
+#: $NAME, ${NAME}, or ${NAME%word}: the shell's removal of a literal suffix (a project's folder from the account
+#: Slurm charged, $SLURM_JOB_ACCOUNT less a node kind's account suffix); the word holds no pattern or expansion.
+#: The one spelling of a variable reference that hpcdl lets expand: the profile's checks, the job script's
+#: quoting and the modulefiles' all read it here.
+VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(%[A-Za-z0-9._-]+)?\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def variables_in(text: str) -> list[str]:
+    """The names of the variables `text` refers to, in order ($SCRATCH/${USER} -> SCRATCH, USER)."""
+    return [match.group(1) or match.group(3) for match in VARIABLE.finditer(text)]
+
+
+def with_braces(text: str) -> str:
+    """`text` with each variable written ${NAME} ($SCRATCH/x -> ${SCRATCH}/x), for readers that expand only that form."""
+    return VARIABLE.sub(lambda m: "${" + (m.group(1) or m.group(3)) + (m.group(2) or "") + "}", text)
+
+
+def leading_variable(path: str) -> str | None:
+    """The variable `path` starts with, alone or followed by a folder ($RCAC_SCRATCH/runs -> RCAC_SCRATCH); None
+    where it starts otherwise, or with ${NAME%word}, which is not the variable's value."""
+    match = VARIABLE.match(path)
+    if match is None or match.group(2) or path[match.end():match.end() + 1] not in ("", "/"):
+        return None
+    return match.group(1) or match.group(3)
 
 
 class Expanding(str):
@@ -113,7 +134,7 @@ def path_with_variables(path: str) -> str:
     """
     one_line("path", path)
     parts, last = [], 0
-    for match in _VARIABLE.finditer(path):
+    for match in VARIABLE.finditer(path):
         if match.start() > last:
             parts.append(quote(path[last:match.start()]))
         parts.append('"${' + (match.group(1) or match.group(3)) + (match.group(2) or "") + '}"')
@@ -132,7 +153,7 @@ def path_in_double_quotes(path: str) -> str:
     """
     one_line("path", path)
     parts, last = [], 0
-    for match in _VARIABLE.finditer(path):
+    for match in VARIABLE.finditer(path):
         parts.append(_inert_in_double_quotes(path[last:match.start()]))
         parts.append("${" + (match.group(1) or match.group(3)) + (match.group(2) or "") + "}")
         last = match.end()

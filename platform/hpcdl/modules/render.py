@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from hpcdl.errors import HpcdlError
 from hpcdl.images.frameworks import ImageFrameworks
 from hpcdl.modules.generator import DEFAULT_PREFIX, FRAMEWORK_TITLES, FrameworkModule, SiteModules, site_modules
 from hpcdl.modules.model import BINDS_SLOT, IMAGE_SLOT, ModuleSpec, Wrapper
-from hpcdl.shell import env_name, quote
+from hpcdl.shell import VARIABLE, env_name, quote
 from hpcdl.sites.schema import Site
 
 
@@ -42,8 +41,6 @@ def lua_long_string(value) -> str:
     return f"[{eq}[\n{text}\n]{eq}]"
 
 
-# $NAME, ${NAME}, or ${NAME%word}, the removal of a literal suffix (hpcdl.shell.path_with_variables)
-_SHELL_VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*(?:%[A-Za-z0-9._-]+)?\})")
 
 
 def sh_expanding(value) -> str:
@@ -51,7 +48,7 @@ def sh_expanding(value) -> str:
     /mnt/bb/$USER or $SCRATCH); every other character, a lone $ or a backquote included, is literal."""
     text = str(value)
     out, last = [], 0
-    for match in _SHELL_VARIABLE.finditer(text):
+    for match in VARIABLE.finditer(text):
         out.append(_escape_in_double_quotes(text[last : match.start()]))
         out.append(match.group(0))
         last = match.end()

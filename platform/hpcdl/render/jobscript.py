@@ -38,9 +38,10 @@ from hpcdl.shell import (
     plain_word,
     quote,
     slurm_directive_value,
+    variables_in,
 )
 from hpcdl.sites.project import with_project
-from hpcdl.sites.schema import ULIMIT_OPTIONS, ULIMIT_VALUE, NodeKind, Site, slurm_seconds, variables_in
+from hpcdl.sites.schema import ULIMIT_OPTIONS, ULIMIT_VALUE, NodeKind, Site, slurm_seconds
 
 SCHEDULERS = ("local", "slurm", "lsf", "pbs")
 

@@ -15,6 +15,8 @@ from typing import Annotated, Iterable, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
+from hpcdl.shell import VARIABLE, variables_in
+
 Scheduler = Literal["slurm", "lsf", "pbs", "local"]
 Launcher = Literal["srun", "jsrun", "ibrun", "mpirun", "mpiexec", "pals", "aprun", "local"]
 Runtime = Literal["singularity", "apptainer", "shifter", "podman-hpc", "charliecloud", "container-engine", "none"]
@@ -74,15 +76,13 @@ LAUNCHER_NEEDS: dict[str, tuple[str, ...]] = {
 #: variables every job shell has: the login's and the batch system's own (a path may use them)
 ALWAYS_SET = ("USER", "HOME", "LOGNAME", "HOSTNAME", "PWD", "TMPDIR")
 SCHEDULER_VARIABLE_PREFIX = {"slurm": "SLURM_", "lsf": "LSB_", "pbs": "PBS_", "local": "HPCDL_"}
-# $NAME, ${NAME} or ${NAME%word} (a literal suffix removed): the references a path expands (hpcdl.shell)
-_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:%[A-Za-z0-9._-]+)?\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
 def _absolute_in_job(value: str) -> str:
     """A path a job uses as it runs: absolute, or starting with a variable the job has that expands to one. A job runs
     in its own folder, so a relative path would be read, made or sourced wherever that is (a relative modules.init
     sourced ../../../../etc/passwd)."""
-    if not (value.startswith("/") or _VARIABLE.match(value)):
+    if not (value.startswith("/") or VARIABLE.match(value)):
         raise ValueError(f"{value!r} must be an absolute path (or start with a $VARIABLE the job has, such as $HOME, "
                          "$SLURM_TMPDIR or one named in provides_env)")
     return value
@@ -95,10 +95,6 @@ PROJECT_PLACEHOLDER = "{project}"
 _DIRECTIVE = re.compile(r"^--?[A-Za-z][A-Za-z0-9_-]*(?:[ =][A-Za-z0-9._:+=,@/%\[\]-]+)?$")
 _WORD = re.compile(r"^[A-Za-z0-9._:+=,@/%-]+$")
 _PER_NODE = re.compile(r"^[1-9][0-9]{0,8}[A-Za-z]{0,3}$")
-
-
-def variables_in(text: str) -> list[str]:
-    return [m.group(1) or m.group(2) for m in _VARIABLE.finditer(text)]
 
 
 class _Strict(BaseModel):
