@@ -861,11 +861,13 @@ def activate_lines(site: Site, plan: Plan) -> list[str]:
         # or the script of a conda install the batch shell's PATH lacks, sourced where the centre's scripts source it
         # (MASSIVE M3: `source /path/to/miniconda/bin/activate`); only its $NAME references expand
         init = ["# shellcheck disable=SC1090,SC1091", f"source {path_with_variables(env.init)}"] if env.init else []
+        # the environment's name, one inert word; none: conda's base
+        name = f" {quote(env.activate)}" if env.activate else ""
         if env.activate_command == "source":
             # conda's own activate script, found on the PATH the centre's conda module sets (MIT ORCD Engaging:
             # `module load miniforge/24.3.0-0`, `source activate pytorch`): no shell function needed
-            return ["# shellcheck disable=SC1091", "source activate" + (f" {quote(env.activate)}" if env.activate else "")]
-        return init + hook + ["conda activate" + (f" {quote(env.activate)}" if env.activate else "")]
+            return ["# shellcheck disable=SC1091", "source activate" + name]
+        return init + hook + ["conda activate" + name]
     # the venv's own script, on the cluster alone: shellcheck cannot follow it (a folder under $SCRATCH: SC1091)
     return ["# shellcheck disable=SC1090,SC1091",
             f"source {path_with_variables(env.activate.rstrip('/') + '/bin/activate')}"]
