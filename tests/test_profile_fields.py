@@ -1986,5 +1986,8 @@ def test_a_node_kind_for_gpu_jobs_only_refuses_a_cpu_only_job(tmp_path):
     assert [r.gpus for r in plan.ranks] == [(0,), (1,), (2,), (3,)]
     # without it a CPU-only job on the GPU nodes is planned, as any site's
     assert not make_plan(load_site_file(base), JobRequest(nodes=1, use_gpus=False)).ranks[0].gpus
+    # the shipped Athena carries it
+    with pytest.raises(HpcdlError, match=r"gpu_jobs_only"):
+        make_plan(load_site("athena"), JobRequest(nodes=1, use_gpus=False))
     with pytest.raises(HpcdlError, match=r"node_kinds\.cpu\.defaults\.gpu_jobs_only: the kind has no GPUs"):
         _profile(tmp_path, SHIPPED / "perlmutter.yaml", **{"node_kinds.cpu.defaults.gpu_jobs_only": True})
