@@ -1970,3 +1970,24 @@ def test_an_env_path_is_one_path_under_a_variable_the_job_has(tmp_path, value, m
 def test_the_library_path_is_never_replaced_whole(tmp_path):
     with pytest.raises(HpcdlError, match=r"env\.LD_LIBRARY_PATH: path would replace the library path whole"):
         _profile(tmp_path, POLARIS, **{"env.LD_LIBRARY_PATH": {"path": "/opt/lib"}})
+
+
+def test_a_node_kind_for_gpu_jobs_only_refuses_a_cpu_only_job(tmp_path):
+    """Cyfronet Athena: "Please use Athena only for GPU-enabled jobs. Running extensive workloads not using GPUs will
+    result in account suspension." (https://docs.cyfronet.pl/display/~plgpawlik/Athena):
+    node_kinds.<kind>.defaults.gpu_jobs_only refuses a plan whose ranks hold no GPU there, naming the field, where
+    the centre would sanction the job after it ran; a GPU job is planned as before, and a kind without GPUs cannot
+    carry it."""
+    base = SHIPPED / "raven.yaml"
+    site = _profile(tmp_path, base, **{"node_kinds.gpu.defaults.gpu_jobs_only": True})
+    with pytest.raises(HpcdlError, match=r"^GPUs: .*\(node_kinds\.gpu\.defaults\.gpu_jobs_only\)"):
+        make_plan(site, JobRequest(nodes=1, use_gpus=False))
+    plan = make_plan(site, JobRequest(nodes=1))
+    assert [r.gpus for r in plan.ranks] == [(0,), (1,), (2,), (3,)]
+    # without it a CPU-only job on the GPU nodes is planned, as any site's
+    assert not make_plan(load_site_file(base), JobRequest(nodes=1, use_gpus=False)).ranks[0].gpus
+    # the shipped Athena carries it
+    with pytest.raises(HpcdlError, match=r"gpu_jobs_only"):
+        make_plan(load_site("athena"), JobRequest(nodes=1, use_gpus=False))
+    with pytest.raises(HpcdlError, match=r"node_kinds\.cpu\.defaults\.gpu_jobs_only: the kind has no GPUs"):
+        _profile(tmp_path, SHIPPED / "perlmutter.yaml", **{"node_kinds.cpu.defaults.gpu_jobs_only": True})

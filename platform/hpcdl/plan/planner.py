@@ -305,7 +305,12 @@ def _use_gpus(site: Site, kind_name: str, node: NodeKind, request: JobRequest) -
             f"GPUs requested but node kind {kind_name!r} of site {site.name!r} has none; "
             f"{hint}, or run on CPUs with --mode per-socket"
         )
-    return bool(node.gpus) if wants is None else wants
+    use = bool(node.gpus) if wants is None else wants
+    if not use and node.defaults.gpu_jobs_only:
+        # the centre allows only GPU jobs here (Cyfronet Athena: "Please use Athena only for GPU-enabled jobs")
+        raise HpcdlError(f"GPUs: site {site.name!r} runs only GPU jobs on node kind {kind_name!r} "
+                         f"(node_kinds.{kind_name}.defaults.gpu_jobs_only); run with GPUs, or on another machine")
+    return use
 
 
 def _resolve_mode(site: Site, kind_name: str, node: NodeKind, mode: str, use_gpus: bool) -> str:

@@ -372,6 +372,15 @@ class NodeKindDefaults(_Strict):
             "jobs take their nodes whole (defaults.exclusive), which holds every CPU of them"
         ),
     )
+    gpu_jobs_only: bool = Field(
+        default=False,
+        description=(
+            "true where the centre allows only GPU jobs on this kind and sanctions CPU-only work there (Cyfronet "
+            "Athena: 'Please use Athena only for GPU-enabled jobs. Running extensive workloads not using GPUs will "
+            "result in account suspension.'): a job whose ranks hold no GPU (--no-gpus, or a CPU mode) is refused, "
+            "naming the field. Refused on a kind without GPUs"
+        ),
+    )
 
 
 class NodeKind(_Strict):
@@ -1587,6 +1596,9 @@ class Site(_Strict):
             raise ValueError(f"defaults.gpu_request: {self.defaults.gpu_request} is an LSF setting, but the scheduler "
                              f"is {self.scheduler}")
         for kind_name, kind in self.node_kinds.items():
+            if kind.defaults.gpu_jobs_only and not kind.gpus:
+                raise ValueError(f"node_kinds.{kind_name}.defaults.gpu_jobs_only: the kind has no GPUs, so no job "
+                                 "could run on it")
             if kind.defaults.gpu_type and self.scheduler != "slurm":
                 raise ValueError(f"node_kinds.{kind_name}.defaults.gpu_type: Slurm's GRES type, but the scheduler "
                                  f"is {self.scheduler}")
