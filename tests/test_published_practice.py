@@ -43,7 +43,7 @@ CHECK_KEYS = {
     "directives", "directive_matching", "env", "env_absent", "modules", "rank_env", "placement", "script_absent",
     "script_matching", "known_mismatch", "spawner", "spawn",
 }
-PLACEMENT_KEYS = {"cores", "cpus", "gpus", "nic"}
+PLACEMENT_KEYS = {"cores", "cpus", "gpus", "nic", "socket"}
 DIRECTIVE_PREFIX = {"slurm": "#SBATCH ", "lsf": "#BSUB ", "pbs": "#PBS "}
 PROGRAM = ["hpcdl", "train"]  # the trainer's first words: what follows the runtime on the launch line
 ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -189,6 +189,17 @@ def _cores(text) -> list[int]:
     return out
 
 
+def _socket(job: "Rendered", rank: dict, want):
+    """The socket a placement check names for a rank: a number, or `gpu`, the socket its GPUs hang off in the
+    profile (where a centre says each task sits on its own GPU's socket and not which socket that is)."""
+    if want != "gpu":
+        return int(want)
+    _, kind = job.site.node_kind(job.plan["node_kind"])
+    sockets = {kind.gpus[g].socket for g in rank["gpus"]}
+    assert len(sockets) == 1, f"placement socket: gpu: rank {rank['rank']}'s GPUs {rank['gpus']} are on sockets {sockets}"
+    return sockets.pop()
+
+
 def effective_request(case: dict, check: dict) -> dict:
     return {**case.get("request", {}), **check.get("request", {})}
 
@@ -255,10 +266,12 @@ def judge(check: dict, job: Rendered, where: str = "", named: set[str] = frozens
         assert set(want) <= PLACEMENT_KEYS, f"{where}: placement: {sorted(set(want) - PLACEMENT_KEYS)}"
         for rank in (r for r in job.plan["ranks"] if r["local_rank"] == int(local_rank)):
             # the CPUs a rank binds to are a set (the plan lists them core by core, each core's threads together)
-            got = {"cores": rank["cores"], "cpus": sorted(rank["cpus"]), "gpus": rank["gpus"], "nic": rank["nic"]}
+            got = {"cores": rank["cores"], "cpus": sorted(rank["cpus"]), "gpus": rank["gpus"], "nic": rank["nic"],
+                   "socket": rank["socket"]}
             expected = {"cores": _cores(want["cores"]) if "cores" in want else None,
                         "cpus": sorted(_cores(want["cpus"])) if "cpus" in want else None,
-                        "gpus": [int(g) for g in want["gpus"]] if "gpus" in want else None, "nic": want.get("nic")}
+                        "gpus": [int(g) for g in want["gpus"]] if "gpus" in want else None, "nic": want.get("nic"),
+                        "socket": _socket(job, rank, want["socket"]) if "socket" in want else None}
             for key in want:
                 if got[key] != expected[key]:
                     wrong.append(f"{where}: rank {rank['rank']} {key} {got[key]}, not {expected[key]}")
