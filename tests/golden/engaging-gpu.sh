@@ -1,9 +1,9 @@
 #!/bin/bash
 #SBATCH --job-name=digits-quick
 #SBATCH --nodes=1
-#SBATCH --ntasks=4
-#SBATCH --ntasks-per-node=4
-#SBATCH --cpus-per-task=16
+#SBATCH --ntasks=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=64
 #SBATCH --gres=gpu:4
 #SBATCH --time=01:00:00
 #SBATCH --partition=mit_normal_gpu
@@ -24,6 +24,8 @@ export HPCDL_PROGRESS
 #   local rank 2: socket 1, cores 32-47, GPU 2, NIC -, 16 thread(s)
 #   local rank 3: socket 1, cores 48-63, GPU 3, NIC -, 16 thread(s)
 
+# srun below takes the layout from this header, but since Slurm 22.05 not its --cpus-per-task: srun reads this.
+export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
 HPCDL_JOB_ID=$SLURM_JOB_ID
 HPCDL_JOB_NAME=digits-quick
 export HPCDL_JOB_ID HPCDL_JOB_NAME
@@ -48,7 +50,7 @@ export HPCDL_JOB_DIR
 
 # The plan and the recipe travel inside the script, so the job is a complete record.
 cat > plan.json <<'HPCDL_PLAN_JSON'
-{"distributed": "nccl", "env": {"HPCDL_INTER_OP_THREADS": "1", "HPCDL_INTRA_OP_THREADS": "16", "KMP_AFFINITY": "granularity=fine,compact,1,0", "KMP_BLOCKTIME": "1", "OMP_NUM_THREADS": "16", "OMP_PLACES": "cores", "OMP_PROC_BIND": "close"}, "framework": "pytorch", "launcher": "srun", "launcher_argv": ["srun", "--nodes=1", "--ntasks=4", "--ntasks-per-node=4", "--cpus-per-task=16", "--mpi=pmix", "--gres=gpu:4"], "mode": "per-gpu", "node_kind": "l40s", "nodes": 1, "notes": ["one rank per GPU: 4 of 4 GPUs, spread evenly over the sockets", "every rank sees every GPU of its node and drives its own by local rank (HPCDL_GPU), so CUDA IPC works between the ranks of a node"], "precision": "fp32", "ranks": [{"cores": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], "cpus": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], "env": {"HPCDL_GPU": "0"}, "gpus": [0], "local_rank": 0, "nic": null, "node": 0, "omp_num_threads": 16, "rank": 0, "socket": 0}, {"cores": [16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31], "cpus": [16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31], "env": {"HPCDL_GPU": "1"}, "gpus": [1], "local_rank": 1, "nic": null, "node": 0, "omp_num_threads": 16, "rank": 1, "socket": 0}, {"cores": [32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47], "cpus": [32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47], "env": {"HPCDL_GPU": "2"}, "gpus": [2], "local_rank": 2, "nic": null, "node": 0, "omp_num_threads": 16, "rank": 2, "socket": 1}, {"cores": [48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63], "cpus": [48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63], "env": {"HPCDL_GPU": "3"}, "gpus": [3], "local_rank": 3, "nic": null, "node": 0, "omp_num_threads": 16, "rank": 3, "socket": 1}], "ranks_per_node": 4, "runtime": {"framework_from": "the centre's conda environment pytorch (after module load cuda/12.4.0 miniforge/24.3.0-0), hpcdl installed into it", "image": null, "kind": "conda", "modules": ["cuda/12.4.0", "miniforge/24.3.0-0"], "mpi_from": "the host's openmpi, started by srun", "net_plugin_from": null, "net_plugin_library": null, "refusal": null, "runtime": "none", "verdict": "the centre's own environment (profile environment)"}, "site": "engaging-gpu", "threads_per_rank": 16, "world_size": 4}
+{"distributed": "nccl", "env": {"HPCDL_INTER_OP_THREADS": "1", "HPCDL_INTRA_OP_THREADS": "16", "KMP_AFFINITY": "granularity=fine,compact,1,0", "KMP_BLOCKTIME": "1", "OMP_NUM_THREADS": "16", "OMP_PLACES": "cores", "OMP_PROC_BIND": "close"}, "framework": "pytorch", "launcher": "srun", "launcher_argv": ["srun"], "mode": "per-gpu", "node_kind": "l40s", "nodes": 1, "notes": ["one rank per GPU: 4 of 4 GPUs, spread evenly over the sockets", "every rank sees every GPU of its node and drives its own by local rank (HPCDL_GPU), so CUDA IPC works between the ranks of a node", "srun starts one task per node holding its 4 rank(s)' CPUs and GPUs; torchrun starts the node's ranks (launch.spawner), each binding itself to its cores and GPU from plan.json"], "precision": "fp32", "ranks": [{"cores": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], "cpus": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], "env": {"HPCDL_GPU": "0"}, "gpus": [0], "local_rank": 0, "nic": null, "node": 0, "omp_num_threads": 16, "rank": 0, "socket": 0}, {"cores": [16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31], "cpus": [16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31], "env": {"HPCDL_GPU": "1"}, "gpus": [1], "local_rank": 1, "nic": null, "node": 0, "omp_num_threads": 16, "rank": 1, "socket": 0}, {"cores": [32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47], "cpus": [32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47], "env": {"HPCDL_GPU": "2"}, "gpus": [2], "local_rank": 2, "nic": null, "node": 0, "omp_num_threads": 16, "rank": 2, "socket": 1}, {"cores": [48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63], "cpus": [48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63], "env": {"HPCDL_GPU": "3"}, "gpus": [3], "local_rank": 3, "nic": null, "node": 0, "omp_num_threads": 16, "rank": 3, "socket": 1}], "ranks_per_node": 4, "runtime": {"framework_from": "the centre's conda environment pytorch (after module load cuda/12.4.0 miniforge/24.3.0-0), hpcdl installed into it", "image": null, "kind": "conda", "modules": ["cuda/12.4.0", "miniforge/24.3.0-0"], "mpi_from": "the host's openmpi, started by srun", "net_plugin_from": null, "net_plugin_library": null, "refusal": null, "runtime": "none", "verdict": "the centre's own environment (profile environment)"}, "site": "engaging-gpu", "spawner": "torchrun", "spawner_argv": ["torchrun", "--nnodes=1", "--nproc_per_node=4", "--rdzv_id=${SLURM_JOB_ID}", "--rdzv_backend=c10d", "--rdzv_endpoint=${MASTER_ADDR}:${MASTER_PORT}", "--no-python"], "threads_per_rank": 16, "world_size": 4}
 HPCDL_PLAN_JSON
 cat > recipe.json <<'HPCDL_RECIPE_JSON'
 {"activation_budget_mib": null, "aux_heads": false, "base_lr": 0.01, "batch_size": 32, "bucket_cap_mb": null, "channels_last": false, "class_weighting": "none", "clip_gradients": null, "collective_timeout_s": 300.0, "compile": "none", "cudnn_benchmark": true, "data": {"crop": null, "holdout_fraction": 0.2, "image_size": 32, "loader": "hpcdl", "mean_value": null, "mirror": false, "num_classes": null, "path": null, "scale": 1.0, "shuffle": "global", "source": "digits", "stage": false, "synthetic_samples": 1024, "transform": "auto", "workers": null}, "delta": 1e-08, "device": "auto", "display": 20, "distributed": "auto", "epochs": null, "framework": "pytorch", "gamma": 0.1, "gradient_as_bucket_view": true, "gradient_compression": "none", "gradient_lag": false, "iter_size": 1, "label_smoothing": 0.0, "larc_eps": 1e-08, "larc_mode": "clip", "loss_scale": "dynamic", "lr_policy": "multistep", "max_iter": 500, "momentum": 0.9, "momentum2": 0.999, "momentum_correction": false, "name": "digits-quick", "net": "cifar10_quick", "no_bias_decay": false, "power": 1.0, "precision": "fp32", "random_seed": 1, "reference_batch": null, "regularization_type": "L2", "rms_decay": 0.99, "snapshot": null, "snapshot_failure": "stop", "snapshot_keep": 3, "snapshot_prefix": null, "spatial": null, "stepsize": null, "stepvalue": [400], "test_batch_size": null, "test_interval": 100, "test_iter": null, "tf32": "on", "trust_coefficient": null, "type": "SGD", "warmup_epochs": null, "warmup_iter": null, "warmup_start_lr": null, "weight_decay": 0.004, "weights": null}
@@ -64,9 +66,10 @@ export OMP_PLACES=cores
 export OMP_PROC_BIND=close
 
 # Rank 0 runs on the allocation's first node, where Slurm also runs this batch step.
-MASTER_ADDR=$(hostname)
+# the first host of the job's node list, as the centre's jobs name it (launch.master_addr: node-list)
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export MASTER_ADDR
-export MASTER_PORT=$((20000 + SLURM_JOB_ID % 12000))
+export MASTER_PORT=1234
 
 # The scheduler's warning before the time limit (SIGUSR1) and SIGTERM go on to the ranks,
 # so the trainer writes a checkpoint and exits; the launcher runs in the background so the
@@ -80,7 +83,7 @@ trap 'hpcdl_signal=TERM; [ -z "$hpcdl_launcher_pid" ] || kill -s TERM "$hpcdl_la
 # exits 75 (requeue to resume) even where the launcher reports its own status (mpirun: 1).
 rm -f .hpcdl-preempted
 
-srun --nodes=1 --ntasks=4 --ntasks-per-node=4 --cpus-per-task=16 --mpi=pmix --gres=gpu:4 hpcdl train recipe.json --plan plan.json --results results.jsonl &
+srun torchrun --nnodes=1 --nproc_per_node=4 --rdzv_id="${SLURM_JOB_ID}" --rdzv_backend=c10d --rdzv_endpoint="${MASTER_ADDR}":"${MASTER_PORT}" --no-python hpcdl train recipe.json --plan plan.json --results results.jsonl &
 hpcdl_launcher_pid=$!
 hpcdl_status=0
 while :; do
