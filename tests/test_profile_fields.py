@@ -1991,3 +1991,34 @@ def test_a_node_kind_for_gpu_jobs_only_refuses_a_cpu_only_job(tmp_path):
         make_plan(load_site("athena"), JobRequest(nodes=1, use_gpus=False))
     with pytest.raises(HpcdlError, match=r"node_kinds\.cpu\.defaults\.gpu_jobs_only: the kind has no GPUs"):
         _profile(tmp_path, SHIPPED / "perlmutter.yaml", **{"node_kinds.cpu.defaults.gpu_jobs_only": True})
+
+
+ALEX = Path(__file__).parents[1] / "platform" / "hpcdl" / "sites" / "profiles" / "alex.yaml"
+
+
+def _cores_by_rank(site, rpn, kind="a100"):
+    plan = make_plan(site, JobRequest(nodes=1, ranks_per_node=rpn, node_kind=kind))
+    return {r.local_rank: (r.gpus, r.cores) for r in plan.ranks}
+
+
+def test_two_gpus_on_one_numa_domain_spill_onto_the_empty_domain_beside_it(tmp_path):
+    # NHR@FAU Alex: two A100 on each of NUMA domains 3, 1, 7, 5 (the A100-node documentation's "GPU : CPU affinity"
+    # table, quoted by a job on Alex, github.com/vincent-maillou/serinv bench/slurm_select_gpu.sh) and 16 cores a
+    # GPU; that job binds its eight tasks "to use all NUMA domains", GPU 0 on 32-47 and GPU 1 on 48-63
+    site = load_site("alex")
+    full = _cores_by_rank(site, 8)
+    assert full[0] == ((0,), tuple(range(32, 48))) and full[1] == ((1,), tuple(range(48, 64)))
+    assert full[2] == ((2,), tuple(range(0, 16))) and full[7] == ((7,), tuple(range(80, 96)))
+    # a job on part of a node it shares: one GPU its domain's own cores, two GPUs of a domain a run that holds it
+    assert _cores_by_rank(site, 1)[0] == ((0,), tuple(range(48, 64)))
+    two = _cores_by_rank(site, 2)
+    assert two[0] == ((0,), tuple(range(32, 48))) and two[1] == ((1,), tuple(range(48, 64)))
+    # the default keeps every rank on its GPU's domain: the pair splits domain 3, half the socket idle
+    kept = _profile(tmp_path, ALEX, **{"node_kinds.a100.shared_domain_cores": "domain"})
+    full = _cores_by_rank(kept, 8)
+    assert full[0] == ((0,), tuple(range(48, 56))) and full[1] == ((1,), tuple(range(56, 64)))
+
+
+def test_shared_domain_cores_is_domain_or_spill(tmp_path):
+    with pytest.raises(HpcdlError, match=r"shared_domain_cores"):
+        _profile(tmp_path, ALEX, **{"node_kinds.a100.shared_domain_cores": "spread"})

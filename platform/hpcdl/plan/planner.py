@@ -638,9 +638,21 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
     # another's: that socket's ranks keep to their own domains after all
     def holds_its_domain(i: int) -> bool:
         block, domain = set(cores[i]), set(node.usable_cores_of_domain(slots[i].domain))
-        return domain <= block or block <= domain
+        if domain <= block or block <= domain:
+            return True
+        # ranks whose devices share the domain: their blocks together hold it (_blocks_hold_domain)
+        if node.shared_domain_cores != "spill":
+            return False
+        mates = [j for j in range(len(slots)) if slots[j].socket == slots[i].socket and slots[j].domain == slots[i].domain]
+        return len(mates) > 1 and domain <= {c for j in mates for c in cores[j]}
 
     missed = {slots[i].socket for i in range(len(slots)) if slots[i].socket in by_domain_order and not holds_its_domain(i)}
+    for socket in sorted(missed if node.shared_domain_cores == "spill" else ()):
+        runs = _domain_runs(node, slots, socket, per_rank)
+        if runs is not None:  # ranks sharing a domain: a run of blocks that holds it (a node the job shares)
+            for i, block in runs.items():
+                cores[i] = block
+            missed.discard(socket)
     if missed:
         return _cores_of_slots(site, node, slots, notes, shared_node, nodes, kind_name, by_domain_order - missed)
     notes.extend(said)
@@ -667,10 +679,58 @@ def _sockets_shared_by_domain_order(node: NodeKind, slots: list[_Slot]) -> set[i
         pool = node.usable_cores_of_socket(socket)
         share = len(pool) // len(members)
         ordered = sorted(members, key=lambda s: s.domain)
-        if share and all(any(node.domain_of_core(c) == s.domain for c in pool[k * share:(k + 1) * share])
-                         for k, s in enumerate(ordered)):
+        if not share:
+            continue
+        if node.shared_domain_cores == "spill":
+            blocks: dict[int, set[int]] = {}  # each domain's ranks' blocks together
+            for k, s in enumerate(ordered):
+                blocks.setdefault(s.domain, set()).update(pool[k * share:(k + 1) * share])
+            if all(_blocks_hold_domain(node, d, block, sum(s.domain == d for s in members))
+                   for d, block in blocks.items()):
+                found.add(socket)
+        elif all(any(node.domain_of_core(c) == s.domain for c in pool[k * share:(k + 1) * share])
+                 for k, s in enumerate(ordered)):
             found.add(socket)
     return found
+
+
+def _domain_runs(node: NodeKind, slots: list[_Slot], socket: int, per_rank: int) -> dict[int, tuple[int, ...]] | None:
+    """With `shared_domain_cores: spill`, where a socket's share-out misses a domain that several ranks' devices
+    share (NHR@FAU Alex: a job of
+    two A100 on a node it shares, both GPUs nearest NUMA domain 3, 16 cores each): each domain's ranks take
+    one run of blocks of the socket's cores that ends with the domain's last core, so the run holds the
+    domain, rank by rank (Alex: 32-47 and 48-63). None where no domain is shared, or the runs would overlap
+    or miss their domain: the ranks then keep to their domains."""
+    members = [i for i, slot in enumerate(slots) if slot.socket == socket]
+    by_domain: dict[int, list[int]] = {}
+    for i in members:
+        by_domain.setdefault(slots[i].domain, []).append(i)
+    if all(len(group) == 1 for group in by_domain.values()):
+        return None
+    pool = list(node.usable_cores_of_socket(socket))
+    runs: dict[int, tuple[int, ...]] = {}
+    taken: set[int] = set()
+    for domain, group in by_domain.items():
+        cores = list(node.usable_cores_of_domain(domain))
+        length = per_rank * len(group)
+        end = pool.index(cores[-1]) + 1
+        start = max(0, end - length)
+        run = pool[start:start + length]
+        if len(run) < length or taken & set(run) or not (set(cores) <= set(run) or set(run) <= set(cores)):
+            return None
+        taken |= set(run)
+        for k, i in enumerate(group):
+            runs[i] = tuple(run[k * per_rank:(k + 1) * per_rank])
+    return runs
+
+
+def _blocks_hold_domain(node: NodeKind, domain: int, block: set[int], ranks: int) -> bool:
+    """With `shared_domain_cores: spill`, whether the socket's share-out gives a NUMA domain's ranks its
+    cores: one rank's block holds cores of its domain; the blocks of several ranks whose devices share a
+    domain (NHR@FAU Alex: two A100 on each of four of a socket's domains) hold the whole domain between
+    them, one rank on it and the others on the empty domains beside it."""
+    cores = set(node.usable_cores_of_domain(domain))
+    return bool(block & cores) if ranks == 1 else cores <= block
 
 
 def _threads_per_rank(node: NodeKind, request: JobRequest, cores_per_rank: int, notes: list[str]) -> int:

@@ -439,6 +439,14 @@ class NodeKind(_Strict):
         default=1, ge=1,
         description="NUMA domains per socket (AMD EPYC in NPS4 mode: 4); each holds an equal, contiguous share of cores",
     )
+    shared_domain_cores: Literal["domain", "spill"] = Field(
+        default="domain",
+        description=("where several GPUs sit on one NUMA domain and a socket's ranks leave some of its domains empty: "
+                     "`domain` (the default) their ranks split that domain's cores; `spill` each rank takes the "
+                     "socket's share, the ranks of a shared domain a run of blocks that holds it, one rank on the "
+                     "domain and the others on the empty domains beside it (NHR@FAU Alex: two A100 on each of NUMA "
+                     "domains 3, 1, 7, 5, 16 cores a GPU)"),
+    )
     reserved_cores_per_socket: int = Field(
         default=0, ge=0, description="the last cores of each socket, left to the OS, MPI progress and I/O"
     )
