@@ -1970,3 +1970,27 @@ def test_an_env_path_is_one_path_under_a_variable_the_job_has(tmp_path, value, m
 def test_the_library_path_is_never_replaced_whole(tmp_path):
     with pytest.raises(HpcdlError, match=r"env\.LD_LIBRARY_PATH: path would replace the library path whole"):
         _profile(tmp_path, POLARIS, **{"env.LD_LIBRARY_PATH": {"path": "/opt/lib"}})
+
+
+def test_a_framework_gets_its_own_directives_where_the_centre_asks_them(tmp_path):
+    # KISTI Neuron (wjnadia/neuron-guide @0a4113f6216ea086a3c254296ea294a681ef5d41,
+    # system/running-jobs-through-scheduler-slurm.md): every job must name its application with --comment, "pytorch"
+    # for PyTorch, "tensorflow" for TensorFlow, "etc" for others; its Keras job asks "#SBATCH --comment=tensorflow"
+    volta = SHIPPED / "volta-x86.yaml"
+    site = _profile(tmp_path, volta, **{"defaults.directives": ["--network=x"],
+                                        "defaults.framework_directives": {"pytorch": ["--comment=pytorch"],
+                                                                          "tensorflow": ["--comment=tensorflow"]}})
+
+    def directives(framework):
+        plan = make_plan(site, JobRequest(nodes=1, framework=framework, image="/opt/images/mine.sif"))
+        text = render_job_script(site, plan, {}, JobOptions())
+        return [line for line in text.splitlines() if line.startswith("#SBATCH --comment") or line == "#SBATCH --network=x"]
+
+    assert directives("pytorch") == ["#SBATCH --network=x", "#SBATCH --comment=pytorch"]
+    assert directives("tensorflow") == ["#SBATCH --network=x", "#SBATCH --comment=tensorflow"]
+    # a framework the profile names none for gets only the site's own
+    assert directives("mxnet") == ["#SBATCH --network=x"]
+    with pytest.raises(HpcdlError, match=r"defaults\.framework_directives\.pytorch\[0\]: .* is not one scheduler option"):
+        _profile(tmp_path, volta, **{"defaults.framework_directives": {"pytorch": ["--comment=$(id)"]}})
+    with pytest.raises(HpcdlError, match=r"defaults\.framework_directives.*caffe"):
+        _profile(tmp_path, volta, **{"defaults.framework_directives": {"caffe": ["--comment=caffe"]}})

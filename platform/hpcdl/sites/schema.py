@@ -762,6 +762,14 @@ class Defaults(_Strict):
         default=(),
         description="further scheduler options, one per directive line: --network=disable_rdzv_get, -S 2",
     )
+    framework_directives: dict[Literal["pytorch", "tensorflow", "mxnet"], tuple[str, ...]] = Field(
+        default_factory=dict,
+        description=(
+            "further scheduler options by the plan's framework, written after `directives` for a job of that "
+            "framework only, where the centre's jobs name their application (KISTI Neuron: '--comment' is mandatory, "
+            "pytorch for PyTorch, tensorflow for TensorFlow, etc for others); a framework not named gets none"
+        ),
+    )
     account_required: bool = Field(
         default=False,
         description="the centre refuses or ends jobs that name no account/project (Minerva: 'All jobs must specify project')",
@@ -1563,6 +1571,7 @@ class Site(_Strict):
         self._only_guaranteed_variables()
         self._no_srun_binding_in_env()
         lists = [("defaults.directives", self.defaults.directives)]
+        lists += [(f"defaults.framework_directives.{f}", d) for f, d in self.defaults.framework_directives.items()]
         lists += [(f"node_kinds.{k}.defaults.directives", n.defaults.directives or ()) for k, n in self.node_kinds.items()]
         for where, directives in lists:
             for i, d in enumerate(directives):
