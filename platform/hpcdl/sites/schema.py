@@ -1334,6 +1334,12 @@ class Container(_Strict):
     )
     modules: tuple[str, ...] = Field(default=(), description="runtime modules every job uses")
     args: tuple[str, ...] = Field(default=(), description="further runtime arguments, word by word")
+    command: Literal["exec", "run"] = Field(
+        default="exec",
+        description="Apptainer/Singularity: the subcommand that starts each rank's program in the image, `exec` (the "
+        "program alone) or `run`, where the centre's lines run the image's runscript first and the program after it "
+        "(KISTI Neuron: 'srun singularity run --nv <image> python ...', its NGC images' entrypoint)",
+    )
     nvidia: Literal["nv", "nvccli"] = Field(
         default="nv",
         description="Apptainer/Singularity: how NVIDIA GPUs reach the container, `--nv` (the runtime binds the host's "
@@ -1828,6 +1834,9 @@ class Site(_Strict):
         if self.container.system_binds and self.runtime not in ("apptainer", "singularity"):
             raise ValueError(f"container.system_binds: the folders apptainer.conf's `bind path` binds; the runtime is "
                              f"{self.runtime}")
+        if self.container.command != "exec" and self.runtime not in ("apptainer", "singularity"):
+            raise ValueError(f"container.command: {self.container.command} is an Apptainer and Singularity subcommand; "
+                             f"the runtime is {self.runtime}")
         if self.container.nvidia != "nv" and self.runtime not in ("apptainer", "singularity"):
             raise ValueError(f"container.nvidia: --{self.container.nvidia} is Apptainer's and Singularity's; the "
                              f"runtime is {self.runtime}")
