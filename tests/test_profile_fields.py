@@ -2022,3 +2022,47 @@ def test_two_gpus_on_one_numa_domain_spill_onto_the_empty_domain_beside_it(tmp_p
 def test_shared_domain_cores_is_domain_or_spill(tmp_path):
     with pytest.raises(HpcdlError, match=r"shared_domain_cores"):
         _profile(tmp_path, ALEX, **{"node_kinds.a100.shared_domain_cores": "spread"})
+
+
+def test_a_framework_gets_its_own_directives_where_the_centre_asks_them(tmp_path):
+    # KISTI Neuron (wjnadia/neuron-guide @0a4113f6216ea086a3c254296ea294a681ef5d41,
+    # system/running-jobs-through-scheduler-slurm.md): every job must name its application with --comment, "pytorch"
+    # for PyTorch, "tensorflow" for TensorFlow, "etc" for others; its Keras job asks "#SBATCH --comment=tensorflow"
+    volta = SHIPPED / "volta-x86.yaml"
+    site = _profile(tmp_path, volta, **{"defaults.directives": ["--network=x"],
+                                        "defaults.framework_directives": {"pytorch": ["--comment=pytorch"],
+                                                                          "tensorflow": ["--comment=tensorflow"]}})
+
+    def directives(framework):
+        plan = make_plan(site, JobRequest(nodes=1, framework=framework, image="/opt/images/mine.sif"))
+        text = render_job_script(site, plan, {}, JobOptions())
+        return [line for line in text.splitlines() if line.startswith("#SBATCH --comment") or line == "#SBATCH --network=x"]
+
+    assert directives("pytorch") == ["#SBATCH --network=x", "#SBATCH --comment=pytorch"]
+    assert directives("tensorflow") == ["#SBATCH --network=x", "#SBATCH --comment=tensorflow"]
+    # a framework the profile names none for gets only the site's own
+    assert directives("mxnet") == ["#SBATCH --network=x"]
+    with pytest.raises(HpcdlError, match=r"defaults\.framework_directives\.pytorch\[0\]: .* is not one scheduler option"):
+        _profile(tmp_path, volta, **{"defaults.framework_directives": {"pytorch": ["--comment=$(id)"]}})
+    with pytest.raises(HpcdlError, match=r"defaults\.framework_directives.*caffe"):
+        _profile(tmp_path, volta, **{"defaults.framework_directives": {"caffe": ["--comment=caffe"]}})
+
+
+def test_the_centres_lines_run_the_images_runscript_where_they_use_run(tmp_path):
+    # KISTI Neuron's multi-node PyTorch job (wjnadia/neuron-guide @14d12a52afad3d01bcc438484979189f45733d2a,
+    # undefined-2/appendix-3-how-to-use-singularity-container.md): "srun singularity run --nv <image> python ...", the
+    # runscript (its NGC image's entrypoint) "먼저 실행한 후, 사용자 명령어 ... 가 존재하면 이어서 실행됩니다"
+    raven = SHIPPED / "raven.yaml"
+    site = _profile(tmp_path, raven, **{"container.command": "run"})
+    text = _render(site, tmp_path, nodes=1)
+    line = next(x for x in text.splitlines() if "apptainer" in x and "hpcdl train" in x)
+    words = shlex.split(line)
+    at = words.index("apptainer")
+    assert words[at:at + 3] == ["apptainer", "run", "--nv"] and "exec" not in words
+    # the default stays exec
+    assert "apptainer exec --nv" in _render(load_site_file(raven), tmp_path, nodes=1)
+    with pytest.raises(HpcdlError, match=r"container.command: run is an Apptainer and Singularity subcommand; the "
+                                         r"runtime is shifter"):
+        _profile(tmp_path, raven, **{"container.command": "run", "runtime": "shifter"})
+    with pytest.raises(HpcdlError, match=r"container.command"):
+        _profile(tmp_path, raven, **{"container.command": "shell"})

@@ -134,7 +134,9 @@ class ApptainerRuntime(Runtime):
     name = program = "apptainer"
 
     def command(self, plan, site, image):
-        argv = [self.program, "exec"]
+        # exec starts the program alone; run starts the image's runscript, which then runs it (container.command:
+        # KISTI Neuron's NGC images, "singularity run --nv <image> python ...")
+        argv = [self.program, site.container.command]
         vendor = _gpu_vendor(plan, site)
         if vendor == "nvidia":
             # --nv binds the host's driver libraries in; --nvccli has nvidia-container-cli set the container up

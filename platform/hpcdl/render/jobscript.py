@@ -403,7 +403,9 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "warning_seconds": options.warning_seconds,
         "output_dir": options.output_dir,
         # the profile's extra directives are written for its own scheduler
-        "directives": list(defaults.directives) if scheduler == site.scheduler else [],
+        # and after them those of the plan's framework (KISTI Neuron's mandatory application name, --comment=pytorch)
+        "directives": ([*defaults.directives, *site.defaults.framework_directives.get(plan.framework, ())]
+                       if scheduler == site.scheduler else []),
         # sbatch's --export=NONE (or a list without ALL) reaches every srun of the job through SLURM_EXPORT_ENV,
         # which would start the ranks without this script's exports (MASTER_ADDR, OMP_NUM_THREADS, ...): the
         # script unsets it before the launch, as NHR@FAU's job scripts do ("#SBATCH --export=NONE",

@@ -775,6 +775,14 @@ class Defaults(_Strict):
         default=(),
         description="further scheduler options, one per directive line: --network=disable_rdzv_get, -S 2",
     )
+    framework_directives: dict[Literal["pytorch", "tensorflow", "mxnet"], tuple[str, ...]] = Field(
+        default_factory=dict,
+        description=(
+            "further scheduler options by the plan's framework, written after `directives` for a job of that "
+            "framework only, where the centre's jobs name their application (KISTI Neuron: '--comment' is mandatory, "
+            "pytorch for PyTorch, tensorflow for TensorFlow, etc for others); a framework not named gets none"
+        ),
+    )
     account_required: bool = Field(
         default=False,
         description="the centre refuses or ends jobs that name no account/project (Minerva: 'All jobs must specify project')",
@@ -1339,6 +1347,12 @@ class Container(_Strict):
     )
     modules: tuple[str, ...] = Field(default=(), description="runtime modules every job uses")
     args: tuple[str, ...] = Field(default=(), description="further runtime arguments, word by word")
+    command: Literal["exec", "run"] = Field(
+        default="exec",
+        description="Apptainer/Singularity: the subcommand that starts each rank's program in the image, `exec` (the "
+        "program alone) or `run`, where the centre's lines run the image's runscript first and the program after it "
+        "(KISTI Neuron: 'srun singularity run --nv <image> python ...', its NGC images' entrypoint)",
+    )
     nvidia: Literal["nv", "nvccli"] = Field(
         default="nv",
         description="Apptainer/Singularity: how NVIDIA GPUs reach the container, `--nv` (the runtime binds the host's "
@@ -1576,6 +1590,7 @@ class Site(_Strict):
         self._only_guaranteed_variables()
         self._no_srun_binding_in_env()
         lists = [("defaults.directives", self.defaults.directives)]
+        lists += [(f"defaults.framework_directives.{f}", d) for f, d in self.defaults.framework_directives.items()]
         lists += [(f"node_kinds.{k}.defaults.directives", n.defaults.directives or ()) for k, n in self.node_kinds.items()]
         for where, directives in lists:
             for i, d in enumerate(directives):
@@ -1835,6 +1850,9 @@ class Site(_Strict):
         if self.container.system_binds and self.runtime not in ("apptainer", "singularity"):
             raise ValueError(f"container.system_binds: the folders apptainer.conf's `bind path` binds; the runtime is "
                              f"{self.runtime}")
+        if self.container.command != "exec" and self.runtime not in ("apptainer", "singularity"):
+            raise ValueError(f"container.command: {self.container.command} is an Apptainer and Singularity subcommand; "
+                             f"the runtime is {self.runtime}")
         if self.container.nvidia != "nv" and self.runtime not in ("apptainer", "singularity"):
             raise ValueError(f"container.nvidia: --{self.container.nvidia} is Apptainer's and Singularity's; the "
                              f"runtime is {self.runtime}")
