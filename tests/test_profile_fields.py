@@ -1991,3 +1991,19 @@ def test_a_node_kind_for_gpu_jobs_only_refuses_a_cpu_only_job(tmp_path):
         make_plan(load_site("athena"), JobRequest(nodes=1, use_gpus=False))
     with pytest.raises(HpcdlError, match=r"node_kinds\.cpu\.defaults\.gpu_jobs_only: the kind has no GPUs"):
         _profile(tmp_path, SHIPPED / "perlmutter.yaml", **{"node_kinds.cpu.defaults.gpu_jobs_only": True})
+
+
+def test_slurm_s_own_blocks_of_cores_step_over_the_reserved_cores(tmp_path):
+    # TU Dresden ZIH Capella: "8 cores per node are unavailable for jobs: 6-7, 14-15, 46-47, and 62-63" (its WEKAio
+    # filesystem's), and ZIH's Slurm binds each task to cores by itself. Slurm never hands a job a reserved core
+    # (CpuSpecList), so a task's block of --cpus-per-task cores steps over them: local rank 0 on cores 0-5, 8-13,
+    # 16-17 is on Slurm's own block, not off it, and the line needs no mask (nor refuses the plan)
+    volta = SHIPPED / "volta-x86.yaml"
+    reserved = {"node_kinds.v100.reserved_cores": [4, 5, 24, 25]}
+    site = _profile(tmp_path, volta, **reserved, **{"launch.cpu_bind_default": "cores"})
+    plan = make_plan(site, JobRequest())
+    assert [r.cores for r in plan.local_ranks()][:2] == [(0, 1, 2, 3, 6, 7, 8, 9, 10), (11, 12, 13, 14, 15, 16, 17, 18, 19)]
+    assert not any(w.startswith("--cpu-bind") for w in plan.launcher_argv)
+    # where hpcdl names the binding, the same blocks are --cpu-bind=cores, not masks
+    named = make_plan(_profile(tmp_path, volta, **reserved), JobRequest()).launcher_argv
+    assert "--cpu-bind=cores" in named and not any("mask_cpu" in w for w in named)
