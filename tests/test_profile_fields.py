@@ -729,8 +729,9 @@ def test_a_pbs_plan_says_its_cpu_unit_in_pbs_words():
 
 def test_a_site_whose_slurm_binds_tasks_itself_names_no_cpu_bind_and_refuses_a_plan_it_would_not_bind(tmp_path):
     """launch.cpu_bind_default: the srun line names no --cpu-bind (CSCS's lines carry none), and a plan
-    whose cores only a mask gives (Frontier: rank 0 on cores 49-55, beside its GCD) is refused in one line
-    naming the field, as is the field beside a launcher other than srun."""
+    whose cores only a mask gives (Frontier: rank 0 on cores 49-55, beside its GCD, where Slurm's first block is
+    cores 1-7, core 0 being specialised) is refused in one line naming the field, as is the field beside a launcher
+    other than srun."""
     volta = SHIPPED / "volta-x86.yaml"
     assert "--cpu-bind=cores" in make_plan(load_site_file(volta), JobRequest()).launcher_argv
     for bind in ("auto", "cores"):
@@ -740,7 +741,7 @@ def test_a_site_whose_slurm_binds_tasks_itself_names_no_cpu_bind_and_refuses_a_p
         frontier = _profile(tmp_path, SHIPPED / "frontier.yaml", **{"launch.cpu_bind_default": bind})
         with pytest.raises(HpcdlError, match=rf"^launch.cpu_bind_default: {bind} binding cannot give this plan's "
                                              r"cores: the plan puts local rank 0 on cores 49-55, where Slurm's default "
-                                             r"binding gives it cores 0-6; [^\n]*$"):
+                                             r"binding gives it cores 1-7; [^\n]*$"):
             make_plan(frontier, JobRequest(nodes=2))
     with pytest.raises(HpcdlError, match=r"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is "
                                          r"mpirun"):
