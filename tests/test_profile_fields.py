@@ -729,8 +729,9 @@ def test_a_pbs_plan_says_its_cpu_unit_in_pbs_words():
 
 def test_a_site_whose_slurm_binds_tasks_itself_names_no_cpu_bind_and_refuses_a_plan_it_would_not_bind(tmp_path):
     """launch.cpu_bind_default: the srun line names no --cpu-bind (CSCS's lines carry none), and a plan
-    whose cores only a mask gives (Frontier: rank 0 on cores 49-55, beside its GCD) is refused in one line
-    naming the field, as is the field beside a launcher other than srun."""
+    whose cores only a mask gives (Frontier: rank 0 on cores 49-55, beside its GCD, where Slurm's first block is
+    cores 1-7, core 0 being specialised) is refused in one line naming the field, as is the field beside a launcher
+    other than srun."""
     volta = SHIPPED / "volta-x86.yaml"
     assert "--cpu-bind=cores" in make_plan(load_site_file(volta), JobRequest()).launcher_argv
     for bind in ("auto", "cores"):
@@ -740,7 +741,7 @@ def test_a_site_whose_slurm_binds_tasks_itself_names_no_cpu_bind_and_refuses_a_p
         frontier = _profile(tmp_path, SHIPPED / "frontier.yaml", **{"launch.cpu_bind_default": bind})
         with pytest.raises(HpcdlError, match=rf"^launch.cpu_bind_default: {bind} binding cannot give this plan's "
                                              r"cores: the plan puts local rank 0 on cores 49-55, where Slurm's default "
-                                             r"binding gives it cores 0-6; [^\n]*$"):
+                                             r"binding gives it cores 1-7; [^\n]*$"):
             make_plan(frontier, JobRequest(nodes=2))
     with pytest.raises(HpcdlError, match=r"launch.cpu_bind_default: how Slurm binds srun's tasks, but the launcher is "
                                          r"mpirun"):
@@ -2066,3 +2067,19 @@ def test_the_centres_lines_run_the_images_runscript_where_they_use_run(tmp_path)
         _profile(tmp_path, raven, **{"container.command": "run", "runtime": "shifter"})
     with pytest.raises(HpcdlError, match=r"container.command"):
         _profile(tmp_path, raven, **{"container.command": "shell"})
+
+
+def test_slurm_s_own_blocks_of_cores_step_over_the_reserved_cores(tmp_path):
+    # TU Dresden ZIH Capella: "8 cores per node are unavailable for jobs: 6-7, 14-15, 46-47, and 62-63" (its WEKAio
+    # filesystem's), and ZIH's Slurm binds each task to cores by itself. Slurm never hands a job a reserved core
+    # (CpuSpecList), so a task's block of --cpus-per-task cores steps over them: local rank 0 on cores 0-5, 8-13,
+    # 16-17 is on Slurm's own block, not off it, and the line needs no mask (nor refuses the plan)
+    volta = SHIPPED / "volta-x86.yaml"
+    reserved = {"node_kinds.v100.reserved_cores": [4, 5, 24, 25]}
+    site = _profile(tmp_path, volta, **reserved, **{"launch.cpu_bind_default": "cores"})
+    plan = make_plan(site, JobRequest())
+    assert [r.cores for r in plan.local_ranks()][:2] == [(0, 1, 2, 3, 6, 7, 8, 9, 10), (11, 12, 13, 14, 15, 16, 17, 18, 19)]
+    assert not any(w.startswith("--cpu-bind") for w in plan.launcher_argv)
+    # where hpcdl names the binding, the same blocks are --cpu-bind=cores, not masks
+    named = make_plan(_profile(tmp_path, volta, **reserved), JobRequest()).launcher_argv
+    assert "--cpu-bind=cores" in named and not any("mask_cpu" in w for w in named)

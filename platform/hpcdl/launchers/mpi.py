@@ -130,7 +130,7 @@ class SrunLauncher(Launcher):
             # the header's most tasks on one socket, repeated "in every call of srun" (ULHPC), as its Slurm counts sockets
             argv.append(f"--ntasks-per-socket={node.tasks_per_scheduler_socket(min(r.cores) for r in local)}")
         fewer_threads = node.cpus_per_core < node.threads_per_core
-        blocks = _in_blocks(plan)
+        blocks = _in_blocks(plan, site)
         # Slurm hands a task its cores by the second level of --distribution, whose default is cyclic
         # across sockets ("Use the default method for distributing CPUs across sockets (cyclic)",
         # srun(1) 22.05): local task 1 takes socket 1's first cores, not the block after task 0's
@@ -308,7 +308,7 @@ def srun_threads_word(plan: LaunchPlan, site: Site) -> str | None:
     node = site.node_kinds[plan.node_kind]
     if node.cpus_per_core >= node.threads_per_core:
         return None
-    blocks = _in_blocks(plan) and not _socket_lays_otherwise(plan, site)
+    blocks = _in_blocks(plan, site) and not _socket_lays_otherwise(plan, site)
     binds_themselves = srun_cpu_bind_of(site.launch.args) is not None or site.launch.line_asks_no_binding
     return threads_option(site, node, blocks or binds_themselves)
 
@@ -326,20 +326,26 @@ def threads_option(site: Site, node: NodeKind, blocks: bool) -> str:
     return f"--threads-per-core={node.cpus_per_core}"
 
 
-def _off_block(plan: LaunchPlan):
-    """The first local rank not on its block of cores (local rank i on the i-th block from core 0: what
-    Slurm gives a task by --cpus-per-task, the socket layout aside, with no mask) and that block; None
-    where every rank is on its own."""
+def _off_block(plan: LaunchPlan, site: Site):
+    """The first local rank not on its block of cores (local rank i on the i-th block of the node's usable
+    cores from the first: what Slurm gives a task by --cpus-per-task, the socket layout aside, with no mask)
+    and that block; None where every rank is on its own. The blocks skip the node's reserved cores
+    (reserved_cores, reserved_cores_per_socket), which Slurm never hands a job (slurm.conf CpuSpecList:
+    they are posed so in the test Slurm), so a rank whose cores step over them is still on its block
+    (TU Dresden ZIH Capella: "8 cores per node are unavailable for jobs: 6-7, 14-15, 46-47, and 62-63",
+    local rank 0 on cores 0-5, 8-13, 16-17)."""
     c = cores_per_rank(plan)
+    node = site.node_kinds[plan.node_kind]
+    usable = [core for s in range(node.sockets) for core in node.usable_cores_of_socket(s)]
     for i, r in enumerate(plan.local_ranks()):
-        block = tuple(range(i * c, (i + 1) * c))
+        block = tuple(usable[i * c:(i + 1) * c])
         if r.cores != block:
             return r, block
     return None
 
 
-def _in_blocks(plan: LaunchPlan) -> bool:
-    return _off_block(plan) is None
+def _in_blocks(plan: LaunchPlan, site: Site) -> bool:
+    return _off_block(plan, site) is None
 
 
 def _shares_a_socket(plan: LaunchPlan, site: Site) -> bool:
@@ -378,7 +384,7 @@ def default_binding_misses(plan: LaunchPlan, site: Site) -> str | None:
     --threads-per-core "Implies --cpu-bind=threads" (srun(1)), one thread of each core. What neither
     gives is a mask: the plan's cores must be consecutive blocks from core 0, laid out over the
     sockets as the line's distribution lays them."""
-    if (off := _off_block(plan)) is not None:
+    if (off := _off_block(plan, site)) is not None:
         rank, block = off
         return (f"the plan puts local rank {rank.local_rank} on cores {_cpu_ranges(list(rank.cores))}, where Slurm's "
                 f"default binding gives it cores {_cpu_ranges(list(block))}; only a mask "
