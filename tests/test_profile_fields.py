@@ -2083,3 +2083,56 @@ def test_slurm_s_own_blocks_of_cores_step_over_the_reserved_cores(tmp_path):
     # where hpcdl names the binding, the same blocks are --cpu-bind=cores, not masks
     named = make_plan(_profile(tmp_path, volta, **reserved), JobRequest()).launcher_argv
     assert "--cpu-bind=cores" in named and not any("mask_cpu" in w for w in named)
+
+
+# --- runtime: pyxis (NVIDIA's enroot SPANK plugin: its words are srun's own options) ---
+
+LRZ_AI = SHIPPED / "lrz-ai.yaml"
+
+
+def _launch_argv(script: str) -> list[str]:
+    line = next(line for line in script.splitlines() if line.endswith(" &") and " train " in line)
+    return shlex.split(line[:-2])
+
+
+def test_pyxis_words_stand_on_sruns_own_option_list_before_the_spawner_and_program(tmp_path):
+    # NVIDIA/pyxis wiki, Usage: "the new command-line arguments it introduces are directly added to srun"; LRZ's AI
+    # Systems: srun --container-mounts='../../:/workspace' --container-image='...sqsh' python ...
+    site = _profile(tmp_path, LRZ_AI, **{"filesystems.scratch": "/dss/scratch/$USER"})
+    argv = _launch_argv(_render(site, tmp_path, nodes=2))  # shellchecked
+    program = argv.index("launch") - 1  # hpcdl launch (launch.spawner: hpcdl), inside the container
+    assert argv[0] == "srun" and argv[program:program + 2] == ["hpcdl", "launch"]
+    words = argv[1:program]
+    assert words == ["--container-image=${HOME}/nvidia+pytorch+23.06-py3.sqsh",
+                     "--container-mounts=/dss/scratch/${USER}:/dss/scratch/${USER},${HPCDL_JOB_DIR}:${HPCDL_JOB_DIR}",
+                     "--container-workdir=${HPCDL_JOB_DIR}"]
+    # the site's own runtime arguments follow its words, still on srun's option list
+    site = _profile(tmp_path, LRZ_AI, **{"container.args": ["--no-container-mount-home"]})
+    argv = _launch_argv(_render(site, tmp_path, nodes=1))
+    assert argv[argv.index("launch") - 2] == "--no-container-mount-home"
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"launcher": "mpirun", "launch": {}}, "runtime: pyxis"),
+    ({"launch.spawner": "none", "launch.wrapper": ["/opt/site/bind.sh"]}, "launch.wrapper"),
+    ({"launch.spawner": "none", "launch.gpu_wrapper": ["set_gpu_rank"]}, "launch.gpu_wrapper"),
+    ({"env": {"LD_LIBRARY_PATH": {"prepend": ["/opt/site/nccl/lib"]}}}, "env.LD_LIBRARY_PATH"),
+])
+def test_pyxis_is_refused_where_its_srun_options_cannot_stand_on_sruns_line(tmp_path, changes, field):
+    with pytest.raises(HpcdlError, match=re.escape(field)):
+        _profile(tmp_path, LRZ_AI, **changes)
+
+
+def test_pyxis_mounts_refuse_a_folder_that_would_split_its_list(tmp_path):
+    site = _profile(tmp_path, LRZ_AI, **{"filesystems.scratch": "/dss/a,b"})
+    with pytest.raises(HpcdlError, match="--container-mounts"):
+        _render(site, tmp_path, nodes=1)
+
+
+def test_no_framework_wrapper_module_for_a_runtime_whose_words_are_sruns_options():
+    # a module's `python` wrapper runs outside srun (a login node), where pyxis's and the container engine's words
+    # cannot start the image: only the hpcdl module is rendered
+    from hpcdl.modules.images import frameworks_for_site
+
+    for name in ("lrz-ai", "alps-gh200"):
+        assert frameworks_for_site(load_site(name)) is None

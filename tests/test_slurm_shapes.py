@@ -261,9 +261,14 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
             site = site.model_copy(update={"filesystems": site.filesystems.model_copy(
                 update={"scratch": str(folder / "scratch")})})
         program = [sys.executable, "-S", "-c", PROBE]  # -S: the probe needs no site-packages, and starts in half the time
-        if plan.spawner_argv[:1] == ("torchrun",):
-            # the spawner beside this Python (a batch job's PATH need not hold it)
-            plan = replace(plan, spawner_argv=(str(Path(sys.executable).parent / "torchrun"), *plan.spawner_argv[1:]))
+        if plan.spawner_argv[:1] in (("torchrun",), ("hpcdl",)):
+            # the spawner beside this Python (a batch job's PATH need not hold it): torchrun, or hpcdl's own launcher
+            # (launch.spawner: hpcdl, LRZ's AI Systems)
+            # the pretend nodes are this host, whose few cores hold fewer than the node's ranks: hpcdl's launcher is
+            # told so (it refuses more ranks than the cores it may use, unless asked)
+            spawner = plan.spawner_argv[1:] if plan.spawner_argv[0] == "torchrun" else ("launch", "--oversubscribe",
+                                                                                        *plan.spawner_argv[2:])
+            plan = replace(plan, spawner_argv=(str(Path(sys.executable).parent / plan.spawner_argv[0]), *spawner))
     recipe = {"name": "shape-probe", "net": "cifar10_quick", "data": {"source": "digits"}}
     # a centre that runs no job without a project (CSC: "The billing project argument is mandatory") gets one;
     # the test Slurm keeps no accounts, so any name passes

@@ -11,6 +11,10 @@ from hpcdl.sites.schema import Site
 
 class Runtime:
     name = "base"
+    #: the runtime's words are options of srun itself (a SPANK plugin's, or CSCS's --environment), not a command of
+    #: their own: they go on srun's option list, so nothing may stand between srun and them, and no command run
+    #: outside srun (a module's framework wrapper) can carry them
+    srun_options = False
 
     def command(self, plan: LaunchPlan, site: Site, image: str | None) -> list[str]:
         raise NotImplementedError
@@ -251,6 +255,8 @@ class ContainerEngineRuntime(Runtime):
     "PyTorch" and EDF pages). The job writes its EDF beside plan.json, so the script shows it whole.
     """
 
+    srun_options = True
+
     def command(self, plan, site, image):
         _named(image, site)
         return [Expanding(f"--environment=$HPCDL_JOB_DIR/{EDF_FILE}")] + list(site.container.args)
@@ -269,3 +275,33 @@ class ContainerEngineRuntime(Runtime):
         if annotations:
             lines += ["", "[annotations]", *(f"{k} = {toml(v)}" for k, v in annotations.items())]
         return {EDF_FILE: "\n".join(lines)}
+
+
+@runtimes.register("pyxis")
+class PyxisRuntime(Runtime):
+    """NVIDIA's pyxis, the SPANK plugin that starts each srun task in an enroot container: "Pyxis being a SPANK
+    plugin, the new command-line arguments it introduces are directly added to srun" (NVIDIA/pyxis wiki, Usage).
+    `--container-image` takes "a docker image given as an enroot URI, or a path to a squashfs file on the remote host
+    filesystem"; `--container-mounts=SRC:DST[:FLAGS][,SRC:DST...]` binds host folders (the same ones every runtime
+    binds, and the job folder); `--container-workdir` is where the task starts. The words are srun's own options, so
+    they stand on srun's option list, before the program (LRZ's AI Systems: `srun --container-mounts=./:/workspace
+    --container-image=IMAGE.sqsh python ...`).
+    """
+
+    srun_options = True
+
+    def command(self, plan, site, image):
+        if site.env.get(LIBRARY_PATH) is not None and not isinstance(site.env.get(LIBRARY_PATH), str):
+            # the profile refuses this when it loads; kept here so a copy built past the validator fails too
+            raise HpcdlError(f"env.{LIBRARY_PATH}: pyxis has no option that puts host folders on the container's "
+                             "library path; hpcdl does not guess one")
+        mounts = []
+        for path in [*self.binds(site), Expanding("$HPCDL_JOB_DIR")]:
+            if "," in path or ":" in path:
+                raise HpcdlError(f"filesystems: {str(path)!r}: pyxis's --container-mounts splits its list on ',' and "
+                                 "each mount on ':'; name a folder without them")
+            mounts.append(f"{path}:{path}")
+        return [Expanding(f"--container-image={_named(image, site)}"),
+                Expanding("--container-mounts=" + ",".join(mounts)),
+                Expanding("--container-workdir=$HPCDL_JOB_DIR"),
+                *site.container.args]

@@ -10,6 +10,7 @@ from hpcdl.errors import HpcdlError
 from hpcdl.images.frameworks import NATIVE, ImageFrameworks, image_specs, image_stem, images_table
 from hpcdl.images.spec import IMAGES_YAML, ImageSpec
 from hpcdl.plan.runtime import IMAGE, choose_runtime
+from hpcdl.runtimes import runtime_for
 from hpcdl.sites.schema import Site
 
 
@@ -38,6 +39,10 @@ def frameworks_for_site(site: Site) -> ImageFrameworks | None:
     framework (then only the `hpcdl` module is rendered)."""
     if site.runtime == "none":
         return NATIVE
+    if runtime_for(site.runtime).srun_options:
+        # pyxis's and the container engine's words are srun's options: a wrapper run outside srun (`python` on a login
+        # node, or under another launcher) cannot start the image with them
+        return None
     name = image_name_for_site(site)
     if name is None:
         return None

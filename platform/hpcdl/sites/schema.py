@@ -19,7 +19,8 @@ from hpcdl.shell import VARIABLE, variables_in
 
 Scheduler = Literal["slurm", "lsf", "pbs", "local"]
 Launcher = Literal["srun", "jsrun", "ibrun", "mpirun", "mpiexec", "pals", "aprun", "local"]
-Runtime = Literal["singularity", "apptainer", "shifter", "podman-hpc", "charliecloud", "container-engine", "none"]
+Runtime = Literal["singularity", "apptainer", "shifter", "podman-hpc", "charliecloud", "container-engine", "pyxis",
+                  "none"]
 MpiFlavour = Literal[
     "openmpi", "mpich", "cray-mpich", "spectrum-mpi", "mvapich2", "intel-mpi", "parastation-mpi", "none"
 ]
@@ -1859,6 +1860,8 @@ class Site(_Strict):
         if self.runtime == "container-engine" and self.launcher != "srun":
             raise ValueError("runtime: the container engine starts through srun --environment; the launcher is "
                              + self.launcher)
+        if self.runtime == "pyxis":
+            self._pyxis_fits()
         if self.filesystems.node_local_gres is not None and self.scheduler != "slurm":
             raise ValueError(f"filesystems.node_local_gres: --gres is Slurm's request; the scheduler is {self.scheduler}")
         needs = LAUNCHER_NEEDS.get(self.launcher)
@@ -1868,6 +1871,23 @@ class Site(_Strict):
             )
         self._cpu_counting_stated()
         return self
+
+    def _pyxis_fits(self) -> None:
+        """runtime: pyxis: its words (--container-image, --container-mounts, --container-workdir) are srun's own
+        options, added by the pyxis SPANK plugin ("the new command-line arguments it introduces are directly added to
+        srun", NVIDIA/pyxis wiki, Usage): only srun under Slurm takes them, and only on its own option list."""
+        if self.launcher != "srun" or self.scheduler != "slurm":
+            raise ValueError(f"runtime: pyxis's --container-image is an option of srun (a Slurm SPANK plugin); the "
+                             f"launcher is {self.launcher} under scheduler {self.scheduler}")
+        for field, words in (("launch.wrapper", self.launch.wrapper), ("launch.gpu_wrapper", self.launch.gpu_wrapper)):
+            if words:
+                raise ValueError(f"{field}: under runtime pyxis the container words are srun's own options, which "
+                                 f"must come before any command; a wrapper between srun and them would take them as "
+                                 f"its own arguments")
+        value = self.env.get("LD_LIBRARY_PATH")
+        if value is not None and not isinstance(value, str):
+            raise ValueError("env.LD_LIBRARY_PATH: pyxis has no option that puts host folders on the container's "
+                             "library path (its --container-mounts only binds them); name no prepend/append under it")
 
     def _spawner_fits(self) -> None:
         """launch.spawner: srun starts one task per node, and a per-node launcher spawns the node's ranks: the one
