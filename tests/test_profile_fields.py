@@ -2123,6 +2123,16 @@ def test_pyxis_is_refused_where_its_srun_options_cannot_stand_on_sruns_line(tmp_
         _profile(tmp_path, LRZ_AI, **changes)
 
 
+def test_hpcdl_s_own_image_under_pyxis_is_an_enroot_squashfs_file_not_a_registry_tag(tmp_path):
+    # pyxis's --container-image is "a docker image given as an enroot URI, or a path to a squashfs file" (NVIDIA/pyxis
+    # wiki, Usage); a bare hpcdl/NAME:latest would be pulled from Docker Hub, where no hpcdl image is. hpcdl's image is
+    # the file `enroot import -o` writes, in the folder the hpcdl module names
+    site = _profile(tmp_path, LRZ_AI, environment=None)
+    argv = _launch_argv(_render(site, tmp_path, nodes=1))
+    image = next(w for w in argv if w.startswith("--container-image="))
+    assert image.startswith("--container-image=${HPCDL_IMAGE_DIR}/") and image.endswith(".sqsh"), image
+
+
 def test_pyxis_mounts_refuse_a_folder_that_would_split_its_list(tmp_path):
     site = _profile(tmp_path, LRZ_AI, **{"filesystems.scratch": "/dss/a,b"})
     with pytest.raises(HpcdlError, match="--container-mounts"):

@@ -75,7 +75,9 @@ def container_library_path(before: list[str], after: list[str]) -> str | None:
 
 
 # How each runtime names an image: a file in the image folder, or a registry tag.
-IMAGE_FILE_SUFFIX = {"apptainer": ".sif", "singularity": ".sif", "charliecloud": ".sqfs"}
+# pyxis takes "a path to a squashfs file" as --container-image (NVIDIA/pyxis wiki, Usage), the enroot image that
+# `enroot import -o NAME.sqsh` writes ("Name of the output image file (defaults to "URI.sqsh")", enroot's import.md)
+IMAGE_FILE_SUFFIX = {"apptainer": ".sif", "singularity": ".sif", "charliecloud": ".sqfs", "pyxis": ".sqsh"}
 
 
 def image_dir(site: Site, prefix: str) -> str:
