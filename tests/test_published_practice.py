@@ -87,14 +87,23 @@ def _plan(site, request: dict):
 
 def launcher_options(words: list[str]) -> list[list[str]]:
     """The launcher's options after its name, one list of tokens per option: `--flag=value` and `-n4`
-    alone, `--flag value` / `-n 16` / `-x NAME` as a pair (a value never starts with '-')."""
+    alone, `--flag value` / `-n 16` / `-x NAME` as a pair (a value never starts with '-'). A `--` ends the
+    options and is none itself ("The first -- argument that is not an option-argument should be accepted as a
+    delimiter indicating the end of options", POSIX Utility Syntax Guideline 10): `hpcdl launch -n 8 -- PROGRAM`."""
     options, i = [], 1
     while i < len(words):
         word = words[i]
+        if word == "--":
+            break
         takes_value = word.startswith("-") and "=" not in word and i + 1 < len(words) and not words[i + 1].startswith("-")
         options.append(words[i : i + 2] if takes_value else [word])
         i += 2 if takes_value else 1
     return options
+
+
+def test_the_end_of_options_is_no_option():
+    assert launcher_options(["hpcdl", "--nproc", "8", "--nnodes", "1", "--"]) == [["--nproc", "8"], ["--nnodes", "1"]]
+    assert launcher_options(["srun", "--nodes=2", "-n", "8"]) == [["--nodes=2"], ["-n", "8"]]
 
 
 def option_is(tokens: list[str], option: str, value=None) -> bool:
