@@ -696,11 +696,10 @@ def _sockets_shared_by_domain_order(node: NodeKind, slots: list[_Slot]) -> set[i
 
 def _domain_runs(node: NodeKind, slots: list[_Slot], socket: int, per_rank: int) -> dict[int, tuple[int, ...]] | None:
     """With `shared_domain_cores: spill`, where a socket's share-out misses a domain that several ranks' devices
-    share (NHR@FAU Alex: a job of
-    two A100 on a node it shares, both GPUs nearest NUMA domain 3, 16 cores each): each domain's ranks take
-    one run of blocks of the socket's cores that ends with the domain's last core, so the run holds the
-    domain, rank by rank (Alex: 32-47 and 48-63). None where no domain is shared, or the runs would overlap
-    or miss their domain: the ranks then keep to their domains."""
+    share (NHR@FAU Alex: a job of two A100 on a node it shares, both GPUs nearest NUMA domain 3, 16 cores each):
+    each domain's ranks take one run of blocks of the socket's cores that ends with the domain's last core, so the
+    run holds the domain, rank by rank (Alex: 32-47 and 48-63). None where no domain is shared, or the runs would
+    overlap or miss their domain: the ranks then keep to their domains."""
     members = [i for i, slot in enumerate(slots) if slot.socket == socket]
     by_domain: dict[int, list[int]] = {}
     for i in members:
