@@ -19,9 +19,14 @@ def variables_in(text: str) -> list[str]:
     return [match.group(1) or match.group(3) for match in VARIABLE.finditer(text)]
 
 
+def _braced(match: re.Match) -> str:
+    """One VARIABLE match written ${NAME} or ${NAME%word}, the form every reader expands."""
+    return "${" + (match.group(1) or match.group(3)) + (match.group(2) or "") + "}"
+
+
 def with_braces(text: str) -> str:
     """`text` with each variable written ${NAME} ($SCRATCH/x -> ${SCRATCH}/x), for readers that expand only that form."""
-    return VARIABLE.sub(lambda m: "${" + (m.group(1) or m.group(3)) + (m.group(2) or "") + "}", text)
+    return VARIABLE.sub(_braced, text)
 
 
 def leading_variable(path: str) -> str | None:
@@ -137,7 +142,7 @@ def path_with_variables(path: str) -> str:
     for match in VARIABLE.finditer(path):
         if match.start() > last:
             parts.append(quote(path[last:match.start()]))
-        parts.append('"${' + (match.group(1) or match.group(3)) + (match.group(2) or "") + '}"')
+        parts.append('"' + _braced(match) + '"')
         last = match.end()
     if last < len(path) or not parts:
         parts.append(quote(path[last:]))
@@ -155,7 +160,7 @@ def path_in_double_quotes(path: str) -> str:
     parts, last = [], 0
     for match in VARIABLE.finditer(path):
         parts.append(_inert_in_double_quotes(path[last:match.start()]))
-        parts.append("${" + (match.group(1) or match.group(3)) + (match.group(2) or "") + "}")
+        parts.append(_braced(match))
         last = match.end()
     parts.append(_inert_in_double_quotes(path[last:]))
     return "".join(parts)
