@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from hpcdl.errors import HpcdlError
 from hpcdl.plan import JobRequest, Plan, make_plan
+from hpcdl.plan.model import PathValue
 from hpcdl.sites import load_site
 
 
@@ -293,6 +296,22 @@ def test_plan_round_trips_through_its_json_shape():
     assert set(data["ranks"][0]) >= {"rank", "node", "local_rank", "socket", "cores", "gpus", "nic",
                                      "omp_num_threads", "env"}
     assert Plan.from_dict(data) == plan
+
+
+def test_a_value_the_job_shell_builds_keeps_its_shape_in_plan_json():
+    # Polaris prepends ALCF's aws-ofi-nccl folder to LD_LIBRARY_PATH: plan.json names the folders, not a
+    # joined string, and reads back as the same value
+    plan = plan_for("polaris", nodes=2)
+    value = plan.env_paths["LD_LIBRARY_PATH"]
+    assert value == PathValue(prepend=("/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib",))
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert data["env_paths"] == {"LD_LIBRARY_PATH": {"prepend": ["/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib"],
+                                                     "append": []}}
+    assert Plan.from_dict(data) == plan
+    assert value.shown("LD_LIBRARY_PATH") == "/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:$LD_LIBRARY_PATH"
+    whole = PathValue(path="$SCRATCH/.cache/huggingface")
+    assert whole.to_dict() == {"path": "$SCRATCH/.cache/huggingface"} and PathValue.from_dict(whole.to_dict()) == whole
+    assert whole.shown("HF_HOME") == "$SCRATCH/.cache/huggingface"
 
 
 def test_the_same_request_gives_the_same_plan():

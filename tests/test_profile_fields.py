@@ -1955,7 +1955,7 @@ def test_an_env_path_under_a_variable_expands_only_its_variable_references(tmp_p
     assert out.returncode == 0 and out.stdout == "/scratch/user/u/.cache/$(touch pwned)`id`"
     assert not (tmp_path / "pwned").exists()
     plan = make_plan(site, JobRequest(nodes=1))
-    assert plan.env_paths["HF_HOME"] == {"path": "$SCRATCH/.cache/$(touch pwned)`id`"} and "HF_HOME" not in plan.env
+    assert plan.env_paths["HF_HOME"].path == "$SCRATCH/.cache/$(touch pwned)`id`" and "HF_HOME" not in plan.env
 
 
 @pytest.mark.parametrize("value,match", [

@@ -133,10 +133,8 @@ def plan(
     console.print("environment (every rank):", highlight=False, markup=False)
     for name, value in sorted(p.env.items()):
         console.print(f"  {name}={value}", highlight=False, markup=False)
-    for name, parts in sorted(p.env_paths.items()):
-        value = parts["path"] if parts.get("path") is not None else \
-            ":".join([*parts["prepend"], f"${name}", *parts["append"]])
-        console.print(f"  {name}={value}  (the job shell expands it)", highlight=False, markup=False)
+    for name, value in sorted(p.env_paths.items()):
+        console.print(f"  {name}={value.shown(name)}  (the job shell expands it)", highlight=False, markup=False)
     if p.modules:
         console.print("modules the plan adds: " + " ".join(p.modules), highlight=False, markup=False)
     per_rank = _per_rank_env_lines(p)

@@ -30,7 +30,7 @@ class LaunchPlan(Protocol):
     distributed: str
     ranks: tuple[PlacedRank, ...]
     env: dict[str, str]
-    env_paths: dict[str, dict]
+    env_paths: dict[str, object]  # values are hpcdl.plan.model.PathValue; launchers read only the names
     tmpdir: str | None
 
     @property

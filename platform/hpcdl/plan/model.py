@@ -100,6 +100,35 @@ class RuntimeChoice:
 
 
 @dataclass(frozen=True)
+class PathValue:
+    """A variable whose value the job shell builds from other variables (a profile's `env` entry given
+    as `{path: ...}` or `{prepend: [...], append: [...]}`): one whole path, or folders put before and
+    after the variable's own value, which joins only when it is set."""
+
+    path: str | None = None  # the whole value, its $NAME references expanded
+    prepend: tuple[str, ...] = ()  # folders before the variable's own value
+    append: tuple[str, ...] = ()  # folders after it
+
+    def to_dict(self) -> dict:
+        """plan.json's shape: {"path": ...} or {"prepend": [...], "append": [...]}."""
+        if self.path is not None:
+            return {"path": self.path}
+        return {"prepend": list(self.prepend), "append": list(self.append)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PathValue":
+        if data.get("path") is not None:
+            return cls(path=data["path"])
+        return cls(prepend=tuple(data.get("prepend", ())), append=tuple(data.get("append", ())))
+
+    def shown(self, name: str) -> str:
+        """The value as a person reads it, `$NAME` standing for the variable's own value."""
+        if self.path is not None:
+            return self.path
+        return ":".join([*self.prepend, f"${name}", *self.append])
+
+
+@dataclass(frozen=True)
 class Plan:
     site: str
     node_kind: str
@@ -117,8 +146,8 @@ class Plan:
     notes: tuple[str, ...] = ()  # why each choice was made, in words
     spatial: SpatialLayout | None = None  # spatial parallelism: who shares a sample
     modules: tuple[str, ...] = ()  # modules this plan needs beyond the site's (the GTL with GPU-aware MPI)
-    # values built from other variables, expanded by the job shell: {name: {"prepend": [...], "append": [...]}}
-    env_paths: dict[str, dict] = field(default_factory=dict)
+    # values built from other variables, expanded by the job shell
+    env_paths: dict[str, PathValue] = field(default_factory=dict)
     # what the ranks run in and where their framework, MPI and network plugin come from (hpcdl.plan.runtime)
     runtime: RuntimeChoice | None = None
     # shell limits the job raises before it starts the ranks (the profile's launch.ulimit): {"memlock": "unlimited"}
@@ -144,6 +173,7 @@ class Plan:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["world_size"] = self.world_size
+        data["env_paths"] = {name: value.to_dict() for name, value in self.env_paths.items()}
         if self.spatial is None:
             data.pop("spatial")  # plans without spatial parallelism read as they always have
         for name in ("modules", "env_paths", "runtime", "ulimit", "tmpdir", "spawner", "spawner_argv"):
@@ -170,8 +200,6 @@ class Plan:
         return cls(
             **{**data, "ranks": ranks, "launcher_argv": tuple(data["launcher_argv"]), "notes": tuple(data.get("notes", ())),
                "spatial": spatial, "runtime": runtime, "modules": tuple(data.get("modules", ())),
-               "env_paths": {k: {"path": v["path"]} if v.get("path") is not None
-                             else {"prepend": list(v.get("prepend", ())), "append": list(v.get("append", ()))}
-                             for k, v in data.get("env_paths", {}).items()},
+               "env_paths": {name: PathValue.from_dict(v) for name, v in data.get("env_paths", {}).items()},
                "ulimit": dict(data.get("ulimit", {})), "spawner_argv": tuple(data.get("spawner_argv", ()))}
         )

@@ -19,7 +19,7 @@ from hpcdl.launchers import launcher_for
 from hpcdl.launchers.base import gpu_total_uneven
 from hpcdl.launchers.mpi import closest_gpus_misses, default_binding_misses, sockets_binding_misses, spawner_argv
 from hpcdl.plan.env import communication_env, intel_mpi_pin_domain, rank_env, threading_env
-from hpcdl.plan.model import Plan, RankPlacement, RuntimeChoice, SpatialLayout
+from hpcdl.plan.model import PathValue, Plan, RankPlacement, RuntimeChoice, SpatialLayout
 from hpcdl.plan.runtime import LIBFABRIC_NICS, choose_runtime
 from hpcdl.plan.request import JobRequest
 from hpcdl.sites.schema import MAX_NODES, Gpu, Nic, NodeKind, Site
@@ -141,8 +141,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         # centre's NCCL_NET ("AWS Libfabric": BriCS, CSCS) names the network, not where its library is:
         # NCCL still looks for the plugin by this name, and fails to start without it
         env["NCCL_NET_PLUGIN"] = runtime.net_plugin_library
-    env_paths = {k: {"path": v.path} if v.path is not None else {"prepend": list(v.prepend), "append": list(v.append)}
-                 for k, v in site.env.items() if not isinstance(v, str)}
+    env_paths = {k: PathValue(v.path, tuple(v.prepend), tuple(v.append)) for k, v in site.env.items() if not isinstance(v, str)}
     modules = _plan_modules(site, use_gpus, env, notes)
     _check_collective_plugin(site, kind_name, node, distributed, use_gpus, request.nodes, runtime)
     if runtime.kind == "user-image" and plugin is None and use_gpus and any(n.kind in LIBFABRIC_NICS for n in node.nics):

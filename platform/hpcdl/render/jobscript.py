@@ -893,17 +893,16 @@ def env_path_lines(plan: Plan) -> list[str]:
     """`export NAME=...` for values built from other variables: each folder is one quoted word in
     which only $NAME references expand, and the variable's own value joins only when set."""
     lines = []
-    for name, parts in sorted(plan.env_paths.items()):
+    for name, value in sorted(plan.env_paths.items()):
         env_name(name)
-        if parts.get("path") is not None:
+        if value.path is not None:
             # one path under a variable the job has (HF_HOME on $SCRATCH): only $NAME references expand
-            lines.append(f"export {name}={path_with_variables(parts['path'])}")
+            lines.append(f"export {name}={path_with_variables(value.path)}")
             continue
-        before = ":".join(path_with_variables(p) for p in parts.get("prepend", ()))
-        after = ":".join(path_with_variables(p) for p in parts.get("append", ()))
+        before = ":".join(path_with_variables(p) for p in value.prepend)
+        after = ":".join(path_with_variables(p) for p in value.append)
         own = f'"${{{name}:+:${{{name}}}}}"' if before else f'"${{{name}:+${{{name}}}:}}"'
-        value = before + own + (f":{after}" if before and after else after)
-        lines.append(f"export {name}={value}")
+        lines.append(f"export {name}={before}{own}{f':{after}' if before and after else after}")
     return lines
 
 
