@@ -293,10 +293,8 @@ class PyxisRuntime(Runtime):
     srun_options = True
 
     def command(self, plan, site, image):
-        if site.env.get(LIBRARY_PATH) is not None and not isinstance(site.env.get(LIBRARY_PATH), str):
-            # the profile refuses this when it loads; kept here so a copy built past the validator fails too
-            raise HpcdlError(f"env.{LIBRARY_PATH}: pyxis has no option that puts host folders on the container's "
-                             "library path; hpcdl does not guess one")
+        # host folders on env.LD_LIBRARY_PATH cannot reach a pyxis container (no option carries them): the
+        # profile is refused when it loads (hpcdl.sites.schema), as every runtime trusts a loaded site
         mounts = []
         for path in [*self.binds(site), Expanding("$HPCDL_JOB_DIR")]:
             if "," in path or ":" in path:
