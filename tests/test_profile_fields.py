@@ -2014,6 +2014,9 @@ def test_two_gpus_on_one_numa_domain_spill_onto_the_empty_domain_beside_it(tmp_p
     assert _cores_by_rank(site, 1)[0] == ((0,), tuple(range(48, 64)))
     two = _cores_by_rank(site, 2)
     assert two[0] == ((0,), tuple(range(32, 48))) and two[1] == ((1,), tuple(range(48, 64)))
+    # three GPUs, two sharing domain 3 and one alone on domain 1: 16 cores each still, as the node's share per GPU
+    three = _cores_by_rank(site, 3)
+    assert three == {0: ((0,), tuple(range(32, 48))), 1: ((1,), tuple(range(48, 64))), 2: ((2,), tuple(range(16, 32)))}
     # the default keeps every rank on its GPU's domain: the pair splits domain 3, half the socket idle
     kept = _profile(tmp_path, ALEX, **{"node_kinds.a100.shared_domain_cores": "domain"})
     full = _cores_by_rank(kept, 8)

@@ -687,6 +687,11 @@ def _sockets_shared_by_domain_order(node: NodeKind, slots: list[_Slot]) -> set[i
             if all(_blocks_hold_domain(node, d, block, sum(s.domain == d for s in members))
                    for d, block in blocks.items()):
                 found.add(socket)
+            elif len({s.domain for s in members}) < len(members):
+                # ranks share a domain: once the cores per rank are known, each domain's ranks take a run of blocks
+                # that holds it (_domain_runs; NHR@FAU Alex's three GPUs of a node the job shares, two on domain 3
+                # and one on domain 1, 16 cores each); where no run fits, the ranks keep to their domains after all
+                found.add(socket)
         elif all(any(node.domain_of_core(c) == s.domain for c in pool[k * share:(k + 1) * share])
                  for k, s in enumerate(ordered)):
             found.add(socket)
