@@ -2149,3 +2149,31 @@ def test_no_framework_wrapper_module_for_a_runtime_whose_words_are_sruns_options
 
     for name in ("lrz-ai", "alps-gh200"):
         assert frameworks_for_site(load_site(name)) is None
+
+
+def test_a_centres_own_launcher_takes_each_nodes_ranks_and_the_exports_by_options_of_its_own(tmp_path):
+    # HPC-UGent's mympirun (VSC Hortense; https://github.com/hpcugent/vsc-mympirun, README.md): "--hybrid ... This
+    # integer will be the number of processes started on each available physical node", and "To add other variables to
+    # this list, you can use the mympirun option --variablesprefix. This option requires a comma-seperated list";
+    # VSC staff start it as ['mympirun', '--hybrid', str(job.num_tasks_per_node)] (EESSI test suite,
+    # config/vsc_hortense.py). A fixed --hybrid 4 in launch.args would start four ranks for a one-GPU job
+    csd3 = SHIPPED / "csd3-ampere.yaml"
+    own = {"launch.command": ["mympirun"], "launch.mpirun_layout": "command", "defaults.total_tasks": False,
+           "launch.ranks_per_node_option": "--hybrid", "launch.env_list_option": "--variablesprefix"}
+    site = _profile(tmp_path, csd3, **own)
+    line = next(line for line in _render(site, tmp_path, account="p-GPU").splitlines() if line.startswith("mympirun "))
+    words = line.split()
+    assert words[1:3] == ["--hybrid", "4"], line
+    exports = words[words.index("--variablesprefix") + 1].split(",")
+    assert {"MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"} <= set(exports) and exports == sorted(exports)
+    assert "-x" not in words and not any(word in words for word in ("-np", "--map-by", "--bind-to"))
+    one = make_plan(site, JobRequest(nodes=1, ranks_per_node=1))
+    text = render_job_script(site, one, {}, JobOptions(account="p-GPU"))
+    assert next(line for line in text.splitlines() if line.startswith("mympirun ")).split()[1:3] == ["--hybrid", "1"]
+    # each is an option of the centre's own command: refused where hpcdl writes the layout, or twice
+    with pytest.raises(HpcdlError, match=r"launch\.ranks_per_node_option: --hybrid .*mpirun_layout is restate"):
+        _profile(tmp_path, csd3, **{**own, "launch.mpirun_layout": "restate"})
+    with pytest.raises(HpcdlError, match=r"launch\.env_list_option: --variablesprefix .*launch\.args names it"):
+        _profile(tmp_path, csd3, **{**own, "launch.args": ["--variablesprefix", "MY"]})
+    with pytest.raises(HpcdlError, match=r"launch\.ranks_per_node_option"):
+        _profile(tmp_path, csd3, **{**own, "launch.ranks_per_node_option": "--hybrid; rm -rf /"})

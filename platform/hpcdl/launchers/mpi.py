@@ -59,8 +59,17 @@ class OpenMpiLauncher(Launcher):
         if site.launch.hostfile:
             # an Open MPI without the batch system's launch support knows only the node it starts on
             argv += ["--hostfile", Expanding(HOSTFILE[site.scheduler])]
-        for name in sorted(exported(plan)):
-            argv += ["-x", name]
+        if site.launch.ranks_per_node_option:
+            # the centre's own launcher takes each node's ranks as an option of its own (HPC-UGent's mympirun:
+            # "--hybrid N", "the number of processes started on each available physical node"): the plan's
+            argv += [site.launch.ranks_per_node_option, str(plan.ranks_per_node)]
+        if site.launch.env_list_option:
+            # ... and the variables to carry as one comma-separated list, where it takes no -x (mympirun:
+            # "--variablesprefix. This option requires a comma-seperated list of strings")
+            argv += [site.launch.env_list_option, ",".join(sorted(exported(plan)))]
+        else:
+            for name in sorted(exported(plan)):
+                argv += ["-x", name]
         return argv + list(site.launch.args)
 
 

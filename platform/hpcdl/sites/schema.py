@@ -1260,6 +1260,26 @@ class Launch(_Strict):
             "rank binds itself to its cores from plan.json"
         ),
     )
+    ranks_per_node_option: str | None = Field(
+        default=None,
+        pattern=r"^--?[A-Za-z][A-Za-z0-9-]*$",
+        description=(
+            "with mpirun_layout: command, the option of the centre's own launcher that takes the ranks it starts on "
+            "each node, where the centre's line says them so: the line then names it with the plan's ranks per node "
+            "(HPC-UGent's mympirun on VSC Hortense: 'mympirun --hybrid N', 'the number of processes started on each "
+            "available physical node', which a fixed launch.args word would say for a full node only)"
+        ),
+    )
+    env_list_option: str | None = Field(
+        default=None,
+        pattern=r"^--?[A-Za-z][A-Za-z0-9-]*$",
+        description=(
+            "with mpirun_layout: command, the option of the centre's own launcher that takes the variables to carry "
+            "to the ranks as one comma-separated list, where it takes no mpirun -x: the line names the job's "
+            "exports there in place of a -x each (HPC-UGent's mympirun: 'To add other variables to this list, you "
+            "can use the mympirun option --variablesprefix. This option requires a comma-seperated list')"
+        ),
+    )
     srun_restates: tuple[Literal["nodes", "ntasks", "ntasks-per-node"], ...] = Field(
         default=(),
         description=(
@@ -1646,6 +1666,17 @@ class Site(_Strict):
             raise ValueError(f"launch.mpirun_layout: command leaves the layout to the centre's own mpirun command "
                              f"(launch.command), but the launcher is {self.launcher} and launch.command "
                              f"{'is ' + ' '.join(self.launch.command) if self.launch.command else 'is unset'}")
+        for field in ("ranks_per_node_option", "env_list_option"):
+            option = getattr(self.launch, field)
+            if option is None:
+                continue
+            if self.launch.mpirun_layout != "command":
+                raise ValueError(f"launch.{field}: {option} is an option of the centre's own launcher command, "
+                                 f"which lays the ranks out itself (launch.mpirun_layout: command), but "
+                                 f"mpirun_layout is {self.launch.mpirun_layout}")
+            if option_value(self.launch.args, option) is not None:
+                raise ValueError(f"launch.{field}: {option} is written from the plan, and launch.args names it "
+                                 "too; leave it out of launch.args")
         # a header of nodes alone (Pawsey's allocation-packs) needs a launcher that lays the ranks out itself: srun,
         # the centre's own mpirun command (launch.mpirun_layout: command; N8 CIR Bede's bede-mpirun), or Open MPI's
         # mpirun, which names its ranks per node and takes its slots from the job's exports (EPCC Cirrus)
