@@ -2177,3 +2177,16 @@ def test_a_centres_own_launcher_takes_each_nodes_ranks_and_the_exports_by_option
         _profile(tmp_path, csd3, **{**own, "launch.args": ["--variablesprefix", "MY"]})
     with pytest.raises(HpcdlError, match=r"launch\.ranks_per_node_option"):
         _profile(tmp_path, csd3, **{**own, "launch.ranks_per_node_option": "--hybrid; rm -rf /"})
+
+
+def test_a_hint_no_node_kind_can_take_is_refused(tmp_path):
+    """launch.threads_request: hint asks one hardware thread per core (--hint=nomultithread) where the site's Slurm
+    counts cores on an SMT node; on a machine whose every node kind has Slurm count each of its hardware threads
+    (scheduler_cpus_per_core equal to threads_per_core), or has one thread a core, no line ever names it, and the
+    centre's --hint=nomultithread (DKRZ staff's Levante srun) would be lost in silence: the profile is refused,
+    naming the field and what would take it."""
+    jean_zay = SHIPPED / "jean-zay.yaml"
+    with pytest.raises(HpcdlError, match=r"launch.threads_request: hint .* no node kind .*scheduler_cpus_per_core: 1"):
+        _profile(tmp_path, jean_zay, **{"node_kinds.v100.scheduler_cpus_per_core": 2})
+    # one kind that counts cores is enough: its jobs carry the hint
+    assert load_site_file(jean_zay).launch.threads_request == "hint"

@@ -1786,6 +1786,14 @@ class Site(_Strict):
         if self.launch.threads_request == "hint" and self.launcher != "srun":
             raise ValueError(f"launch.threads_request: hint is srun's and sbatch's --hint=nomultithread, but the "
                              f"launcher is {self.launcher}")
+        if self.launch.threads_request == "hint" and not any(
+                k.cpus_per_core < k.threads_per_core for k in self.node_kinds.values()):
+            # the hint is written only where -c counts fewer threads than a core has; elsewhere it would be
+            # dropped in silence, and the centre's --hint=nomultithread with it
+            raise ValueError("launch.threads_request: hint asks one hardware thread per core where the site's Slurm "
+                             "counts cores on an SMT node, but no node kind does (none has threads_per_core 2 or more "
+                             "with scheduler_cpus_per_core: 1), so no line would carry it; say "
+                             "scheduler_cpus_per_core: 1 where the centre's jobs ask --hint=nomultithread")
         if self.launch.hostfile and (self.launcher != "mpirun" or self.scheduler not in ("pbs", "lsf")):
             raise ValueError(f"launch.hostfile: the PBS or LSF host file given to Open MPI's mpirun, but the "
                              f"launcher is {self.launcher} under {self.scheduler}")
