@@ -2146,3 +2146,22 @@ def test_no_framework_wrapper_module_for_a_runtime_whose_words_are_sruns_options
 
     for name in ("lrz-ai", "alps-gh200"):
         assert frameworks_for_site(load_site(name)) is None
+
+
+def test_a_centre_that_counts_a_jobs_gpus_gets_their_total_beside_the_gpus_of_each_task(tmp_path):
+    # UF Research Computing's HiPerGator AI job (UFResearchComputing/MultiNode_MONAI_example launch.sh):
+    # "#SBATCH --gpus=16 # Total GPUs" beside "#SBATCH --gpus-per-task=1 # 1 GPU per task", 8 tasks on each of 2 nodes
+    base = SHIPPED / "greatlakes-gpu.yaml"
+    site = _profile(tmp_path, base, **{"defaults.total_gpus": True})
+    header = [line for line in render_job_script(site, make_plan(site, JobRequest(nodes=2)), {}, JobOptions())
+              .splitlines() if line.startswith("#SBATCH --gpus")]
+    assert header == ["#SBATCH --gpus-per-task=v100:1", "#SBATCH --gpus=v100:4"], header
+    plain = load_site_file(base)
+    assert not [line for line in render_job_script(plain, make_plan(plain, JobRequest(nodes=2)), {}, JobOptions())
+                .splitlines() if line.startswith("#SBATCH --gpus=")]
+    cpu_only = render_job_script(site, make_plan(site, JobRequest(nodes=2, use_gpus=False)), {}, JobOptions())
+    assert "--gpus" not in cpu_only
+    with pytest.raises(HpcdlError, match=r"defaults\.total_gpus: .* gpu_request gpus-per-node"):
+        _profile(tmp_path, SHIPPED / "volta-x86.yaml", **{"defaults.total_gpus": True})
+    with pytest.raises(HpcdlError, match=r"defaults\.total_gpus: .* the scheduler is pbs"):
+        _profile(tmp_path, SHIPPED / "polaris.yaml", **{"defaults.total_gpus": True})

@@ -853,6 +853,15 @@ class Defaults(_Strict):
             "count of tasks per node': N nodes of at most R tasks each, N x R in all, is R on every node"
         ),
     )
+    total_gpus: bool = Field(
+        default=False,
+        description=(
+            "Slurm, with gpu_request: gpus-per-task: the header names the job's total GPUs too, #SBATCH --gpus=N "
+            "beside --gpus-per-task, where the centre's job scripts count them so (UF Research Computing's HiPerGator "
+            "AI job: '#SBATCH --gpus=16 # Total GPUs', '#SBATCH --gpus-per-task=1 # 1 GPU per task'); N is the "
+            "plan's tasks times each task's GPUs, so both ask the same GPUs"
+        ),
+    )
     tasks_per_socket: bool = Field(
         default=False,
         description=(
@@ -1680,6 +1689,11 @@ class Site(_Strict):
             raise ValueError(f"defaults.total_tasks: #SBATCH --ntasks beside --ntasks-per-node, a Slurm header that asks "
                              f"tasks, but the scheduler is {self.scheduler} and batch_request "
                              f"{self.defaults.batch_request}")
+        if self.defaults.total_gpus and (self.scheduler != "slurm" or self.defaults.gpu_request != "gpus-per-task"
+                                         or self.defaults.batch_request != "tasks"):
+            raise ValueError(f"defaults.total_gpus: #SBATCH --gpus beside --gpus-per-task, a Slurm header that asks "
+                             f"each task's GPUs, but the scheduler is {self.scheduler}, gpu_request "
+                             f"{self.defaults.gpu_request or 'gpus-per-node'} and batch_request {self.defaults.batch_request}")
         for kind in self.node_kinds:
             for size in self.job_defaults(kind).partition_by_nodes or ():
                 if size.chunk != "gpu":
