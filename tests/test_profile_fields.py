@@ -2165,3 +2165,16 @@ def test_a_centre_that_counts_a_jobs_gpus_gets_their_total_beside_the_gpus_of_ea
         _profile(tmp_path, SHIPPED / "volta-x86.yaml", **{"defaults.total_gpus": True})
     with pytest.raises(HpcdlError, match=r"defaults\.total_gpus: .* the scheduler is pbs"):
         _profile(tmp_path, SHIPPED / "polaris.yaml", **{"defaults.total_gpus": True})
+
+
+def test_the_rendezvous_host_by_its_short_name_where_the_centre_names_it_so(tmp_path):
+    # UF Research Computing's HiPerGator helpers (UFResearchComputing/MultiNode_MONAI_example,
+    # pt_multinode_helper_funcs.sh): "export PRIMARY=$(hostname -s)", the node's short name, which every rank is told
+    site = _profile(tmp_path, PERLMUTTER, **{"launch.master_addr": "host-short-name"})
+    lines = _render(site, tmp_path).splitlines()
+    assert "MASTER_ADDR=$(hostname -s)" in lines and "MASTER_ADDR=$(hostname)" not in lines
+    # beside a suffix, the short name + the suffix, as before
+    jsc = _profile(tmp_path, SHIPPED / "juwels-booster.yaml", **{"launch.master_addr": "host-short-name"})
+    assert 'MASTER_ADDR="$(hostname -s)i"' in _render(jsc, tmp_path).splitlines()
+    with pytest.raises(HpcdlError, match=r"launch.master_addr: a Slurm setting .* but the scheduler is pbs"):
+        _profile(tmp_path, GADI, **{"launch.master_addr": "host-short-name"})

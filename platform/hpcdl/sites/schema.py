@@ -1120,10 +1120,12 @@ class Launch(_Strict):
             "staff scripts, --cpu-bind=cores with CUDA_VISIBLE_DEVICES=$((3-SLURM_LOCALID)))"
         ),
     )
-    master_addr: Literal["host-name", "host-ip", "node-list"] = Field(
+    master_addr: Literal["host-name", "host-short-name", "host-ip", "node-list"] = Field(
         default="host-name",
         description=(
             "how a Slurm job names its rendezvous host (MASTER_ADDR, the batch host): its name, $(hostname), or "
+            "host-short-name, its short name, $(hostname -s), where the centre's jobs name it so (UFRC HiPerGator's "
+            "'export PRIMARY=$(hostname -s)'), or "
             "its address, $(hostname -i), where the centre asks for it (OLCF Frontier: export MASTER_ADDR=$(hostname -i)); "
             "node-list: the first host of the job's node list, $(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1) "
             "(Princeton Research Computing's Della; NRIS Olivia's head_node); "
