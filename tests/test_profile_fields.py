@@ -2190,3 +2190,35 @@ def test_a_hint_no_node_kind_can_take_is_refused(tmp_path):
         _profile(tmp_path, jean_zay, **{"node_kinds.v100.scheduler_cpus_per_core": 2})
     # one kind that counts cores is enough: its jobs carry the hint
     assert load_site_file(jean_zay).launch.threads_request == "hint"
+
+
+def test_a_centre_that_counts_a_jobs_gpus_gets_their_total_beside_the_gpus_of_each_task(tmp_path):
+    # UF Research Computing's HiPerGator AI job (UFResearchComputing/MultiNode_MONAI_example launch.sh):
+    # "#SBATCH --gpus=16 # Total GPUs" beside "#SBATCH --gpus-per-task=1 # 1 GPU per task", 8 tasks on each of 2 nodes
+    base = SHIPPED / "greatlakes-gpu.yaml"
+    site = _profile(tmp_path, base, **{"defaults.total_gpus": True})
+    header = [line for line in render_job_script(site, make_plan(site, JobRequest(nodes=2)), {}, JobOptions())
+              .splitlines() if line.startswith("#SBATCH --gpus")]
+    assert header == ["#SBATCH --gpus-per-task=v100:1", "#SBATCH --gpus=v100:4"], header
+    plain = load_site_file(base)
+    assert not [line for line in render_job_script(plain, make_plan(plain, JobRequest(nodes=2)), {}, JobOptions())
+                .splitlines() if line.startswith("#SBATCH --gpus=")]
+    cpu_only = render_job_script(site, make_plan(site, JobRequest(nodes=2, use_gpus=False)), {}, JobOptions())
+    assert "--gpus" not in cpu_only
+    with pytest.raises(HpcdlError, match=r"defaults\.total_gpus: .* gpu_request gpus-per-node"):
+        _profile(tmp_path, SHIPPED / "volta-x86.yaml", **{"defaults.total_gpus": True})
+    with pytest.raises(HpcdlError, match=r"defaults\.total_gpus: .* the scheduler is pbs"):
+        _profile(tmp_path, SHIPPED / "polaris.yaml", **{"defaults.total_gpus": True})
+
+
+def test_the_rendezvous_host_by_its_short_name_where_the_centre_names_it_so(tmp_path):
+    # UF Research Computing's HiPerGator helpers (UFResearchComputing/MultiNode_MONAI_example,
+    # pt_multinode_helper_funcs.sh): "export PRIMARY=$(hostname -s)", the node's short name, which every rank is told
+    site = _profile(tmp_path, PERLMUTTER, **{"launch.master_addr": "host-short-name"})
+    lines = _render(site, tmp_path).splitlines()
+    assert "MASTER_ADDR=$(hostname -s)" in lines and "MASTER_ADDR=$(hostname)" not in lines
+    # beside a suffix, the short name + the suffix, as before
+    jsc = _profile(tmp_path, SHIPPED / "juwels-booster.yaml", **{"launch.master_addr": "host-short-name"})
+    assert 'MASTER_ADDR="$(hostname -s)i"' in _render(jsc, tmp_path).splitlines()
+    with pytest.raises(HpcdlError, match=r"launch.master_addr: a Slurm setting .* but the scheduler is pbs"):
+        _profile(tmp_path, GADI, **{"launch.master_addr": "host-short-name"})

@@ -392,6 +392,8 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "node_cores": node.usable_cores,
         # the job's total tasks named beside the tasks per node, where the centre's scripts count them so (CSD3)
         "total_tasks": plan.nodes * plan.ranks_per_node if site.defaults.total_tasks else None,
+        # the job's total GPUs named beside each task's, where the centre's scripts count them so (UFRC HiPerGator)
+        "total_gpus": plan.nodes * plan.ranks_per_node * gpus_per_rank if site.defaults.total_gpus else None,
         # the most tasks on one socket as the site's Slurm counts sockets, where the centre's scripts ask it (ULHPC)
         "tasks_per_socket": (node.tasks_per_scheduler_socket(min(r.cores) for r in plan.local_ranks())
                              if site.defaults.tasks_per_socket else None),

@@ -853,6 +853,15 @@ class Defaults(_Strict):
             "count of tasks per node': N nodes of at most R tasks each, N x R in all, is R on every node"
         ),
     )
+    total_gpus: bool = Field(
+        default=False,
+        description=(
+            "Slurm, with gpu_request: gpus-per-task: the header names the job's total GPUs too, #SBATCH --gpus=N "
+            "beside --gpus-per-task, where the centre's job scripts count them so (UF Research Computing's HiPerGator "
+            "AI job: '#SBATCH --gpus=16 # Total GPUs', '#SBATCH --gpus-per-task=1 # 1 GPU per task'); N is the "
+            "plan's tasks times each task's GPUs, so both ask the same GPUs"
+        ),
+    )
     tasks_per_socket: bool = Field(
         default=False,
         description=(
@@ -1111,10 +1120,12 @@ class Launch(_Strict):
             "staff scripts, --cpu-bind=cores with CUDA_VISIBLE_DEVICES=$((3-SLURM_LOCALID)))"
         ),
     )
-    master_addr: Literal["host-name", "host-ip", "node-list"] = Field(
+    master_addr: Literal["host-name", "host-short-name", "host-ip", "node-list"] = Field(
         default="host-name",
         description=(
             "how a Slurm job names its rendezvous host (MASTER_ADDR, the batch host): its name, $(hostname), or "
+            "host-short-name, its short name, $(hostname -s), where the centre's jobs name it so (UFRC HiPerGator's "
+            "'export PRIMARY=$(hostname -s)'), or "
             "its address, $(hostname -i), where the centre asks for it (OLCF Frontier: export MASTER_ADDR=$(hostname -i)); "
             "node-list: the first host of the job's node list, $(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1) "
             "(Princeton Research Computing's Della; NRIS Olivia's head_node); "
@@ -1711,6 +1722,11 @@ class Site(_Strict):
             raise ValueError(f"defaults.total_tasks: #SBATCH --ntasks beside --ntasks-per-node, a Slurm header that asks "
                              f"tasks, but the scheduler is {self.scheduler} and batch_request "
                              f"{self.defaults.batch_request}")
+        if self.defaults.total_gpus and (self.scheduler != "slurm" or self.defaults.gpu_request != "gpus-per-task"
+                                         or self.defaults.batch_request != "tasks"):
+            raise ValueError(f"defaults.total_gpus: #SBATCH --gpus beside --gpus-per-task, a Slurm header that asks "
+                             f"each task's GPUs, but the scheduler is {self.scheduler}, gpu_request "
+                             f"{self.defaults.gpu_request or 'gpus-per-node'} and batch_request {self.defaults.batch_request}")
         for kind in self.node_kinds:
             for size in self.job_defaults(kind).partition_by_nodes or ():
                 if size.chunk != "gpu":
