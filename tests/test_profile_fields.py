@@ -2149,3 +2149,15 @@ def test_no_framework_wrapper_module_for_a_runtime_whose_words_are_sruns_options
 
     for name in ("lrz-ai", "alps-gh200"):
         assert frameworks_for_site(load_site(name)) is None
+
+
+def test_the_rendezvous_host_by_its_fully_qualified_name(tmp_path):
+    # The Vector Institute's multi-node job on Killarney (VectorInstitute/vec-playbook at 50fc3345,
+    # getting-started/slurm-examples/imagenet-multinode/imagenet-multinode.sh): "export MASTER_ADDR=$(hostname --fqdn)"
+    site = _profile(tmp_path, PERLMUTTER, **{"launch.master_addr": "host-fqdn"})
+    lines = _render(site, tmp_path).splitlines()
+    assert "MASTER_ADDR=$(hostname --fqdn)" in lines and "MASTER_ADDR=$(hostname)" not in lines
+    with pytest.raises(HpcdlError, match=r"launch.master_addr: a Slurm setting .* but the scheduler is pbs"):
+        _profile(tmp_path, GADI, **{"launch.master_addr": "host-fqdn"})
+    with pytest.raises(HpcdlError, match=r"launch.master_addr: host-fqdn .* not both"):
+        _profile(tmp_path, PERLMUTTER, **{"launch.master_addr": "host-fqdn", "launch.master_addr_suffix": "i"})
