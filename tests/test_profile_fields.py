@@ -2222,3 +2222,15 @@ def test_the_rendezvous_host_by_its_short_name_where_the_centre_names_it_so(tmp_
     assert 'MASTER_ADDR="$(hostname -s)i"' in _render(jsc, tmp_path).splitlines()
     with pytest.raises(HpcdlError, match=r"launch.master_addr: a Slurm setting .* but the scheduler is pbs"):
         _profile(tmp_path, GADI, **{"launch.master_addr": "host-short-name"})
+
+
+def test_the_rendezvous_host_by_its_fully_qualified_name(tmp_path):
+    # The Vector Institute's multi-node job on Killarney (VectorInstitute/vec-playbook at 50fc3345,
+    # getting-started/slurm-examples/imagenet-multinode/imagenet-multinode.sh): "export MASTER_ADDR=$(hostname --fqdn)"
+    site = _profile(tmp_path, PERLMUTTER, **{"launch.master_addr": "host-fqdn"})
+    lines = _render(site, tmp_path).splitlines()
+    assert "MASTER_ADDR=$(hostname --fqdn)" in lines and "MASTER_ADDR=$(hostname)" not in lines
+    with pytest.raises(HpcdlError, match=r"launch.master_addr: a Slurm setting .* but the scheduler is pbs"):
+        _profile(tmp_path, GADI, **{"launch.master_addr": "host-fqdn"})
+    with pytest.raises(HpcdlError, match=r"launch.master_addr: host-fqdn .* not both"):
+        _profile(tmp_path, PERLMUTTER, **{"launch.master_addr": "host-fqdn", "launch.master_addr_suffix": "i"})

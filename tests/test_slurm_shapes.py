@@ -230,6 +230,9 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
                                                 "master_port_command": (), "master_addr": "host-name",
                                                 # nor the site prolog's rendezvous variables (C3SE Alvis's PROEPI_*)
                                                 "master_addr_env": None, "master_port_env": None,
+                                                # nor the centre's own path to its srun (Vector's Killarney jobs:
+                                                # /cm/shared/apps/slurm/current/bin/srun): this host's srun stands in
+                                                **({"command": ()} if site.launcher == "srun" else {}),
                                                 **_stand_in_wrappers(site, folder)})
         site = site.model_copy(update={"launch": launch})
         # nor the variables the centre sets in every job (Texas A&M HPRC's $SCRATCH, under which its jobs put
@@ -402,6 +405,9 @@ def test_slurm_shaped_like_the_machine_allocates_its_rendered_job(slurm_clusters
 
     seen = {}
     for line in output.splitlines():
+        # srun --label puts the task's number before each line it passes on (srun(1): "Prepend task number to
+        # lines of stdout/err"; Vector's Killarney jobs: srun -l)
+        line = re.sub(r"^ *\d+: ", "", line)
         if line.startswith("HPCDL-PROBE "):
             record = json.loads(line.split(" ", 1)[1])
             seen[record["rank"]] = record

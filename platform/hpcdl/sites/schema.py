@@ -1120,13 +1120,15 @@ class Launch(_Strict):
             "staff scripts, --cpu-bind=cores with CUDA_VISIBLE_DEVICES=$((3-SLURM_LOCALID)))"
         ),
     )
-    master_addr: Literal["host-name", "host-short-name", "host-ip", "node-list"] = Field(
+    master_addr: Literal["host-name", "host-short-name", "host-ip", "host-fqdn", "node-list"] = Field(
         default="host-name",
         description=(
             "how a Slurm job names its rendezvous host (MASTER_ADDR, the batch host): its name, $(hostname), or "
             "host-short-name, its short name, $(hostname -s), where the centre's jobs name it so (UFRC HiPerGator's "
             "'export PRIMARY=$(hostname -s)'), or "
             "its address, $(hostname -i), where the centre asks for it (OLCF Frontier: export MASTER_ADDR=$(hostname -i)); "
+            "host-fqdn: its fully qualified name, $(hostname --fqdn), where the centre's jobs name it so (the Vector "
+            "Institute's multi-node job on Killarney: export MASTER_ADDR=$(hostname --fqdn)); "
             "node-list: the first host of the job's node list, $(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1) "
             "(Princeton Research Computing's Della; NRIS Olivia's head_node); "
             "beside master_addr_suffix, the address of the suffixed name (JSC's course on JURECA-DC: "
@@ -1764,6 +1766,9 @@ class Site(_Strict):
         if self.launch.master_addr != "host-name" and self.scheduler != "slurm":
             raise ValueError(f"launch.master_addr: a Slurm setting (the batch host's address), but the scheduler is "
                              f"{self.scheduler}, whose jobs name the first host of their node file")
+        if self.launch.master_addr == "host-fqdn" and self.launch.master_addr_suffix:
+            raise ValueError("launch.master_addr: host-fqdn is the batch host's full name as its resolver gives it; "
+                             "a master_addr_suffix names another interface's short name: not both")
         if self.launch.master_addr_suffix and self.scheduler != "slurm":
             raise ValueError(f"launch.master_addr_suffix: a Slurm setting (the batch host's name), but the scheduler "
                              f"is {self.scheduler}, whose jobs name the first host of their node file")
