@@ -2149,3 +2149,23 @@ def test_no_framework_wrapper_module_for_a_runtime_whose_words_are_sruns_options
 
     for name in ("lrz-ai", "alps-gh200"):
         assert frameworks_for_site(load_site(name)) is None
+
+
+def test_multi_node_directives_reach_only_jobs_of_several_nodes(tmp_path):
+    # The Alliance's Nibi (SciNetHPC/alliance-docs-mcp @6c7dd7908bc2318096aab09ef9cc6af87c316118,
+    # docs/pages/General/Nibi.md): "For better performance of tightly coupled multi-node jobs, you may constrain them
+    # to use only one network switch, by adding this option to your job submission script: #SBATCH --switches=1"
+    volta = SHIPPED / "volta-x86.yaml"
+    site = _profile(tmp_path, volta, **{"defaults.directives": ["--network=x"],
+                                        "defaults.multi_node_directives": ["--switches=1"]})
+
+    def directives(nodes):
+        plan = make_plan(site, JobRequest(nodes=nodes, framework="pytorch", image="/opt/images/mine.sif"))
+        text = render_job_script(site, plan, {}, JobOptions())
+        return [line for line in text.splitlines() if line in ("#SBATCH --switches=1", "#SBATCH --network=x")]
+
+    assert directives(2) == ["#SBATCH --network=x", "#SBATCH --switches=1"]
+    # one node is under one switch already: the job names none
+    assert directives(1) == ["#SBATCH --network=x"]
+    with pytest.raises(HpcdlError, match=r"defaults\.multi_node_directives\[0\]: .* is not one scheduler option"):
+        _profile(tmp_path, volta, **{"defaults.multi_node_directives": ["--switches=$(id)"]})
