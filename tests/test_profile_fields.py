@@ -2234,3 +2234,23 @@ def test_the_rendezvous_host_by_its_fully_qualified_name(tmp_path):
         _profile(tmp_path, GADI, **{"launch.master_addr": "host-fqdn"})
     with pytest.raises(HpcdlError, match=r"launch.master_addr: host-fqdn .* not both"):
         _profile(tmp_path, PERLMUTTER, **{"launch.master_addr": "host-fqdn", "launch.master_addr_suffix": "i"})
+
+
+def test_multi_node_directives_reach_only_jobs_of_several_nodes(tmp_path):
+    # The Alliance's Nibi (SciNetHPC/alliance-docs-mcp @6c7dd7908bc2318096aab09ef9cc6af87c316118,
+    # docs/pages/General/Nibi.md): "For better performance of tightly coupled multi-node jobs, you may constrain them
+    # to use only one network switch, by adding this option to your job submission script: #SBATCH --switches=1"
+    volta = SHIPPED / "volta-x86.yaml"
+    site = _profile(tmp_path, volta, **{"defaults.directives": ["--network=x"],
+                                        "defaults.multi_node_directives": ["--switches=1"]})
+
+    def directives(nodes):
+        plan = make_plan(site, JobRequest(nodes=nodes, framework="pytorch", image="/opt/images/mine.sif"))
+        text = render_job_script(site, plan, {}, JobOptions())
+        return [line for line in text.splitlines() if line in ("#SBATCH --switches=1", "#SBATCH --network=x")]
+
+    assert directives(2) == ["#SBATCH --network=x", "#SBATCH --switches=1"]
+    # one node is under one switch already: the job names none
+    assert directives(1) == ["#SBATCH --network=x"]
+    with pytest.raises(HpcdlError, match=r"defaults\.multi_node_directives\[0\]: .* is not one scheduler option"):
+        _profile(tmp_path, volta, **{"defaults.multi_node_directives": ["--switches=$(id)"]})

@@ -406,7 +406,9 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         "output_dir": options.output_dir,
         # the profile's extra directives are written for its own scheduler
         # and after them those of the plan's framework (KISTI Neuron's mandatory application name, --comment=pytorch)
-        "directives": ([*defaults.directives, *site.defaults.framework_directives.get(plan.framework, ())]
+        # and last those the centre asks of its multi-node jobs only (Alliance Nibi's --switches=1)
+        "directives": ([*defaults.directives, *site.defaults.framework_directives.get(plan.framework, ()),
+                        *(site.defaults.multi_node_directives if plan.nodes > 1 else ())]
                        if scheduler == site.scheduler else []),
         # sbatch's --export=NONE (or a list without ALL) reaches every srun of the job through SLURM_EXPORT_ENV,
         # which would start the ranks without this script's exports (MASTER_ADDR, OMP_NUM_THREADS, ...): the

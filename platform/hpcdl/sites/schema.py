@@ -784,6 +784,16 @@ class Defaults(_Strict):
             "pytorch for PyTorch, tensorflow for TensorFlow, etc for others); a framework not named gets none"
         ),
     )
+    multi_node_directives: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "further scheduler options for a job of more than one node only, one per directive line, written after "
+            "`directives` and `framework_directives`, where the centre asks them of its multi-node jobs (Alliance "
+            "Nibi: 'For better performance of tightly coupled multi-node jobs, you may constrain them to use only "
+            "one network switch, by adding this option to your job submission script: #SBATCH --switches=1'); a "
+            "job on one node gets none"
+        ),
+    )
     account_required: bool = Field(
         default=False,
         description="the centre refuses or ends jobs that name no account/project (Minerva: 'All jobs must specify project')",
@@ -1625,6 +1635,7 @@ class Site(_Strict):
         self._no_srun_binding_in_env()
         lists = [("defaults.directives", self.defaults.directives)]
         lists += [(f"defaults.framework_directives.{f}", d) for f, d in self.defaults.framework_directives.items()]
+        lists += [("defaults.multi_node_directives", self.defaults.multi_node_directives)]
         lists += [(f"node_kinds.{k}.defaults.directives", n.defaults.directives or ()) for k, n in self.node_kinds.items()]
         for where, directives in lists:
             for i, d in enumerate(directives):
