@@ -164,3 +164,59 @@ def test_staging_copies_checks_and_reuses_a_complete_copy(tmp_path, capsys):
 def test_staging_a_missing_data_set_names_the_path(tmp_path):
     with pytest.raises(HpcdlError, match="data.path"):
         stage(tmp_path / "nope", tmp_path / "nvme")
+
+
+def _slurm_of_several_clusters(folder: Path, cluster: str) -> Path:
+    """sbatch, squeue, scontrol and scancel as a Slurm controller of several clusters answers them, whose default
+    cluster is not `cluster` (VSC's wICE: "Our Slurm scheduler is aware of multiple clusters and wice is not the default
+    one"): sbatch --parsable of a script that names the cluster prints "jobid;cluster" (sbatch(1), --parsable); a
+    command about the job that does not name the cluster asks the default one, which knows no such job. Stand-ins,
+    since a real Slurm resolves cluster names only through an accounting database the test Slurm does not run; each
+    logs its arguments."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    log = folder / "slurm.log"
+    on = f"--clusters={cluster}"
+    scripts = {
+        "sbatch": f'echo "4242;{cluster}"',
+        "squeue": f'case " $* " in *" {on} "*) echo RUNNING;; *) echo "slurm_load_jobs error: Invalid job id '
+                  f'specified" >&2; exit 1;; esac',
+        "scontrol": f'case " $* " in *" {on} show job "*) echo "JobId=4242 JobState=RUNNING ExitCode=0:0 '
+                    f'StdOut={folder}/job-4242.out";; *) echo "slurm_load_jobs error: Invalid job id specified" >&2; '
+                    f'exit 1;; esac',
+        "scancel": f'case " $* " in *" {on} "*) ;; *) echo "scancel: error: Invalid job id 4242" >&2; exit 1;; esac',
+    }
+    for name, body in scripts.items():
+        path = bin_dir / name
+        path.write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\n{body}\n')
+        path.chmod(0o755)
+    return bin_dir
+
+
+def test_a_job_sent_to_a_named_cluster_is_followed_and_cancelled_there(tmp_path):
+    import sys
+
+    script = tmp_path / "rendered.sh"
+    hpcdl("render", "--site", "wice-gpu", RECIPES / "digits-quick.yaml", "-A", "lp_myproject", "-o", script, check=True)
+    assert "#SBATCH --cluster=wice" in script.read_text()
+    bin_dir = _slurm_of_several_clusters(tmp_path, "wice")
+    env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
+           "HPCDL_LOCAL_JOBS": str(tmp_path / "state" / "jobs")}
+    proc = hpcdl("submit", script, "--out", tmp_path / "job", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-1] == "4242"
+    shown = json.loads(hpcdl("status", "4242", "--json", env=env, check=True).stdout)
+    assert shown["state"] == "RUNNING" and shown["output"] == str(tmp_path / "job-4242.out")
+    assert hpcdl("cancel", "4242", env=env).returncode == 0
+    asked = (tmp_path / "slurm.log").read_text().splitlines()
+    assert [line.split()[0] for line in asked if "--clusters=wice" not in line] == ["sbatch"], asked
+    assert any(line.startswith("scancel --clusters=wice 4242") for line in asked)
+
+
+def test_a_cluster_name_that_is_not_one_is_refused():
+    from hpcdl.executors.slurm import SlurmExecutor
+
+    executor = SlurmExecutor()
+    executor.cluster = "wice --uid=0"
+    with pytest.raises(HpcdlError, match="is not a cluster name"):
+        executor.status("4242")

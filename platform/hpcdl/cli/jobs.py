@@ -358,7 +358,7 @@ def submit(
         typer.echo(f"would run: {command}")
         return
     job_id = executor.submit(script, folder)
-    record_submission(job_id, scheduler, folder)
+    record_submission(job_id, scheduler, folder, getattr(executor, "cluster", None))
     if as_json:
         typer.echo(json.dumps({"job_id": job_id, "scheduler": scheduler, "job_dir": str(folder),
                                "script": str(script), "submitted": True}))
@@ -374,12 +374,17 @@ def _submissions() -> Path:
     return STATE_DIR.parent / "submitted.jsonl"
 
 
-def record_submission(job_id: str, scheduler: str, folder: Path) -> None:
+def record_submission(job_id: str, scheduler: str, folder: Path, cluster: Optional[str] = None) -> None:
+    """One line per job; `cluster` where the scheduler sent it to a named cluster of several (Slurm's
+    `--clusters`), which every later command about the job must name."""
     path = _submissions()
     path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"job_id": job_id, "scheduler": scheduler, "job_dir": str(folder),
+              "submitted": _dt.datetime.now().isoformat(timespec="seconds")}
+    if cluster:
+        record["cluster"] = cluster
     with open(path, "a") as f:
-        f.write(json.dumps({"job_id": job_id, "scheduler": scheduler, "job_dir": str(folder),
-                            "submitted": _dt.datetime.now().isoformat(timespec="seconds")}) + "\n")
+        f.write(json.dumps(record) + "\n")
 
 
 def _output_of(executor, job_id: str, folder: Path) -> str:
@@ -397,19 +402,28 @@ def _executor_of(job_id: str, scheduler: Optional[str]):
     """
     from hpcdl.errors import HpcdlError
 
-    if scheduler:
-        return executor_for(scheduler), job_id
-    prefix, sep, rest = job_id.partition(":")
-    if sep and prefix in ("slurm", "lsf", "pbs", "local"):
-        return executor_for(prefix), rest
     path = _submissions()
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+    def on_its_cluster(executor, job_id: str):
+        # a job hpcdl sent to a named cluster of several (Slurm's --clusters) is asked about there
+        cluster = next((r.get("cluster") for r in reversed(records)
+                        if r["job_id"] == job_id and r["scheduler"] == executor.name), None)
+        if cluster:
+            executor.cluster = cluster
+        return executor, job_id
+
+    if scheduler:
+        return on_its_cluster(executor_for(scheduler), job_id)
+    prefix, sep, rest = job_id.partition(":")
+    if sep and prefix in ("slurm", "lsf", "pbs", "local"):
+        return on_its_cluster(executor_for(prefix), rest)
     schedulers = list(dict.fromkeys(r["scheduler"] for r in reversed(records) if r["job_id"] == job_id))
     if len(schedulers) > 1:
         raise HpcdlError(f"job id: {job_id} was sent to {' and '.join(schedulers)}; say which with --scheduler "
                          f"or as {schedulers[0]}:{job_id}")
     if schedulers:
-        return executor_for(schedulers[0]), job_id
+        return on_its_cluster(executor_for(schedulers[0]), job_id)
     raise HpcdlError(f"job id: {job_id!r} was not submitted by hpcdl here (records in {path}); "
                      f"say which scheduler with --scheduler")
 

@@ -53,9 +53,24 @@ def _fields(text: str) -> dict[str, str]:
     return {k: v.strip() for k, v in out.items()}
 
 
+def checked_cluster(name: str) -> str:
+    """A Slurm cluster name goes to the commands as part of one argv word: a name only."""
+    if not name or not all(c.isalnum() or c in "_-" for c in name):
+        raise HpcdlError(f"slurm cluster: {name!r} is not a cluster name")
+    return name
+
+
 @executors.register("slurm")
 class SlurmExecutor(Executor):
     programs = ("sbatch", "squeue", "scontrol", "scancel", "sacct")
+    #: the cluster a job went to on a controller of several (sbatch --parsable's "jobid;cluster", where the script
+    #: names one: VSC's wICE, "#SBATCH --cluster=wice"); every later command names it, since such a Slurm answers for
+    #: its default cluster otherwise ("any Slurm command (such as scontrol, squeue, sacct) needs to be executed with
+    #: the option --cluster=wice", the wICE advanced guide)
+    cluster: str | None = None
+
+    def on_cluster(self) -> list[str]:
+        return [f"--clusters={checked_cluster(self.cluster)}"] if self.cluster else []
 
     def submit_command(self, script: Path, job_dir: Path) -> list[str]:
         # --parsable prints "jobid[;cluster]"; sbatch exports the submitting environment by
@@ -65,19 +80,20 @@ class SlurmExecutor(Executor):
     def submit(self, script: Path, job_dir: Path) -> str:
         job_dir.mkdir(parents=True, exist_ok=True)
         proc = self.call(self.submit_command(script, job_dir), env=job_environment(job_dir), cwd=job_dir)
-        job_id = proc.stdout.strip().split(";")[0]
+        job_id, _, cluster = proc.stdout.strip().partition(";")
         if not job_id.isdigit():
             raise HpcdlError(f"slurm: sbatch gave no job id (it printed {proc.stdout.strip()!r})")
+        self.cluster = checked_cluster(cluster) if cluster else None
         return job_id
 
     def show(self, job_id: str) -> dict[str, str] | None:
-        proc = self.call(["scontrol", "show", "job", "-o", checked_job_id(job_id)], check=False)
+        proc = self.call(["scontrol", *self.on_cluster(), "show", "job", "-o", checked_job_id(job_id)], check=False)
         if proc.returncode != 0 or "JobId=" not in proc.stdout:
             return None
         return _fields(proc.stdout.strip().splitlines()[0])
 
     def accounting(self) -> bool:
-        proc = self.call(["scontrol", "show", "config"], check=False)
+        proc = self.call(["scontrol", *self.on_cluster(), "show", "config"], check=False)
         for line in proc.stdout.splitlines():
             if line.startswith("AccountingStorageType"):
                 return "none" not in line.split("=", 1)[1]
@@ -85,7 +101,7 @@ class SlurmExecutor(Executor):
 
     def status(self, job_id: str) -> JobState:
         job_id = checked_job_id(job_id)
-        proc = self.call(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False)
+        proc = self.call(["squeue", *self.on_cluster(), "-h", "-j", job_id, "-o", "%T"], check=False)
         live = proc.stdout.split()
         if proc.returncode == 0 and live and _state(live[0]) in ("PENDING", "RUNNING"):
             return JobState(job_id, _state(live[0]), None, live[0])
@@ -94,7 +110,8 @@ class SlurmExecutor(Executor):
             word = fields.get("JobState", "")
             return JobState(job_id, _state(word), _exit_code(fields.get("ExitCode")), word or None)
         if self.accounting():
-            proc = self.call(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State,ExitCode"], check=False)
+            proc = self.call(["sacct", *self.on_cluster(), "-X", "-n", "-P", "-j", job_id, "-o", "State,ExitCode"],
+                              check=False)
             lines = [line for line in proc.stdout.splitlines() if line.strip()]
             if proc.returncode == 0 and lines:
                 word, _, code = lines[-1].partition("|")
@@ -102,7 +119,7 @@ class SlurmExecutor(Executor):
         raise HpcdlError(f"job id: slurm knows no job {job_id} (finished jobs are kept for MinJobAge without accounting)")
 
     def cancel(self, job_id: str) -> None:
-        self.call(["scancel", checked_job_id(job_id)])
+        self.call(["scancel", *self.on_cluster(), checked_job_id(job_id)])
 
     def output(self, job_id: str) -> Path:
         fields = self.show(job_id)
