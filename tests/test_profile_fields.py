@@ -2254,3 +2254,24 @@ def test_multi_node_directives_reach_only_jobs_of_several_nodes(tmp_path):
     assert directives(1) == ["#SBATCH --network=x"]
     with pytest.raises(HpcdlError, match=r"defaults\.multi_node_directives\[0\]: .* is not one scheduler option"):
         _profile(tmp_path, volta, **{"defaults.multi_node_directives": ["--switches=$(id)"]})
+
+
+def test_a_one_node_torchrun_takes_standalone_where_the_centre_writes_it(tmp_path):
+    # NRIS's DDP job on Saga (documentation.sigma2.no code_development/guides/PyTorchProfilerMultiGpu.html): "srun
+    # singularity exec --nv ... torchrun --standalone --nnodes=1 --nproc_per_node=${SLURM_GPUS_PER_NODE:-2}"; torchrun:
+    # "--standalone: Useful when launching single-node, multi-worker job". hpcdl wrote the c10d rendezvous words on one
+    # node too, and no field said otherwise
+    olivia = SHIPPED / "olivia.yaml"  # launch.spawner: torchrun
+    site = _profile(tmp_path, olivia, **{"launch.spawner_standalone": True})
+    argv = _launch_argv(_render(site, tmp_path, nodes=1, account="nn9999k"))  # shellchecked
+    spawn = argv[argv.index("torchrun"):]
+    assert spawn[:5] == ["torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=4", "--no-python"]
+    assert not any(w.startswith("--rdzv") for w in spawn)
+    # more nodes keep the job's rendezvous; without the field one node keeps it too
+    argv = _launch_argv(_render(site, tmp_path, nodes=2, account="nn9999k"))
+    assert "--standalone" not in argv and "--rdzv_backend=c10d" in argv
+    argv = _launch_argv(_render(load_site_file(olivia), tmp_path, nodes=1, account="nn9999k"))
+    assert "--standalone" not in argv and "--rdzv_backend=c10d" in argv
+    with pytest.raises(HpcdlError, match=r"launch.spawner_standalone: --standalone is torchrun's word, but "
+                                         r"launch.spawner is hpcdl"):
+        _profile(tmp_path, olivia, **{"launch.spawner_standalone": True, "launch.spawner": "hpcdl"})

@@ -1206,6 +1206,15 @@ class Launch(_Strict):
             "runs the spawner inside the container"
         ),
     )
+    spawner_standalone: bool = Field(
+        default=False,
+        description=(
+            "a one-node job's torchrun (launch.spawner: torchrun) takes --standalone in place of the c10d rendezvous "
+            "words, as the centre writes it (NRIS Saga: 'torchrun --standalone --nnodes=1 --nproc_per_node=...'; "
+            "torchrun: '--standalone: Useful when launching single-node, multi-worker job', a local rendezvous on a "
+            "free port); jobs of more nodes keep the rendezvous at MASTER_ADDR:MASTER_PORT"
+        ),
+    )
     srun_mpi: Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]+$", max_length=32)] | None = Field(
         default=None,
         description=(
@@ -1854,6 +1863,9 @@ class Site(_Strict):
                                  "cores, is kept as the centre writes it")
         if self.launch.spawner != "none":
             self._spawner_fits()
+        if self.launch.spawner_standalone and self.launch.spawner != "torchrun":
+            raise ValueError("launch.spawner_standalone: --standalone is torchrun's word, but launch.spawner is "
+                             f"{self.launch.spawner}; set spawner: torchrun or leave spawner_standalone out")
         if (self.launch.master_addr_env or self.launch.master_port_env) and self.scheduler != "slurm":
             which = "launch.master_addr_env" if self.launch.master_addr_env else "launch.master_port_env"
             raise ValueError(f"{which}: a variable a Slurm job prolog sets, but the scheduler is {self.scheduler}")
