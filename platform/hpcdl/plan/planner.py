@@ -141,7 +141,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         # centre's NCCL_NET ("AWS Libfabric": BriCS, CSCS) names the network, not where its library is:
         # NCCL still looks for the plugin by this name, and fails to start without it
         env["NCCL_NET_PLUGIN"] = runtime.net_plugin_library
-    env_paths = {k: PathValue(v.path, tuple(v.prepend), tuple(v.append)) for k, v in site.env.items() if not isinstance(v, str)}
+    env_paths = {k: PathValue(v.path, v.prepend, v.append) for k, v in site.env.items() if not isinstance(v, str)}
     modules = _plan_modules(site, use_gpus, env, notes)
     _check_collective_plugin(site, kind_name, node, distributed, use_gpus, request.nodes, runtime)
     if runtime.kind == "user-image" and plugin is None and use_gpus and any(n.kind in LIBFABRIC_NICS for n in node.nics):

@@ -338,6 +338,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
     partition = options.partition or partition_for(site, plan, defaults, seconds)
     _queue_time_limit(site, plan, defaults, partition, seconds, options.time or site.defaults.time)
     gpus_per_rank = len(plan.ranks[0].gpus)
+    job_gpus_per_node = gpus_per_rank * plan.ranks_per_node  # the GPUs the job holds on each of its nodes
     cores_per_rank = len(plan.ranks[0].cores)
     exclusive = site.defaults.exclusive if options.exclusive is None else options.exclusive
     if options.exclusive is None and site.defaults.exclusive_when_full and _takes_every_gpu(site, plan):
@@ -366,7 +367,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # none where the node's GPUs come with the node and the batch system takes no GPU request
         # (TACC: "--gres | TACC does not support this option"); each rank still gets its own GPU
         # from plan.json (hpcdl.train.binding)
-        "gpus_per_node": 0 if site.defaults.gpu_request == "none" else gpus_per_rank * plan.ranks_per_node,
+        "gpus_per_node": 0 if site.defaults.gpu_request == "none" else job_gpus_per_node,
         "seconds": seconds,
         "account": job_account(site, plan, options.account or site.defaults.account),
         "partition": partition,
@@ -374,14 +375,14 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # how the GPUs are asked: the style the centre's submit filter counts (Slurm: --gpus-per-node,
         # --gres=gpu:N or --gpus-per-task; LSF: -gpu or rusage)
         # (defaults.single_gpu_request: a job on one GPU in all, where the centre asks one otherwise)
-        "gpu_style": slurm_gpu_style(site, plan.nodes, gpus_per_rank * plan.ranks_per_node),
+        "gpu_style": slurm_gpu_style(site, plan.nodes, job_gpus_per_node),
         # Slurm's GRES type where the centre names it ("--gres=gpu:a100:4", CSC Mahti)
         "gpu_type_prefix": f"{node.defaults.gpu_type}:" if node.defaults.gpu_type else "",
         # Slurm: the node memory that comes with the job's GPUs, where the centre asks it so ("--gres=gpu:a100:1
         # --mem=125000", "--gres=gpu:a100:4 --mem=500000", MPCDF Raven): the GPUs per node times the kind's share
         # (at most the kind's max_mem, the most the centre lets a job ask of a node: UQ RCC Bunya's 2000000M; or,
         # where that is 0, all of the node's memory for a job on all its GPUs: NREL Kestrel's --mem=0)
-        "mem": _mem_for_gpus(node.defaults.mem_per_gpu, gpus_per_rank * plan.ranks_per_node, node.defaults.max_mem,
+        "mem": _mem_for_gpus(node.defaults.mem_per_gpu, job_gpus_per_node, node.defaults.max_mem,
                              len(node.gpus)),
         # Slurm: the header asks tasks, CPUs and GPUs (tasks), or the nodes alone (nodes: Pawsey's
         # allocation-packs, where srun says the rest)
@@ -393,7 +394,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # the job's total tasks named beside the tasks per node, where the centre's scripts count them so (CSD3)
         "total_tasks": plan.nodes * plan.ranks_per_node if site.defaults.total_tasks else None,
         # the job's total GPUs named beside each task's, where the centre's scripts count them so (UFRC HiPerGator)
-        "total_gpus": plan.nodes * plan.ranks_per_node * gpus_per_rank if site.defaults.total_gpus else None,
+        "total_gpus": plan.nodes * job_gpus_per_node if site.defaults.total_gpus else None,
         # the most tasks on one socket as the site's Slurm counts sockets, where the centre's scripts ask it (ULHPC)
         "tasks_per_socket": (node.tasks_per_scheduler_socket(min(r.cores) for r in plan.local_ranks())
                              if site.defaults.tasks_per_socket else None),

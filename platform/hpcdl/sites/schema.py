@@ -40,6 +40,8 @@ ModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_
 # a scheduler word: account, partition/queue, QoS, feature list (no blanks, quotes or shell text)
 # a shell variable's name (POSIX: letters, digits and underscores, not starting with a digit)
 VariableName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)]
+# one option word of a launcher, with no value (mympirun's --hybrid)
+OptionName = Annotated[str, StringConstraints(pattern=r"^--?[A-Za-z][A-Za-z0-9-]*$")]
 SchedulerWord = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:+=,@/%&|!()\[\]*-]+$", max_length=255)]
 PATH_MAX = 4096
 #: more nodes than any machine has (Fugaku: 158,976): a bound on counts, so a typo cannot make
@@ -1292,9 +1294,8 @@ class Launch(_Strict):
             "rank binds itself to its cores from plan.json"
         ),
     )
-    ranks_per_node_option: str | None = Field(
+    ranks_per_node_option: OptionName | None = Field(
         default=None,
-        pattern=r"^--?[A-Za-z][A-Za-z0-9-]*$",
         description=(
             "with mpirun_layout: command, the option of the centre's own launcher that takes the ranks it starts on "
             "each node, where the centre's line says them so: the line then names it with the plan's ranks per node "
@@ -1302,9 +1303,8 @@ class Launch(_Strict):
             "available physical node', which a fixed launch.args word would say for a full node only)"
         ),
     )
-    env_list_option: str | None = Field(
+    env_list_option: OptionName | None = Field(
         default=None,
-        pattern=r"^--?[A-Za-z][A-Za-z0-9-]*$",
         description=(
             "with mpirun_layout: command, the option of the centre's own launcher that takes the variables to carry "
             "to the ranks as one comma-separated list, where it takes no mpirun -x: the line names the job's "
