@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from framework_tools import missing
 from test_train import records, train_here, write_recipe
 
 from hpcdl.errors import HpcdlError
-from hpcdl.train.backends.pytorch.dali_feed import batch_plan, check_device, import_dali, normalisation
+from hpcdl.train.backends.pytorch.dali_feed import PlanColumns, batch_plan, check_device, import_dali, normalisation
 from hpcdl.train.data import Batches, FileImages, Split
 from hpcdl.train.recipe import recipe_from_dict
 
@@ -53,6 +54,35 @@ def test_the_plan_dali_is_fed_is_the_batch_hpcdls_loader_draws_files_labels_crop
         for i, (top, left, flip) in enumerate(zip(plan["tops"], plan["lefts"], plan["flips"])):
             want = full[i, :, top:top + 8, left:left + 8]
             assert np.array_equal(want[:, :, ::-1] if flip else want, x[i]), (k, i)
+
+
+def test_dalis_source_gives_the_plans_columns_in_order_with_the_files_read_in_a_thread_of_its_own():
+    files = encoded_images(30, 12)
+    split = file_split(files, 12)
+    readers = []
+
+    def read(name):  # the loader's read, recording which thread reads
+        readers.append(threading.current_thread().name)
+        return files[name]
+
+    split.loader.read_bytes = read
+    batches = Batches(split, 4, seed=5, rank=1, world=2, crop=8, mirror=True)
+    source = PlanColumns(batches, 2)
+    try:
+        for k in (2, 3, 4, 5):  # across an epoch boundary, resumed at micro-batch 2
+            encoded, labels, tops, lefts, flips = source()
+            plan = batch_plan(batches, k)
+            assert [bytes(e) for e in encoded] == [files[f] for f in plan["files"]]
+            assert labels.dtype == np.int64 and labels.tolist() == [[v] for v in plan["labels"]]
+            room = 12 - 8
+            assert tops.dtype == lefts.dtype == np.float32 and flips.dtype == np.int32
+            assert np.array_equal(tops * room, plan["tops"]) and np.array_equal(lefts * room, plan["lefts"])
+            assert np.array_equal(flips.astype(bool), plan["flips"])
+    finally:
+        source.close()
+    # the loop's thread drew the plans; every file was read by the reader thread, the next plan's too
+    assert readers and set(readers) <= {f"hpcdl-dali-read_{i}" for i in range(1)}, set(readers)
+    assert len(readers) == 5 * 4
 
 
 @pytest.mark.parametrize("caffe", [None, (np.array([104.0, 117.0, 123.0], dtype=np.float32)[:, None, None], 0.5)])

@@ -18,6 +18,8 @@ it is missing, or on a rank without a GPU, is refused with one line naming `data
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import numpy as np
 
 from hpcdl.errors import HpcdlError
@@ -91,6 +93,41 @@ def normalisation(loader: FileImages) -> tuple[list[float], list[float], bool]:
     return [float(v) * 255 for v in IMAGENET_MEAN[:c]], [float(v) * 255 for v in IMAGENET_STD[:c]], False
 
 
+class PlanColumns:
+    """DALI's source: micro-batch first, first+1, ... as the columns `external_source` takes.
+
+    Each call gives the next micro-batch's encoded files (one uint8 array a sample), labels (n, 1),
+    crop anchors as fractions of the room to move (n,) and mirror flips (n,), from `batch_plan`.
+    DALI calls its source on the training loop's own thread, so the files of the micro-batch after
+    this one are read in a thread of their own meanwhile: the loop no longer reads a batch's files
+    (256 for ResNet-50) between queueing two steps. The plans are drawn on the calling thread, in
+    order, as Batches draws them.
+    """
+
+    def __init__(self, batches: Batches, first: int):
+        self.batches, self.k = batches, first
+        self._read = batches.split.loader.read_bytes
+        self._reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hpcdl-dali-read")
+        self._ahead = None
+
+    def _start(self, k: int):
+        """Micro-batch k's plan, and its files being read in the reader thread."""
+        plan, read = batch_plan(self.batches, k), self._read
+        return plan, self._reader.submit(lambda: [np.frombuffer(read(f), dtype=np.uint8) for f in plan["files"]])
+
+    def __call__(self):
+        plan, encoded = self._ahead or self._start(self.k)
+        self.k += 1
+        self._ahead = self._start(self.k)
+        room = max(1, plan["size"] - plan["crop"])
+        return (encoded.result(), plan["labels"].astype(np.int64).reshape(-1, 1),
+                (plan["tops"] / room).astype(np.float32), (plan["lefts"] / room).astype(np.float32),
+                plan["flips"].astype(np.int32))
+
+    def close(self) -> None:
+        self._reader.shutdown(wait=True, cancel_futures=True)
+
+
 class DaliFeed:
     """Micro-batches first, first+1, ... as CUDA tensors decoded by DALI (feed.DeviceFeed's verbs)."""
 
@@ -98,27 +135,29 @@ class DaliFeed:
         check_dali(batches, device)
         dali = import_dali()
         fn, types = dali.fn, dali.types
+        import torch
         from nvidia.dali.plugin.pytorch import feed_ndarray
 
         self.batches, self.next_k, self.device, self.memory_format = batches, first, device, memory_format
         self._feed_ndarray = feed_ndarray
         loader = batches.split.loader
-        self._read = loader.read_bytes
         mean, std, bgr = normalisation(loader)
         size, crop = loader.size, batches.crop or loader.size
-        self._crop = crop
-        self._k = first
+        self._plans = PlanColumns(batches, first)
+        # a channels_last step takes DALI's HWC output as it is (NHWC is channels_last's memory order);
+        # CHW, then a transpose on the training stream, cost a pass over the batch a step
+        self._hwc = memory_format == torch.channels_last
 
         # pipelined: while the loop trains on micro-batch k, DALI reads and decodes k+1 in its own
         # threads and on the GPU (NVIDIA's DALI docs: exec_pipelined, exec_async, prefetch_queue_depth).
-        # It still asks for the plans in order, k, k+1, ..., so the batches are Batches' own; a plan
-        # or two past the run's end is read and never used. Unpipelined, each step waited for its
+        # It still asks for the plans in order, k, k+1, ..., so the batches are Batches' own; a few
+        # plans past the run's end are read and never used. Unpipelined, each step waited for its
         # decode: 0.79 of the synthetic rate on one H200 (docs/performance.md)
         @dali.pipeline_def(batch_size=batches.batch_size, num_threads=max(1, threads), device_id=device.index or 0,
                            prefetch_queue_depth=2, exec_async=True, exec_pipelined=True)
         def pipeline():
             jpegs, labels, anchor_y, anchor_x, flips = fn.external_source(
-                source=self._next_plan, num_outputs=5, batch=True, dtype=[types.UINT8, types.INT64, types.FLOAT,
+                source=self._plans, num_outputs=5, batch=True, dtype=[types.UINT8, types.INT64, types.FLOAT,
                                                                            types.FLOAT, types.INT32])
             images = fn.decoders.image(jpegs, device="mixed", output_type=types.BGR if bgr else
                                        (types.RGB if loader.channels == 3 else types.GRAY))
@@ -126,47 +165,43 @@ class DaliFeed:
             images = fn.crop(images, crop=(size, size), crop_pos_x=0.5, crop_pos_y=0.5)
             images = fn.crop_mirror_normalize(images, crop=(crop, crop), crop_pos_x=anchor_x, crop_pos_y=anchor_y,
                                               mirror=flips, mean=mean, std=std, dtype=types.FLOAT,
-                                              output_layout="CHW")
+                                              output_layout="HWC" if self._hwc else "CHW")
             return images, labels.gpu()
 
         self.pipe = pipeline()
         self.pipe.build()
-        import torch
-
         self._copy = torch.cuda.Stream(device)
-
-    def _next_plan(self):
-        plan = batch_plan(self.batches, self._k)
-        self._k += 1
-        room = max(1, plan["size"] - plan["crop"])
-        # per sample: the encoded bytes, the label as a 1-element array, and 0-d arguments
-        return ([np.frombuffer(self._read(f), dtype=np.uint8) for f in plan["files"]],
-                [np.array([label], dtype=np.int64) for label in plan["labels"]],
-                [np.array(t / room, dtype=np.float32) for t in plan["tops"]],
-                [np.array(x / room, dtype=np.float32) for x in plan["lefts"]],
-                [np.array(f, dtype=np.int32) for f in plan["flips"]])
+        self._copied = None  # the event of the last copy out of DALI's buffers
 
     def next(self):
         import torch
 
+        # DALI refills the buffers of the batch it handed out last once the next one is asked for, so
+        # the copy out of them must be done by then; it ran beside the last step, so this rarely waits
+        if self._copied is not None:
+            self._copied.synchronize()
         images, labels = self.pipe.run()  # micro-batch k, decoded while k-1 trained; k+1 is scheduled
-        # copied out on a stream of our own, and waited for: DALI refills its output buffers once the
-        # next batch is asked for, so the copy must not sit behind the training step's kernels. The
-        # tensors are the copy stream's, and marked as used by the training stream for the allocator
+        # copied out on a stream of our own, which the training stream waits for on the device: the
+        # host goes on queueing the step. The tensors are the copy stream's, and marked as used by the
+        # training stream for the allocator
         with torch.cuda.stream(self._copy):
             x = torch.empty(images.as_tensor().shape(), dtype=torch.float32, device=self.device)
             y = torch.empty(labels.as_tensor().shape(), dtype=torch.int64, device=self.device)
             self._feed_ndarray(images.as_tensor(), x, cuda_stream=self._copy)
             self._feed_ndarray(labels.as_tensor(), y, cuda_stream=self._copy)
-        self._copy.synchronize()
+            self._copied = torch.cuda.Event()
+            self._copied.record(self._copy)
         training = torch.cuda.current_stream(self.device)
+        training.wait_event(self._copied)
         x.record_stream(training)
         y.record_stream(training)
         self.next_k += 1
-        return x.contiguous(memory_format=self.memory_format), y.reshape(-1)
+        x = x.permute(0, 3, 1, 2) if self._hwc else x.contiguous(memory_format=self.memory_format)
+        return x, y.reshape(-1)
 
     def prefetch(self) -> None:
         """DALI's pipeline stages the next micro-batch itself: nothing to do here."""
 
     def close(self) -> None:
         self.pipe = None
+        self._plans.close()
