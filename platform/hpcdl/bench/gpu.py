@@ -264,6 +264,24 @@ def loader_rates(root: Path, scale: Scale = FULL, device: str = "cuda") -> dict:
     return {"hpcdl_loader": ours, "torch_dataloader": theirs, "ratio": ours / theirs}
 
 
+def dali_feed_rate(root: Path, scale: Scale = FULL, device: str = "cuda") -> float:
+    """Images/s through the DALI feed alone, no training: what it can deliver on this node."""
+    import torch
+
+    from hpcdl.train.backends.pytorch.dali_feed import DaliFeed
+    from hpcdl.train.data import Batches, load_dataset
+    from hpcdl.train.recipe import DataSpec
+
+    data = load_dataset(DataSpec(source="imagefolder", path=str(root), image_size=scale.size, holdout_fraction=0.01),
+                        (3, scale.size, scale.size), 1)
+    feed = DaliFeed(Batches(data.train, scale.batch, 1, 0, 1), 0, torch.device(device), torch.channels_last,
+                    threads=scale.workers)
+    try:
+        return timed_rate(feed.next, scale.batch, scale.loader_batches, device)
+    finally:
+        feed.close()
+
+
 def optimizer_step_ms(rule: str, scale: Scale = FULL, device: str = "cuda") -> float:
     """One CaffeSGD step on the net's parameters (momentum, weight decay; LARC's trust ratio for larc_clip), ms."""
     import torch
@@ -418,10 +436,12 @@ def _dali(run: _Run) -> None:
     ours = (run.out.get("jpeg_vs_synthetic") or {}).get("jpeg") or run.trainer("bf16", run.folder(),
                                                                                workers=run.scale.workers)
     dali = run.trainer("bf16", run.folder("dali"), workers=run.scale.workers)
+    alone = dali_feed_rate(run.jpegs(), run.scale, run.device)
     run.out["dali"] = {"dali": dali, "hpcdl": ours, "synthetic": synthetic, "vs_synthetic": dali / synthetic,
-                       "vs_hpcdl": dali / ours, "workers": run.scale.workers, "version": nvidia_dali.__version__}
+                       "vs_hpcdl": dali / ours, "feed_alone": alone, "workers": run.scale.workers,
+                       "version": nvidia_dali.__version__}
     print(f"bench gpu: JPEG folder through DALI {dali:.0f} img/s, hpcdl's workers {ours:.0f}, "
-          f"synthetic {synthetic:.0f}", flush=True)
+          f"synthetic {synthetic:.0f}; DALI's feed alone {alone:.0f}", flush=True)
 
 
 def _larc(run: _Run) -> None:
@@ -621,7 +641,9 @@ def markdown(gpu: dict | None) -> str:
         lines += [f"{_measured_on(gpu, 'dali')}The trainer on the same JPEG folder through NVIDIA DALI {dali['version']} "
                   f"(`data.loader: dali`, nvJPEG on the GPU, {dali['workers']} CPU threads): {dali['dali']:.0f} img/s, "
                   f"**{dali['vs_synthetic']:.2f}** of synthetic data (goal >= 0.95) and **{dali['vs_hpcdl']:.2f}x** "
-                  f"hpcdl's {dali['workers']} decode workers ({dali['hpcdl']:.0f} img/s).", ""]
+                  f"hpcdl's {dali['workers']} decode workers ({dali['hpcdl']:.0f} img/s)."
+                  + (f" DALI's feed alone, with no training, delivers {dali['feed_alone']:.0f} img/s."
+                     if "feed_alone" in dali else ""), ""]
     lr = gpu.get("larc_vs_sgd")
     if lr and "step_ratio" in lr:
         lines += [f"{_measured_on(gpu, 'larc')}LARC (clip, trust 0.02) against SGD in a bf16 training step: "
