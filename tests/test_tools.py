@@ -48,3 +48,34 @@ def test_the_gpu_node_runbook_runs_the_tests_after_a_failed_rehearsal_and_still_
     assert proc.returncode != 0 and "rehearsal failed (exit 3)" in proc.stderr
     assert (out / "gpu-tests.txt").read_text() == "tests ran\n"
     assert (out / "rehearsal.txt").read_text() == "rehearsal broke\n"
+
+
+def test_the_gpu_node_runbook_installs_the_parts_gpu_carry_packs_before_it_starts(tmp_path):
+    """tools/gpu-carry.sh's archive of installed packages (DALI's too), split in parts sent one at a
+    time, is unpacked in order and put on the path of everything the runbook runs."""
+    import io
+    import tarfile
+
+    payload = b"WHERE = 'carried'\n"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
+        info = tarfile.TarInfo("carried_probe.py")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    data = buf.getvalue()
+    carry = tmp_path / "carry"
+    carry.mkdir()
+    half = len(data) // 2
+    (carry / "part.00").write_bytes(data[:half])
+    (carry / "part.01").write_bytes(data[half:])
+    fake = tmp_path / "python"  # a node whose PyTorch sees a GPU; the rehearsal imports what was carried
+    fake.write_text(f'#!/bin/sh\ncase "$2" in\n  *torch.cuda*) exit 0 ;;\n'
+                    f'  hpcdl.bench.gpu) exec {sys.executable} -c "import carried_probe; print(carried_probe.WHERE)" ;;\n'
+                    f'  pytest) echo tests ran; exit 0 ;;\nesac\nexec {sys.executable} "$@"\n')
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    proc = subprocess.run([str(ROOT / "tools" / "gpu-node.sh"), "tests", str(out)], capture_output=True, text=True,
+                          timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "CARRY": str(carry),
+                                            "SITE": str(tmp_path / "site")})
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "rehearsal.txt").read_text() == "carried\n"

@@ -10,7 +10,9 @@
 # performance.md/.json/.png for `bench` (commit the last three into docs/; parts not measured keep
 # their earlier figures, marked with the device they ran on). The node's Python needs torch with CUDA; what it
 # lacks of hpcdl's own needs comes from .whl/ (tools/gpu-wheels.sh fetches them where PyPI is
-# reachable) and is installed under /tmp, never into the node's environment.
+# reachable), or with NVIDIA DALI from the parts tools/gpu-carry.sh packs, gathered in $CARRY
+# (default /tmp/hpcdl-carry), and is installed under $SITE (default /tmp/hpcdl-gpu-site), never into the
+# node's environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage=${1:?usage: tools/gpu-node.sh tests|bench [OUT]}
@@ -29,8 +31,14 @@ if ! "$py" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then
     exit 1
 fi
 
-site=/tmp/hpcdl-gpu-site
-if compgen -G ".whl/*.whl" >/dev/null; then
+site=${SITE:-/tmp/hpcdl-gpu-site}
+carry=${CARRY:-/tmp/hpcdl-carry}
+if compgen -G "$carry/part.*" >/dev/null; then
+    # tools/gpu-carry.sh's parts, gathered here: the packages installed for this Python, DALI's too
+    mkdir -p "$site"
+    cat "$carry"/part.* | "$py" -c 'import sys, tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode="r|xz").extractall(sys.argv[1])' "$site"
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+elif compgen -G ".whl/*.whl" >/dev/null; then
     "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi
