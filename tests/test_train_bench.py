@@ -103,6 +103,13 @@ def test_the_gpu_section_reports_device_ratios_and_goals(tmp_path):
     text = markdown(gpu)
     assert "NVIDIA H100 80GB HBM3" in text and "driver 570.1" in text
     assert "| bf16 | 3000 | 2950 | **0.983** |" in text and "a LARC step **1.010x** as long (goal <= 1.05)" in text
+    dali = {"dali": 2850.0, "hpcdl": 2800.0, "synthetic": 2950.0, "vs_synthetic": 0.966, "vs_hpcdl": 1.018,
+            "workers": 14, "version": "2.4.0"}
+    text = markdown({**gpu, "dali": dali})
+    assert "2850 img/s, **0.97** of synthetic data (goal >= 0.95) and **1.02x** hpcdl's 14 decode workers" in text
+    assert "feed alone" not in text  # a run from before the feed was measured alone
+    text = markdown({**gpu, "dali": {**dali, "feed_alone": 9100.0}})
+    assert "DALI's feed alone, with no training, delivers 9100 img/s." in text
 
 
 @pytest.mark.slow
