@@ -41,6 +41,12 @@ class OpenMpiLauncher(Launcher):
             # allocation (N8 CIR Bede: "bede-mpirun --bede-par 1ppg", one process per GPU), and its line names no
             # count, mapping or binding: none is written, and each rank binds itself to its cores from plan.json
             pass
+        elif site.launch.mpirun_layout == "count":
+            # the centre's line names the rank count alone (JHU ARCH's Rockfish: "mpirun -np 8 bin/gmx_mpi" under
+            # "#SBATCH --ntasks-per-node=8"): Open MPI fills each node's slots, the header's tasks
+            # (SLURM_TASKS_PER_NODE), node by node, so local rank i is the plan's; no --map-by or --bind-to is
+            # written, and each rank binds itself to its cores from plan.json
+            argv += ["-np", str(plan.world_size)]
         elif mpirun_option_of(site.launch.args, "bind-to") == "none":
             argv += ["-np", str(plan.world_size)]
             # the centre's own -bind-to none (PSC's Bridges-2 lines), kept in launch.args as written: mpirun

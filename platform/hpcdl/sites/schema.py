@@ -1283,7 +1283,7 @@ class Launch(_Strict):
             "required where the node has GPUs) and drives the plan's"
         ),
     )
-    mpirun_layout: Literal["restate", "command"] = Field(
+    mpirun_layout: Literal["restate", "command", "count"] = Field(
         default="restate",
         description=(
             "how Open MPI's mpirun line gives the ranks their layout: restate (hpcdl's -np, --map-by ppr:R:node:PE=C "
@@ -1291,7 +1291,11 @@ class Launch(_Strict):
             "binds them itself from its own options (launch.args) and the allocation, and the centre's line names no "
             "count, mapping or binding (N8 CIR Bede: 'bede-mpirun --bede-par 1ppg <mpi_program>', '1ppg (one process "
             "per GPU)'): the line then names only the -x exports, a host file where asked, and launch.args, and each "
-            "rank binds itself to its cores from plan.json"
+            "rank binds itself to its cores from plan.json; or count, under Slurm, where the centre's line names the "
+            "rank count alone and Open MPI lays the ranks over the slots the #SBATCH header's tasks give each node "
+            "(JHU ARCH's Rockfish: '#SBATCH --ntasks-per-node=8', '#SBATCH --cpus-per-task=6', 'mpirun -np 8 "
+            "bin/gmx_mpi ...'): the line is -np N, the -x exports and launch.args, no --map-by and no --bind-to, and "
+            "each rank binds itself to its cores from plan.json"
         ),
     )
     ranks_per_node_option: OptionName | None = Field(
@@ -1699,6 +1703,19 @@ class Site(_Strict):
             raise ValueError(f"launch.mpirun_layout: command leaves the layout to the centre's own mpirun command "
                              f"(launch.command), but the launcher is {self.launcher} and launch.command "
                              f"{'is ' + ' '.join(self.launch.command) if self.launch.command else 'is unset'}")
+        if self.launch.mpirun_layout == "count":
+            # the line names the count alone and Open MPI takes each node's slots from the header's tasks
+            # (SLURM_TASKS_PER_NODE): a header of its ranks' tasks under Slurm, with Open MPI's own mpirun
+            if (self.launcher != "mpirun" or self.mpi != "openmpi" or self.scheduler != "slurm"
+                    or self.defaults.batch_request != "tasks"):
+                raise ValueError(f"launch.mpirun_layout: count names Open MPI's rank count alone and leaves each "
+                                 f"node's ranks to the slots a Slurm header of tasks gives it, but the launcher is "
+                                 f"{self.launcher}, the MPI {self.mpi}, the scheduler {self.scheduler} and "
+                                 f"defaults.batch_request {self.defaults.batch_request}")
+            for option in ("map-by", "bind-to"):
+                if mpirun_option_of(self.launch.args, option) is not None:
+                    raise ValueError(f"launch.mpirun_layout: count names no mapping or binding, but launch.args "
+                                     f"names --{option}; leave mpirun_layout at restate to keep the centre's")
         for field in ("ranks_per_node_option", "env_list_option"):
             option = getattr(self.launch, field)
             if option is None:
