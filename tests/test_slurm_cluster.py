@@ -175,3 +175,21 @@ def test_hostile_account_output_folder_and_trainer_arguments_run_nothing_under_s
     assert f"Account={account}" in fields
     outputs = list(out_dir.glob("hostile-*.out"))
     assert len(outputs) == 1 and "Invalid value for '--max-iter'" in outputs[0].read_text()
+
+
+def test_the_clients_submit_with_a_login_shells_user_and_logname(tmp_path, monkeypatch):
+    """sbatch hands a job the submitting shell's environment, and a login shell always has USER and LOGNAME,
+    which profiles may use in a job's paths (CARC Discovery: `TMPDIR=/scratch1/$USER/tmp` under `set -u`); the
+    cluster's clients get them from the password database where this process was started without them, so the
+    posed machine runs a job as it would be submitted from a login node. Building the cluster starts nothing."""
+    import pwd
+    import os
+    from hpcdl.cluster import SlurmCluster
+    name = pwd.getpwuid(os.getuid()).pw_name
+    monkeypatch.delenv("USER", raising=False)
+    monkeypatch.setenv("LOGNAME", "")
+    env = SlurmCluster(tmp_path).env
+    assert env["USER"] == name and env["LOGNAME"] == name
+    assert env["SLURM_CONF"] == str(tmp_path / "slurm.conf")
+    monkeypatch.setenv("USER", "someone")
+    assert SlurmCluster(tmp_path).env["USER"] == "someone"  # a login's own is kept

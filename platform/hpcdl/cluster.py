@@ -49,6 +49,7 @@ import atexit
 import contextlib
 import fcntl
 import os
+import pwd
 import random
 import shutil
 import socket
@@ -310,7 +311,16 @@ class SlurmCluster:
 
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, "SLURM_CONF": str(self.conf)}
+        """The clients' environment: this process's, with SLURM_CONF naming this cluster. sbatch hands a job
+        the submitting shell's environment (its default --export=ALL), and a login shell always has USER and
+        LOGNAME (login(1), sshd set them), which profiles may use in a job's paths (`/scratch1/$USER/tmp`); a
+        shell started without them (a container's root shell) gets them here from the password database, as
+        a login would give them, so a job is judged as it runs when submitted from a login node."""
+        env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        for key in ("USER", "LOGNAME"):
+            if not env.get(key):
+                env[key] = pwd.getpwuid(os.getuid()).pw_name
+        return env
 
     # ---- bring-up
 
