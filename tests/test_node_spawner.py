@@ -120,6 +120,33 @@ def test_torchruns_words_come_from_the_plan_and_the_jobs_rendezvous():
     assert argv[argv.index("launch") - 1:][:8] == ["hpcdl", "launch", "--nproc", "4", "--nnodes", "2", "--", "hpcdl"]
 
 
+def test_a_static_rendezvous_gives_each_nodes_torchrun_its_own_node_rank(tmp_path):
+    """launch.spawner_rendezvous: static (RWTH HPC on CLAIX-2023: `multiproc.py --nproc_per_node ${SLURM_GPUS_PER_NODE}
+    --nnodes ${SLURM_NNODES} --node_rank ${SLURM_NODEID} --master_addr ${MASTER_ADDR} --master_port ${MASTER_PORT}`,
+    inside the task's `bash -c '... train.sh'`): each node's torchrun is told its own SLURM_NODEID, read by a bash on
+    the node, since the batch shell's is node 0's; the program's words pass through as they are."""
+    site = _site(spawner_rendezvous="static", master_port=12340)
+    plan = make_plan(site, JobRequest(nodes=2))
+    line = next(line for line in render_job_script(site, plan, {}, JobOptions()).splitlines()
+                if line.endswith(" &") and " train " in line)
+    assert plan.spawner_argv[:2] == ("/bin/bash", "-c") and plan.spawner_argv[3] == "bash"
+    assert "--rdzv" not in plan.spawner_argv[2] and " bash hpcdl train " in line
+    # what a node's task runs, with a torchrun that prints its words: node 1's rank is 1, the job's host and port
+    fake = tmp_path / "torchrun"
+    fake.write_text('#!/bin/sh\nfor w in "$@"; do printf "%s\\n" "$w"; done\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_NODEID": "1", "MASTER_ADDR": "n1", "MASTER_PORT": "12340"}
+    ran = subprocess.run(["/bin/bash", "-c", line[line.index("/bin/bash"):-2]], env=env, capture_output=True,
+                         text=True, check=True)
+    assert ran.stdout.splitlines() == ["--nnodes=2", "--nproc_per_node=4", "--node_rank=1", "--master_addr=n1",
+                                       "--master_port=12340", "--no-python", "hpcdl", "train", "recipe.json", "--plan",
+                                       "plan.json", "--results", "results.jsonl"]
+    # the default stays c10d, and a one-node job's --standalone wins where the centre asks it
+    assert make_plan(_site(), JobRequest(nodes=2)).spawner_argv[4] == "--rdzv_backend=c10d"
+    alone = make_plan(_site(spawner_rendezvous="static", spawner_standalone=True), JobRequest(nodes=1))
+    assert alone.spawner_argv[:2] == ("torchrun", "--standalone")
+
+
 def test_a_container_runs_torchrun_inside_it():
     site = _site(POSED.replace("runtime: none", "runtime: apptainer").replace(
         "environment: {kind: venv, activate: /opt/venv, prefer: true}", ""))
@@ -149,6 +176,8 @@ def test_the_rendezvous_host_from_the_node_list():
     ({"launch": {"wrapper": ["bind.sh"]}}, "launch.spawner: torchrun starts the ranks"),
     ({"defaults": {"batch_request": "nodes"}}, "launch.spawner: torchrun asks one task per node"),
     ({"launch": {"spawner": "mpirun"}}, "launch.spawner"),
+    ({"launch": {"spawner": "hpcdl", "spawner_rendezvous": "static"}}, "launch.spawner_rendezvous: static"),
+    ({"launch": {"spawner_rendezvous": "etcd"}}, "spawner_rendezvous"),
     ({"scheduler": "pbs", "launcher": "mpirun", "launch": {"spawner": "none", "master_addr": "node-list"}},
      "launch.master_addr"),
 ])
@@ -219,7 +248,7 @@ PROBE = textwrap.dedent("""
 
 @pytest.mark.slurm
 @pytest.mark.slow
-@pytest.mark.parametrize("spawner", ["torchrun", "hpcdl"])
+@pytest.mark.parametrize("spawner", ["torchrun", "hpcdl", "torchrun-static"])
 def test_a_rendered_job_spawns_each_nodes_ranks_under_a_real_srun(slurm_clusters, tmp_path, spawner):
     """The real slurmd 22.05 with two pretend nodes: the rendered job's srun starts one task on each, whose spawner
     starts that node's two ranks; all four rendezvous (gloo, on the job's first host) and agree on the sum."""
@@ -228,7 +257,8 @@ def test_a_rendered_job_spawns_each_nodes_ranks_under_a_real_srun(slurm_clusters
     cluster = slurm_clusters.ensure(2)
     data = yaml.safe_load(site_profile(2))
     # (the rendezvous at the batch host's name: the pretend nodes' own names, n1 and n2, resolve nowhere on this host)
-    data["launch"] = {"spawner": spawner}
+    data["launch"] = ({"spawner": "torchrun", "spawner_rendezvous": "static"} if spawner == "torchrun-static"
+                      else {"spawner": spawner})
     site = Site.model_validate(data)
     plan = make_plan(site, JobRequest(nodes=2, ranks_per_node=2, use_gpus=False, distributed="gloo"))
     (tmp_path / "probe.py").write_text(PROBE)
@@ -250,6 +280,9 @@ def test_a_rendered_job_spawns_each_nodes_ranks_under_a_real_srun(slurm_clusters
     assert sorted(s["local"] for s in seen) == [0, 0, 1, 1]
     # one Slurm task per node: every rank of a node is inside its node's one task
     assert sorted((s["node"], s["task"]) for s in seen) == [("n1", "0"), ("n1", "0"), ("n2", "1"), ("n2", "1")]
+    if spawner == "torchrun-static":
+        # a static rendezvous numbers the nodes by their SLURM_NODEID: node n1's workers are ranks 0 and 1
+        assert sorted((s["node"], s["rank"]) for s in seen) == [("n1", 0), ("n1", 1), ("n2", 2), ("n2", 3)]
     # each rank applied its own planned CPUs (pretend nodes on one host share its CPUs: the plan does not pin there)
     for s in seen:
         rank = next(r for r in plan.ranks if r.rank == s["rank"])

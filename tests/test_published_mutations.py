@@ -33,6 +33,7 @@ process per distinct line, are kept.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -42,7 +43,7 @@ import pytest
 from conftest import require_tool
 from real_launchers import mpirun_refuses, srun_refuses
 from test_published_practice import (CASES, Rendered, _case, _plan, checks_of_plan, judge, launcher_options, named_options,
-                                     render_case, spawner_options)
+                                     render_case, spawner_options, spawner_words)
 
 from hpcdl.launchers import launcher_for
 from hpcdl.plan.env import intel_mpi_pin_domain, rank_env
@@ -152,9 +153,19 @@ def mutations(checks: list[dict], site, plan):
         yield f"launcher option {' '.join(tokens)} dropped", lambda s, p, at=at, n=len(tokens): replace(
             p, launcher_argv=p.launcher_argv[:at] + p.launcher_argv[at + n:])
     spawner = list(plan.spawner_argv)
+    in_bash = spawner_words(spawner) != spawner
     for tokens in spawner_options(spawner):
         # each option of a per-node spawner (launch.spawner: torchrun's --nnodes, --nproc_per_node, its rendezvous):
         # none is derived from the rest, so every drop counts
+        if in_bash:
+            # the spawner's words in the command a node's bash runs (launch.spawner_rendezvous: static): the option's
+            # words dropped from that command, as bash splits them
+            raw = spawner[2].split(" ")
+            at = next(i for i in range(len(raw)) if [w for word in raw[i:i + len(tokens)] for w in shlex.split(word)]
+                      == tokens)
+            yield f"spawner option {' '.join(tokens)} dropped", lambda s, p, at=at, n=len(tokens), raw=raw: replace(
+                p, spawner_argv=(*p.spawner_argv[:2], " ".join(raw[:at] + raw[at + n:]), *p.spawner_argv[3:]))
+            continue
         at = next(i for i in range(1, len(spawner)) if spawner[i : i + len(tokens)] == tokens)
         yield f"spawner option {' '.join(tokens)} dropped", lambda s, p, at=at, n=len(tokens): replace(
             p, spawner_argv=p.spawner_argv[:at] + p.spawner_argv[at + n:])

@@ -150,7 +150,7 @@ class Rendered:
         self.modules = [w for line in code if line.startswith("module load ") for w in shlex.split(line)[2:]]
         launch = [line for line in code if line.endswith(" &") and " train " in line]
         assert len(launch) == 1, "one launch line"
-        self.argv = shlex.split(launch[0][:-2])
+        self.argv = split_line(launch[0][:-2])
         plan_json = script.split("<<'HPCDL_PLAN_JSON'\n", 1)[1].split("\nHPCDL_PLAN_JSON", 1)[0]
         self.plan = json.loads(plan_json)
         launcher = self.plan["launcher_argv"]
@@ -168,13 +168,35 @@ class Rendered:
         self.program = self.argv[program:]
 
 
+ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'")
+
+
+def split_line(line: str) -> list[str]:
+    """A launch line's words as bash reads them: shlex's, with each of bash's $'...' words (hpcdl.shell.quote writes a
+    word holding quotes or `$` so) read as bash reads it, its escapes decoded."""
+    return shlex.split(ANSI_C.sub(lambda m: shlex.quote(m.group(1).encode().decode("unicode_escape")), line))
+
+
+def spawner_words(words: list[str]) -> list[str]:
+    """The spawner's own words: those of the command a node's bash runs where the spawner reads its node's values
+    there (launch.spawner_rendezvous: static, `/bin/bash -c 'exec torchrun ... --node_rank="${SLURM_NODEID}" ...
+    "$@"' bash`), as that bash splits them (the variables left as the centre writes them), else the words as they are."""
+    if words[:2] == ["/bin/bash", "-c"] and len(words) == 4 and words[3] == "bash":
+        inner = shlex.split(words[2])
+        assert inner[0] == "exec" and inner[-1] == "$@", f"a spawner's bash runs one command on the program: {words[2]}"
+        return inner[1:-1]
+    return words
+
+
 def spawner_options(words: list[str]) -> list[list[str]]:
     """A spawner's options after its name (torchrun, or hpcdl launch), one list of tokens per option."""
+    words = spawner_words(words)
     return launcher_options(words[1:] if words[:2] == ["hpcdl", "launch"] else words)
 
 
 def self_word(spawner: list[str]) -> str | None:
     """The per-node spawner's name (torchrun; `hpcdl launch` as hpcdl), None where the launcher starts every rank."""
+    spawner = spawner_words(spawner) if spawner else spawner
     if not spawner:
         return None
     return "hpcdl" if spawner[:2] == ["hpcdl", "launch"] else spawner[0]

@@ -31,6 +31,7 @@ import functools
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -272,6 +273,11 @@ def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple
             spawner = plan.spawner_argv[1:] if plan.spawner_argv[0] == "torchrun" else ("launch", "--oversubscribe",
                                                                                         *plan.spawner_argv[2:])
             plan = replace(plan, spawner_argv=(str(Path(sys.executable).parent / plan.spawner_argv[0]), *spawner))
+        elif plan.spawner_argv[:2] == ("/bin/bash", "-c") and plan.spawner_argv[2].startswith("exec torchrun "):
+            # the torchrun a node's bash runs (launch.spawner_rendezvous: static), beside this Python likewise
+            torchrun = shlex.quote(str(Path(sys.executable).parent / "torchrun"))
+            plan = replace(plan, spawner_argv=(*plan.spawner_argv[:2], plan.spawner_argv[2].replace(
+                "exec torchrun ", f"exec {torchrun} ", 1), *plan.spawner_argv[3:]))
     recipe = {"name": "shape-probe", "net": "cifar10_quick", "data": {"source": "digits"}}
     # a centre that runs no job without a project (CSC: "The billing project argument is mandatory") gets one;
     # the test Slurm keeps no accounts, so any name passes

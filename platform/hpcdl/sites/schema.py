@@ -1217,6 +1217,18 @@ class Launch(_Strict):
             "free port); jobs of more nodes keep the rendezvous at MASTER_ADDR:MASTER_PORT"
         ),
     )
+    spawner_rendezvous: Literal["c10d", "static"] = Field(
+        default="c10d",
+        description=(
+            "how torchrun's nodes meet (launch.spawner: torchrun): c10d (the default: --rdzv_id, --rdzv_backend=c10d, "
+            "--rdzv_endpoint=MASTER_ADDR:MASTER_PORT, nodes taking their ranks as they join) or static, where the "
+            "centre's per-node launcher is told its node's rank (RWTH HPC's CLAIX-2023 ResNet-50 job: 'python "
+            "multiproc.py --nproc_per_node ${SLURM_GPUS_PER_NODE} --nnodes ${SLURM_NNODES} --node_rank ${SLURM_NODEID} "
+            "--master_addr ${MASTER_ADDR} --master_port ${MASTER_PORT}'): torchrun --node_rank from each node's own "
+            "SLURM_NODEID (read on the node, in a bash -c the task runs), --master_addr and --master_port, so node n's "
+            "workers are ranks n*R..n*R+R-1 as the plan lays them out"
+        ),
+    )
     srun_mpi: Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]+$", max_length=32)] | None = Field(
         default=None,
         description=(
@@ -1880,6 +1892,10 @@ class Site(_Strict):
                                  "cores, is kept as the centre writes it")
         if self.launch.spawner != "none":
             self._spawner_fits()
+        if self.launch.spawner_rendezvous != "c10d" and self.launch.spawner != "torchrun":
+            raise ValueError(f"launch.spawner_rendezvous: {self.launch.spawner_rendezvous} is how torchrun's nodes "
+                             f"meet, but launch.spawner is {self.launch.spawner}; set spawner: torchrun or leave "
+                             "spawner_rendezvous out")
         if self.launch.spawner_standalone and self.launch.spawner != "torchrun":
             raise ValueError("launch.spawner_standalone: --standalone is torchrun's word, but launch.spawner is "
                              f"{self.launch.spawner}; set spawner: torchrun or leave spawner_standalone out")
