@@ -2275,3 +2275,31 @@ def test_a_one_node_torchrun_takes_standalone_where_the_centre_writes_it(tmp_pat
     with pytest.raises(HpcdlError, match=r"launch.spawner_standalone: --standalone is torchrun's word, but "
                                          r"launch.spawner is hpcdl"):
         _profile(tmp_path, olivia, **{"launch.spawner_standalone": True, "launch.spawner": "hpcdl"})
+
+
+def test_a_site_whose_slurm_keeps_the_submitting_environment_out_by_itself_is_written_as_under_export_none(tmp_path):
+    # KU Leuven (github.com/hpcleuven/VscDocumentation @0ad5c240971f6902cef78b19453b298321b7cc5a,
+    # source/leuven/slurm_specifics.rst): "Slurm jobs start in a clean environment which corresponds to your login
+    # environment ... Environment variables that happen to be set in the session from which you submit the job are
+    # not propagated to the job. If needed you can modify this default behaviour with the --export option", and its
+    # job scripts name no --export: the job loads hpcdl's own module itself and lets srun carry its exports, as under
+    # "#SBATCH --export=NONE", without writing the directive
+    volta = SHIPPED / "volta-x86.yaml"
+    login = {"modules.login_shell": True, "modules.system": "lmod"}
+    site = _profile(tmp_path, volta, **{"defaults.export_default": "none", **login})
+    lines = _render(site, tmp_path, nodes=1, hpcdl_module="hpcdl/1.0").splitlines()
+    assert "unset SLURM_EXPORT_ENV" in lines and "module load hpcdl/1.0" in lines
+    assert lines.index("unset SLURM_EXPORT_ENV") < next(i for i, line in enumerate(lines) if line.startswith("srun "))
+    assert not any(line.startswith("#SBATCH --export") for line in lines)
+    # a job that asks --export=ALL itself gets the submitting shell's environment there too: nothing to undo
+    site = _profile(tmp_path, volta, **{"defaults.export_default": "none", "defaults.directives": ["--export=ALL"], **login})
+    lines = _render(site, tmp_path, nodes=1, hpcdl_module="hpcdl/1.0").splitlines()
+    assert "unset SLURM_EXPORT_ENV" not in lines and "module load hpcdl/1.0" not in lines
+    # Slurm's own default (all) changes nothing
+    plain = _render(_profile(tmp_path, volta, **login), tmp_path, nodes=1, hpcdl_module="hpcdl/1.0").splitlines()
+    assert "unset SLURM_EXPORT_ENV" not in plain and "module load hpcdl/1.0" not in plain
+    with pytest.raises(HpcdlError, match=r"defaults\.export_default: none is how a Slurm starts its jobs, but the "
+                                         r"scheduler is pbs"):
+        _profile(tmp_path, POLARIS, **{"defaults.export_default": "none"})
+    with pytest.raises(HpcdlError, match=r"defaults\.export_default"):
+        _profile(tmp_path, volta, **{"defaults.export_default": "some"})

@@ -25,6 +25,9 @@ export HPCDL_PROGRESS
 #   local rank 2: socket 1, cores 36-53, GPU 2, NIC -, 18 thread(s)
 #   local rank 3: socket 1, cores 54-71, GPU 3, NIC -, 18 thread(s)
 
+# The site's Slurm keeps the submitting environment out (defaults.export_default: none); set as an --export, that
+# would reach every srun through SLURM_EXPORT_ENV, and the ranks need this script's exports.
+unset SLURM_EXPORT_ENV
 HPCDL_JOB_ID=$SLURM_JOB_ID
 HPCDL_JOB_NAME=digits-quick
 export HPCDL_JOB_ID HPCDL_JOB_NAME

@@ -415,8 +415,11 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # which would start the ranks without this script's exports (MASTER_ADDR, OMP_NUM_THREADS, ...): the
         # script unsets it before the launch, as NHR@FAU's job scripts do ("#SBATCH --export=NONE",
         # "unset SLURM_EXPORT_ENV")
-        "unset_export_env": scheduler == "slurm" == site.scheduler and any(
-            d.startswith("--export=") and "ALL" not in d[len("--export="):].split(",") for d in defaults.directives),
+        # so too where the site's Slurm keeps the submitting environment out by itself and the job names no --export
+        # (defaults.export_default: none; KU Leuven: "Slurm jobs start in a clean environment which corresponds to
+        # your login environment"), as the centre's scripts name none
+        "unset_export_env": scheduler == "slurm" == site.scheduler and _keeps_environment_out(site, defaults.directives),
+        "export_by_site": not any(d.startswith("--export=") for d in defaults.directives),
         # a bare srun under the header (launch.srun_layout: header) gets each task's CPUs only from the environment:
         # "Beginning with 22.05, srun will not inherit the --cpus-per-task value requested by salloc or sbatch. It
         # must be requested again with the call to srun or set with the SRUN_CPUS_PER_TASK environment variable"
@@ -810,6 +813,15 @@ def _mem_for_gpus(mem_per_gpu: str | None, gpus_per_node: int, max_mem: str | No
     if max_mem and _slurm_mem_kib(mem) > _slurm_mem_kib(max_mem):
         return max_mem
     return mem
+
+
+def _keeps_environment_out(site: Site, directives) -> bool:
+    """Whether the batch shell starts without the submitting shell's environment: the job's own --export (NONE, or
+    a list without ALL), or where it names none the site's Slurm default (defaults.export_default)."""
+    exports = [d[len("--export="):] for d in directives if d.startswith("--export=")]
+    if exports:
+        return "ALL" not in exports[-1].split(",")
+    return site.defaults.export_default == "none"
 
 
 def _with_own_module(site: Site, modules: dict, options: JobOptions, job: dict) -> dict:

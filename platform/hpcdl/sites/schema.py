@@ -796,6 +796,17 @@ class Defaults(_Strict):
             "job on one node gets none"
         ),
     )
+    export_default: Literal["all", "none"] = Field(
+        default="all",
+        description=(
+            "Slurm: the environment the site's Slurm starts a job in where the job names no --export: all (Slurm's "
+            "own default, the submitting shell's) or none, where the centre's Slurm starts every job in the user's "
+            "login environment by itself (KU Leuven: 'Slurm jobs start in a clean environment which corresponds to "
+            "your login environment ... Environment variables that happen to be set in the session from which you "
+            "submit the job are not propagated to the job'): the job is then written as under #SBATCH --export=NONE "
+            "(it loads hpcdl's own module itself and unsets SLURM_EXPORT_ENV before the launch), without the directive"
+        ),
+    )
     account_required: bool = Field(
         default=False,
         description="the centre refuses or ends jobs that name no account/project (Minerva: 'All jobs must specify project')",
@@ -1683,6 +1694,9 @@ class Site(_Strict):
                     raise ValueError(f"{where}: PBS resources, but the scheduler is {self.scheduler}")
                 if not _WORD.match(k) or "=" in k or not _PER_NODE.match(v):
                     raise ValueError(f"{where}.{k}: {v!r} is not a whole number with a unit (382GB, 400GB, 4)")
+        if self.defaults.export_default != "all" and self.scheduler != "slurm":
+            raise ValueError(f"defaults.export_default: {self.defaults.export_default} is how a Slurm starts its jobs, "
+                             f"but the scheduler is {self.scheduler}")
         if self.defaults.pbs_request != "select" and self.scheduler != "pbs":
             raise ValueError(f"defaults.pbs_request: a PBS setting, but the scheduler is {self.scheduler}")
         if self.defaults.gpu_request in ("gpu", "rusage") and self.scheduler != "lsf":
