@@ -193,3 +193,24 @@ def test_the_clients_submit_with_a_login_shells_user_and_logname(tmp_path, monke
     assert env["SLURM_CONF"] == str(tmp_path / "slurm.conf")
     monkeypatch.setenv("USER", "someone")
     assert SlurmCluster(tmp_path).env["USER"] == "someone"  # a login's own is kept
+
+
+def test_a_job_that_keeps_the_submitting_environment_out_writes_into_hpcdl_submits_folder(one_node, tmp_path):
+    """Under `#SBATCH --export=NONE` (NHR@FAU's Alex, VSC's Hortense; wICE's Slurm does it by itself) the
+    HPCDL_JOB_DIR hpcdl submit hands sbatch never reaches the job, which then made a folder of its own under
+    the submit folder (hpcdl-runs/<name>-<id>) where `hpcdl status` and `results` do not look. sbatch runs in
+    the job's folder, which hpcdl holds, and the job takes that."""
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    site = yaml.safe_load((FIXTURE_SITES / "ci-slurm.yaml").read_text())
+    site.setdefault("defaults", {}).setdefault("directives", []).append("--export=NONE")
+    (sites / "ci-slurm.yaml").write_text(yaml.safe_dump(site))
+    job_dir = tmp_path / "job"
+    proc = hpcdl("submit", "--site", "ci-slurm", "--out", job_dir, tiny_recipe(tmp_path), "--nodes", "1",
+                 cwd=tmp_path, env={"SLURM_CONF": str(one_node.conf), "HPCDL_SITE_PATH": str(sites)}, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    wait_until(proc.stdout.split()[-1], lambda s: s.finished)
+    # the plan and the recipe the job writes first are in the job's folder (its ranks, started with the
+    # login environment alone, find no hpcdl here: a site's job loads hpcdl's module itself)
+    assert (job_dir / "plan.json").is_file() and (job_dir / "recipe.json").is_file()
+    assert not (job_dir / "hpcdl-runs").exists()

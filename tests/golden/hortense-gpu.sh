@@ -27,6 +27,10 @@ export HPCDL_PROGRESS
 
 # The header's --export reaches every srun through SLURM_EXPORT_ENV; the ranks need this script's exports.
 unset SLURM_EXPORT_ENV
+# So does hpcdl submit's HPCDL_JOB_DIR: sbatch ran in the job's folder, which hpcdl holds (.hpcdl-lock).
+if [ -z "${HPCDL_JOB_DIR:-}" ] && [ -e "$SLURM_SUBMIT_DIR/.hpcdl-lock" ]; then
+    HPCDL_JOB_DIR=$SLURM_SUBMIT_DIR
+fi
 HPCDL_JOB_ID=$SLURM_JOB_ID
 HPCDL_JOB_NAME=digits-quick
 export HPCDL_JOB_ID HPCDL_JOB_NAME
