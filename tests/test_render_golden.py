@@ -54,8 +54,14 @@ def all_sites() -> list[str]:
 
 def render_for(site, scheduler=None, requeue=False, nodes=2) -> str:
     recipe = load_recipe(RECIPES / "digits-quick.yaml")
-    count = site.node_kind()[1].count  # the detected local site is one node
+    kind_name, kind = site.node_kind()
+    count = kind.count  # the detected local site is one node
     nodes = min(nodes, site.defaults.max_nodes or nodes, count or nodes)
+    # queues bounded by the GPUs a job holds (partition_by_nodes max_gpus: NeSI Mahuika's 6 GPUs a user) take only
+    # as many whole nodes as their largest bound holds
+    sizes = site.job_defaults(kind_name).partition_by_nodes or ()
+    if sizes and kind.gpus and all(s.max_gpus and not s.max_nodes for s in sizes):
+        nodes = min(nodes, max(1, max(s.max_gpus for s in sizes) // len(kind.gpus)))
     plan = _plan_for_lint(site, nodes)
     # a site naming folders by project (Frontier's /lustre/orion/{project}) takes the project from the
     # account; only Slurm sets the charged one in the job ($SLURM_JOB_ACCOUNT), so other schedulers need it

@@ -15,7 +15,7 @@ from hpcdl.validate.jobs import SUITES, SuiteContext, scaling_points, suite_jobs
 from hpcdl.validate.profile import write_profile
 from hpcdl.validate.references import References
 from hpcdl.validate.runner import render_validation_job
-from hpcdl.validate.suite import build_context, parse_nodes, select_checks
+from hpcdl.validate.suite import build_context, default_nodes, largest_whole_job, parse_nodes, select_checks
 
 
 def knl_site() -> Site:
@@ -193,8 +193,7 @@ def test_every_shipped_site_renders_the_full_suite_with_its_own_scheduler(site_n
         site = site.model_copy(update={"defaults": site.defaults.model_copy(update={"account": "prj123"})})
     # across nodes too, where the site runs two nodes of its default kind in one job: Mahidol's MAI HPC has one H100
     # node, and Imperial CX3's GPU queue takes one ("select=1"); the suite refuses --nodes 2 there, naming the field
-    count = site.node_kind(None)[1].count
-    most = min(x for x in (count, site.defaults.max_nodes, 2) if x)
+    most = min(x for x in (largest_whole_job(site), 2) if x)
     nodes = (1, 2) if most >= 2 else (1,)
     ctx = build_context(site_name, "full", nodes)
     jobs = suite_jobs(ctx, select_checks(None))
@@ -259,3 +258,17 @@ def test_the_environment_job_asks_a_gpu_count_the_site_takes():
     assert make_plan(site, job.request).ranks_per_node == 4
     (other,) = checks.get("environment").jobs(context(load_site("narval"), nodes=(1,)))
     assert other.request.ranks_per_node == 2
+
+
+def test_the_suite_asks_no_more_nodes_than_a_gpu_bounded_queue_takes():
+    """NeSI Mahuika lets a user hold 6 GPUs ("Per User: ... 6 GPUs occupied", the node kinds'
+    partition_by_nodes max_gpus: 6): the suite's default node counts on its 4-A100 nodes stop at one node, where
+    two (8 GPUs) would be refused at render; its 2-H100 nodes take three."""
+    site = load_site("mahuika-gpu")
+    assert largest_whole_job(site) == 1
+    assert default_nodes(site, "full") == (1,)
+    h100 = site.model_copy(update={"default_node_kind": "h100"})
+    assert largest_whole_job(h100) == 3
+    assert default_nodes(h100, "full") == (1, 2)
+    # a site no queue bounds by GPUs keeps its nodes' count and max_nodes
+    assert default_nodes(load_site("perlmutter"), "quick") == (1, 2)

@@ -58,9 +58,27 @@ def frameworks_present() -> tuple[str, ...]:
     return tuple(found)
 
 
+def largest_whole_job(site) -> int | None:
+    """The most whole nodes of the default kind one job may take, where the profile bounds it: the kind's count,
+    defaults.max_nodes, and its queues (defaults.partition_by_nodes), each bounded by nodes or by the GPUs a job
+    holds (NeSI Mahuika's "6 GPUs occupied" a user: one node of four A100s); None where nothing bounds it."""
+    name, node = site.node_kind()
+    bounds = [x for x in (node.count, site.defaults.max_nodes) if x]
+    sizes = site.job_defaults(name).partition_by_nodes or ()
+
+    def held(size):
+        most = [size.max_nodes] if size.max_nodes else []
+        if size.max_gpus and node.gpus:
+            most.append(max(1, size.max_gpus // len(node.gpus)))
+        return min(most) if most else None
+
+    if sizes and all(held(size) for size in sizes):
+        bounds.append(max(held(size) for size in sizes))
+    return min(bounds) if bounds else None
+
+
 def default_nodes(site, suite: str) -> tuple[int, ...]:
-    _, node = site.node_kind()
-    most = min(x for x in (node.count, site.defaults.max_nodes, 2 if suite == "quick" else 8) if x)
+    most = min(x for x in (largest_whole_job(site), 2 if suite == "quick" else 8) if x)
     return tuple(p for p in (1, 2, 4, 8) if p <= most)
 
 
