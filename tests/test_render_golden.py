@@ -25,6 +25,7 @@ from hpcdl.render.jobscript import SCHEDULERS, with_runtime
 from hpcdl.runtimes import runtimes
 from hpcdl.sites import list_sites, load_site
 from hpcdl.train.recipe import load_recipe
+from hpcdl.validate.suite import largest_whole_job
 
 GOLDEN = ROOT / "tests" / "golden"
 UPDATE = os.environ.get("HPCDL_UPDATE_GOLDEN") == "1"
@@ -54,14 +55,9 @@ def all_sites() -> list[str]:
 
 def render_for(site, scheduler=None, requeue=False, nodes=2) -> str:
     recipe = load_recipe(RECIPES / "digits-quick.yaml")
-    kind_name, kind = site.node_kind()
-    count = kind.count  # the detected local site is one node
-    nodes = min(nodes, site.defaults.max_nodes or nodes, count or nodes)
-    # queues bounded by the GPUs a job holds (partition_by_nodes max_gpus: NeSI Mahuika's 6 GPUs a user) take only
-    # as many whole nodes as their largest bound holds
-    sizes = site.job_defaults(kind_name).partition_by_nodes or ()
-    if sizes and kind.gpus and all(s.max_gpus and not s.max_nodes for s in sizes):
-        nodes = min(nodes, max(1, max(s.max_gpus for s in sizes) // len(kind.gpus)))
+    # the detected local site is one node; queues bounded by the GPUs a job holds (NeSI Mahuika's 6 GPUs a user)
+    # take only as many whole nodes as their largest bound holds
+    nodes = min(x for x in (nodes, largest_whole_job(site)) if x)
     plan = _plan_for_lint(site, nodes)
     # a site naming folders by project (Frontier's /lustre/orion/{project}) takes the project from the
     # account; only Slurm sets the charged one in the job ($SLURM_JOB_ACCOUNT), so other schedulers need it

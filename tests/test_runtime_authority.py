@@ -21,6 +21,7 @@ from hpcdl.plan import JobRequest, make_plan
 from hpcdl.plan.runtime import IMAGE, NATIVE_KINDS, SITE_CONTAINER, choose_runtime, compat_problems
 from hpcdl.render import JobOptions, render_job_script
 from hpcdl.sites import load_site
+from hpcdl.validate.suite import largest_whole_job
 from hpcdl.sites.registry import SHIPPED, load_site_file
 
 PUBLISHED_PROFILES = ROOT / "tests" / "published" / "profiles"
@@ -48,10 +49,9 @@ def _launch(script: str) -> list[str]:
 def test_plan_and_render_run_what_the_authority_accepts_or_refuse_in_one_line(where, name, kind):
     site = _load(where, name)
     node = site.node_kinds[kind]
-    # two nodes where the kind's queues take two (ALCF Sophia's bigmem queue takes one node)
-    queues = site.job_defaults(kind).partition_by_nodes or ()
-    most = None if not queues or any(q.max_nodes is None for q in queues) else max(q.max_nodes for q in queues)
-    nodes = min(2, node.count or 2, site.defaults.max_nodes or 2, most or 2)
+    # two nodes where the kind's queues take two (ALCF Sophia's bigmem queue takes one node; NeSI Mahuika's 6 GPUs
+    # a user, one node of four A100s)
+    nodes = min(x for x in (2, largest_whole_job(site, kind)) if x)
     plan = make_plan(site, JobRequest(nodes=nodes, node_kind=kind))
     choice = plan.runtime
     assert choice is not None

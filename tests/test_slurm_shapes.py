@@ -208,21 +208,11 @@ os.write(1, ("HPCDL-PROBE " + json.dumps({
 
 
 def largest_job(site, kind) -> int:
-    """The most nodes a job of `kind` may take: its queues' largest (defaults.partition_by_nodes, where each names
-    max_nodes, or max_gpus: the whole nodes of GPUs it holds, NeSI Mahuika's "6 GPUs occupied" a user) or
-    defaults.max_nodes; NODES where neither bounds it."""
-    defaults = site.job_defaults(kind)
-    sizes = defaults.partition_by_nodes or ()
-    gpus = len(site.node_kinds[kind].gpus)
+    """The most nodes a job of `kind` may take (hpcdl.validate.suite.largest_whole_job: its count, max_nodes and
+    queues, by nodes or by GPUs), NODES where nothing bounds it."""
+    from hpcdl.validate.suite import largest_whole_job
 
-    def bound(size):
-        held = [size.max_nodes] if size.max_nodes else []
-        if size.max_gpus and gpus:
-            held.append(max(1, size.max_gpus // gpus))
-        return min(held) if held else None
-
-    bounds = [bound(s) for s in sizes] if sizes and all(bound(s) for s in sizes) else []
-    return min([NODES, *([max(bounds)] if bounds else []), *([defaults.max_nodes] if defaults.max_nodes else [])])
+    return min(x for x in (NODES, largest_whole_job(site, kind)) if x)
 
 
 def render(site, kind, folder: Path, *, runnable: bool, conf: str = "") -> tuple[object, Path]:

@@ -58,13 +58,15 @@ def frameworks_present() -> tuple[str, ...]:
     return tuple(found)
 
 
-def largest_whole_job(site) -> int | None:
-    """The most whole nodes of the default kind one job may take, where the profile bounds it: the kind's count,
-    defaults.max_nodes, and its queues (defaults.partition_by_nodes), each bounded by nodes or by the GPUs a job
-    holds (NeSI Mahuika's "6 GPUs occupied" a user: one node of four A100s); None where nothing bounds it."""
-    name, node = site.node_kind()
-    bounds = [x for x in (node.count, site.defaults.max_nodes) if x]
-    sizes = site.job_defaults(name).partition_by_nodes or ()
+def largest_whole_job(site, kind: str | None = None) -> int | None:
+    """The most whole nodes of a kind (the default one unless named) one job may take, where the profile bounds it:
+    the kind's count, its defaults' max_nodes, and its queues (partition_by_nodes), each bounded by nodes or by the
+    GPUs a job holds (NeSI Mahuika's "6 GPUs occupied" a user: one node of four A100s); None where nothing bounds it.
+    The validation suite, and the tests that render and submit each machine's jobs, ask no more."""
+    name, node = site.node_kind(kind)
+    defaults = site.job_defaults(name)
+    bounds = [x for x in (node.count, defaults.max_nodes) if x]
+    sizes = defaults.partition_by_nodes or ()
 
     def held(size):
         most = [size.max_nodes] if size.max_nodes else []
