@@ -215,17 +215,24 @@ def timed_rate(step, items: int, repeats: int, device: str, warmup: int = 3) -> 
     return items * repeats / (time.perf_counter() - start)
 
 
+def jpeg_dataset(root: Path, scale: Scale = FULL):
+    """The JPEG folder as the feeds measured alone read it: resized to the scale's side, 1 % held out."""
+    from hpcdl.train.data import load_dataset
+    from hpcdl.train.recipe import DataSpec
+
+    return load_dataset(DataSpec(source="imagefolder", path=str(root), image_size=scale.size, holdout_fraction=0.01),
+                        (3, scale.size, scale.size), 1)
+
+
 def loader_rates(root: Path, scale: Scale = FULL, device: str = "cuda") -> dict:
     """Images/s through hpcdl's feed and through torch's DataLoader, same decode, same workers."""
     import numpy as np
     import torch
 
     from hpcdl.train.backends.pytorch.feed import AheadOfTime, DeviceFeed
-    from hpcdl.train.data import Batches, load_dataset
-    from hpcdl.train.recipe import DataSpec
+    from hpcdl.train.data import Batches
 
-    data = load_dataset(DataSpec(source="imagefolder", path=str(root), image_size=scale.size, holdout_fraction=0.01),
-                        (3, scale.size, scale.size), 1)
+    data = jpeg_dataset(root, scale)
     dev = torch.device(device)
 
     feed = DeviceFeed(AheadOfTime(Batches(data.train, scale.batch, 1, 0, 1), 0, scale.workers), dev,
@@ -269,12 +276,9 @@ def dali_feed_rate(root: Path, scale: Scale = FULL, device: str = "cuda") -> flo
     import torch
 
     from hpcdl.train.backends.pytorch.dali_feed import DaliFeed
-    from hpcdl.train.data import Batches, load_dataset
-    from hpcdl.train.recipe import DataSpec
+    from hpcdl.train.data import Batches
 
-    data = load_dataset(DataSpec(source="imagefolder", path=str(root), image_size=scale.size, holdout_fraction=0.01),
-                        (3, scale.size, scale.size), 1)
-    feed = DaliFeed(Batches(data.train, scale.batch, 1, 0, 1), 0, torch.device(device), torch.channels_last,
+    feed = DaliFeed(Batches(jpeg_dataset(root, scale).train, scale.batch, 1, 0, 1), 0, torch.device(device), torch.channels_last,
                     threads=scale.workers)
     try:
         return timed_rate(feed.next, scale.batch, scale.loader_batches, device)

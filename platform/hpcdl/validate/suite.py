@@ -74,8 +74,9 @@ def largest_whole_job(site, kind: str | None = None) -> int | None:
             most.append(max(1, size.max_gpus // len(node.gpus)))
         return min(most) if most else None
 
-    if sizes and all(held(size) for size in sizes):
-        bounds.append(max(held(size) for size in sizes))
+    held_by = [held(size) for size in sizes]
+    if held_by and all(held_by):
+        bounds.append(max(held_by))
     return min(bounds) if bounds else None
 
 

@@ -180,15 +180,16 @@ class DaliFeed:
         # the copy out of them must be done by then; it ran beside the last step, so this rarely waits
         if self._copied is not None:
             self._copied.synchronize()
-        images, labels = self.pipe.run()  # micro-batch k, decoded while k-1 trained; k+1 is scheduled
+        outputs = self.pipe.run()  # micro-batch k, decoded while k-1 trained; k+1 is scheduled
+        images, labels = (out.as_tensor() for out in outputs)  # each list as one tensor, once
         # copied out on a stream of our own, which the training stream waits for on the device: the
         # host goes on queueing the step. The tensors are the copy stream's, and marked as used by the
         # training stream for the allocator
         with torch.cuda.stream(self._copy):
-            x = torch.empty(images.as_tensor().shape(), dtype=torch.float32, device=self.device)
-            y = torch.empty(labels.as_tensor().shape(), dtype=torch.int64, device=self.device)
-            self._feed_ndarray(images.as_tensor(), x, cuda_stream=self._copy)
-            self._feed_ndarray(labels.as_tensor(), y, cuda_stream=self._copy)
+            x = torch.empty(images.shape(), dtype=torch.float32, device=self.device)
+            y = torch.empty(labels.shape(), dtype=torch.int64, device=self.device)
+            self._feed_ndarray(images, x, cuda_stream=self._copy)
+            self._feed_ndarray(labels, y, cuda_stream=self._copy)
             self._copied = torch.cuda.Event()
             self._copied.record(self._copy)
         training = torch.cuda.current_stream(self.device)
