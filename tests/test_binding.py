@@ -139,3 +139,79 @@ def test_a_rank_whose_planned_cpus_its_job_holds_only_in_part_keeps_the_launcher
     assert len(plan["ranks"][0]["cpus"]) > 1 and 1 in plan["ranks"][0]["cpus"]
     applied, affinity = _bind_in_cpuset(plan, (0, 1, 0, "srun"), "1")
     assert applied["bound"] is False and affinity == [1], (applied, affinity)
+
+
+def _sysfs(root, gpus: dict[str, str], cpus: int, siblings) -> None:
+    """A sysfs tree as Linux writes it: PCI devices (class, vendor, local_cpulist) and each CPU's thread siblings."""
+    for address, (cls, vendor, local) in gpus.items():
+        device = root / "bus" / "pci" / "devices" / address
+        device.mkdir(parents=True)
+        (device / "class").write_text(cls + "\n")
+        (device / "vendor").write_text(vendor + "\n")
+        (device / "local_cpulist").write_text(local + "\n")
+    for cpu in range(cpus):
+        topology = root / "devices" / "system" / "cpu" / f"cpu{cpu}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "thread_siblings_list").write_text(siblings(cpu) + "\n")
+
+
+def _near_plan(gpus_per_rank, cores: int) -> dict:
+    ranks = [dict(rank=i, node=0, local_rank=i, socket=0, cores=list(range(cores)), cpus=[], gpus=list(g), nic=None,
+                  omp_num_threads=cores, env={}) for i, g in enumerate(gpus_per_rank)]
+    return dict(ranks=ranks, env={}, nodes=1, ranks_per_node=len(ranks), world_size=len(ranks), rank_cpus="gpu-local")
+
+
+def test_a_rank_finds_its_share_of_the_cpus_its_gpus_node_reports_near_it(tmp_path):
+    """Two sockets of four cores, two threads each (CPU n and n + 8), whose GPUs 0 and 1 hang off socket 1, against
+    the order a profile would assume: each rank takes its plan's count of cores from those near its GPU, in
+    local-rank order among the ranks whose GPUs report the same CPUs, whole cores, within the CPUs its task may use;
+    the BMC's display controller (ASPEED, 0x1a03) and an NVSwitch (a bridge) are no GPUs, and a job holding GPUs 2
+    and 3 (SLURM_JOB_GPUS, node-wide ids) finds its first GPU's CPUs on socket 0."""
+    from hpcdl.train.binding import gpu_local_cpus, job_gpus, node_gpus
+
+    socket0, socket1 = "0-3,8-11", "4-7,12-15"
+    _sysfs(tmp_path, {"0000:02:00.0": ("0x030000", "0x1a03", "0-15"), "0000:07:00.0": ("0x030200", "0x10de", socket1),
+                      "0000:0b:00.0": ("0x030200", "0x10de", socket1), "0000:44:00.0": ("0x068000", "0x10de", "0-15"),
+                      "0000:48:00.0": ("0x030200", "0x10de", socket0), "0000:4c:00.0": ("0x030200", "0x10de", socket0)},
+           16, lambda c: f"{c % 8},{c % 8 + 8}")
+    assert [d.name for d in node_gpus(tmp_path)] == ["0000:07:00.0", "0000:0b:00.0", "0000:48:00.0", "0000:4c:00.0"]
+    plan = _near_plan([[0], [1], [2], [3]], 2)
+    every = set(range(16))
+    found = [gpu_local_cpus(plan, r, every, tmp_path)[0] for r in plan["ranks"]]
+    assert found == [{4, 5, 12, 13}, {6, 7, 14, 15}, {0, 1, 8, 9}, {2, 3, 10, 11}]
+    # tasks that may not use core 4 (both its threads): three cores near GPUs 0 and 1, too few for two each, are
+    # split evenly, one each; so are more cores asked than lie near the GPUs
+    assert [gpu_local_cpus(plan, r, every - {4, 12}, tmp_path)[0] for r in plan["ranks"][:2]] == [{5, 13}, {6, 14}]
+    assert gpu_local_cpus(_near_plan([[0], [1]], 3), _near_plan([[0], [1]], 3)["ranks"][1], every, tmp_path)[0] == \
+        {6, 7, 14, 15}
+    # a job holding the node's GPUs 2 and 3: its GPU 0 is the node's GPU 2, on socket 0
+    held = job_gpus({"SLURM_JOB_GPUS": "2,3"})
+    assert held == [2, 3] and job_gpus({}) is None and job_gpus({"SLURM_JOB_GPUS": "GPU-5f3a"}) is None
+    two = _near_plan([[0], [1]], 2)
+    assert [gpu_local_cpus(two, r, every, tmp_path, held)[0] for r in two["ranks"]] == [{0, 1, 8, 9}, {2, 3, 10, 11}]
+    # no GPU in sysfs (this host): nothing found, the launcher's CPUs kept
+    cpus, why = gpu_local_cpus(plan, plan["ranks"][0], every, tmp_path / "none")
+    assert cpus == set() and "not among the node's 0 GPUs" in why
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
+                    reason="needs CPU affinity and two CPUs")
+def test_a_rank_binds_itself_to_the_cpus_near_its_gpu_not_to_the_plans_order(tmp_path):
+    """A real process on this host, its sysfs written with GPU 0 near CPU 1 and GPU 1 near CPU 0: rank 0 runs on
+    CPU 1 and rank 1 on CPU 0, which the plan's order of cores would have had the other way; with this host's own
+    sysfs, which has no GPU, it keeps its CPUs."""
+    _sysfs(tmp_path, {"0000:07:00.0": ("0x030200", "0x10de", "1"), "0000:0b:00.0": ("0x030200", "0x10de", "0")},
+           2, str)
+    plan = _near_plan([[0], [1]], 1)
+    before = sorted(os.sched_getaffinity(0))
+    for rank, want, root in ((0, [1], tmp_path), (1, [0], tmp_path), (0, before, "/sys")):
+        code = ("import json, os, sys; from pathlib import Path; from hpcdl.train.binding import apply_plan; "
+                "from hpcdl.train.ranks import RankInfo; plan = json.loads(sys.stdin.read()); "
+                f"applied = apply_plan(plan, RankInfo({rank}, 2, {rank}, 'srun'), Path({str(root)!r})); "
+                "print(json.dumps([applied, sorted(os.sched_getaffinity(0))]))")
+        proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(plan), capture_output=True, text=True,
+                              env={k: v for k, v in os.environ.items() if not k.startswith("SLURM_")})
+        assert proc.returncode == 0, proc.stderr
+        applied, affinity = json.loads(proc.stdout)
+        assert affinity == want, (rank, applied)
+        assert applied["bound"] is (root == tmp_path) and "near_gpu" in applied

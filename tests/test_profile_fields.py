@@ -2303,3 +2303,30 @@ def test_a_site_whose_slurm_keeps_the_submitting_environment_out_by_itself_is_wr
         _profile(tmp_path, POLARIS, **{"defaults.export_default": "none"})
     with pytest.raises(HpcdlError, match=r"defaults\.export_default"):
         _profile(tmp_path, volta, **{"defaults.export_default": "some"})
+
+
+def test_ranks_that_find_their_cpus_near_their_gpu_are_given_none_by_the_plan(tmp_path):
+    """launch.rank_cpus: gpu-local, where the centre publishes no map of cores to GPUs (ARC's TinkerCliffs: a bare
+    srun, one torchrun a node, workers bound to nothing): the plan names each rank's count of cores but no CPUs, says
+    so in plan.json, the job script's map and a note, and the launch line is the one the plan mode writes; beside a
+    line that binds each task itself (a srun --cpu-bind the plan writes) it is refused in one line naming the field."""
+    arc = SHIPPED / "tinkercliffs-gpu.yaml"
+    near = load_site_file(arc)
+    given = _profile(tmp_path, arc, **{"launch.rank_cpus": "plan"})
+    assert near.launch.rank_cpus == "gpu-local"
+    plan, planned = make_plan(near, JobRequest(nodes=2)), make_plan(given, JobRequest(nodes=2))
+    assert plan.rank_cpus == "gpu-local" and plan.to_dict()["rank_cpus"] == "gpu-local"
+    assert all(r.cpus == () and len(r.cores) == 16 for r in plan.ranks)
+    assert all(len(r.cpus) == 16 for r in planned.ranks) and "rank_cpus" not in planned.to_dict()
+    assert plan.launcher_argv == planned.launcher_argv and plan.spawner_argv == planned.spawner_argv
+    assert any("launch.rank_cpus: gpu-local" in note for note in plan.notes)
+    text = _render(near, tmp_path, account="personal")
+    assert "#   local rank 0: 16 cores near its GPU (found at run time), GPU 0, NIC -, 16 thread(s)" in text.splitlines()
+    with pytest.raises(HpcdlError, match=r"launch.rank_cpus: gpu-local has each rank choose its CPUs at run time, but "
+                                         r"the srun line binds each task to cores itself"):
+        _profile(tmp_path, SHIPPED / "frontier.yaml", **{"launch.rank_cpus": "gpu-local"})
+    with pytest.raises(HpcdlError, match=r"launch.rank_cpus: gpu-local has each rank choose its CPUs at run time, but "
+                                         r"the mpirun line binds"):
+        _profile(tmp_path, GADI, **{"launch.rank_cpus": "gpu-local"})
+    with pytest.raises(HpcdlError, match=r"launch.rank_cpus"):
+        _profile(tmp_path, arc, **{"launch.rank_cpus": "nearest"})

@@ -161,6 +161,9 @@ class Plan:
     # and its words, between the container runtime and the program; None: the launcher starts every rank itself
     spawner: str | None = None
     spawner_argv: tuple[str, ...] = ()
+    # how each GPU rank finds its CPUs (the profile's launch.rank_cpus): "plan", the ranks' cpus above; "gpu-local", a
+    # share of the CPUs the node reports nearest its GPU, found at run time (train/binding.py), the ranks' cpus empty
+    rank_cpus: str = "plan"
 
     @property
     def world_size(self) -> int:
@@ -181,6 +184,8 @@ class Plan:
                 data.pop(name)  # nor do plans without these
         if self.nodes_per_host == 1:
             data.pop("nodes_per_host")  # every real machine's node is a host of its own
+        if self.rank_cpus == "plan":
+            data.pop("rank_cpus")  # nor do plans whose ranks bind to the cores they are given
         return data
 
     @classmethod

@@ -42,7 +42,9 @@ def draw_node(site: Site, plan: Plan, path: Path) -> Path:
     node = site.node_kinds[plan.node_kind]
     local = plan.local_ranks()
     colours = rank_colours(len(local))
-    owner = {c: r.local_rank for r in local for c in r.cores}
+    # ranks that find their cores near their GPU at run time (rank_cpus: gpu-local) hold none the plan could draw
+    near_gpu = plan.rank_cpus == "gpu-local"
+    owner = {} if near_gpu else {c: r.local_rank for r in local for c in r.cores}
     usable = {c for s in range(node.sockets) for c in node.usable_cores_of_socket(s)}
 
     cols = _columns(node)
@@ -85,7 +87,8 @@ def draw_node(site: Site, plan: Plan, path: Path) -> Path:
             colours)
 
     handles = [Patch(fc=colours[r.local_rank], ec="#555555",
-                     label=f"rank {r.local_rank}: {len(r.cores)} cores, {r.omp_num_threads} threads{_slab(plan, r.rank)}")
+                     label=f"rank {r.local_rank}: {len(r.cores)} cores{' near its GPU, at run time' if near_gpu else ''}, "
+                           f"{r.omp_num_threads} threads{_slab(plan, r.rank)}")
                for r in local]
     handles.append(Patch(fc=RESERVED, ec="#555555", hatch="///", label="left to the system"))
     if any(c not in owner for c in usable):

@@ -93,6 +93,11 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     threads = _threads_per_rank(node, request, len(cores[0]), notes)
     distributed = _resolve_distributed(request, use_gpus)
     ranks_per_node = len(slots)
+    gpu_local = use_gpus and site.launch.rank_cpus == "gpu-local"
+    if gpu_local:
+        notes.append(f"each rank binds itself at run time to {len(cores[0])} cores of those its node reports nearest its "
+                     "GPU (launch.rank_cpus: gpu-local, the GPU's local_cpulist): the centre publishes no map of which "
+                     "cores go with which GPU, so the plan names none per rank")
 
     local = [
         dict(
@@ -101,7 +106,8 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
             cores=cores[lr],
             # the hardware threads the scheduler hands a rank: all of a core's, or only the first
             # where it counts physical cores (OLCF Frontier: --threads-per-core=1 by default)
-            cpus=tuple(cpu for core in cores[lr] for cpu in node.cpus_of_core(core)[: node.cpus_per_core]),
+            # (none where each rank finds them near its GPU at run time: launch.rank_cpus: gpu-local)
+            cpus=() if gpu_local else tuple(cpu for core in cores[lr] for cpu in node.cpus_of_core(core)[: node.cpus_per_core]),
             gpus=slot.gpus,
             # a port the centre names by neither device nor interface is no rank's; one named by its interface
             # only is the rank's by that name, with no device setting (rank_env): NCCL_IB_HCA and UCX_NET_DEVICES
@@ -178,6 +184,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         ulimit={name: str(value) for name, value in site.launch.ulimit.items()},
         tmpdir=site.filesystems.tmpdir,
         nodes_per_host=node.nodes_per_host,
+        rank_cpus="gpu-local" if gpu_local else "plan",
     )
     plan = replace(plan, notes=tuple(notes))
     argv = launcher_for(site.launcher).command(plan, site)

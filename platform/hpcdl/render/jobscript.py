@@ -994,10 +994,9 @@ def node_map_lines(plan: Plan) -> list[str]:
     lines = []
     for r in plan.local_ranks():
         gpus = ",".join(map(str, r.gpus)) or "-"
-        lines.append(
-            f"local rank {r.local_rank}: socket {r.socket}, cores {_ranges(r.cores)}, "
-            f"GPU {gpus}, NIC {r.nic or '-'}, {r.omp_num_threads} thread(s)"
-        )
+        where = (f"{len(r.cores)} cores near its GPU (found at run time)" if plan.rank_cpus == "gpu-local"
+                 else f"socket {r.socket}, cores {_ranges(r.cores)}")
+        lines.append(f"local rank {r.local_rank}: {where}, GPU {gpus}, NIC {r.nic or '-'}, {r.omp_num_threads} thread(s)")
     return [comment_text(line) for line in lines]
 
 

@@ -25,8 +25,9 @@ def load_plan(path: str | None) -> dict | None:
     return plan
 
 
-def apply_plan(plan: dict | None, me: RankInfo) -> dict:
-    """Set this rank's environment and CPU affinity from the plan; return what was applied."""
+def apply_plan(plan: dict | None, me: RankInfo, sys_root: Path = Path("/sys")) -> dict:
+    """Set this rank's environment and CPU affinity from the plan; return what was applied. A plan whose ranks find
+    their CPUs near their GPU (rank_cpus: gpu-local) has this rank's found in `sys_root` (sysfs)."""
     if plan is None:
         return {}
     placement = next((r for r in plan["ranks"] if r["rank"] == me.rank), None)
@@ -48,6 +49,9 @@ def apply_plan(plan: dict | None, me: RankInfo) -> dict:
     elif hasattr(os, "sched_setaffinity"):
         available = os.sched_getaffinity(0)
         held = job_cpuset()
+        if plan.get("rank_cpus") == "gpu-local" and placement["gpus"]:
+            cpus, found = gpu_local_cpus(plan, placement, available & held if held else available, sys_root, job_gpus())
+            applied.update(cpus=sorted(cpus), near_gpu=found)
         if cpus and cpus <= set(range(os.cpu_count() or 0)) and (held is None or cpus <= held):
             try:
                 if available != cpus:
@@ -63,6 +67,93 @@ def apply_plan(plan: dict | None, me: RankInfo) -> dict:
             # launcher's mask, which it drew from the CPUs the job holds
             applied["bound"] = False
     return applied
+
+
+# the PCI vendors of the GPUs hpcdl drives (NVIDIA, AMD), as sysfs writes them
+GPU_VENDORS = ("0x10de", "0x1002")
+
+
+def node_gpus(sys_root: Path = Path("/sys")) -> list[Path]:
+    """The node's GPUs as sysfs PCI devices (display controllers, class 0x03xxxx, of NVIDIA or AMD), in PCI address
+    order: the order nvidia-smi numbers them in ("the PCI bus ID order", CUDA_DEVICE_ORDER=PCI_BUS_ID), which the
+    profile's gpus list and Slurm's GPU ids follow."""
+    found = []
+    try:
+        devices = sorted((sys_root / "bus" / "pci" / "devices").iterdir(), key=lambda d: d.name)
+    except OSError:
+        return []
+    for device in devices:
+        try:
+            if ((device / "class").read_text().strip().startswith("0x03")
+                    and (device / "vendor").read_text().strip() in GPU_VENDORS):
+                found.append(device)
+        except OSError:
+            continue
+    return found
+
+
+def job_gpus(environ=os.environ) -> list[int] | None:
+    """The node's GPUs this job holds, by their node-wide ids, where Slurm says: SLURM_STEP_GPUS, SLURM_JOB_GPUS
+    ("The global GPU IDs of the GPUs allocated to this job. The GPU IDs are not relative to any device cgroup, even
+    if devices are constrained with task/cgroup", sbatch(1)); None (every GPU of the node) elsewhere."""
+    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+        words = environ.get(name, "").split(",")
+        if words and all(w.isdigit() for w in words):
+            return [int(w) for w in words]
+    return None
+
+
+def cores_of(cpus: set[int], sys_root: Path = Path("/sys")) -> list[tuple[int, ...]]:
+    """`cpus` grouped by the physical core they are threads of (sysfs thread_siblings_list), by first CPU."""
+    cores: dict[int, list[int]] = {}
+    for cpu in sorted(cpus):
+        try:
+            siblings = _cpu_list((sys_root / "devices" / "system" / "cpu" / f"cpu{cpu}" / "topology"
+                                  / "thread_siblings_list").read_text().strip())
+        except (OSError, ValueError):
+            siblings = {cpu}
+        cores.setdefault(min(siblings | {cpu}), []).append(cpu)
+    return [tuple(threads) for _, threads in sorted(cores.items())]
+
+
+def gpu_local_cpus(plan: dict, placement: dict, allowed: set[int], sys_root: Path = Path("/sys"),
+                   held_gpus: list[int] | None = None) -> tuple[set[int], str]:
+    """This rank's CPUs near its GPU (the plan's rank_cpus: gpu-local), and how they were found: of the CPUs its GPU's
+    PCI device reports as local (local_cpulist, nvidia-smi topo -m's CPU Affinity) that the task may use (`allowed`),
+    its share among the node's ranks whose GPUs report the same CPUs, in local-rank order: the plan's count of cores
+    each where they are enough, else an even split, else all of them. An empty set (the launcher's mask kept) where
+    the node's GPUs cannot be read."""
+    gpus = node_gpus(sys_root)
+    held = held_gpus if held_gpus is not None else list(range(len(gpus)))
+
+    def near(rank: dict) -> frozenset[int] | None:
+        index = rank["gpus"][0]
+        if index >= len(held) or held[index] >= len(gpus):
+            return None
+        try:
+            return frozenset(_cpu_list((gpus[held[index]] / "local_cpulist").read_text().strip()))
+        except (OSError, ValueError):
+            return None
+
+    mine = near(placement)
+    if not mine:
+        return set(), (f"GPU {placement['gpus'][0]}: not among the node's {len(gpus)} GPUs in sysfs, or its "
+                       "local_cpulist unreadable: the launcher's CPUs kept")
+    group = [r["local_rank"] for r in sorted(plan["ranks"], key=lambda r: r["local_rank"])
+             if r["node"] == placement["node"] and r["gpus"] and near(r) == mine]
+    k, n, want = group.index(placement["local_rank"]), len(group), max(1, len(placement["cores"]))
+    cores = cores_of(set(mine) & allowed, sys_root)
+    if len(cores) >= n * want:
+        share = cores[k * want:(k + 1) * want]
+    elif len(cores) >= n:
+        each = len(cores) // n
+        share = cores[k * each:(k + 1) * each]
+    else:
+        share = cores
+    device = gpus[held[placement["gpus"][0]]].name
+    return ({cpu for core in share for cpu in core},
+            f"GPU {held[placement['gpus'][0]]} ({device}): {len(share)} of the {len(cores)} cores near it, "
+            f"share {k + 1} of {n}")
 
 
 def job_cpuset(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> set[int] | None:
