@@ -2330,3 +2330,42 @@ def test_ranks_that_find_their_cpus_near_their_gpu_are_given_none_by_the_plan(tm
         _profile(tmp_path, GADI, **{"launch.rank_cpus": "gpu-local"})
     with pytest.raises(HpcdlError, match=r"launch.rank_cpus"):
         _profile(tmp_path, arc, **{"launch.rank_cpus": "nearest"})
+
+def test_a_job_is_not_submitted_from_a_folder_the_centres_scheduler_refuses(tmp_path):
+    # The Alliance's Cedar (github.com/SciNetHPC/alliance-docs-mcp @6c7dd7908bc2318096aab09ef9cc6af87c316118,
+    # docs/pages/General/Cedar.md): "Submitting jobs from directories residing in /home is not permitted, transfer the
+    # files either to your /project or /scratch directory and submit the job from there". hpcdl submits from the job's
+    # own folder (-o, else runs/... under the current one), so from a home folder sbatch refused the job after hpcdl
+    # had written it; the field says so first, in one line, and a folder elsewhere (or a link out of home) is taken
+    home, scratch, project = tmp_path / "home", tmp_path / "scratch", tmp_path / "project"
+    for folder in (home / "me", scratch, project):
+        folder.mkdir(parents=True)
+    (home / "me" / "projects").symlink_to(project)
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    data = yaml.safe_load((SHIPPED / "cedar-gpu.yaml").read_text())
+    data["name"] = "mycedar"
+    data["filesystems"]["submit_refused"] = [str(home)]
+    (sites / "mycedar.yaml").write_text(yaml.safe_dump(data))
+    env = {"HPCDL_SITE_PATH": str(sites)}
+    proc = hpcdl("submit", "--dry-run", "--site", "mycedar", "cifar10-quick", env=env, cwd=home / "me")
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "filesystems.submit_refused" in lines[0] and f"refuses jobs submitted from {home}" in lines[0]
+    assert not (home / "me" / "runs").exists()  # nothing written there
+    proc = hpcdl("validate", "--dry-run", "--site", "mycedar", "--checks", "environment", env=env, cwd=home / "me")
+    assert proc.returncode == 2 and "filesystems.submit_refused: site mycedar" in proc.stderr, proc.stderr
+    # a job folder named outside it, the current folder elsewhere, or a link from home into /project: submitted
+    hpcdl("submit", "--dry-run", "--site", "mycedar", "cifar10-quick", "-o", scratch / "job", env=env, cwd=home / "me",
+          check=True)
+    hpcdl("submit", "--dry-run", "--site", "mycedar", "cifar10-quick", env=env, cwd=scratch, check=True)
+    hpcdl("submit", "--dry-run", "--site", "mycedar", "cifar10-quick", env=env, cwd=home / "me" / "projects", check=True)
+    assert list((project / "runs").iterdir())
+    # the shipped profile says it of Cedar's /home; a site that says nothing of the sort takes a home folder
+    assert load_site_file(SHIPPED / "cedar-gpu.yaml").filesystems.submit_refused == ("/home",)
+    hpcdl("submit", "--dry-run", "--site", "narval", "cifar10-quick", env=env, cwd=home / "me", check=True)
+    assert list((home / "me" / "runs").iterdir())
+    with pytest.raises(HpcdlError, match=r"submit_refused\[0\]: 'home' is not an absolute host folder"):
+        _profile(tmp_path, SHIPPED / "cedar-gpu.yaml", **{"filesystems.submit_refused": ["home"]})
+    with pytest.raises(HpcdlError, match=r"submit_refused\[0\]: '\$HOME' is not an absolute host folder"):
+        _profile(tmp_path, SHIPPED / "cedar-gpu.yaml", **{"filesystems.submit_refused": ["$HOME"]})

@@ -260,7 +260,7 @@ def test_pbs_job_resources_and_lsf_account_flag_belong_to_their_schedulers(tmp_p
 
 # --- the machines people use today, and the ones retired -------------------------------------------
 
-RETIRED = {"summit", "lassen", "cori-knl", "stampede2-knl", "stampede2-skx", "quartz", "mahti", "puhti-gpu"}
+RETIRED = {"summit", "lassen", "cori-knl", "stampede2-knl", "stampede2-skx", "quartz", "mahti", "puhti-gpu", "cedar-gpu"}
 
 
 def test_hpcdl_sites_marks_the_retired_machines_and_lists_at_least_15_in_service_beside_the_seeds():

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from hpcdl.cli import app
 from hpcdl.cli.options import SiteOpt
-from hpcdl.cli.output import checked_output, write_atomically
+from hpcdl.cli.output import checked_output, checked_submit_folder, write_atomically
 from hpcdl.cli.output import console as make_console
 from hpcdl.executors import executor_for
 from hpcdl.files import claim_run_folder
@@ -345,6 +345,8 @@ def submit(
         scheduler, job_name = scheduler or s.scheduler, name or r.name
     executor = executor_for(scheduler)
     checked_output(job_dir, "-o")
+    if site is not None:  # a rendered script names no site unless --site (or $HPCDL_SITE) does
+        checked_submit_folder(load_site(site) if head.startswith("#!") else s, job_dir, "-o")
     folder = claim_run_folder(job_dir, "{time}-" + slug(job_name))  # unique, and not shared with a run going on
     script = folder / "job.sh"
     write_atomically(script, text, mode=0o755)

@@ -46,3 +46,29 @@ def checked_output(path, option: str):
     if not parent_is_folder:
         raise HpcdlError(f"{option}: folder {parent} does not exist; create it first (hpcdl makes no parent folders)")
     return path
+
+
+def checked_submit_folder(site, folder, option: str, default_parent="runs") -> None:
+    """The folder a job is submitted from must not be one the centre's scheduler refuses (filesystems.submit_refused).
+
+    The Alliance's Cedar refused every job submitted from /home ("Submitting jobs from directories residing in /home
+    is not permitted"); hpcdl submits from the job's own folder (`-o`, else `runs/...` under the current folder), so it
+    says so here, in one line naming the field, rather than after sbatch has refused the job. Both sides are compared
+    as the host resolves them (a link from the home folder into /project is the /project folder it points to, as the
+    scheduler sees the job's working folder).
+    """
+    from pathlib import Path
+
+    from hpcdl.errors import HpcdlError
+
+    refused = site.filesystems.submit_refused
+    if not refused:
+        return
+    where = Path(folder if folder is not None else default_parent).resolve()
+    for path in refused:
+        top = Path(path).resolve()
+        if where == top or top in where.parents:
+            raise HpcdlError(
+                f"filesystems.submit_refused: site {site.name}'s scheduler refuses jobs submitted from {path}, and the "
+                f"job's folder {where} lies there; submit from a folder elsewhere (a scratch or project folder), or "
+                f"name one with {option}")

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from hpcdl.cli import app
 from hpcdl.cli.options import SiteOpt
-from hpcdl.cli.output import checked_output, write_atomically
+from hpcdl.cli.output import checked_output, checked_submit_folder, write_atomically
 from hpcdl.cli.output import console as make_console
 
 
@@ -63,6 +63,7 @@ def validate(
         return
     from hpcdl.files import claim_run_folder
 
+    checked_submit_folder(ctx.site, out, "-o")  # the suite's jobs are submitted from folders under it
     out_dir = claim_run_folder(out, f"validate-{ctx.site.name}-{{time}}")  # unique, and not shared with a run going on
     if dry_run:
         _show_jobs(ctx, selected, out_dir, as_json)

@@ -666,6 +666,15 @@ class Filesystems(_Strict):
         ),
     )
     burst_buffer: BurstBuffer | None = Field(default=None, description="a per-job burst buffer to request (DataWarp)")
+    submit_refused: tuple[SitePath, ...] = Field(
+        default=(),
+        description=(
+            "host folders the centre's scheduler refuses jobs submitted from (the Alliance's Cedar: 'Submitting jobs "
+            "from directories residing in /home is not permitted, transfer the files either to your /project or "
+            "/scratch directory and submit the job from there'): hpcdl submit and hpcdl validate refuse a job folder "
+            "at or under one before they call the scheduler, naming this field; absolute paths without variables"
+        ),
+    )
     node_local_gres: NodeLocalGres | None = Field(
         default=None,
         description=(
@@ -681,6 +690,10 @@ class Filesystems(_Strict):
                              "no path")
         if self.node_local_gres is not None and not self.node_local:
             raise ValueError("node_local_gres: asks node-local storage, but node_local names no path to stage to")
+        for i, folder in enumerate(self.submit_refused):
+            if not folder.startswith("/") or variables_in(folder):
+                raise ValueError(f"submit_refused[{i}]: {folder!r} is not an absolute host folder (the folder a job "
+                                 "may not be submitted from, without variables)")
         return self
 
 
