@@ -92,7 +92,8 @@ def draw_node(site: Site, plan: Plan, path: Path) -> Path:
                for r in local]
     handles.append(Patch(fc=RESERVED, ec="#555555", hatch="///", label="left to the system"))
     if any(c not in owner for c in usable):
-        handles.append(Patch(fc=IDLE, ec="#555555", label="idle"))
+        # with rank_cpus: gpu-local these are every rank's to find near its GPU at run time, not idle
+        handles.append(Patch(fc=IDLE, ec="#555555", label="taken at run time near each GPU" if near_gpu else "idle"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.01), ncol=min(4, len(handles)),
               fontsize=8, frameon=False)
     ax.set_title(
