@@ -2205,10 +2205,26 @@ def test_a_centre_that_counts_a_jobs_gpus_gets_their_total_beside_the_gpus_of_ea
                 .splitlines() if line.startswith("#SBATCH --gpus=")]
     cpu_only = render_job_script(site, make_plan(site, JobRequest(nodes=2, use_gpus=False)), {}, JobOptions())
     assert "--gpus" not in cpu_only
-    with pytest.raises(HpcdlError, match=r"defaults\.total_gpus: .* gpu_request gpus-per-node"):
-        _profile(tmp_path, SHIPPED / "volta-x86.yaml", **{"defaults.total_gpus": True})
+    with pytest.raises(HpcdlError, match=r"defaults\.total_gpus: .* gpu_request gres"):
+        _profile(tmp_path, SHIPPED / "alex.yaml", **{"defaults.total_gpus": True})
     with pytest.raises(HpcdlError, match=r"defaults\.total_gpus: .* the scheduler is pbs"):
         _profile(tmp_path, SHIPPED / "polaris.yaml", **{"defaults.total_gpus": True})
+
+
+def test_a_centre_that_counts_a_jobs_gpus_gets_their_total_beside_the_gpus_of_each_node(tmp_path):
+    # KAUST Ibex (kaust-rccl/ksl-docs ibex_gpu_jobs.rst): "2 nodes, with 4 V100 GPUs on each node":
+    # "#SBATCH --gpus=8" beside "#SBATCH --gpus-per-node=4"
+    base = SHIPPED / "volta-x86.yaml"
+    site = _profile(tmp_path, base, **{"defaults.total_gpus": True})
+    gpus = len(site.node_kinds[site.default_node_kind or next(iter(site.node_kinds))].gpus)
+    header = [line for line in render_job_script(site, make_plan(site, JobRequest(nodes=2)), {}, JobOptions())
+              .splitlines() if line.startswith("#SBATCH --gpus")]
+    assert header == [f"#SBATCH --gpus-per-node={gpus}", f"#SBATCH --gpus={2 * gpus}"], header
+    plain = load_site_file(base)
+    assert not [line for line in render_job_script(plain, make_plan(plain, JobRequest(nodes=2)), {}, JobOptions())
+                .splitlines() if line.startswith("#SBATCH --gpus=")]
+    cpu_only = render_job_script(site, make_plan(site, JobRequest(nodes=2, use_gpus=False)), {}, JobOptions())
+    assert "--gpus" not in cpu_only
 
 
 def test_the_rendezvous_host_by_its_short_name_where_the_centre_names_it_so(tmp_path):

@@ -895,7 +895,9 @@ class Defaults(_Strict):
             "Slurm, with gpu_request: gpus-per-task: the header names the job's total GPUs too, #SBATCH --gpus=N "
             "beside --gpus-per-task, where the centre's job scripts count them so (UF Research Computing's HiPerGator "
             "AI job: '#SBATCH --gpus=16 # Total GPUs', '#SBATCH --gpus-per-task=1 # 1 GPU per task'); N is the "
-            "plan's tasks times each task's GPUs, so both ask the same GPUs"
+            "plan's tasks times each task's GPUs, so both ask the same GPUs. Also with gpu_request: gpus-per-node, "
+            "#SBATCH --gpus=N beside --gpus-per-node (KAUST Ibex: '#SBATCH --gpus=8', '#SBATCH --gpus-per-node=4' "
+            "on 2 nodes), N the nodes times each node's GPUs"
         ),
     )
     tasks_per_socket: bool = Field(
@@ -1814,10 +1816,12 @@ class Site(_Strict):
             raise ValueError(f"defaults.total_tasks: #SBATCH --ntasks beside --ntasks-per-node, a Slurm header that asks "
                              f"tasks, but the scheduler is {self.scheduler} and batch_request "
                              f"{self.defaults.batch_request}")
-        if self.defaults.total_gpus and (self.scheduler != "slurm" or self.defaults.gpu_request != "gpus-per-task"
+        if self.defaults.total_gpus and (self.scheduler != "slurm"
+                                         or (self.defaults.gpu_request or "gpus-per-node") not in ("gpus-per-task",
+                                                                                                  "gpus-per-node")
                                          or self.defaults.batch_request != "tasks"):
-            raise ValueError(f"defaults.total_gpus: #SBATCH --gpus beside --gpus-per-task, a Slurm header that asks "
-                             f"each task's GPUs, but the scheduler is {self.scheduler}, gpu_request "
+            raise ValueError(f"defaults.total_gpus: #SBATCH --gpus beside --gpus-per-task or --gpus-per-node, a Slurm "
+                             f"header that asks each task's or node's GPUs, but the scheduler is {self.scheduler}, gpu_request "
                              f"{self.defaults.gpu_request or 'gpus-per-node'} and batch_request {self.defaults.batch_request}")
         for kind in self.node_kinds:
             for size in self.job_defaults(kind).partition_by_nodes or ():
