@@ -164,7 +164,7 @@ def _near_plan(gpus_per_rank, cores: int) -> dict:
 def test_a_rank_finds_its_share_of_the_cpus_its_gpus_node_reports_near_it(tmp_path):
     """Two sockets of four cores, two threads each (CPU n and n + 8), whose GPUs 0 and 1 hang off socket 1, against
     the order a profile would assume: each rank takes its plan's count of cores from those near its GPU, in
-    local-rank order among the ranks whose GPUs report the same CPUs, whole cores, within the CPUs its task may use;
+    local-rank order among the ranks whose GPUs report the same CPUs, whole cores, within the CPUs it may use;
     the BMC's display controller (ASPEED, 0x1a03) and an NVSwitch (a bridge) are no GPUs, and a job holding GPUs 2
     and 3 (SLURM_JOB_GPUS, node-wide ids) finds its first GPU's CPUs on socket 0."""
     from hpcdl.train.binding import gpu_local_cpus, job_gpus, node_gpus

@@ -158,6 +158,8 @@ def binding_mismatches(source: str, site, kind: str, request: dict) -> list[str]
     may use on this line; [] where the launch line gives explicit masks or binds as planned, or says
     the centre's --cpu-bind=none (no task bound by Slurm: each rank binds itself from plan.json)."""
     plan = make_plan(site, JobRequest(nodes=2, node_kind=kind, **request))
+    if plan.rank_cpus == "gpu-local":
+        return []  # no cores planned: each rank finds its own near its GPU, within the job's CPUs, whatever Slurm bound
     argv = step_line(site, plan)
     if not binds_by_cores(argv, site):
         return []  # mask_cpu: Slurm binds each task to the mask given for it, whatever the distribution
@@ -352,6 +354,10 @@ def slurmd_mismatches(slurm_clusters, source: str, site, kind: str, cpu_bind: st
             plan = make_plan(site, JobRequest(nodes=2, node_kind=kind, **request))
         except HpcdlError:
             continue
+        if plan.rank_cpus == "gpu-local":
+            # no cores planned: each rank finds its own near its GPU among the job's CPUs, whatever Slurm bound
+            # (test_a_rank_finds_its_cpus_near_its_gpu_whatever_block_slurm_bound_its_task_to)
+            continue
         line = step_line(site, plan)
         says_unbound = _option(line, "--cpu-bind") == "none" or site.launch.cpu_bind_default == "none"
         if not binds_by_cores(line, site) and not (unbound_lines and says_unbound):
@@ -429,7 +435,9 @@ def test_a_line_saying_cpu_bind_none_leaves_every_task_to_bind_itself(slurm_clus
     assert all(r.cores for r in plan.local_ranks())
     unbound = slurmd_mismatches(slurm_clusters, source, site, kind, POSED_CPU_BIND[site.launch.cpu_bind_default],
                                 unbound_lines=True)
-    assert unbound and all("binds no task" in m for m in unbound), unbound
+    # (a site whose GPU ranks find their cores near their GPU, launch.rank_cpus: gpu-local, may have no plan of cores
+    # here to judge: those ranks move among the job's CPUs whatever Slurm bound)
+    assert (unbound or site.launch.rank_cpus == "gpu-local") and all("binds no task" in m for m in unbound), unbound
 
 
 @pytest.mark.slurm
@@ -460,7 +468,37 @@ def test_a_bare_srun_centre_gets_a_line_asking_no_binding(source, kind):
         except HpcdlError:
             continue
         assert not [w for w in plan.launcher_argv if w.startswith(("--cpu-bind", "--distribution"))], plan.launcher_argv
-        assert all(r.cores and r.cpus for r in plan.local_ranks())
+        # (a GPU rank of launch.rank_cpus: gpu-local has its count of cores and finds its CPUs near its GPU)
+        assert all(r.cores and (r.cpus or (plan.rank_cpus == "gpu-local" and r.gpus)) for r in plan.local_ranks())
+
+
+@pytest.mark.slurm
+def test_a_rank_finds_its_cpus_near_its_gpu_whatever_block_slurm_bound_its_task_to(slurm_clusters, tmp_path):
+    """launch.rank_cpus: gpu-local under a real slurmd: Slurm binds the task to CPU 1 (map_cpu, as a header's
+    --threads-per-core binds a bare srun's tasks to blocks); the rank's GPU, in a sysfs written here, is near CPU 0,
+    and the rank ends on CPU 0: it looks for its CPUs among those its job holds, not only its task's."""
+    import json
+    import sys
+
+    device = tmp_path / "sys" / "bus" / "pci" / "devices" / "0000:07:00.0"
+    device.mkdir(parents=True)
+    for name, text in (("class", "0x030200"), ("vendor", "0x10de"), ("local_cpulist", "0")):
+        (device / name).write_text(text + "\n")
+    cluster = slurm_clusters.ensure(1)
+    plan = {"nodes": 1, "ranks_per_node": 1, "world_size": 1, "env": {}, "rank_cpus": "gpu-local",
+            "ranks": [{"rank": 0, "node": 0, "local_rank": 0, "cores": [0], "cpus": [], "gpus": [0], "env": {},
+                       "omp_num_threads": 1}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    code = ("import json, os, sys; from pathlib import Path; from hpcdl.train.binding import apply_plan, load_plan; "
+            "from hpcdl.train.ranks import RankInfo; before = sorted(os.sched_getaffinity(0)); "
+            f"applied = apply_plan(load_plan({str(tmp_path / 'plan.json')!r}), RankInfo(0, 1, 0, 'srun'), "
+            f"Path({str(tmp_path / 'sys')!r})); print(json.dumps([before, applied, sorted(os.sched_getaffinity(0))]))")
+    done = subprocess.run(["srun", "-N1", "-n1", "--cpus-per-task=2", "--cpu-bind=map_cpu:1", sys.executable, "-c", code],
+                          env=cluster.env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr + cluster.logs()
+    before, applied, after = json.loads(done.stdout.strip().splitlines()[-1])
+    assert before == [1], before  # Slurm bound the task to CPU 1
+    assert applied["bound"] is True and after == [0], (applied, after)
 
 
 @pytest.mark.slurm

@@ -1409,7 +1409,7 @@ class Launch(_Strict):
             "gpu-local: where the centre publishes no map of which cores go with which GPU, each GPU rank binds itself "
             "at run time to its share of the CPUs the node reports nearest its GPU (the GPU's PCI device's "
             "local_cpulist in sysfs, which nvidia-smi topo -m prints as CPU Affinity), split in local-rank order among "
-            "the ranks whose GPUs report the same CPUs, within the CPUs its task holds: PyTorch's torchrun "
+            "the ranks whose GPUs report the same CPUs, within the CPUs its job holds on the node: PyTorch's torchrun "
             "--numa-binding does the same ('bind worker processes to CPUs near their assigned GPUs', 1-10 % faster in "
             "PyTorch's measurements). Only where the launch line binds no task itself (srun with "
             "cpu_bind_default none or unstated, or --cpu-bind=none in launch.args; a per-node spawner; Open MPI's "

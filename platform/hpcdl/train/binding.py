@@ -50,7 +50,10 @@ def apply_plan(plan: dict | None, me: RankInfo, sys_root: Path = Path("/sys")) -
         available = os.sched_getaffinity(0)
         held = job_cpuset()
         if plan.get("rank_cpus") == "gpu-local" and placement["gpus"]:
-            cpus, found = gpu_local_cpus(plan, placement, available & held if held else available, sys_root, job_gpus())
+            # within the CPUs the job holds on the node (its cgroup's cpuset), not only the task's own: a launcher that
+            # bound each task to a block (--threads-per-core implies --cpu-bind=threads, srun(1)) may have put it on the
+            # far socket, and a rank may move anywhere its job may run, as it does to its planned CPUs
+            cpus, found = gpu_local_cpus(plan, placement, held if held else available, sys_root, job_gpus())
             applied.update(cpus=sorted(cpus), near_gpu=found)
         if cpus and cpus <= set(range(os.cpu_count() or 0)) and (held is None or cpus <= held):
             try:
@@ -119,7 +122,7 @@ def cores_of(cpus: set[int], sys_root: Path = Path("/sys")) -> list[tuple[int, .
 def gpu_local_cpus(plan: dict, placement: dict, allowed: set[int], sys_root: Path = Path("/sys"),
                    held_gpus: list[int] | None = None) -> tuple[set[int], str]:
     """This rank's CPUs near its GPU (the plan's rank_cpus: gpu-local), and how they were found: of the CPUs its GPU's
-    PCI device reports as local (local_cpulist, nvidia-smi topo -m's CPU Affinity) that the task may use (`allowed`),
+    PCI device reports as local (local_cpulist, nvidia-smi topo -m's CPU Affinity) that the rank may use (`allowed`),
     its share among the node's ranks whose GPUs report the same CPUs, in local-rank order: the plan's count of cores
     each where they are enough, else an even split, else all of them. An empty set (the launcher's mask kept) where
     the node's GPUs cannot be read."""
