@@ -2385,3 +2385,38 @@ def test_a_job_is_not_submitted_from_a_folder_the_centres_scheduler_refuses(tmp_
         _profile(tmp_path, SHIPPED / "cedar-gpu.yaml", **{"filesystems.submit_refused": ["home"]})
     with pytest.raises(HpcdlError, match=r"submit_refused\[0\]: '\$HOME' is not an absolute host folder"):
         _profile(tmp_path, SHIPPED / "cedar-gpu.yaml", **{"filesystems.submit_refused": ["$HOME"]})
+
+
+def test_gpu_ranks_sized_by_the_node_take_its_share_not_their_assumed_sockets(tmp_path):
+    """defaults.gpu_rank_cores: node, beside launch.rank_cpus: gpu-local (the profile's GPU sockets an assumption that
+    places no rank): each GPU rank takes the node's usable cores over the ranks, not its GPU's socket's share. Warwick's
+    Sulis (sulis-hpc.github.io gettingstarted/batchq/gpu.markdown @0498fcdc): "128 [cores] which does not divide
+    equally over the 3 A100 GPUs in each node. We therefore recommend that single GPU jobs request 42 CPUs per task",
+    and its three-task job on a node's three GPUs asks --cpus-per-task=42 each. With two of the three GPUs assumed on
+    one 64-core socket, the socket's share gave them 32; the node's is 42 (128 // 3), as the centre asks. Without the
+    field (the default, socket) the socket's share stays; with rank_cpus: plan the field is refused in one line."""
+    sulis = SHIPPED / "sulis-gpu.yaml"
+    near = load_site_file(sulis)
+    assert near.launch.rank_cpus == "gpu-local" and near.defaults.gpu_rank_cores == "node"
+    assert [g.socket for g in near.node_kinds["a100"].gpus] == [0, 0, 1]
+    plan = make_plan(near, JobRequest(nodes=1, ranks_per_node=3))
+    assert [len(r.cores) for r in plan.ranks] == [42, 42, 42] and all(r.cpus == () for r in plan.ranks)
+    assert len({c for r in plan.ranks for c in r.cores}) == 126  # no core in two ranks' counts
+    one = make_plan(near, JobRequest(nodes=1, ranks_per_node=1))
+    assert len(one.ranks[0].cores) == 42
+    text = render_job_script(near, plan, {}, JobOptions(account="su123"))
+    assert "#SBATCH --cpus-per-task=42" in text.splitlines()
+    # the default: each rank its GPU's socket's share, two ranks on socket 0's 64 cores, 32 each
+    socket = make_plan(_profile(tmp_path, sulis, **{"defaults.gpu_rank_cores": "socket"}),
+                       JobRequest(nodes=1, ranks_per_node=3))
+    assert [len(r.cores) for r in socket.ranks] == [32, 32, 32]
+    # more ranks than the node has cores: refused in one line naming the node's sockets
+    with pytest.raises(HpcdlError, match=r"ranks_per_node: 3 ranks on the node's sockets of a sulis-gpu node but it "
+                                         r"has 2 usable cores"):
+        make_plan(_profile(tmp_path, sulis, **{"node_kinds.a100.cores_per_socket": 1}), JobRequest(nodes=1))
+    # a plan that binds ranks by its own blocks would put one off its GPU's socket
+    with pytest.raises(HpcdlError, match=r"defaults.gpu_rank_cores: node sizes each GPU rank by the node's cores, not "
+                                         r"its GPU's socket, but launch.rank_cpus is plan"):
+        _profile(tmp_path, sulis, **{"launch.rank_cpus": "plan", "launch.cpu_bind_default": "auto"})
+    with pytest.raises(HpcdlError, match=r"defaults.gpu_rank_cores"):
+        _profile(tmp_path, sulis, **{"defaults.gpu_rank_cores": "numa"})

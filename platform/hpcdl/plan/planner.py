@@ -582,17 +582,28 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
     # 8 domains of 6 cores, and the centre runs 12 cores per GPU rank) shares out the whole
     # socket, in the order of the ranks' domains, so no core idles and each rank's block still
     # holds its device's domain; where the blocks would miss a rank's domain, domains it is.
-    if by_domain_order is None:
+    # GPU ranks sized by the node, not their GPU's socket (defaults.gpu_rank_cores: node, with launch.rank_cpus:
+    # gpu-local, each finding its cores near its GPU at run time): each takes its share of the node's cores, one pool
+    # over the node (Warwick's Sulis: "128 [cores] which does not divide equally over the 3 A100 GPUs ... request 42
+    # CPUs per task", three such tasks on a node), where the sockets the profile assumes for its GPUs would give two
+    # ranks of one socket 32 each
+    node_wide = (site.defaults.gpu_rank_cores == "node" and site.launch.rank_cpus == "gpu-local" and bool(slots)
+                 and all(slot.gpus for slot in slots))
+    if node_wide:
+        by_domain_order = set()
+    elif by_domain_order is None:
         by_domain_order = _sockets_shared_by_domain_order(node, slots)
     whole_socket |= by_domain_order
     said: list[str] = []  # notes, kept until the cores are settled
     groups: dict[tuple[int, int | None], list[int]] = {}
     for i, slot in enumerate(slots):
         domain = None if slot.socket in whole_socket else slot.domain
-        groups.setdefault((slot.socket, domain), []).append(i)
+        groups.setdefault((-1, None) if node_wide else (slot.socket, domain), []).append(i)
 
     def usable(key: tuple[int, int | None]) -> tuple[int, ...]:
         socket, domain = key
+        if socket < 0:  # the node's one pool (node_wide)
+            return tuple(c for s in range(node.sockets) for c in node.usable_cores_of_socket(s))
         return node.usable_cores_of_socket(socket) if domain is None else node.usable_cores_of_domain(domain)
 
     per_rank = min(len(usable(key)) // len(members) for key, members in groups.items())
@@ -622,7 +633,8 @@ def _cores_of_slots(site: Site, node: NodeKind, slots: list[_Slot], notes: list[
                         f"(node_kinds.{kind_name}.defaults.max_job_cpus), {ranks} ranks share them")
     if per_rank < 1:
         key, members = min(groups.items(), key=lambda kv: len(usable(kv[0])) / len(kv[1]))
-        where = f"socket {key[0]}" + (f" (NUMA domain {key[1]})" if key[1] is not None else "")
+        where = ("the node's sockets" if key[0] < 0
+                 else f"socket {key[0]}" + (f" (NUMA domain {key[1]})" if key[1] is not None else ""))
         raise HpcdlError(
             f"ranks_per_node: {len(members)} ranks on {where} of a {site.name} node but it has "
             f"{len(usable(key))} usable cores; ask for fewer ranks per node"

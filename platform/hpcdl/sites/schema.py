@@ -981,6 +981,18 @@ class Defaults(_Strict):
             "'--ntasks-per-node 4 --ntasks-per-socket 2 -c 7 -G 4', two tasks of 7 cores on each socket)"
         ),
     )
+    gpu_rank_cores: Literal["socket", "node"] = Field(
+        default="socket",
+        description=(
+            "one rank per GPU: how many cores a GPU rank takes: 'socket' (the default: its share of its GPU's "
+            "socket, or NUMA domain) or 'node' (the node's usable cores over the ranks, one pool over the node, "
+            "whatever socket the profile gives each GPU), where the centre sizes a GPU's CPUs by the node and no page "
+            "says which socket a GPU hangs off (Warwick's Sulis: '128 [cores] which does not divide equally over "
+            "the 3 A100 GPUs in each node. We therefore recommend that single GPU jobs request 42 CPUs per task', and "
+            "42 each for its three-task job on a node's three GPUs); needs launch.rank_cpus: gpu-local, each rank "
+            "finding its cores near its GPU at run time"
+        ),
+    )
     exclusive_when_full: bool = Field(
         default=False,
         description=(
@@ -1845,6 +1857,11 @@ class Site(_Strict):
                              f"exclusive: false) under Slurm or PBS, whose own GPUs the plan picks (not launch.gpu_bind: "
                              f"wrapper); this one's scheduler is {self.scheduler}, its gpu_bind {self.launch.gpu_bind}, "
                              f"and {'its jobs take whole nodes' if all(self.job_defaults(k).exclusive for k in self.node_kinds) else 'its jobs share nodes'}")
+        if self.defaults.gpu_rank_cores == "node" and self.launch.rank_cpus != "gpu-local":
+            raise ValueError("defaults.gpu_rank_cores: node sizes each GPU rank by the node's cores, not its GPU's "
+                             f"socket, but launch.rank_cpus is {self.launch.rank_cpus}: the plan would bind a rank to "
+                             "cores off its GPU's socket; set launch.rank_cpus: gpu-local (each rank finds its cores "
+                             "near its GPU at run time) or leave gpu_rank_cores out")
         if self.defaults.gpu_rank_sockets == "even" and self.launch.gpu_bind in ("closest", "wrapper"):
             raise ValueError(f"defaults.gpu_rank_sockets: even lays a GPU's rank on a socket of its own, so the plan "
                              f"must name each rank's GPU; launch.gpu_bind: {self.launch.gpu_bind} lets "
