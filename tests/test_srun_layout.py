@@ -200,3 +200,17 @@ def test_a_bare_srun_that_names_its_tasks_per_node_names_them_alone():
     assert _job(_site(srun_restates=["nodes", "ntasks-per-node"]), 2)[2] == ["srun", "--nodes=1", "--ntasks-per-node=2"]
     argv = list(make_plan(load_site("cannon"), JobRequest(nodes=2, ranks_per_node=1, node_kind="a100")).launcher_argv)
     assert argv == ["srun", "--ntasks-per-node=1"]
+
+
+def test_a_bare_srun_that_names_its_cpus_per_task_names_them_and_exports_none():
+    """launch.srun_restates: cpus-per-task, where the centre's otherwise bare srun still names each task's CPUs (MSU
+    ICER's example scripts: 'srun -c $SLURM_CPUS_PER_TASK my_hybrid_program', 'users must specify --cpus-per-task at
+    the top of their job file and when calling srun'): the line names the header's --cpus-per-task and nothing else
+    of the layout, and the job exports no SRUN_CPUS_PER_TASK, srun being told the CPUs on its own line."""
+    header, exports, argv = _job(_site(srun_restates=["cpus-per-task"]), 2)
+    assert "#SBATCH --cpus-per-task=4" in header
+    assert argv == ["srun", "--cpus-per-task=4"]
+    assert exports == []
+    assert _job(_site(srun_restates=["nodes", "cpus-per-task"]), 4)[2] == ["srun", "--nodes=1", "--cpus-per-task=2"]
+    plan = make_plan(load_site("msu-icer-gpu"), JobRequest(nodes=2))
+    assert list(plan.launcher_argv) == ["srun", "--cpus-per-task=48"]

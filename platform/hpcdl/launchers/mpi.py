@@ -262,14 +262,15 @@ def srun_per_node(plan: LaunchPlan, site: Site) -> list[str]:
 
 def _layout_words(plan: LaunchPlan, site: Site, tasks_per_node: int, cpus_per_task: int) -> list[str]:
     """The step's layout on srun's line: all of it where the line restates the #SBATCH header (launch.srun_layout:
-    restate), else only the nodes, the tasks or the tasks per node a centre's otherwise bare line still names
-    (launch.srun_restates)."""
+    restate), else only the nodes, the tasks, the tasks per node or the CPUs per task a centre's otherwise bare line
+    still names (launch.srun_restates)."""
     tasks = plan.nodes * tasks_per_node
     if site.launch.srun_layout == "restate":
         return [f"--nodes={plan.nodes}", f"--ntasks={tasks}", f"--ntasks-per-node={tasks_per_node}",
                 f"--cpus-per-task={cpus_per_task}"]
     return [word for name, word in (("nodes", f"--nodes={plan.nodes}"), ("ntasks", f"--ntasks={tasks}"),
-                                    ("ntasks-per-node", f"--ntasks-per-node={tasks_per_node}"))
+                                    ("ntasks-per-node", f"--ntasks-per-node={tasks_per_node}"),
+                                    ("cpus-per-task", f"--cpus-per-task={cpus_per_task}"))
             if name in site.launch.srun_restates]
 
 
