@@ -218,14 +218,17 @@ class SrunLauncher(Launcher):
                 argv.append("--gpu-bind=closest")
             elif (style == "gpus-per-task" and all(r.gpus == tuple(range(i * per_task, (i + 1) * per_task))
                                                  for i, r in enumerate(local))
-                  and (restate or any(d.startswith("--gpu-bind") for d in site.defaults.directives))):
+                  and (restate or site.defaults.total_gpus
+                       or any(d.startswith("--gpu-bind") for d in site.defaults.directives))):
                 # Slurm hands local task i its own GPUs in order ("--gpus-per-task is equivalent to
                 # setting CUDA_VISIBLE_DEVICES to SLURM_LOCALID", CSCS's GH200 Slurm page): where that
                 # is the plan's map, CSCS's line has no --gpu-bind and neither does this one. Not so for a bare
                 # srun (launch.srun_layout: header) that only inherits the header's --gpus-per-task: a real slurmd
                 # 22.05 gave its tasks no GPU of their own (no CUDA_VISIBLE_DEVICES; tests/test_slurm_shapes.py,
-                # msu-icer-gpu) unless the header also says a --gpu-bind (WarpX's Great Lakes job: "#SBATCH
-                # --gpu-bind=single:1"), so such a line binds the plan's map below
+                # msu-icer-gpu: '--ntasks-per-node=4 --gpus-per-task=h200:1') unless the header also says a --gpu-bind
+                # (WarpX's Great Lakes job: "#SBATCH --gpu-bind=single:1") or asks the job's total GPUs beside it
+                # (defaults.total_gpus, UFRC's HiPerGator: '--gpus=16 --gpus-per-task=1', whose tasks the same slurmd
+                # gave their own GPUs), so such a line binds the plan's map below
                 pass
             elif site.launch.gpu_visibility == "node":
                 # every task sees the node's GPUs: NERSC's Perlmutter examples ask --gpus-per-node
