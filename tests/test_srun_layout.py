@@ -118,17 +118,21 @@ def test_a_gpu_node_whose_tasks_see_only_their_own_gpus_is_refused():
 def test_a_header_asking_each_tasks_gpus_reaches_a_bare_srun():
     """WarpX's Great Lakes V100 job: '#SBATCH --ntasks-per-node=2', '--cpus-per-task=20', '--gpus-per-task=v100:1',
     'export SRUN_CPUS_PER_TASK=20', 'srun --cpu-bind=cores ${EXE}': the header asks each task's GPU and the bare srun
-    takes it from SLURM_GPUS_PER_TASK, each task seeing its own GPU (per-rank, no gpu_visibility: node needed)."""
+    takes it from SLURM_GPUS_PER_TASK, each task bound to its own GPU by the header's '--gpu-bind=single:1' (per-rank,
+    no gpu_visibility: node needed); without that header binding the line binds the plan's map itself (a real slurmd
+    22.05 binds no GPU to a bare srun's tasks by the inherited --gpus-per-task alone)."""
     data = yaml.safe_load(POSED)
     data["node_kinds"]["cpu"]["gpus"] = [{"model": "posed", "socket": 0}, {"model": "posed", "socket": 1}]
     data["node_kinds"]["cpu"]["defaults"] = {"gpu_type": "v100"}
-    data["defaults"] = {"gpu_request": "gpus-per-task"}
+    data["defaults"] = {"gpu_request": "gpus-per-task", "directives": ["--gpu-bind=single:1"]}
     data["launch"]["cpu_bind_default"] = None
     site = Site.model_validate(data)
     header, exports, argv = _job(site, 2)
     assert {"#SBATCH --ntasks-per-node=2", "#SBATCH --cpus-per-task=4", "#SBATCH --gpus-per-task=v100:1"} <= set(header)
     assert argv == ["srun", "--cpu-bind=cores"], argv
     assert exports == [EXPORT]
+    data["defaults"] = {"gpu_request": "gpus-per-task"}
+    assert _job(Site.model_validate(data), 2)[2] == ["srun", "--cpu-bind=cores", "--gpu-bind=map_gpu:0,1"]
 
 
 def _slurmd_masks(cluster, script_lines: list[str], tmp_path) -> list[int] | None:
@@ -200,3 +204,29 @@ def test_a_bare_srun_that_names_its_tasks_per_node_names_them_alone():
     assert _job(_site(srun_restates=["nodes", "ntasks-per-node"]), 2)[2] == ["srun", "--nodes=1", "--ntasks-per-node=2"]
     argv = list(make_plan(load_site("cannon"), JobRequest(nodes=2, ranks_per_node=1, node_kind="a100")).launcher_argv)
     assert argv == ["srun", "--ntasks-per-node=1"]
+
+
+def test_a_bare_srun_that_names_its_cpus_per_task_names_them_and_exports_none():
+    """launch.srun_restates: cpus-per-task, where the centre's otherwise bare srun still names each task's CPUs (MSU
+    ICER's example scripts: 'srun -c $SLURM_CPUS_PER_TASK my_hybrid_program', 'users must specify --cpus-per-task at
+    the top of their job file and when calling srun'): the line names the header's --cpus-per-task and nothing else
+    of the layout, and the job exports no SRUN_CPUS_PER_TASK, srun being told the CPUs on its own line."""
+    header, exports, argv = _job(_site(srun_restates=["cpus-per-task"]), 2)
+    assert "#SBATCH --cpus-per-task=4" in header
+    assert argv == ["srun", "--cpus-per-task=4"]
+    assert exports == []
+    assert _job(_site(srun_restates=["nodes", "cpus-per-task"]), 4)[2] == ["srun", "--nodes=1", "--cpus-per-task=2"]
+    plan = make_plan(load_site("msu-icer-gpu"), JobRequest(nodes=2))
+    assert list(plan.launcher_argv)[:2] == ["srun", "--cpus-per-task=48"]
+
+
+def test_a_bare_srun_under_gpus_per_task_binds_the_plans_gpus():
+    """A bare srun (launch.srun_layout: header) under a header of --gpus-per-task, whose header says no --gpu-bind
+    (MSU ICER: '#SBATCH --ntasks-per-node=2 #SBATCH --gpus-per-task=v100:1', then 'srun python ...'): a real slurmd
+    22.05 gives such a step's tasks no GPU of their own (tests/test_slurm_shapes.py, msu-icer-gpu: no
+    CUDA_VISIBLE_DEVICES), so the line binds the plan's map; a header that says --gpu-bind (WarpX's Great Lakes job,
+    '#SBATCH --gpu-bind=single:1') binds them and the line names none, as its centre's does."""
+    argv = list(make_plan(load_site("msu-icer-gpu"), JobRequest(nodes=2)).launcher_argv)
+    assert argv == ["srun", "--cpus-per-task=48", "--gpu-bind=map_gpu:0,1,2,3"]
+    argv = list(make_plan(load_site("greatlakes-gpu"), JobRequest(nodes=2)).launcher_argv)
+    assert not any(word.startswith("--gpu-bind") for word in argv), argv

@@ -216,11 +216,19 @@ class SrunLauncher(Launcher):
                 # Slurm gives each task the GPUs nearest its cores, in the centre's words (Pawsey, NCSA); where
                 # those are not the plan's (one rank on every core driving one GPU), the plan's map below
                 argv.append("--gpu-bind=closest")
-            elif style == "gpus-per-task" and all(r.gpus == tuple(range(i * per_task, (i + 1) * per_task))
-                                                for i, r in enumerate(local)):
+            elif (style == "gpus-per-task" and all(r.gpus == tuple(range(i * per_task, (i + 1) * per_task))
+                                                 for i, r in enumerate(local))
+                  and (restate or site.defaults.total_gpus
+                       or any(d.startswith("--gpu-bind") for d in site.defaults.directives))):
                 # Slurm hands local task i its own GPUs in order ("--gpus-per-task is equivalent to
                 # setting CUDA_VISIBLE_DEVICES to SLURM_LOCALID", CSCS's GH200 Slurm page): where that
-                # is the plan's map, CSCS's line has no --gpu-bind and neither does this one
+                # is the plan's map, CSCS's line has no --gpu-bind and neither does this one. Not so for a bare
+                # srun (launch.srun_layout: header) that only inherits the header's --gpus-per-task: a real slurmd
+                # 22.05 gave its tasks no GPU of their own (no CUDA_VISIBLE_DEVICES; tests/test_slurm_shapes.py,
+                # msu-icer-gpu: '--ntasks-per-node=4 --gpus-per-task=h200:1') unless the header also says a --gpu-bind
+                # (WarpX's Great Lakes job: "#SBATCH --gpu-bind=single:1") or asks the job's total GPUs beside it
+                # (defaults.total_gpus, UFRC's HiPerGator: '--gpus=16 --gpus-per-task=1', whose tasks the same slurmd
+                # gave their own GPUs), so such a line binds the plan's map below
                 pass
             elif site.launch.gpu_visibility == "node":
                 # every task sees the node's GPUs: NERSC's Perlmutter examples ask --gpus-per-node
@@ -262,14 +270,15 @@ def srun_per_node(plan: LaunchPlan, site: Site) -> list[str]:
 
 def _layout_words(plan: LaunchPlan, site: Site, tasks_per_node: int, cpus_per_task: int) -> list[str]:
     """The step's layout on srun's line: all of it where the line restates the #SBATCH header (launch.srun_layout:
-    restate), else only the nodes, the tasks or the tasks per node a centre's otherwise bare line still names
-    (launch.srun_restates)."""
+    restate), else only the nodes, the tasks, the tasks per node or the CPUs per task a centre's otherwise bare line
+    still names (launch.srun_restates)."""
     tasks = plan.nodes * tasks_per_node
     if site.launch.srun_layout == "restate":
         return [f"--nodes={plan.nodes}", f"--ntasks={tasks}", f"--ntasks-per-node={tasks_per_node}",
                 f"--cpus-per-task={cpus_per_task}"]
     return [word for name, word in (("nodes", f"--nodes={plan.nodes}"), ("ntasks", f"--ntasks={tasks}"),
-                                    ("ntasks-per-node", f"--ntasks-per-node={tasks_per_node}"))
+                                    ("ntasks-per-node", f"--ntasks-per-node={tasks_per_node}"),
+                                    ("cpus-per-task", f"--cpus-per-task={cpus_per_task}"))
             if name in site.launch.srun_restates]
 
 

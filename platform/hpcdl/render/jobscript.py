@@ -424,8 +424,11 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # "Beginning with 22.05, srun will not inherit the --cpus-per-task value requested by salloc or sbatch. It
         # must be requested again with the call to srun or set with the SRUN_CPUS_PER_TASK environment variable"
         # (sbatch(1), Slurm 22.05), as EPCC and NHR@FAU write it: export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
+        # (not where the line names the CPUs per task itself, launch.srun_restates: cpus-per-task; MSU ICER: "srun -c
+        # $SLURM_CPUS_PER_TASK my_hybrid_program")
         "srun_cpus_per_task": (scheduler == "slurm" == site.scheduler and site.launcher == "srun"
-                               and site.launch.srun_layout == "header" and site.defaults.batch_request == "tasks"),
+                               and site.launch.srun_layout == "header" and site.defaults.batch_request == "tasks"
+                               and "cpus-per-task" not in site.launch.srun_restates),
         # Open MPI's mpirun under a Slurm header of nodes alone (defaults.batch_request: nodes): Slurm gives each node
         # one task (SLURM_TASKS_PER_NODE 1(xN)), which Open MPI takes as the node's slots and so refuses the ranks;
         # the job exports the plan's counts before the launch, as EPCC's Cirrus jobs do

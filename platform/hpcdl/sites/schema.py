@@ -1366,13 +1366,16 @@ class Launch(_Strict):
             "can use the mympirun option --variablesprefix. This option requires a comma-seperated list')"
         ),
     )
-    srun_restates: tuple[Literal["nodes", "ntasks", "ntasks-per-node"], ...] = Field(
+    srun_restates: tuple[Literal["nodes", "ntasks", "ntasks-per-node", "cpus-per-task"], ...] = Field(
         default=(),
         description=(
             "with srun_layout: header, the layout options the centre's otherwise bare srun names all the same: nodes "
-            "(--nodes=N; Mahidol MAI HPC: 'srun -N 2 python3 train_ddp_2node.py'), ntasks (--ntasks=N) and "
+            "(--nodes=N; Mahidol MAI HPC: 'srun -N 2 python3 train_ddp_2node.py'), ntasks (--ntasks=N), "
             "ntasks-per-node (--ntasks-per-node=R; the Kempner Institute on Harvard's Cannon: 'srun "
-            "--ntasks-per-node=$SLURM_NTASKS_PER_NODE python -u mlp_ddp.py')"
+            "--ntasks-per-node=$SLURM_NTASKS_PER_NODE python -u mlp_ddp.py') and cpus-per-task (--cpus-per-task=C, "
+            "the header's; MSU ICER: 'srun -c $SLURM_CPUS_PER_TASK my_hybrid_program', 'users must specify "
+            "--cpus-per-task at the top of their job file and when calling srun'), where the job then exports no "
+            "SRUN_CPUS_PER_TASK"
         ),
     )
     gpu_bind: Literal["map", "closest", "wrapper"] = Field(
