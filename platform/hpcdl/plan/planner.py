@@ -219,7 +219,9 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         plan = replace(plan, spawner=site.launch.spawner, spawner_argv=tuple(spawner_argv(plan, site)),
                        notes=(*plan.notes, f"srun starts one task per node holding its {plan.ranks_per_node} "
                               f"rank(s)' CPUs and GPUs; {site.launch.spawner} starts the node's ranks "
-                              "(launch.spawner), each binding itself to its cores and GPU from plan.json"))
+                              "(launch.spawner), each binding itself to its cores and GPU from plan.json"
+                              + (" (its cores found near its GPU: launch.rank_cpus: gpu-local)"
+                                 if plan.rank_cpus == "gpu-local" else "")))
     return replace(plan, launcher_argv=(*argv, *wrapper))
 
 
