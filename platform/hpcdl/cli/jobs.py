@@ -73,8 +73,8 @@ def print_node_map(plan: Plan, console: Console | None = None) -> None:
     )
     if plan.spatial:
         table.add_column("spatial group / slab")
+    near_gpu = plan.rank_cpus == "gpu-local"  # the ranks' cores are found at run time, near each one's GPU
     for r in plan.local_ranks():
-        near_gpu = plan.rank_cpus == "gpu-local"  # found at run time, near the rank's GPU
         row = [str(r.rank), str(r.node), "near GPU" if near_gpu else str(r.socket),
                f"{len(r.cores)} near GPU" if near_gpu else _ranges(r.cores),
                ",".join(map(str, r.gpus)) or "-", r.nic or "-", str(r.omp_num_threads)]

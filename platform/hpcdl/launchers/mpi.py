@@ -47,7 +47,7 @@ class OpenMpiLauncher(Launcher):
             # (SLURM_TASKS_PER_NODE), node by node, so local rank i is the plan's; no --map-by or --bind-to is
             # written, and each rank binds itself to its cores from plan.json
             argv += ["-np", str(plan.world_size)]
-        elif mpirun_option_of(site.launch.args, "bind-to") == "none":
+        elif site.launch.mpirun_binds_no_rank:
             argv += ["-np", str(plan.world_size)]
             # the centre's own -bind-to none (PSC's Bridges-2 lines), kept in launch.args as written: mpirun
             # binds no rank and each binds itself to the plan's cores from plan.json, so no PE= either; a
@@ -153,8 +153,7 @@ class SrunLauncher(Launcher):
         # The same as the plan's blocks only where no socket holds two ranks.
         if _socket_lays_otherwise(plan, site):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
-        ranks_bind_themselves = (srun_cpu_bind_of(site.launch.args) is not None
-                                 or site.launch.line_asks_no_binding)
+        ranks_bind_themselves = site.launch.srun_binds_no_task
         if fewer_threads and (restate or not (blocks or ranks_bind_themselves)):
             # ask for the unit -c was counted in, where that is fewer threads than a core has: the
             # default on Frontier and LUMI-G, what JSC asks of every job ("we strongly recommend
@@ -347,7 +346,7 @@ def srun_threads_word(plan: LaunchPlan, site: Site) -> str | None:
     if node.cpus_per_core >= node.threads_per_core:
         return None
     blocks = _in_blocks(plan, site) and not _socket_lays_otherwise(plan, site)
-    binds_themselves = srun_cpu_bind_of(site.launch.args) is not None or site.launch.line_asks_no_binding
+    binds_themselves = site.launch.srun_binds_no_task
     return threads_option(site, node, blocks or binds_themselves)
 
 

@@ -1462,6 +1462,17 @@ class Launch(_Strict):
         its cores from plan.json, whatever the site's Slurm did."""
         return self.cpu_bind_default in ("none", "unstated")
 
+    @property
+    def srun_binds_no_task(self) -> bool:
+        """srun binds no task, each rank binding itself: the centre's own --cpu-bind=none in args (the only --cpu-bind
+        a profile keeps there) or a line that asks no binding (cpu_bind_default none or unstated)."""
+        return srun_cpu_bind_of(self.args) is not None or self.line_asks_no_binding
+
+    @property
+    def mpirun_binds_no_rank(self) -> bool:
+        """Open MPI's mpirun binds no rank, each binding itself: the centre's own --bind-to none in args."""
+        return mpirun_option_of(self.args, "bind-to") == "none"
+
 
 class Container(_Strict):
     """Container-runtime modules and flags (podman-hpc --nccl, Shifter --module=gpu,nccl-plugin)."""
@@ -2080,12 +2091,8 @@ class Site(_Strict):
         holding the node's CPUs), a bare srun whose site binds none or does not say (cpu_bind_default none,
         unstated), the centre's own --cpu-bind=none, or Open MPI's mpirun with the centre's --bind-to none."""
         if self.launcher == "srun":
-            bind = srun_cpu_bind_of(self.launch.args)
-            return (self.launch.spawner != "none" or self.launch.line_asks_no_binding
-                    or (bind is not None and "none" in bind.split(",")))
-        if self.launcher == "mpirun":
-            return mpirun_option_of(self.launch.args, "bind-to") == "none"
-        return False
+            return self.launch.spawner != "none" or self.launch.srun_binds_no_task
+        return self.launcher == "mpirun" and self.launch.mpirun_binds_no_rank
 
     def _spawner_fits(self) -> None:
         """launch.spawner: srun starts one task per node, and a per-node launcher spawns the node's ranks: the one

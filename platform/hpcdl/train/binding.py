@@ -129,8 +129,8 @@ def gpu_local_cpus(plan: dict, placement: dict, allowed: set[int], sys_root: Pat
     gpus = node_gpus(sys_root)
     held = held_gpus if held_gpus is not None else list(range(len(gpus)))
 
-    def near(rank: dict) -> frozenset[int] | None:
-        index = rank["gpus"][0]
+    def near(index: int) -> frozenset[int] | None:
+        """The CPUs local to the job's GPU `index`, None where it is not among the node's or cannot be read."""
         if index >= len(held) or held[index] >= len(gpus):
             return None
         try:
@@ -138,12 +138,13 @@ def gpu_local_cpus(plan: dict, placement: dict, allowed: set[int], sys_root: Pat
         except (OSError, ValueError):
             return None
 
-    mine = near(placement)
+    # each GPU of the node's ranks read once: the ranks whose GPUs report this rank's CPUs share them
+    local = {r["local_rank"]: near(r["gpus"][0]) for r in plan["ranks"] if r["node"] == placement["node"] and r["gpus"]}
+    mine = local[placement["local_rank"]]
     if not mine:
         return set(), (f"GPU {placement['gpus'][0]}: not among the node's {len(gpus)} GPUs in sysfs, or its "
                        "local_cpulist unreadable: the launcher's CPUs kept")
-    group = [r["local_rank"] for r in sorted(plan["ranks"], key=lambda r: r["local_rank"])
-             if r["node"] == placement["node"] and r["gpus"] and near(r) == mine]
+    group = sorted(rank for rank, cpus in local.items() if cpus == mine)
     k, n, want = group.index(placement["local_rank"]), len(group), max(1, len(placement["cores"]))
     cores = cores_of(set(mine) & allowed, sys_root)
     if len(cores) >= n * want:
@@ -153,10 +154,9 @@ def gpu_local_cpus(plan: dict, placement: dict, allowed: set[int], sys_root: Pat
         share = cores[k * each:(k + 1) * each]
     else:
         share = cores
-    device = gpus[held[placement["gpus"][0]]].name
+    physical = held[placement["gpus"][0]]
     return ({cpu for core in share for cpu in core},
-            f"GPU {held[placement['gpus'][0]]} ({device}): {len(share)} of the {len(cores)} cores near it, "
-            f"share {k + 1} of {n}")
+            f"GPU {physical} ({gpus[physical].name}): {len(share)} of the {len(cores)} cores near it, share {k + 1} of {n}")
 
 
 def job_cpuset(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> set[int] | None:
