@@ -21,7 +21,11 @@ from the rest of the line starts the same step (an equivalent mutant, whatever t
 srun's task count from --nodes and --ntasks-per-node, its node count from --ntasks and
 --ntasks-per-node, Open MPI's -np from `--map-by ppr:K:node` ("Launch N times the number of objects of
 the specified type on each node", mpirun(1)) on the job's nodes; the real srun and mpirun show each
-(test_the_launcher_derives_what_a_dropped_option_said). Otherwise a mutation counts if it changes
+(test_the_launcher_derives_what_a_dropped_option_said). So does an srun option whose value a step over
+the whole job takes from the job itself, where the #SBATCH header asks the same: --ntasks-per-node
+(srun(1), input environment: "SLURM_NTASKS_PER_NODE Same as --ntasks-per-node", which sbatch sets) and
+the GPUs a node (srun(1) --gres: "By default, a job step is allocated all of the generic resources that
+have been requested by the job"); a real slurmd shows both (test_a_step_takes_from_the_job_what_the_header_asked). Otherwise a mutation counts if it changes
 the script's commands (comments are not run) and
 what each rank applies from plan.json (its CPUs, environment, threads), compared as a set of
 per-rank settings, so a swap that only renames interchangeable ranks (two CPU-only ranks trading
@@ -110,9 +114,9 @@ def _reverse_gpus(local):
     return [{**p, "gpus": g} for p, g in zip(local, gpus)]
 
 
-def mutations(checks: list[dict], site, plan):
+def mutations(checks: list[dict], site, plan, header: list[str] = ()):
     """(name, plan -> mutated plan) for every generic mutation of this plan; `checks` name the
-    variables of the centre's line beside the profile's own."""
+    variables of the centre's line beside the profile's own; `header`: the job's directives, as rendered."""
     last = plan.ranks_per_node - 1
     pairs = sorted({(0, 1), (0, last)}) if last > 0 else []
     for what, keys in (("GPUs", ("gpus",)), ("NICs", ("nic",)), ("cores", ("cores", "cpus", "socket"))):
@@ -126,7 +130,7 @@ def mutations(checks: list[dict], site, plan):
     argv = list(plan.launcher_argv)
     for tokens in launcher_options(argv):
         at = next(i for i in range(1, len(argv)) if argv[i : i + len(tokens)] == tokens)
-        if derived_by_the_launcher(argv[0], argv[:at] + argv[at + len(tokens):], tokens, plan.nodes):
+        if derived_by_the_launcher(argv[0], argv[:at] + argv[at + len(tokens):], tokens, plan.nodes, header):
             continue  # the launcher derives it from the rest of the line: the same step, an equivalent mutant
         yield f"launcher option {' '.join(tokens)} dropped", lambda s, p, at=at, n=len(tokens): replace(
             p, launcher_argv=p.launcher_argv[:at] + p.launcher_argv[at + n:])
@@ -151,15 +155,20 @@ def mutations(checks: list[dict], site, plan):
         p, launcher_argv=(p.launcher_argv[0], FOREIGN_OPTION, *p.launcher_argv[1:]))
 
 
-def derived_by_the_launcher(launcher: str, rest: list[str], tokens: list[str], nodes: int) -> bool:
+def derived_by_the_launcher(launcher: str, rest: list[str], tokens: list[str], nodes: int,
+                            header: list[str] = ()) -> bool:
     """Whether the option `tokens` says only what the launcher derives from the rest of its line on a
     job of `nodes` nodes, so that the line without it starts the same step (an equivalent mutant):
     srun(1) "--ntasks-per-node ... Meant to be used with the --nodes option", the task count from the
     two and the node count from the tasks; Open MPI's mpirun(1) "--map-by ppr:N:<object>: Launch N
     times the number of objects of the specified type on each node", -np from ppr:N:node. A real slurmd
-    and a real mpirun show both (test_the_launcher_derives_what_a_dropped_option_said)."""
+    and a real mpirun show both (test_the_launcher_derives_what_a_dropped_option_said). Or what an srun
+    step over all the job's nodes takes from the job, where the job's `header` (#SBATCH directives)
+    asks the same: its tasks a node and its GPUs a node (test_a_step_takes_from_the_job_what_the_header_asked)."""
     name, _, value = tokens[0].partition("=")
     value = value or (tokens[1] if len(tokens) > 1 else "")
+    if launcher == "srun" and taken_from_the_job(rest, name, value, nodes, header):
+        return True
     if not value.isdigit():
         return False
 
@@ -177,6 +186,33 @@ def derived_by_the_launcher(launcher: str, rest: list[str], tokens: list[str], n
         ppr = (option_value(rest, "--map-by", "-map-by") or "").split(":")
         return len(ppr) >= 3 and ppr[0] == "ppr" and ppr[1].isdigit() and ppr[2] == "node" and said == nodes * int(ppr[1])
     return False
+
+
+def gpus_a_node(name: str, value: str) -> int | None:
+    """The GPUs a node an srun or sbatch option asks (--gpus-per-node=N, --gres=gpu:N, gpu:TYPE:N), None
+    where the option asks none that way."""
+    if name == "--gpus-per-node":
+        count = value.rpartition(":")[2]
+    elif name == "--gres" and "," not in value and value.startswith("gpu:"):
+        count = value.rpartition(":")[2]
+    else:
+        return None
+    return int(count) if count.isdigit() else None
+
+
+def taken_from_the_job(rest: list[str], name: str, value: str, nodes: int, header: list[str]) -> bool:
+    """Whether an srun step without `name=value` takes the same from its batch job: the step spans the
+    job's `nodes` (no --nodes, or that many) and the header asks the same tasks a node, or the same
+    GPUs a node, in any spelling; a step asking other GPUs on its line (--gpus-per-task) is not judged."""
+    spans = (option_value(rest, "--nodes", short="-N") or str(nodes)) == str(nodes)
+    if not spans or not header:
+        return False
+    asked = [d.split("=", 1) if "=" in d else [d, ""] for d in header]
+    if name == "--ntasks-per-node":
+        return [name, value] in asked
+    wanted = gpus_a_node(name, value)
+    return (wanted is not None and not any(option_value(rest, o) for o in ("--gpus-per-task", "--gpus", "--gres"))
+            and any(gpus_a_node(n, v) == wanted for n, v in asked))
 
 
 RELOCATION = ("local ranks", "GPU order")  # the mutations that move ranks on the node
@@ -227,7 +263,7 @@ def kill_rate(path: Path, judge_check=judge) -> tuple[int, int, list[str]]:
     assert refused is None, f"{path.stem}: the launcher refuses the unchanged line: {refused}"
     base = what_runs(original)
     killed, counted, survived = 0, 0, []
-    for name, mutate in mutations(checks, site, plan):
+    for name, mutate in mutations(checks, site, plan, original.directives):
         jobs = {}
 
         def job_for(check, mutate=mutate, jobs=jobs):
@@ -330,6 +366,47 @@ def test_the_launcher_derives_what_a_dropped_option_said(slurm_clusters):
              for np in (["-np", "2"], [])]
     assert ranks[0] == ranks[1] and len([r for r in ranks[0] if r]) == 2, ranks
     assert derived_by_the_launcher("mpirun", ["mpirun", "--map-by", "ppr:2:node"], ["-np", "2"], 1)
+
+
+def test_a_step_takes_from_the_job_only_what_the_header_asked():
+    header = ["--nodes=2", "--ntasks-per-node=4", "--gpus-per-node=4"]
+    srun = ["srun", "--nodes=2", "--ntasks=8", "--cpus-per-task=8", "--gpu-bind=map_gpu:0,1,2,3"]
+    assert derived_by_the_launcher("srun", srun, ["--ntasks-per-node=4"], 2, header)
+    assert derived_by_the_launcher("srun", srun, ["--gpus-per-node=4"], 2, header)
+    assert derived_by_the_launcher("srun", srun, ["--gres=gpu:4"], 2, ["--nodes=2", "--gres=gpu:a100:4"])
+    assert not derived_by_the_launcher("srun", srun, ["--ntasks-per-node=4"], 2, ["--nodes=2", "--ntasks=8"])
+    assert not derived_by_the_launcher("srun", srun, ["--gpus-per-node=2"], 2, header)  # the job holds four
+    assert not derived_by_the_launcher("srun", ["srun", "--nodes=1"], ["--gpus-per-node=4"], 2, header)  # one node of two
+    assert not derived_by_the_launcher("srun", srun, ["--gpu-bind=map_gpu:0,1,2,3"], 2, header)
+    assert not derived_by_the_launcher("mpirun", ["mpirun"], ["--gpus-per-node=4"], 2, header)
+
+
+@pytest.mark.slurm
+def test_a_step_takes_from_the_job_what_the_header_asked(slurm_clusters, tmp_path):
+    """A real slurmd 22.05, two pretend nodes of four GPUs: inside a batch job whose header asks four tasks
+    and four GPUs a node, an srun step without --ntasks-per-node or --gpus-per-node starts the same
+    tasks on the same nodes with the same GPUs bound; without --gpu-bind, which no header gives, it does not."""
+    from slurm_cluster import NodeShape
+
+    cluster = slurm_clusters.ensure(2, NodeShape(sockets=2, cores_per_socket=4, gpus=4))
+    probe = 'echo "$SLURMD_NODENAME $SLURM_PROCID $SLURM_LOCALID $SLURM_STEP_NUM_TASKS $CUDA_VISIBLE_DEVICES $SLURM_STEP_GPUS"'
+    whole = ["--nodes=2", "--ntasks=8", "--ntasks-per-node=4", "--cpus-per-task=1", "--gpus-per-node=4",
+             "--gpu-bind=map_gpu:0,1,2,3"]
+    lines = {"whole": whole, **{dropped: [w for w in whole if w != dropped] for dropped in whole[2:] if "cpus" not in dropped}}
+    steps = "\n".join(f"echo '== {name}'; srun {shlex.join(line)} bash -c {shlex.quote(probe)} | sort" for name, line in lines.items())
+    job = tmp_path / "job.sh"
+    job.write_text(f"#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --cpus-per-task=1\n"
+                   f"#SBATCH --gpus-per-node=4\n#SBATCH --time=00:05:00\n{steps}\n")
+    done = cluster.sbatch("--wait", f"--output={tmp_path / 'out.txt'}", job, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr + cluster.logs()
+    text = (tmp_path / "out.txt").read_text()
+    started = {block.split("\n", 1)[0]: block.split("\n", 1)[1].strip() for block in text.split("== ")[1:]}
+    assert len(started["whole"].splitlines()) == 8 and "n2 7 3 8 3 3" in started["whole"], text
+    for dropped in ("--ntasks-per-node=4", "--gpus-per-node=4"):
+        assert derived_by_the_launcher("srun", ["srun", *lines[dropped]], [dropped], 2, whole[:1] + whole[2:3] + whole[4:5])
+        assert started[dropped] == started["whole"], (dropped, text)
+    # and where the header gives nothing, the step differs: every task sees all four GPUs
+    assert started["--gpu-bind=map_gpu:0,1,2,3"] != started["whole"], text
 
 
 @pytest.mark.parametrize("path", CHECKED, ids=[p.stem for p in CHECKED])
