@@ -2344,6 +2344,9 @@ def test_ranks_that_find_their_cpus_near_their_gpu_are_given_none_by_the_plan(tm
     with pytest.raises(HpcdlError, match=r"launch.rank_cpus: gpu-local has each rank choose its CPUs at run time, but "
                                          r"the mpirun line binds"):
         _profile(tmp_path, GADI, **{"launch.rank_cpus": "gpu-local"})
+    # an Open MPI line of the rank count alone names no binding, each rank binding itself (JHU Rockfish: mpirun -np 8)
+    counted = _profile(tmp_path, SHIPPED / "rockfish-gpu.yaml", **{"launch.rank_cpus": "gpu-local"})
+    assert all(r.cpus == () for r in make_plan(counted, JobRequest(nodes=2)).ranks)
     with pytest.raises(HpcdlError, match=r"launch.rank_cpus"):
         _profile(tmp_path, arc, **{"launch.rank_cpus": "nearest"})
 

@@ -1428,7 +1428,8 @@ class Launch(_Strict):
             "--numa-binding does the same ('bind worker processes to CPUs near their assigned GPUs', 1-10 % faster in "
             "PyTorch's measurements). Only where the launch line binds no task itself (srun with "
             "cpu_bind_default none or unstated, or --cpu-bind=none in launch.args; a per-node spawner; Open MPI's "
-            "mpirun with --bind-to none in launch.args)"
+            "mpirun with --bind-to none in launch.args, or with mpirun_layout: count, whose line names no binding "
+            "and whose ranks bind themselves)"
         ),
     )
     gpu_bind_default: Literal["none"] | None = Field(
@@ -1970,7 +1971,8 @@ class Site(_Strict):
             raise ValueError(
                 f"launch.rank_cpus: gpu-local has each rank choose its CPUs at run time, but the {self.launcher} line "
                 "binds each task to cores itself; say it binds none (srun: launch.cpu_bind_default: none or unstated, "
-                "or --cpu-bind=none in launch.args; mpirun: --bind-to none in launch.args), or keep rank_cpus: plan")
+                "or --cpu-bind=none in launch.args; mpirun: --bind-to none in launch.args, or mpirun_layout: count), "
+                "or keep rank_cpus: plan")
         if self.launch.spawner != "none":
             self._spawner_fits()
         if self.launch.spawner_rendezvous != "c10d" and self.launch.spawner != "torchrun":
@@ -2089,10 +2091,12 @@ class Site(_Strict):
     def _line_binds_no_task(self) -> bool:
         """The launch line binds no task to cores, so each rank binds itself: srun under a per-node spawner (one task
         holding the node's CPUs), a bare srun whose site binds none or does not say (cpu_bind_default none,
-        unstated), the centre's own --cpu-bind=none, or Open MPI's mpirun with the centre's --bind-to none."""
+        unstated), the centre's own --cpu-bind=none, or Open MPI's mpirun with the centre's --bind-to none or a
+        line of the rank count alone (mpirun_layout: count: no binding word, Open MPI's default binding, which
+        each rank replaces with its own, as it does plan.json's cores there)."""
         if self.launcher == "srun":
             return self.launch.spawner != "none" or self.launch.srun_binds_no_task
-        return self.launcher == "mpirun" and self.launch.mpirun_binds_no_rank
+        return self.launcher == "mpirun" and (self.launch.mpirun_binds_no_rank or self.launch.mpirun_layout == "count")
 
     def _spawner_fits(self) -> None:
         """launch.spawner: srun starts one task per node, and a per-node launcher spawns the node's ranks: the one
