@@ -143,7 +143,7 @@ def test_a_static_rendezvous_gives_each_nodes_torchrun_its_own_node_rank(tmp_pat
                                        "plan.json", "--results", "results.jsonl"]
     # the default stays c10d, and a one-node job's --standalone wins where the centre asks it
     assert make_plan(_site(), JobRequest(nodes=2)).spawner_argv[4] == "--rdzv_backend=c10d"
-    alone = make_plan(_site(spawner_rendezvous="static", spawner_standalone=True), JobRequest(nodes=1))
+    alone = make_plan(_site(spawner_rendezvous="static", spawner_one_node="standalone"), JobRequest(nodes=1))
     assert alone.spawner_argv[:2] == ("torchrun", "--standalone")
 
 

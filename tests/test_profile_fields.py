@@ -2272,25 +2272,37 @@ def test_multi_node_directives_reach_only_jobs_of_several_nodes(tmp_path):
         _profile(tmp_path, volta, **{"defaults.multi_node_directives": ["--switches=$(id)"]})
 
 
-def test_a_one_node_torchrun_takes_standalone_where_the_centre_writes_it(tmp_path):
+def test_a_one_node_torchrun_meets_as_the_centre_writes_it(tmp_path):
     # NRIS's DDP job on Saga (documentation.sigma2.no code_development/guides/PyTorchProfilerMultiGpu.html): "srun
     # singularity exec --nv ... torchrun --standalone --nnodes=1 --nproc_per_node=${SLURM_GPUS_PER_NODE:-2}"; torchrun:
-    # "--standalone: Useful when launching single-node, multi-worker job". hpcdl wrote the c10d rendezvous words on one
-    # node too, and no field said otherwise
+    # "--standalone: Useful when launching single-node, multi-worker job". MIT ORCD's one-node job
+    # (github.com/mit-orcd/orcd-docs docs/recipes/torch-gpu-intermediate.md @355e4b2b): "torchrun --nnodes=1
+    # --nproc_per_node=4 --rdzv_id=$SLURM_JOB_ID --rdzv_endpoint="localhost:1234"", "Use `localhost` when there is only
+    # one node", no backend named (torchrun's default, static). hpcdl wrote the c10d rendezvous words on one node too
     olivia = SHIPPED / "olivia.yaml"  # launch.spawner: torchrun
-    site = _profile(tmp_path, olivia, **{"launch.spawner_standalone": True})
+    site = _profile(tmp_path, olivia, **{"launch.spawner_one_node": "standalone"})
     argv = _launch_argv(_render(site, tmp_path, nodes=1, account="nn9999k"))  # shellchecked
     spawn = argv[argv.index("torchrun"):]
     assert spawn[:5] == ["torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=4", "--no-python"]
     assert not any(w.startswith("--rdzv") for w in spawn)
+    local = _profile(tmp_path, olivia, **{"launch.spawner_one_node": "localhost"})
+    text = _render(local, tmp_path, nodes=1, account="nn9999k")
+    argv = _launch_argv(text)
+    spawn = argv[argv.index("torchrun"):]
+    assert spawn[:5] == ["torchrun", "--nnodes=1", "--nproc_per_node=4", "--rdzv_id=${SLURM_JOB_ID}",
+                         "--rdzv_endpoint=localhost:${MASTER_PORT}"]
+    assert not any(w.startswith("--rdzv_backend") for w in spawn) and "export MASTER_PORT=" in text
     # more nodes keep the job's rendezvous; without the field one node keeps it too
-    argv = _launch_argv(_render(site, tmp_path, nodes=2, account="nn9999k"))
-    assert "--standalone" not in argv and "--rdzv_backend=c10d" in argv
+    for profile in (site, local):
+        argv = _launch_argv(_render(profile, tmp_path, nodes=2, account="nn9999k"))
+        assert "--standalone" not in argv and "--rdzv_backend=c10d" in argv
     argv = _launch_argv(_render(load_site_file(olivia), tmp_path, nodes=1, account="nn9999k"))
     assert "--standalone" not in argv and "--rdzv_backend=c10d" in argv
-    with pytest.raises(HpcdlError, match=r"launch.spawner_standalone: --standalone is torchrun's word, but "
-                                         r"launch.spawner is hpcdl"):
-        _profile(tmp_path, olivia, **{"launch.spawner_standalone": True, "launch.spawner": "hpcdl"})
+    with pytest.raises(HpcdlError, match=r"launch.spawner_one_node: standalone is how torchrun meets a node's "
+                                         r"workers, but launch.spawner is hpcdl"):
+        _profile(tmp_path, olivia, **{"launch.spawner_one_node": "standalone", "launch.spawner": "hpcdl"})
+    with pytest.raises(HpcdlError, match=r"launch.spawner_one_node"):
+        _profile(tmp_path, olivia, **{"launch.spawner_one_node": "local"})
 
 
 def test_a_site_whose_slurm_keeps_the_submitting_environment_out_by_itself_is_written_as_under_export_none(tmp_path):

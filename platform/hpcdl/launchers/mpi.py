@@ -315,13 +315,21 @@ def spawner_argv(plan: LaunchPlan, site: Site) -> list[str]:
     --rdzv_endpoint="${head_node}:29500"`): the plan's nodes and ranks per node, the job's id, the c10d rendezvous at
     the job's MASTER_ADDR:MASTER_PORT, and --no-python, since the program is a command (hpcdl train), not a Python
     file ("Skip prepending the training script with 'python' - just execute it directly", torchrun --help); with
-    launch.spawner_standalone a one-node job's torchrun takes --standalone in place of the rendezvous words; with
+    launch.spawner_one_node a one-node job's torchrun takes --standalone, or its job's id and a rendezvous at localhost,
+    in place of the rendezvous words; with
     launch.spawner_rendezvous: static its nodes meet statically, each told its rank (SLURM_NODEID, read on the node).
     hpcdl: `hpcdl launch --nproc N --nnodes M --`, its node's rank from SLURM_NODEID."""
-    if site.launch.spawner == "torchrun" and site.launch.spawner_standalone and plan.nodes == 1:
-        # launch.spawner_standalone (NRIS Saga: `torchrun --standalone --nnodes=1 --nproc_per_node=...`): one node's
-        # local rendezvous on a free port ("--standalone: Useful when launching single-node, multi-worker job")
+    one_node = site.launch.spawner_one_node if plan.nodes == 1 else "rendezvous"
+    if site.launch.spawner == "torchrun" and one_node == "standalone":
+        # launch.spawner_one_node: standalone (NRIS Saga: `torchrun --standalone --nnodes=1 --nproc_per_node=...`): one
+        # node's local rendezvous on a free port ("--standalone: Useful when launching single-node, multi-worker job")
         return ["torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={plan.ranks_per_node}", "--no-python"]
+    if site.launch.spawner == "torchrun" and one_node == "localhost":
+        # launch.spawner_one_node: localhost (MIT ORCD: `torchrun --nnodes=1 --nproc_per_node=4 --rdzv_id=$SLURM_JOB_ID
+        # --rdzv_endpoint="localhost:1234"`, "Use `localhost` when there is only one node"): no backend named, torchrun's
+        # default (static), meeting on the node itself at the job's port
+        return ["torchrun", "--nnodes=1", f"--nproc_per_node={plan.ranks_per_node}", Expanding("--rdzv_id=${SLURM_JOB_ID}"),
+                Expanding("--rdzv_endpoint=localhost:${MASTER_PORT}"), "--no-python"]
     if site.launch.spawner == "torchrun" and site.launch.spawner_rendezvous == "static":
         # launch.spawner_rendezvous: static (RWTH HPC on CLAIX-2023: `--node_rank ${SLURM_NODEID} --master_addr
         # ${MASTER_ADDR} --master_port ${MASTER_PORT}`): each node's rank is its own SLURM_NODEID, which only the

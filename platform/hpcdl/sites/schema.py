@@ -1246,13 +1246,16 @@ class Launch(_Strict):
             "runs the spawner inside the container"
         ),
     )
-    spawner_standalone: bool = Field(
-        default=False,
+    spawner_one_node: Literal["rendezvous", "standalone", "localhost"] = Field(
+        default="rendezvous",
         description=(
-            "a one-node job's torchrun (launch.spawner: torchrun) takes --standalone in place of the c10d rendezvous "
-            "words, as the centre writes it (NRIS Saga: 'torchrun --standalone --nnodes=1 --nproc_per_node=...'; "
-            "torchrun: '--standalone: Useful when launching single-node, multi-worker job', a local rendezvous on a "
-            "free port); jobs of more nodes keep the rendezvous at MASTER_ADDR:MASTER_PORT"
+            "how a one-node job's torchrun (launch.spawner: torchrun) meets its workers, as the centre writes it: "
+            "rendezvous (the default: the words every job's torchrun takes, launch.spawner_rendezvous), standalone "
+            "(NRIS Saga: 'torchrun --standalone --nnodes=1 --nproc_per_node=...'; torchrun: '--standalone: Useful when "
+            "launching single-node, multi-worker job', a local rendezvous on a free port) or localhost (MIT ORCD: "
+            "'torchrun --nnodes=1 --nproc_per_node=4 --rdzv_id=$SLURM_JOB_ID --rdzv_endpoint=\"localhost:1234\"', 'Use "
+            "`localhost` when there is only one node': the job's id and its MASTER_PORT on the node itself, with "
+            "torchrun's default rendezvous backend, static); jobs of more nodes keep the rendezvous"
         ),
     )
     spawner_rendezvous: Literal["c10d", "static"] = Field(
@@ -1979,9 +1982,10 @@ class Site(_Strict):
             raise ValueError(f"launch.spawner_rendezvous: {self.launch.spawner_rendezvous} is how torchrun's nodes "
                              f"meet, but launch.spawner is {self.launch.spawner}; set spawner: torchrun or leave "
                              "spawner_rendezvous out")
-        if self.launch.spawner_standalone and self.launch.spawner != "torchrun":
-            raise ValueError("launch.spawner_standalone: --standalone is torchrun's word, but launch.spawner is "
-                             f"{self.launch.spawner}; set spawner: torchrun or leave spawner_standalone out")
+        if self.launch.spawner_one_node != "rendezvous" and self.launch.spawner != "torchrun":
+            raise ValueError(f"launch.spawner_one_node: {self.launch.spawner_one_node} is how torchrun meets a node's "
+                             f"workers, but launch.spawner is {self.launch.spawner}; set spawner: torchrun or leave "
+                             "spawner_one_node out")
         if (self.launch.master_addr_env or self.launch.master_port_env) and self.scheduler != "slurm":
             which = "launch.master_addr_env" if self.launch.master_addr_env else "launch.master_port_env"
             raise ValueError(f"{which}: a variable a Slurm job prolog sets, but the scheduler is {self.scheduler}")
