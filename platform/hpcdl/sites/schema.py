@@ -1345,7 +1345,9 @@ class Launch(_Strict):
             "rank count alone and Open MPI lays the ranks over the slots the #SBATCH header's tasks give each node "
             "(JHU ARCH's Rockfish: '#SBATCH --ntasks-per-node=8', '#SBATCH --cpus-per-task=6', 'mpirun -np 8 "
             "bin/gmx_mpi ...'): the line is -np N, the -x exports and launch.args, no --map-by and no --bind-to, and "
-            "each rank binds itself to its cores from plan.json"
+            "each rank binds itself to its cores from plan.json; under a header of cores as one-CPU tasks "
+            "(defaults.batch_request: cores, CU Boulder Alpine's 'mpirun -np 4') a job of several nodes adds "
+            "--map-by ppr:R:node, since -np alone would fill the first node's slots"
         ),
     )
     ranks_per_node_option: OptionName | None = Field(
@@ -1354,7 +1356,9 @@ class Launch(_Strict):
             "with mpirun_layout: command, the option of the centre's own launcher that takes the ranks it starts on "
             "each node, where the centre's line says them so: the line then names it with the plan's ranks per node "
             "(HPC-UGent's mympirun on VSC Hortense: 'mympirun --hybrid N', 'the number of processes started on each "
-            "available physical node', which a fixed launch.args word would say for a full node only)"
+            "available physical node', which a fixed launch.args word would say for a full node only); or, with "
+            "mpirun_layout: count, Open MPI's own option for it where the centre's line names it beside the count "
+            "(CSD3's Wilkes-3 template: 'mpirun -npernode $mpi_tasks_per_node -np $np')"
         ),
     )
     env_list_option: OptionName | None = Field(
@@ -1789,7 +1793,7 @@ class Site(_Strict):
             # the line names the count alone and Open MPI takes each node's slots from the header's tasks
             # (SLURM_TASKS_PER_NODE): a header of its ranks' tasks under Slurm, with Open MPI's own mpirun
             if (self.launcher != "mpirun" or self.mpi != "openmpi" or self.scheduler != "slurm"
-                    or self.defaults.batch_request != "tasks"):
+                    or self.defaults.batch_request not in ("tasks", "cores")):
                 raise ValueError(f"launch.mpirun_layout: count names Open MPI's rank count alone and leaves each "
                                  f"node's ranks to the slots a Slurm header of tasks gives it, but the launcher is "
                                  f"{self.launcher}, the MPI {self.mpi}, the scheduler {self.scheduler} and "
@@ -1802,9 +1806,13 @@ class Site(_Strict):
             option = getattr(self.launch, field)
             if option is None:
                 continue
-            if self.launch.mpirun_layout != "command":
-                raise ValueError(f"launch.{field}: {option} is an option of the centre's own launcher command, "
-                                 f"which lays the ranks out itself (launch.mpirun_layout: command), but "
+            # each node's ranks may also be said beside Open MPI's count (mpirun_layout: count: CSD3's "mpirun
+            # -npernode $mpi_tasks_per_node -np $np"); a list of variables only by the centre's own command, Open MPI
+            # taking -x
+            allowed = ("command", "count") if field == "ranks_per_node_option" else ("command",)
+            if self.launch.mpirun_layout not in allowed:
+                raise ValueError(f"launch.{field}: {option} names what the centre's line says beside the layout "
+                                 f"hpcdl leaves to it (launch.mpirun_layout: {' or '.join(allowed)}), but "
                                  f"mpirun_layout is {self.launch.mpirun_layout}")
             if option_value(self.launch.args, option) is not None:
                 raise ValueError(f"launch.{field}: {option} is written from the plan, and launch.args names it "
@@ -1822,9 +1830,10 @@ class Site(_Strict):
         # Alpine: "a 50-core job ... using 2 GPUs: --nodes=1 --ntasks=50 --gres=gpu:2", "mpirun -np 4")
         if self.defaults.batch_request == "cores" and (
                 self.scheduler != "slurm" or self.launcher not in ("srun", "mpirun")
-                or (self.launcher == "mpirun" and (self.mpi != "openmpi" or self.launch.mpirun_layout != "restate"))):
+                or (self.launcher == "mpirun" and (self.mpi != "openmpi"
+                                                   or self.launch.mpirun_layout not in ("restate", "count")))):
             raise ValueError(f"defaults.batch_request: cores leaves the ranks' tasks and CPUs to srun or to Open MPI's "
-                             f"mpirun (launch.mpirun_layout: restate), but the scheduler is {self.scheduler}, the "
+                             f"mpirun (launch.mpirun_layout: restate or count), but the scheduler is {self.scheduler}, the "
                              f"launcher {self.launcher} and the MPI {self.mpi}")
         if self.defaults.batch_request == "cores" and self.defaults.gpu_request == "gpus-per-task":
             raise ValueError("defaults.batch_request: cores asks a task of one CPU per core, and defaults.gpu_request: "
