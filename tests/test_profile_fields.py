@@ -2350,6 +2350,24 @@ def test_ranks_that_find_their_cpus_near_their_gpu_are_given_none_by_the_plan(tm
     with pytest.raises(HpcdlError, match=r"launch.rank_cpus"):
         _profile(tmp_path, arc, **{"launch.rank_cpus": "nearest"})
 
+
+def test_gpu_local_is_refused_where_no_variable_names_a_shared_nodes_gpus(tmp_path):
+    """A gpu-local rank finds its GPU among all the node's (sysfs lists every one) by the ids Slurm gives the job's
+    (SLURM_JOB_GPUS, node-wide). Imperial's CX3 shares its GPU nodes under PBS, which names a job's GPUs by UUID:
+    "CUDA_VISIBLE_DEVICES will be set automatically with the UUID of the allocated GPUs. Our systems utilises Cgroups,
+    meaning you will only be able to see the resource that is allocated to your job"
+    (https://icl-rcs-user-guide.readthedocs.io/en/latest/hpc/queues/gpu-jobs/); a job holding a node's GPUs 4 and 5
+    would bind its ranks near GPUs 0 and 1. Refused there in one line naming the field; on whole nodes the job holds
+    every GPU and the plan's GPU i is the node's i-th."""
+    cx3 = SHIPPED / "imperial-cx3.yaml"
+    unbound = {"launch.rank_cpus": "gpu-local", "launch.args": ["--bind-to", "none"]}
+    with pytest.raises(HpcdlError, match=r"launch\.rank_cpus: gpu-local .* under pbs a job on a shared node "
+                                         r"\(defaults\.exclusive: false\)"):
+        _profile(tmp_path, cx3, **unbound)
+    assert _profile(tmp_path, cx3, **unbound, **{"defaults.exclusive": True}).launch.rank_cpus == "gpu-local"
+    # under Slurm the job's GPUs are named, shared node or not (JHU Rockfish: exclusive: false)
+    assert load_site_file(SHIPPED / "rockfish-gpu.yaml").launch.rank_cpus == "gpu-local"
+
 def test_a_job_is_not_submitted_from_a_folder_the_centres_scheduler_refuses(tmp_path):
     # The Alliance's Cedar (github.com/SciNetHPC/alliance-docs-mcp @6c7dd7908bc2318096aab09ef9cc6af87c316118,
     # docs/pages/General/Cedar.md): "Submitting jobs from directories residing in /home is not permitted, transfer the

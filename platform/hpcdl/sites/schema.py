@@ -1433,7 +1433,8 @@ class Launch(_Strict):
             "PyTorch's measurements). Only where the launch line binds no task itself (srun with "
             "cpu_bind_default none or unstated, or --cpu-bind=none in launch.args; a per-node spawner; Open MPI's "
             "mpirun with --bind-to none in launch.args, or with mpirun_layout: count, whose line names no binding "
-            "and whose ranks bind themselves)"
+            "and whose ranks bind themselves); under a scheduler other than Slurm only on whole nodes "
+            "(defaults.exclusive), a job's GPUs among its node's being named by Slurm alone"
         ),
     )
     gpu_bind_default: Literal["none"] | None = Field(
@@ -1982,6 +1983,16 @@ class Site(_Strict):
                 "binds each task to cores itself; say it binds none (srun: launch.cpu_bind_default: none or unstated, "
                 "or --cpu-bind=none in launch.args; mpirun: --bind-to none in launch.args, or mpirun_layout: count), "
                 "or keep rank_cpus: plan")
+        if self.launch.rank_cpus == "gpu-local" and self.scheduler != "slurm" and not self.defaults.exclusive:
+            # a rank learns which of its node's GPUs its job holds from Slurm alone (SLURM_STEP_GPUS, SLURM_JOB_GPUS:
+            # node-wide ids); elsewhere it takes the plan's GPU i as the node's i-th, which on a node jobs share may be
+            # another job's, and would bind near that one (PBS's cgroup hook names a job's GPUs by UUID in
+            # CUDA_VISIBLE_DEVICES, while sysfs lists every GPU of the node)
+            raise ValueError(
+                f"launch.rank_cpus: gpu-local has each rank find the node's GPU it drives among all the node's GPUs, "
+                f"but under {self.scheduler} a job on a shared node (defaults.exclusive: false) may hold other GPUs "
+                "than the node's first, which only Slurm's SLURM_JOB_GPUS names; keep rank_cpus: plan, or take whole "
+                "nodes (defaults.exclusive: true)")
         if self.launch.spawner != "none":
             self._spawner_fits()
         if self.launch.spawner_rendezvous != "c10d" and self.launch.spawner != "torchrun":
