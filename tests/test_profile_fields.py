@@ -35,6 +35,11 @@ def _render(site, tmp_path, nodes=2, image=None, net_plugin=None, **options) -> 
     return text
 
 
+# CSD3's shipped line is Open MPI's count with -npernode and gpu-local ranks; tests that take its profile as a base
+# for another line start from hpcdl's restated one
+CSD3_RESTATED = {"launch.mpirun_layout": "restate", "launch.rank_cpus": "plan", "launch.ranks_per_node_option": None}
+
+
 def _profile(tmp_path, base: Path, **changes):
     data = yaml.safe_load(base.read_text())
     for key, value in changes.items():
@@ -1597,8 +1602,10 @@ def test_a_centres_own_mpirun_command_lays_the_ranks_out_from_a_header_of_nodes_
     # both ordinary mpirun arguments and the special --bede-par <distrib> option, allowing control over how MPI jobs
     # launch, e.g. one MPI rank per CPU core or GPU"
     csd3 = SHIPPED / "csd3-ampere.yaml"
-    own = {"launch.command": ["site-mpirun"], "launch.args": ["--site-par", "1ppg"], "defaults.total_tasks": False}
-    site = _profile(tmp_path, csd3, **own, **{"launch.mpirun_layout": "command", "defaults.batch_request": "nodes"})
+    # CSD3's own line is Open MPI's count (mpirun_layout: count, -npernode, gpu-local): here a centre's command on its base
+    own = {"launch.command": ["site-mpirun"], "launch.args": ["--site-par", "1ppg"], "defaults.total_tasks": False,
+           **CSD3_RESTATED}
+    site = _profile(tmp_path, csd3, **{**own, "launch.mpirun_layout": "command", "defaults.batch_request": "nodes"})
     text = _render(site, tmp_path, account="p-GPU")
     header = [line for line in text.splitlines() if line.startswith("#SBATCH ")]
     assert "#SBATCH --nodes=2" in header and "#SBATCH --gres=gpu:4" in header
@@ -2158,7 +2165,8 @@ def test_a_centres_own_launcher_takes_each_nodes_ranks_and_the_exports_by_option
     # VSC staff start it as ['mympirun', '--hybrid', str(job.num_tasks_per_node)] (EESSI test suite,
     # config/vsc_hortense.py). A fixed --hybrid 4 in launch.args would start four ranks for a one-GPU job
     csd3 = SHIPPED / "csd3-ampere.yaml"
-    own = {"launch.command": ["mympirun"], "launch.mpirun_layout": "command", "defaults.total_tasks": False,
+    own = {**CSD3_RESTATED, "launch.command": ["mympirun"], "launch.mpirun_layout": "command",
+           "defaults.total_tasks": False,
            "launch.ranks_per_node_option": "--hybrid", "launch.env_list_option": "--variablesprefix"}
     site = _profile(tmp_path, csd3, **own)
     line = next(line for line in _render(site, tmp_path, account="p-GPU").splitlines() if line.startswith("mympirun "))
