@@ -21,9 +21,15 @@ from hpcdl.sites.schema import Site
 from hpcdl.train.recipe import load_recipe
 
 
-def _site(base: str, **defaults) -> Site:
+# Alpine's own line is Open MPI's count alone (launch.mpirun_layout: count, rank_cpus: gpu-local); these tests judge
+# hpcdl's restated line under a header of cores
+RESTATED = {"mpirun_layout": "restate", "rank_cpus": "plan"}
+
+
+def _site(base: str, launch: dict | None = None, **defaults) -> Site:
     data = load_site(base).model_dump(exclude_unset=True)
     data["defaults"] = {**data.get("defaults", {}), **defaults}
+    data["launch"] = {**data.get("launch", {}), **(launch or {})}
     if defaults.get("batch_request", "tasks") != "tasks":
         # a header that does not ask the ranks' tasks: srun says them (a bare srun, srun_layout: header, is refused)
         data["launch"] = {**data.get("launch", {}), "srun_layout": "restate"}
@@ -129,7 +135,7 @@ def test_a_job_that_shares_its_nodes_asks_its_own_cores_as_one_cpu_tasks():
 def test_a_header_of_cores_under_open_mpis_mpirun_gives_it_the_ranks_cores_as_slots():
     # Alpine's MPI jobs start "mpirun -np 4" under a header of one-CPU tasks: Open MPI takes each node's slots from
     # them, and hpcdl's line names the ranks per node and their cores (--map-by ppr:R:node:PE=C), which they fill
-    site = _site("alpine-gpu", batch_request="cores", total_tasks=True)
+    site = _site("alpine-gpu", RESTATED, batch_request="cores", total_tasks=True)
     plan = make_plan(site, JobRequest(nodes=1, ranks_per_node=2))
     lines = render_job_script(site, plan, {}, JobOptions(name="r")).splitlines()
     assert "#SBATCH --ntasks=32" in lines and "#SBATCH --ntasks-per-node=32" in lines
@@ -138,6 +144,7 @@ def test_a_header_of_cores_under_open_mpis_mpirun_gives_it_the_ranks_cores_as_sl
     data = load_site("alpine-gpu").model_dump(exclude_unset=True)
     data["mpi"] = "mpich"
     data["mpi_version"] = None
+    data["launch"] = {**data.get("launch", {}), **RESTATED}
     with pytest.raises(ValueError, match=r"defaults.batch_request: cores leaves the ranks' tasks and CPUs to srun or "
                                          r"to Open MPI's mpirun"):
         Site.model_validate({**data, "defaults": {**data["defaults"], "batch_request": "cores"}})
@@ -154,7 +161,7 @@ def test_under_a_header_of_cores_a_bare_np_would_fill_the_first_node_and_the_ran
 
     from conftest import require_tool
     mpirun = require_tool("mpirun")
-    site = _site("alpine-gpu", batch_request="cores")
+    site = _site("alpine-gpu", RESTATED, batch_request="cores")
     argv = list(make_plan(site, JobRequest(nodes=2, ranks_per_node=2)).launcher_argv)
     mapping = argv[argv.index("--map-by") + 1]
     assert argv[1:3] == ["-np", "4"] and mapping == "ppr:2:node:PE=16"

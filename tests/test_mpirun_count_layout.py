@@ -45,7 +45,7 @@ def test_the_line_names_the_count_alone():
 
 def test_the_default_layout_still_restates_the_mapping():
     data = load_site("rockfish-gpu").model_dump(exclude_unset=True)
-    data["launch"] = {**data.get("launch", {}), "mpirun_layout": "restate"}
+    data["launch"] = {**data.get("launch", {}), "mpirun_layout": "restate", "rank_cpus": "plan"}
     argv = _argv(Site.model_validate(data))
     assert argv[:7] == ["mpirun", "-np", "8", "--map-by", "ppr:4:node:PE=6", "--bind-to", "core"], argv
 
@@ -83,3 +83,56 @@ def test_open_mpi_fills_each_nodes_slots_in_rank_order():
 def test_count_is_refused_where_no_header_gives_the_slots(change, match):
     with pytest.raises(ValueError, match=match):
         _site(**change)
+
+
+def _display_map(argv: list[str], allocation: dict) -> str:
+    """The installed Open MPI's map of the line's ranks (its -x words left out) under a posed Slurm allocation. The
+    posed nodes have this host's two CPUs, on which Open MPI's default binding refuses four ranks ("binding more
+    processes than cpus"): the map is asked with --bind-to none, which moves no rank to another node."""
+    mpirun = require_tool("mpirun")
+    words = [w for i, w in enumerate(argv) if w != "-x" and not (i and argv[i - 1] == "-x")]
+    done = subprocess.run([words[0], "--allow-run-as-root", "--do-not-launch", "--display-map", "--bind-to", "none",
+                           *words[1:], "true"],
+                          env={**os.environ, **allocation}, capture_output=True, text=True, timeout=60, executable=mpirun)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def _posed(slots: int, nodes: int = 2) -> dict:
+    return {"SLURM_JOBID": "7", "SLURM_JOB_ID": "7", "SLURM_NODELIST": "n[1-2]", "SLURM_JOB_NODELIST": "n[1-2]",
+            "SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_TASKS_PER_NODE": f"{slots}(x{nodes})",
+            "SLURM_NTASKS": str(slots * nodes), "SLURM_NTASKS_PER_NODE": str(slots), "SLURM_CPUS_PER_TASK": "1"}
+
+
+def test_the_count_with_each_nodes_ranks_in_open_mpis_own_option():
+    """CSD3's Wilkes-3 template (slurm_submit.wilkes3): 'CMD="mpirun -npernode $mpi_tasks_per_node -np $np
+    $application $options"', the count and each node's ranks in Open MPI's -npernode ("On each node, launch this many
+    processes", mpirun(1) 4.1), no mapping or binding: launch.ranks_per_node_option beside mpirun_layout: count writes
+    the plan's ranks per node there, a one-GPU job's 1, and the installed Open MPI maps four on each posed node."""
+    site = _site(launch={"ranks_per_node_option": "-npernode"})
+    argv = _argv(site)
+    assert argv[:5] == ["mpirun", "-np", "8", "-npernode", "4"], argv
+    assert "--map-by" not in argv and "--bind-to" not in argv
+    assert _argv(site, nodes=1)[:5] == ["mpirun", "-np", "4", "-npernode", "4"]
+    one = list(make_plan(site, JobRequest(nodes=1, ranks_per_node=1)).launcher_argv)
+    assert one[:5] == ["mpirun", "-np", "1", "-npernode", "1"], one
+    out = _display_map(argv, _posed(4))
+    assert re.findall(r"Data for node: (n\d)\s+Num slots: \d+.*?Num procs: (\d+)", out, re.S) == [("n1", "4"), ("n2", "4")]
+    # Open MPI takes its variables by -x: a comma-separated list stays an option of a centre's own command
+    with pytest.raises(ValueError, match=r"launch\.env_list_option: .*mpirun_layout: command\), but mpirun_layout is count"):
+        _site(launch={"env_list_option": "--variablesprefix"})
+
+
+def test_under_a_header_of_cores_the_count_names_each_nodes_ranks_only_on_several_nodes():
+    """CU Boulder Alpine's GPU header asks the job's cores as one-CPU tasks ('#SBATCH --nodes=1 #SBATCH --ntasks=50
+    ... #SBATCH --gres=gpu:2') and its line is 'mpirun -np 4': on one node the count alone starts every rank there; on
+    two, -np alone would fill the first node's slots (the installed Open MPI, 32(x2) one-CPU slots), so the line names
+    each node's ranks, --map-by ppr:R:node, and still no binding: two on each node."""
+    site = Site.model_validate({**load_site("alpine-gpu").model_dump(exclude_unset=True),
+                                "launch": {"mpirun_layout": "count", "rank_cpus": "gpu-local"}})
+    one = list(make_plan(site, JobRequest(nodes=1, ranks_per_node=2)).launcher_argv)
+    assert one[:3] == ["mpirun", "-np", "2"] and "--map-by" not in one and "--bind-to" not in one, one
+    two = list(make_plan(site, JobRequest(nodes=2, ranks_per_node=2)).launcher_argv)
+    assert two[:5] == ["mpirun", "-np", "4", "--map-by", "ppr:2:node"] and "--bind-to" not in two, two
+    out = _display_map(two, _posed(32))
+    assert re.findall(r"Data for node: (n\d)\s+Num slots: \d+.*?Num procs: (\d+)", out, re.S) == [("n1", "2"), ("n2", "2")]

@@ -35,6 +35,11 @@ def _render(site, tmp_path, nodes=2, image=None, net_plugin=None, **options) -> 
     return text
 
 
+# CSD3's shipped line is Open MPI's count with -npernode and gpu-local ranks; tests that take its profile as a base
+# for another line start from hpcdl's restated one
+CSD3_RESTATED = {"launch.mpirun_layout": "restate", "launch.rank_cpus": "plan", "launch.ranks_per_node_option": None}
+
+
 def _profile(tmp_path, base: Path, **changes):
     data = yaml.safe_load(base.read_text())
     for key, value in changes.items():
@@ -1597,8 +1602,10 @@ def test_a_centres_own_mpirun_command_lays_the_ranks_out_from_a_header_of_nodes_
     # both ordinary mpirun arguments and the special --bede-par <distrib> option, allowing control over how MPI jobs
     # launch, e.g. one MPI rank per CPU core or GPU"
     csd3 = SHIPPED / "csd3-ampere.yaml"
-    own = {"launch.command": ["site-mpirun"], "launch.args": ["--site-par", "1ppg"], "defaults.total_tasks": False}
-    site = _profile(tmp_path, csd3, **own, **{"launch.mpirun_layout": "command", "defaults.batch_request": "nodes"})
+    # CSD3's own line is Open MPI's count (mpirun_layout: count, -npernode, gpu-local): here a centre's command on its base
+    own = {"launch.command": ["site-mpirun"], "launch.args": ["--site-par", "1ppg"], "defaults.total_tasks": False,
+           **CSD3_RESTATED}
+    site = _profile(tmp_path, csd3, **{**own, "launch.mpirun_layout": "command", "defaults.batch_request": "nodes"})
     text = _render(site, tmp_path, account="p-GPU")
     header = [line for line in text.splitlines() if line.startswith("#SBATCH ")]
     assert "#SBATCH --nodes=2" in header and "#SBATCH --gres=gpu:4" in header
@@ -2158,7 +2165,8 @@ def test_a_centres_own_launcher_takes_each_nodes_ranks_and_the_exports_by_option
     # VSC staff start it as ['mympirun', '--hybrid', str(job.num_tasks_per_node)] (EESSI test suite,
     # config/vsc_hortense.py). A fixed --hybrid 4 in launch.args would start four ranks for a one-GPU job
     csd3 = SHIPPED / "csd3-ampere.yaml"
-    own = {"launch.command": ["mympirun"], "launch.mpirun_layout": "command", "defaults.total_tasks": False,
+    own = {**CSD3_RESTATED, "launch.command": ["mympirun"], "launch.mpirun_layout": "command",
+           "defaults.total_tasks": False,
            "launch.ranks_per_node_option": "--hybrid", "launch.env_list_option": "--variablesprefix"}
     site = _profile(tmp_path, csd3, **own)
     line = next(line for line in _render(site, tmp_path, account="p-GPU").splitlines() if line.startswith("mympirun "))
@@ -2361,6 +2369,24 @@ def test_ranks_that_find_their_cpus_near_their_gpu_are_given_none_by_the_plan(tm
     assert all(r.cpus == () for r in make_plan(counted, JobRequest(nodes=2)).ranks)
     with pytest.raises(HpcdlError, match=r"launch.rank_cpus"):
         _profile(tmp_path, arc, **{"launch.rank_cpus": "nearest"})
+
+
+def test_gpu_local_is_refused_where_no_variable_names_a_shared_nodes_gpus(tmp_path):
+    """A gpu-local rank finds its GPU among all the node's (sysfs lists every one) by the ids Slurm gives the job's
+    (SLURM_JOB_GPUS, node-wide). Imperial's CX3 shares its GPU nodes under PBS, which names a job's GPUs by UUID:
+    "CUDA_VISIBLE_DEVICES will be set automatically with the UUID of the allocated GPUs. Our systems utilises Cgroups,
+    meaning you will only be able to see the resource that is allocated to your job"
+    (https://icl-rcs-user-guide.readthedocs.io/en/latest/hpc/queues/gpu-jobs/); a job holding a node's GPUs 4 and 5
+    would bind its ranks near GPUs 0 and 1. Refused there in one line naming the field; on whole nodes the job holds
+    every GPU and the plan's GPU i is the node's i-th."""
+    cx3 = SHIPPED / "imperial-cx3.yaml"
+    unbound = {"launch.rank_cpus": "gpu-local", "launch.args": ["--bind-to", "none"]}
+    with pytest.raises(HpcdlError, match=r"launch\.rank_cpus: gpu-local .* under pbs a job on a shared node "
+                                         r"\(defaults\.exclusive: false\)"):
+        _profile(tmp_path, cx3, **unbound)
+    assert _profile(tmp_path, cx3, **unbound, **{"defaults.exclusive": True}).launch.rank_cpus == "gpu-local"
+    # under Slurm the job's GPUs are named, shared node or not (JHU Rockfish: exclusive: false)
+    assert load_site_file(SHIPPED / "rockfish-gpu.yaml").launch.rank_cpus == "gpu-local"
 
 def test_a_job_is_not_submitted_from_a_folder_the_centres_scheduler_refuses(tmp_path):
     # The Alliance's Cedar (github.com/SciNetHPC/alliance-docs-mcp @6c7dd7908bc2318096aab09ef9cc6af87c316118,

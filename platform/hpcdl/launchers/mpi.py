@@ -47,6 +47,13 @@ class OpenMpiLauncher(Launcher):
             # (SLURM_TASKS_PER_NODE), node by node, so local rank i is the plan's; no --map-by or --bind-to is
             # written, and each rank binds itself to its cores from plan.json
             argv += ["-np", str(plan.world_size)]
+            if (site.defaults.batch_request == "cores" and plan.nodes > 1
+                    and not site.launch.ranks_per_node_option):
+                # a header of the job's cores as one-CPU tasks (CU Boulder Alpine) gives each node more slots than
+                # ranks, and -np alone would fill the first node's: on several nodes the line names each node's
+                # ranks (Open MPI's "--map-by ppr:N:node"), still no binding; on one node the count alone, as the
+                # centre writes it
+                argv += ["--map-by", f"ppr:{plan.ranks_per_node}:node"]
         elif site.launch.mpirun_binds_no_rank:
             argv += ["-np", str(plan.world_size)]
             # the centre's own -bind-to none (PSC's Bridges-2 lines), kept in launch.args as written: mpirun
@@ -67,7 +74,9 @@ class OpenMpiLauncher(Launcher):
             argv += ["--hostfile", Expanding(HOSTFILE[site.scheduler])]
         if site.launch.ranks_per_node_option:
             # the centre's own launcher takes each node's ranks as an option of its own (HPC-UGent's mympirun:
-            # "--hybrid N", "the number of processes started on each available physical node"): the plan's
+            # "--hybrid N", "the number of processes started on each available physical node"), or the centre's
+            # Open MPI line beside its count names them (CSD3's "mpirun -npernode $mpi_tasks_per_node -np $np"): the
+            # plan's
             argv += [site.launch.ranks_per_node_option, str(plan.ranks_per_node)]
         if site.launch.env_list_option:
             # ... and the variables to carry as one comma-separated list, where it takes no -x (mympirun:

@@ -1348,7 +1348,9 @@ class Launch(_Strict):
             "rank count alone and Open MPI lays the ranks over the slots the #SBATCH header's tasks give each node "
             "(JHU ARCH's Rockfish: '#SBATCH --ntasks-per-node=8', '#SBATCH --cpus-per-task=6', 'mpirun -np 8 "
             "bin/gmx_mpi ...'): the line is -np N, the -x exports and launch.args, no --map-by and no --bind-to, and "
-            "each rank binds itself to its cores from plan.json"
+            "each rank binds itself to its cores from plan.json; under a header of cores as one-CPU tasks "
+            "(defaults.batch_request: cores, CU Boulder Alpine's 'mpirun -np 4') a job of several nodes adds "
+            "--map-by ppr:R:node, since -np alone would fill the first node's slots"
         ),
     )
     ranks_per_node_option: OptionName | None = Field(
@@ -1357,7 +1359,9 @@ class Launch(_Strict):
             "with mpirun_layout: command, the option of the centre's own launcher that takes the ranks it starts on "
             "each node, where the centre's line says them so: the line then names it with the plan's ranks per node "
             "(HPC-UGent's mympirun on VSC Hortense: 'mympirun --hybrid N', 'the number of processes started on each "
-            "available physical node', which a fixed launch.args word would say for a full node only)"
+            "available physical node', which a fixed launch.args word would say for a full node only); or, with "
+            "mpirun_layout: count, Open MPI's own option for it where the centre's line names it beside the count "
+            "(CSD3's Wilkes-3 template: 'mpirun -npernode $mpi_tasks_per_node -np $np')"
         ),
     )
     env_list_option: OptionName | None = Field(
@@ -1432,7 +1436,8 @@ class Launch(_Strict):
             "PyTorch's measurements). Only where the launch line binds no task itself (srun with "
             "cpu_bind_default none or unstated, or --cpu-bind=none in launch.args; a per-node spawner; Open MPI's "
             "mpirun with --bind-to none in launch.args, or with mpirun_layout: count, whose line names no binding "
-            "and whose ranks bind themselves)"
+            "and whose ranks bind themselves); under a scheduler other than Slurm only on whole nodes "
+            "(defaults.exclusive), a job's GPUs among its node's being named by Slurm alone"
         ),
     )
     gpu_bind_default: Literal["none"] | None = Field(
@@ -1792,7 +1797,7 @@ class Site(_Strict):
             # the line names the count alone and Open MPI takes each node's slots from the header's tasks
             # (SLURM_TASKS_PER_NODE): a header of its ranks' tasks under Slurm, with Open MPI's own mpirun
             if (self.launcher != "mpirun" or self.mpi != "openmpi" or self.scheduler != "slurm"
-                    or self.defaults.batch_request != "tasks"):
+                    or self.defaults.batch_request not in ("tasks", "cores")):
                 raise ValueError(f"launch.mpirun_layout: count names Open MPI's rank count alone and leaves each "
                                  f"node's ranks to the slots a Slurm header of tasks gives it, but the launcher is "
                                  f"{self.launcher}, the MPI {self.mpi}, the scheduler {self.scheduler} and "
@@ -1805,9 +1810,13 @@ class Site(_Strict):
             option = getattr(self.launch, field)
             if option is None:
                 continue
-            if self.launch.mpirun_layout != "command":
-                raise ValueError(f"launch.{field}: {option} is an option of the centre's own launcher command, "
-                                 f"which lays the ranks out itself (launch.mpirun_layout: command), but "
+            # each node's ranks may also be said beside Open MPI's count (mpirun_layout: count: CSD3's "mpirun
+            # -npernode $mpi_tasks_per_node -np $np"); a list of variables only by the centre's own command, Open MPI
+            # taking -x
+            allowed = ("command", "count") if field == "ranks_per_node_option" else ("command",)
+            if self.launch.mpirun_layout not in allowed:
+                raise ValueError(f"launch.{field}: {option} names what the centre's line says beside the layout "
+                                 f"hpcdl leaves to it (launch.mpirun_layout: {' or '.join(allowed)}), but "
                                  f"mpirun_layout is {self.launch.mpirun_layout}")
             if option_value(self.launch.args, option) is not None:
                 raise ValueError(f"launch.{field}: {option} is written from the plan, and launch.args names it "
@@ -1825,9 +1834,10 @@ class Site(_Strict):
         # Alpine: "a 50-core job ... using 2 GPUs: --nodes=1 --ntasks=50 --gres=gpu:2", "mpirun -np 4")
         if self.defaults.batch_request == "cores" and (
                 self.scheduler != "slurm" or self.launcher not in ("srun", "mpirun")
-                or (self.launcher == "mpirun" and (self.mpi != "openmpi" or self.launch.mpirun_layout != "restate"))):
+                or (self.launcher == "mpirun" and (self.mpi != "openmpi"
+                                                   or self.launch.mpirun_layout not in ("restate", "count")))):
             raise ValueError(f"defaults.batch_request: cores leaves the ranks' tasks and CPUs to srun or to Open MPI's "
-                             f"mpirun (launch.mpirun_layout: restate), but the scheduler is {self.scheduler}, the "
+                             f"mpirun (launch.mpirun_layout: restate or count), but the scheduler is {self.scheduler}, the "
                              f"launcher {self.launcher} and the MPI {self.mpi}")
         if self.defaults.batch_request == "cores" and self.defaults.gpu_request == "gpus-per-task":
             raise ValueError("defaults.batch_request: cores asks a task of one CPU per core, and defaults.gpu_request: "
@@ -1976,6 +1986,16 @@ class Site(_Strict):
                 "binds each task to cores itself; say it binds none (srun: launch.cpu_bind_default: none or unstated, "
                 "or --cpu-bind=none in launch.args; mpirun: --bind-to none in launch.args, or mpirun_layout: count), "
                 "or keep rank_cpus: plan")
+        if self.launch.rank_cpus == "gpu-local" and self.scheduler != "slurm" and not self.defaults.exclusive:
+            # a rank learns which of its node's GPUs its job holds from Slurm alone (SLURM_STEP_GPUS, SLURM_JOB_GPUS:
+            # node-wide ids); elsewhere it takes the plan's GPU i as the node's i-th, which on a node jobs share may be
+            # another job's, and would bind near that one (PBS's cgroup hook names a job's GPUs by UUID in
+            # CUDA_VISIBLE_DEVICES, while sysfs lists every GPU of the node)
+            raise ValueError(
+                f"launch.rank_cpus: gpu-local has each rank find the node's GPU it drives among all the node's GPUs, "
+                f"but under {self.scheduler} a job on a shared node (defaults.exclusive: false) may hold other GPUs "
+                "than the node's first, which only Slurm's SLURM_JOB_GPUS names; keep rank_cpus: plan, or take whole "
+                "nodes (defaults.exclusive: true)")
         if self.launch.spawner != "none":
             self._spawner_fits()
         if self.launch.spawner_rendezvous != "c10d" and self.launch.spawner != "torchrun":
