@@ -390,8 +390,8 @@ def test_a_step_takes_from_the_job_what_the_header_asked(slurm_clusters, tmp_pat
     steps = "\n".join(f"echo '== {name}'; srun {shlex.join(line)} bash -c {shlex.quote(probe)} | sort" for name, line in lines.items())
     job = tmp_path / "job.sh"
     job.write_text(f"#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --cpus-per-task=1\n"
-                   f"#SBATCH --gpus-per-node=4\n#SBATCH --time=00:05:00\n{steps}\n")
-    done = cluster.sbatch("--wait", f"--output={tmp_path / 'out.txt'}", job, timeout=180)
+                   f"#SBATCH --gpus-per-node=4\n#SBATCH --time=00:09:00\n{steps}\n")
+    done = cluster.sbatch("--wait", f"--output={tmp_path / 'out.txt'}", job, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr + cluster.logs()
     text = (tmp_path / "out.txt").read_text()
     started = {block.split("\n", 1)[0]: block.split("\n", 1)[1].strip() for block in text.split("== ")[1:]}
