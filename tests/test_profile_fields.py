@@ -2350,6 +2350,38 @@ def test_ranks_that_find_their_cpus_near_their_gpu_are_given_none_by_the_plan(tm
     with pytest.raises(HpcdlError, match=r"launch.rank_cpus"):
         _profile(tmp_path, arc, **{"launch.rank_cpus": "nearest"})
 
+def test_an_mpirun_of_the_rank_count_and_the_ranks_a_node_binds_no_rank(tmp_path):
+    """launch.mpirun_layout: per-node, where the centre names mpirun and none of its options and the header's slots
+    are not the ranks (KU Leuven's wICE: "We recommend to start MPI applications using the launcher that comes with
+    the MPI implementation (typically called mpirun)", a GPU's 18 cores asked as 18 one-CPU tasks): the line is the
+    rank count and each node's ranks, --map-by ppr:R:node (else Open MPI fills the first node's 72 slots), with no PE=
+    and no --bind-to, so each rank may find its cores near its GPU (rank_cpus: gpu-local); refused, naming the field,
+    under another launcher, beside a header of nodes alone and beside a --map-by or --bind-to in launch.args."""
+    wice = SHIPPED / "wice-gpu.yaml"
+    site = load_site_file(wice)
+    assert site.launch.mpirun_layout == "per-node" and site.defaults.batch_request == "cores"
+    plan = make_plan(site, JobRequest(nodes=2))
+    argv = list(plan.launcher_argv)
+    assert argv[:5] == ["mpirun", "-np", "8", "--map-by", "ppr:4:node"], argv
+    assert not any(word.startswith(("--bind-to", "-bind-to")) or "PE=" in word for word in argv), argv
+    assert all(r.cpus == () and len(r.cores) == 18 for r in plan.ranks)
+    one = list(make_plan(site, JobRequest(nodes=1, ranks_per_node=1)).launcher_argv)
+    assert one[:5] == ["mpirun", "-np", "1", "--map-by", "ppr:1:node"]
+    # hpcdl's own Open MPI line binds each rank to cores: no rank could then choose its own
+    with pytest.raises(HpcdlError, match=r"launch.rank_cpus: gpu-local has each rank choose its CPUs at run time"):
+        _profile(tmp_path, wice, **{"launch.mpirun_layout": "restate"})
+    with pytest.raises(HpcdlError, match=r"launch.mpirun_layout: per-node writes its own --map-by and no binding, "
+                                         r"but launch.args names --bind-to"):
+        _profile(tmp_path, wice, **{"launch.args": ["--bind-to", "none"]})
+    with pytest.raises(HpcdlError, match=r"launch.mpirun_layout: per-node names Open MPI's rank count"):
+        _profile(tmp_path, SHIPPED / "tinkercliffs-gpu.yaml", **{"launch.mpirun_layout": "per-node"})
+    with pytest.raises(HpcdlError, match=r"launch.mpirun_layout: per-node names Open MPI's rank count"):
+        _profile(tmp_path, SHIPPED / "rockfish-gpu.yaml", **{"launch.mpirun_layout": "per-node",
+                                                              "defaults.batch_request": "nodes"})
+    with pytest.raises(HpcdlError, match=r"launch.mpirun_layout"):
+        _profile(tmp_path, wice, **{"launch.mpirun_layout": "ppr"})
+
+
 def test_a_job_is_not_submitted_from_a_folder_the_centres_scheduler_refuses(tmp_path):
     # The Alliance's Cedar (github.com/SciNetHPC/alliance-docs-mcp @6c7dd7908bc2318096aab09ef9cc6af87c316118,
     # docs/pages/General/Cedar.md): "Submitting jobs from directories residing in /home is not permitted, transfer the

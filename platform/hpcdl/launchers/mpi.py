@@ -47,6 +47,12 @@ class OpenMpiLauncher(Launcher):
             # (SLURM_TASKS_PER_NODE), node by node, so local rank i is the plan's; no --map-by or --bind-to is
             # written, and each rank binds itself to its cores from plan.json
             argv += ["-np", str(plan.world_size)]
+        elif site.launch.mpirun_layout == "per-node":
+            # the centre names mpirun and none of its options, and the header's slots are not the ranks (KU Leuven's
+            # wICE asks a GPU's 18 cores as 18 one-CPU tasks): Open MPI is told the count and each node's ranks
+            # ("--map-by ppr:N:<object> Launch N times the number of objects of the specified type on each node",
+            # mpirun(1)), else it would fill the first node's slots; no binding word, each rank binding itself
+            argv += ["-np", str(plan.world_size), "--map-by", f"ppr:{plan.ranks_per_node}:node"]
         elif site.launch.mpirun_binds_no_rank:
             argv += ["-np", str(plan.world_size)]
             # the centre's own -bind-to none (PSC's Bridges-2 lines), kept in launch.args as written: mpirun

@@ -1333,7 +1333,7 @@ class Launch(_Strict):
             "required where the node has GPUs) and drives the plan's"
         ),
     )
-    mpirun_layout: Literal["restate", "command", "count"] = Field(
+    mpirun_layout: Literal["restate", "command", "count", "per-node"] = Field(
         default="restate",
         description=(
             "how Open MPI's mpirun line gives the ranks their layout: restate (hpcdl's -np, --map-by ppr:R:node:PE=C "
@@ -1345,7 +1345,12 @@ class Launch(_Strict):
             "rank count alone and Open MPI lays the ranks over the slots the #SBATCH header's tasks give each node "
             "(JHU ARCH's Rockfish: '#SBATCH --ntasks-per-node=8', '#SBATCH --cpus-per-task=6', 'mpirun -np 8 "
             "bin/gmx_mpi ...'): the line is -np N, the -x exports and launch.args, no --map-by and no --bind-to, and "
-            "each rank binds itself to its cores from plan.json"
+            "each rank binds itself to its cores from plan.json; or per-node, where the centre names mpirun with no "
+            "options of its own and the header's slots are not the ranks (KU Leuven's wICE: 'We recommend to start MPI "
+            "applications using the launcher that comes with the MPI implementation (typically called mpirun)', under "
+            "'--ntasks=18 --gpus-per-node=1', a GPU's cores asked as one-CPU tasks): the line is -np N and --map-by "
+            "ppr:R:node (mpirun(1): 'Launch N times the number of objects of the specified type on each node'), the "
+            "-x exports and launch.args, no PE= and no --bind-to, and each rank binds itself to its cores"
         ),
     )
     ranks_per_node_option: OptionName | None = Field(
@@ -1428,8 +1433,8 @@ class Launch(_Strict):
             "--numa-binding does the same ('bind worker processes to CPUs near their assigned GPUs', 1-10 % faster in "
             "PyTorch's measurements). Only where the launch line binds no task itself (srun with "
             "cpu_bind_default none or unstated, or --cpu-bind=none in launch.args; a per-node spawner; Open MPI's "
-            "mpirun with --bind-to none in launch.args, or with mpirun_layout: count, whose line names no binding "
-            "and whose ranks bind themselves)"
+            "mpirun with --bind-to none in launch.args, or with mpirun_layout: count or per-node, whose line names no "
+            "binding and whose ranks bind themselves)"
         ),
     )
     gpu_bind_default: Literal["none"] | None = Field(
@@ -1798,6 +1803,21 @@ class Site(_Strict):
                 if mpirun_option_of(self.launch.args, option) is not None:
                     raise ValueError(f"launch.mpirun_layout: count names no mapping or binding, but launch.args "
                                      f"names --{option}; leave mpirun_layout at restate to keep the centre's")
+        if self.launch.mpirun_layout == "per-node":
+            # the line names the rank count and each node's ranks (--map-by ppr:R:node) and no binding: Open MPI's own
+            # mpirun, over the slots a header of tasks or of one-CPU tasks gives each node (a header of nodes alone
+            # gives each node one slot, too few for its ranks)
+            if (self.launcher != "mpirun" or self.mpi != "openmpi"
+                    or self.defaults.batch_request not in ("tasks", "cores")):
+                raise ValueError(f"launch.mpirun_layout: per-node names Open MPI's rank count and ranks a node and no "
+                                 f"binding, over the slots the header's tasks give each node, but the launcher is "
+                                 f"{self.launcher}, the MPI {self.mpi} and defaults.batch_request "
+                                 f"{self.defaults.batch_request}")
+            for option in ("map-by", "bind-to"):
+                if mpirun_option_of(self.launch.args, option) is not None:
+                    raise ValueError(f"launch.mpirun_layout: per-node writes its own --map-by and no binding, but "
+                                     f"launch.args names --{option}; leave mpirun_layout at restate to keep the "
+                                     f"centre's")
         for field in ("ranks_per_node_option", "env_list_option"):
             option = getattr(self.launch, field)
             if option is None:
@@ -1822,9 +1842,10 @@ class Site(_Strict):
         # Alpine: "a 50-core job ... using 2 GPUs: --nodes=1 --ntasks=50 --gres=gpu:2", "mpirun -np 4")
         if self.defaults.batch_request == "cores" and (
                 self.scheduler != "slurm" or self.launcher not in ("srun", "mpirun")
-                or (self.launcher == "mpirun" and (self.mpi != "openmpi" or self.launch.mpirun_layout != "restate"))):
+                or (self.launcher == "mpirun"
+                    and (self.mpi != "openmpi" or self.launch.mpirun_layout not in ("restate", "per-node")))):
             raise ValueError(f"defaults.batch_request: cores leaves the ranks' tasks and CPUs to srun or to Open MPI's "
-                             f"mpirun (launch.mpirun_layout: restate), but the scheduler is {self.scheduler}, the "
+                             f"mpirun (launch.mpirun_layout: restate or per-node), but the scheduler is {self.scheduler}, the "
                              f"launcher {self.launcher} and the MPI {self.mpi}")
         if self.defaults.batch_request == "cores" and self.defaults.gpu_request == "gpus-per-task":
             raise ValueError("defaults.batch_request: cores asks a task of one CPU per core, and defaults.gpu_request: "
@@ -1971,7 +1992,8 @@ class Site(_Strict):
             raise ValueError(
                 f"launch.rank_cpus: gpu-local has each rank choose its CPUs at run time, but the {self.launcher} line "
                 "binds each task to cores itself; say it binds none (srun: launch.cpu_bind_default: none or unstated, "
-                "or --cpu-bind=none in launch.args; mpirun: --bind-to none in launch.args, or mpirun_layout: count), "
+                "or --cpu-bind=none in launch.args; mpirun: --bind-to none in launch.args, or mpirun_layout: count or "
+                "per-node), "
                 "or keep rank_cpus: plan")
         if self.launch.spawner != "none":
             self._spawner_fits()
@@ -2092,11 +2114,12 @@ class Site(_Strict):
         """The launch line binds no task to cores, so each rank binds itself: srun under a per-node spawner (one task
         holding the node's CPUs), a bare srun whose site binds none or does not say (cpu_bind_default none,
         unstated), the centre's own --cpu-bind=none, or Open MPI's mpirun with the centre's --bind-to none or a
-        line of the rank count alone (mpirun_layout: count: no binding word, Open MPI's default binding, which
-        each rank replaces with its own, as it does plan.json's cores there)."""
+        line of the rank count alone, or of the count and the ranks a node (mpirun_layout: count, per-node: no binding
+        word, Open MPI's default binding, which each rank replaces with its own, as it does plan.json's cores there)."""
         if self.launcher == "srun":
             return self.launch.spawner != "none" or self.launch.srun_binds_no_task
-        return self.launcher == "mpirun" and (self.launch.mpirun_binds_no_rank or self.launch.mpirun_layout == "count")
+        return self.launcher == "mpirun" and (self.launch.mpirun_binds_no_rank
+                                              or self.launch.mpirun_layout in ("count", "per-node"))
 
     def _spawner_fits(self) -> None:
         """launch.spawner: srun starts one task per node, and a per-node launcher spawns the node's ranks: the one
