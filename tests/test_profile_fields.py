@@ -2388,6 +2388,27 @@ def test_gpu_local_is_refused_where_no_variable_names_a_shared_nodes_gpus(tmp_pa
     # under Slurm the job's GPUs are named, shared node or not (JHU Rockfish: exclusive: false)
     assert load_site_file(SHIPPED / "rockfish-gpu.yaml").launch.rank_cpus == "gpu-local"
 
+
+def test_an_mpirun_the_centre_recommends_over_a_header_of_cores_binds_no_rank(tmp_path):
+    """KU Leuven's wICE: "We recommend to start MPI applications using the launcher that comes with the MPI
+    implementation (typically called mpirun)", a GPU's 18 cores asked as 18 one-CPU tasks. Its profile takes Open MPI's
+    count (launch.mpirun_layout: count) with no binding word, so each rank finds its cores near its GPU (rank_cpus:
+    gpu-local); on several nodes the line also names each node's ranks, --map-by ppr:R:node, else Open MPI fills the
+    first node's 72 slots. hpcdl's own Open MPI line binds each rank, so no rank could choose its own there."""
+    wice = SHIPPED / "wice-gpu.yaml"
+    site = load_site_file(wice)
+    assert site.launch.mpirun_layout == "count" and site.defaults.batch_request == "cores"
+    plan = make_plan(site, JobRequest(nodes=2))
+    argv = list(plan.launcher_argv)
+    assert argv[:5] == ["mpirun", "-np", "8", "--map-by", "ppr:4:node"], argv
+    assert not any(word.startswith(("--bind-to", "-bind-to")) or "PE=" in word for word in argv), argv
+    assert all(r.cpus == () and len(r.cores) == 18 for r in plan.ranks)
+    one = list(make_plan(site, JobRequest(nodes=1, ranks_per_node=1)).launcher_argv)
+    assert one[:3] == ["mpirun", "-np", "1"] and "--map-by" not in one
+    with pytest.raises(HpcdlError, match=r"launch.rank_cpus: gpu-local has each rank choose its CPUs at run time"):
+        _profile(tmp_path, wice, **{"launch.mpirun_layout": "restate"})
+
+
 def test_a_job_is_not_submitted_from_a_folder_the_centres_scheduler_refuses(tmp_path):
     # The Alliance's Cedar (github.com/SciNetHPC/alliance-docs-mcp @6c7dd7908bc2318096aab09ef9cc6af87c316118,
     # docs/pages/General/Cedar.md): "Submitting jobs from directories residing in /home is not permitted, transfer the

@@ -20,10 +20,10 @@ fi
 export HPCDL_PROGRESS
 
 # Rank layout on every node (from the plan):
-#   local rank 0: socket 0, cores 0-17, GPU 0, NIC -, 18 thread(s)
-#   local rank 1: socket 0, cores 18-35, GPU 1, NIC -, 18 thread(s)
-#   local rank 2: socket 1, cores 36-53, GPU 2, NIC -, 18 thread(s)
-#   local rank 3: socket 1, cores 54-71, GPU 3, NIC -, 18 thread(s)
+#   local rank 0: 18 cores near its GPU (found at run time), GPU 0, NIC -, 18 thread(s)
+#   local rank 1: 18 cores near its GPU (found at run time), GPU 1, NIC -, 18 thread(s)
+#   local rank 2: 18 cores near its GPU (found at run time), GPU 2, NIC -, 18 thread(s)
+#   local rank 3: 18 cores near its GPU (found at run time), GPU 3, NIC -, 18 thread(s)
 
 # The site's Slurm keeps the submitting environment out (defaults.export_default: none); set as an --export, that
 # would reach every srun through SLURM_EXPORT_ENV, and the ranks need this script's exports.
@@ -36,6 +36,14 @@ HPCDL_JOB_ID=$SLURM_JOB_ID
 HPCDL_JOB_NAME=digits-quick
 export HPCDL_JOB_ID HPCDL_JOB_NAME
 
+# The site's software stack. The job runs in a login shell (bash -l), so `module` comes from
+# /etc/profile as in the centre's own scripts; module scripts read unset variables, hence
+# set +u around them.
+set +u
+module use /apps/leuven/icelake/2021a/modules/all
+module load OpenMPI
+set -u
+
 HPCDL_JOB_DIR=${HPCDL_JOB_DIR:-"$SLURM_SUBMIT_DIR/hpcdl-runs/digits-quick-$HPCDL_JOB_ID"}
 mkdir -p "$HPCDL_JOB_DIR"
 cd "$HPCDL_JOB_DIR"
@@ -43,7 +51,7 @@ export HPCDL_JOB_DIR
 
 # The plan and the recipe travel inside the script, so the job is a complete record.
 cat > plan.json <<'HPCDL_PLAN_JSON'
-{"distributed": "nccl", "env": {"HPCDL_INTER_OP_THREADS": "1", "HPCDL_INTRA_OP_THREADS": "18", "KMP_AFFINITY": "granularity=fine,compact,1,0", "KMP_BLOCKTIME": "1", "OMP_NUM_THREADS": "18", "OMP_PLACES": "cores", "OMP_PROC_BIND": "close"}, "framework": "pytorch", "launcher": "srun", "launcher_argv": ["srun", "--nodes=2", "--ntasks=8", "--ntasks-per-node=4", "--cpus-per-task=18", "--distribution=block:block", "--cpu-bind=cores", "--gpus-per-node=4", "--gpu-bind=map_gpu:0,1,2,3"], "mode": "per-gpu", "node_kind": "a100", "nodes": 2, "notes": ["one rank per GPU: 4 of 4 GPUs, spread evenly over the sockets"], "precision": "fp32", "ranks": [{"cores": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], "cpus": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], "env": {"CUDA_VISIBLE_DEVICES": "0"}, "gpus": [0], "local_rank": 0, "nic": null, "node": 0, "omp_num_threads": 18, "rank": 0, "socket": 0}, {"cores": [18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35], "cpus": [18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35], "env": {"CUDA_VISIBLE_DEVICES": "1"}, "gpus": [1], "local_rank": 1, "nic": null, "node": 0, "omp_num_threads": 18, "rank": 1, "socket": 0}, {"cores": [36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53], "cpus": [36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53], "env": {"CUDA_VISIBLE_DEVICES": "2"}, "gpus": [2], "local_rank": 2, "nic": null, "node": 0, "omp_num_threads": 18, "rank": 2, "socket": 1}, {"cores": [54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71], "cpus": [54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71], "env": {"CUDA_VISIBLE_DEVICES": "3"}, "gpus": [3], "local_rank": 3, "nic": null, "node": 0, "omp_num_threads": 18, "rank": 3, "socket": 1}, {"cores": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], "cpus": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], "env": {"CUDA_VISIBLE_DEVICES": "0"}, "gpus": [0], "local_rank": 0, "nic": null, "node": 1, "omp_num_threads": 18, "rank": 4, "socket": 0}, {"cores": [18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35], "cpus": [18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35], "env": {"CUDA_VISIBLE_DEVICES": "1"}, "gpus": [1], "local_rank": 1, "nic": null, "node": 1, "omp_num_threads": 18, "rank": 5, "socket": 0}, {"cores": [36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53], "cpus": [36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53], "env": {"CUDA_VISIBLE_DEVICES": "2"}, "gpus": [2], "local_rank": 2, "nic": null, "node": 1, "omp_num_threads": 18, "rank": 6, "socket": 1}, {"cores": [54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71], "cpus": [54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71], "env": {"CUDA_VISIBLE_DEVICES": "3"}, "gpus": [3], "local_rank": 3, "nic": null, "node": 1, "omp_num_threads": 18, "rank": 7, "socket": 1}], "ranks_per_node": 4, "runtime": {"framework_from": "the cuda12-openmpi image (pytorch 2.8.0)", "image": "cuda12-openmpi", "kind": "image", "modules": [], "mpi_from": "the image's openmpi 4.1.6 (openmpi ABI) under srun (srun with the site's Slurm MpiDefault (launch.srun_mpi: default))", "net_plugin_from": null, "net_plugin_library": null, "refusal": null, "runtime": "singularity", "verdict": "images compat accepts cuda12-openmpi"}, "site": "wice-gpu", "threads_per_rank": 18, "world_size": 8}
+{"distributed": "nccl", "env": {"HPCDL_INTER_OP_THREADS": "1", "HPCDL_INTRA_OP_THREADS": "18", "KMP_AFFINITY": "granularity=fine,compact,1,0", "KMP_BLOCKTIME": "1", "OMP_NUM_THREADS": "18", "OMP_PLACES": "cores", "OMP_PROC_BIND": "close"}, "framework": "pytorch", "launcher": "mpirun", "launcher_argv": ["mpirun", "-np", "8", "--map-by", "ppr:4:node", "-x", "HPCDL_INTER_OP_THREADS", "-x", "HPCDL_INTRA_OP_THREADS", "-x", "KMP_AFFINITY", "-x", "KMP_BLOCKTIME", "-x", "MASTER_ADDR", "-x", "MASTER_PORT", "-x", "OMP_NUM_THREADS", "-x", "OMP_PLACES", "-x", "OMP_PROC_BIND"], "mode": "per-gpu", "node_kind": "a100", "nodes": 2, "notes": ["one rank per GPU: 4 of 4 GPUs, spread evenly over the sockets", "each rank binds itself at run time to 18 cores of those its node reports nearest its GPU (launch.rank_cpus: gpu-local, the GPU's local_cpulist): the centre publishes no map of which cores go with which GPU, so the plan names none per rank"], "precision": "fp32", "rank_cpus": "gpu-local", "ranks": [{"cores": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], "cpus": [], "env": {"CUDA_VISIBLE_DEVICES": "0"}, "gpus": [0], "local_rank": 0, "nic": null, "node": 0, "omp_num_threads": 18, "rank": 0, "socket": 0}, {"cores": [18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35], "cpus": [], "env": {"CUDA_VISIBLE_DEVICES": "1"}, "gpus": [1], "local_rank": 1, "nic": null, "node": 0, "omp_num_threads": 18, "rank": 1, "socket": 0}, {"cores": [36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53], "cpus": [], "env": {"CUDA_VISIBLE_DEVICES": "2"}, "gpus": [2], "local_rank": 2, "nic": null, "node": 0, "omp_num_threads": 18, "rank": 2, "socket": 1}, {"cores": [54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71], "cpus": [], "env": {"CUDA_VISIBLE_DEVICES": "3"}, "gpus": [3], "local_rank": 3, "nic": null, "node": 0, "omp_num_threads": 18, "rank": 3, "socket": 1}, {"cores": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], "cpus": [], "env": {"CUDA_VISIBLE_DEVICES": "0"}, "gpus": [0], "local_rank": 0, "nic": null, "node": 1, "omp_num_threads": 18, "rank": 4, "socket": 0}, {"cores": [18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35], "cpus": [], "env": {"CUDA_VISIBLE_DEVICES": "1"}, "gpus": [1], "local_rank": 1, "nic": null, "node": 1, "omp_num_threads": 18, "rank": 5, "socket": 0}, {"cores": [36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53], "cpus": [], "env": {"CUDA_VISIBLE_DEVICES": "2"}, "gpus": [2], "local_rank": 2, "nic": null, "node": 1, "omp_num_threads": 18, "rank": 6, "socket": 1}, {"cores": [54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71], "cpus": [], "env": {"CUDA_VISIBLE_DEVICES": "3"}, "gpus": [3], "local_rank": 3, "nic": null, "node": 1, "omp_num_threads": 18, "rank": 7, "socket": 1}], "ranks_per_node": 4, "runtime": {"framework_from": "the cuda12-openmpi image (pytorch 2.8.0)", "image": "cuda12-openmpi", "kind": "image", "modules": [], "mpi_from": "the image's openmpi 4.1.6 (openmpi ABI) under mpirun (the host's openmpi mpirun (hybrid model))", "net_plugin_from": null, "net_plugin_library": null, "refusal": null, "runtime": "singularity", "verdict": "images compat accepts cuda12-openmpi"}, "site": "wice-gpu", "threads_per_rank": 18, "world_size": 8}
 HPCDL_PLAN_JSON
 cat > recipe.json <<'HPCDL_RECIPE_JSON'
 {"activation_budget_mib": null, "aux_heads": false, "base_lr": 0.01, "batch_size": 32, "bucket_cap_mb": null, "channels_last": false, "class_weighting": "none", "clip_gradients": null, "collective_timeout_s": 300.0, "compile": "none", "cudnn_benchmark": true, "data": {"crop": null, "holdout_fraction": 0.2, "image_size": 32, "loader": "hpcdl", "mean_value": null, "mirror": false, "num_classes": null, "path": null, "scale": 1.0, "shuffle": "global", "source": "digits", "stage": false, "synthetic_samples": 1024, "transform": "auto", "workers": null}, "delta": 1e-08, "device": "auto", "display": 20, "distributed": "auto", "epochs": null, "framework": "pytorch", "gamma": 0.1, "gradient_as_bucket_view": true, "gradient_compression": "none", "gradient_lag": false, "iter_size": 1, "label_smoothing": 0.0, "larc_eps": 1e-08, "larc_mode": "clip", "loss_scale": "dynamic", "lr_policy": "multistep", "max_iter": 500, "momentum": 0.9, "momentum2": 0.999, "momentum_correction": false, "name": "digits-quick", "net": "cifar10_quick", "no_bias_decay": false, "power": 1.0, "precision": "fp32", "random_seed": 1, "reference_batch": null, "regularization_type": "L2", "rms_decay": 0.99, "snapshot": null, "snapshot_failure": "stop", "snapshot_keep": 3, "snapshot_prefix": null, "spatial": null, "stepsize": null, "stepvalue": [400], "test_batch_size": null, "test_interval": 100, "test_iter": null, "tf32": "on", "trust_coefficient": null, "type": "SGD", "warmup_epochs": null, "warmup_iter": null, "warmup_start_lr": null, "weight_decay": 0.004, "weights": null}
@@ -65,6 +73,10 @@ export OMP_PROC_BIND=close
 MASTER_ADDR=$(hostname)
 export MASTER_ADDR
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 12000))
+# Open MPI refuses to start as root unless told to (local-stack.md).
+if [ "$(id -u)" -eq 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
 
 # The scheduler's warning before the time limit (SIGUSR1) and SIGTERM go on to the ranks,
 # so the trainer writes a checkpoint and exits; the launcher runs in the background so the
@@ -78,7 +90,7 @@ trap 'hpcdl_signal=TERM; [ -z "$hpcdl_launcher_pid" ] || kill -s TERM "$hpcdl_la
 # exits 75 (requeue to resume) even where the launcher reports its own status (mpirun: 1).
 rm -f .hpcdl-preempted
 
-srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=18 --distribution=block:block --cpu-bind=cores --gpus-per-node=4 --gpu-bind=map_gpu:0,1,2,3 singularity exec --nv --bind "${VSC_SCRATCH}" "${HPCDL_IMAGE_DIR}"/cuda12-openmpi.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
+mpirun -np 8 --map-by ppr:4:node -x HPCDL_INTER_OP_THREADS -x HPCDL_INTRA_OP_THREADS -x KMP_AFFINITY -x KMP_BLOCKTIME -x MASTER_ADDR -x MASTER_PORT -x OMP_NUM_THREADS -x OMP_PLACES -x OMP_PROC_BIND singularity exec --nv --bind "${VSC_SCRATCH}" "${HPCDL_IMAGE_DIR}"/cuda12-openmpi.sif hpcdl train recipe.json --plan plan.json --results results.jsonl &
 hpcdl_launcher_pid=$!
 hpcdl_status=0
 while :; do

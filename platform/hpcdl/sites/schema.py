@@ -2116,11 +2116,12 @@ class Site(_Strict):
         """The launch line binds no task to cores, so each rank binds itself: srun under a per-node spawner (one task
         holding the node's CPUs), a bare srun whose site binds none or does not say (cpu_bind_default none,
         unstated), the centre's own --cpu-bind=none, or Open MPI's mpirun with the centre's --bind-to none or a
-        line of the rank count alone (mpirun_layout: count: no binding word, Open MPI's default binding, which
-        each rank replaces with its own, as it does plan.json's cores there)."""
+        line of the rank count alone (mpirun_layout: count: no binding word, Open MPI's default binding, which each
+        rank replaces with its own, as it does plan.json's cores there)."""
         if self.launcher == "srun":
             return self.launch.spawner != "none" or self.launch.srun_binds_no_task
-        return self.launcher == "mpirun" and (self.launch.mpirun_binds_no_rank or self.launch.mpirun_layout == "count")
+        return self.launcher == "mpirun" and (self.launch.mpirun_binds_no_rank
+                                              or self.launch.mpirun_layout == "count")
 
     def _spawner_fits(self) -> None:
         """launch.spawner: srun starts one task per node, and a per-node launcher spawns the node's ranks: the one
