@@ -388,7 +388,9 @@ def test_a_step_takes_from_the_job_what_the_header_asked(slurm_clusters, tmp_pat
     job = tmp_path / "job.sh"
     job.write_text(f"#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --cpus-per-task=1\n"
                    f"#SBATCH --gpus-per-node=4\n#SBATCH --time=00:09:00\n{steps}\n")
-    done = cluster.sbatch("--wait", f"--output={tmp_path / 'out.txt'}", job, timeout=600)
+    # srun's own words (a step waiting for the last one's CPUs: "Requested nodes are busy") go to their own file
+    done = cluster.sbatch("--wait", f"--output={tmp_path / 'out.txt'}", f"--error={tmp_path / 'err.txt'}", job,
+                          timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr + cluster.logs()
     text = (tmp_path / "out.txt").read_text()
     started = {block.split("\n", 1)[0]: block.split("\n", 1)[1].strip() for block in text.split("== ")[1:]}
