@@ -2482,3 +2482,25 @@ def test_gpu_ranks_sized_by_the_node_take_its_share_not_their_assumed_sockets(tm
         _profile(tmp_path, sulis, **{"launch.rank_cpus": "plan", "launch.cpu_bind_default": "auto"})
     with pytest.raises(HpcdlError, match=r"defaults.gpu_rank_cores"):
         _profile(tmp_path, sulis, **{"defaults.gpu_rank_cores": "numa"})
+
+
+def test_a_partition_whose_jobs_name_no_account_is_written_without_one(tmp_path):
+    """defaults.accountless_partitions (UArizona's Puma: the windfall partitions, 'Do not include an --account flag
+    when requesting this partition', '#SBATCH --partition=gpu_windfall'): a job there names no account, even where
+    the site requires one elsewhere (defaults.account_required) or gives one by default, and an account given for it
+    is refused naming the field; other partitions keep theirs."""
+    changes = {"defaults.account_required": True, "defaults.partition": "gpu_standard",
+               "defaults.accountless_partitions": ["gpu_windfall"]}
+    site = _profile(tmp_path, SHIPPED / "narval.yaml", **changes)
+    windfall = _render(site, tmp_path, nodes=1, partition="gpu_windfall")
+    assert "#SBATCH --partition=gpu_windfall" in windfall and "--account" not in windfall
+    assert "#SBATCH --account=grp" in _render(site, tmp_path, nodes=1, account="grp")
+    with pytest.raises(HpcdlError, match=r"account: partition 'gpu_windfall' .*defaults\.accountless_partitions"):
+        _render(site, tmp_path, nodes=1, partition="gpu_windfall", account="grp")
+    with pytest.raises(HpcdlError, match=r"defaults\.account_required"):
+        _render(site, tmp_path, nodes=1)
+    # the site's default account is not written there either
+    site = _profile(tmp_path, SHIPPED / "narval.yaml", **{**changes, "defaults.account": "def-grp"})
+    assert "--account" not in _render(site, tmp_path, nodes=1, partition="gpu_windfall")
+    with pytest.raises(HpcdlError, match=r"accountless_partitions.*not a partition name"):
+        _profile(tmp_path, SHIPPED / "narval.yaml", **{"defaults.accountless_partitions": ["gpu windfall"]})

@@ -178,11 +178,16 @@ def render_job_script(
     for r in plan.ranks:
         for k in r.env:
             env_name(k)
-    if site.defaults.account_required and scheduler == site.scheduler and not (options.account or site.defaults.account):
+    if site.defaults.account_required and scheduler == site.scheduler and not (options.account or site.defaults.account) \
+            and not _accountless(site, plan, options):
         # the centre ends such a job at once (Minerva: "If -P option is not specified, job will be
         # immediately terminated"): better refused here than after the queue wait
         raise HpcdlError(f"account: site {site.name!r} runs no job without an account or project "
                          "(defaults.account_required); give it with --account")
+    if options.account and _accountless(site, plan, options):
+        # UArizona's windfall partitions: "Do not include an --account flag when requesting this partition"
+        raise HpcdlError(f"account: partition {_job_partition(site, plan, options)!r} of site {site.name!r} takes no "
+                         "account (defaults.accountless_partitions); leave out --account")
     site = with_project(site, options.account or site.defaults.account, scheduler,
                         site.node_kinds[plan.node_kind].defaults.account_suffix)
     if plan.runtime is not None and plan.runtime.refusal:
@@ -322,6 +327,20 @@ def _cpus_per_gpu(site: Site, cpus_per_rank: int, gpus_per_rank: int) -> int | N
     return cpus_per_rank // gpus_per_rank
 
 
+def _job_partition(site: Site, plan: Plan, options: JobOptions) -> str | None:
+    """The partition (queue) the job is written for: the one asked, else the site's for its size and time."""
+    if options.partition:
+        return options.partition
+    return partition_for(site, plan, site.job_defaults(plan.node_kind),
+                         parse_time(options.time or site.defaults.time))
+
+
+def _accountless(site: Site, plan: Plan, options: JobOptions) -> bool:
+    """Whether the job's partition is one whose jobs name no account (defaults.accountless_partitions)."""
+    return bool(site.defaults.accountless_partitions) \
+        and _job_partition(site, plan, options) in site.defaults.accountless_partitions
+
+
 def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -> dict:
     node = site.node_kinds[plan.node_kind]
     # the site's defaults, with the node kind's own partition, qos, constraint and directives
@@ -369,7 +388,9 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # from plan.json (hpcdl.train.binding)
         "gpus_per_node": 0 if site.defaults.gpu_request == "none" else job_gpus_per_node,
         "seconds": seconds,
-        "account": job_account(site, plan, options.account or site.defaults.account),
+        # none in a partition whose jobs name none (defaults.accountless_partitions: UArizona's windfall)
+        "account": None if partition in site.defaults.accountless_partitions
+        else job_account(site, plan, options.account or site.defaults.account),
         "partition": partition,
         "qos": options.qos or qos_for(site, plan, defaults, seconds),
         # how the GPUs are asked: the style the centre's submit filter counts (Slurm: --gpus-per-node,

@@ -824,6 +824,15 @@ class Defaults(_Strict):
         default=False,
         description="the centre refuses or ends jobs that name no account/project (Minerva: 'All jobs must specify project')",
     )
+    accountless_partitions: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "partitions (queues) whose jobs name no account, where the centre says so (UArizona's Puma: the "
+            "windfall partitions, 'Do not include an --account flag when requesting this partition', "
+            "'#SBATCH --partition=gpu_windfall'): a job there is written without one, account_required does not "
+            "hold there, and an account given for it is refused naming this field; unset, every partition takes one"
+        ),
+    )
     gpu_request: Literal["gpu", "rusage", "gpus-per-node", "gres", "gpus-per-task", "gpus", "none"] | None = Field(
         default=None,
         description=(
@@ -1013,6 +1022,14 @@ class Defaults(_Strict):
     )
     image: SitePath | None = Field(default=None, description="image (path or name in image_dir) jobs run in")
     image_dir: SitePath | None = None
+
+    @field_validator("accountless_partitions")
+    @classmethod
+    def _accountless_partitions_are_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not name or not name.strip() or any(c.isspace() for c in name):
+                raise ValueError(f"accountless_partitions: {name!r} is not a partition name (one word)")
+        return value
 
     @model_validator(mode="after")
     def _min_time_is_a_time_jobs_can_keep(self) -> Defaults:
