@@ -386,3 +386,13 @@ def test_a_rank_keeps_to_its_gpus_numa_domain_whatever_part_of_the_node_it_runs_
                     assert domain <= block or block <= domain, (name, kind, rpn, rank.local_rank, rank.gpus, rank.cores)
                     checked += 1
     assert checked > 100
+
+
+def test_a_shared_node_where_slurm_binds_by_cores_hands_out_the_gpus_beside_the_first_cores():
+    """ASU Sol's A100 node (NPS4): GPU 0 beside cores 18-23, GPU 1 beside 6-11. Its Slurm binds a task itself
+    (task/affinity, block distribution: launch.cpu_bind_default auto, rank_order cores), so a job on part of the
+    node gets the first cores; its ranks drive the GPUs beside them, not GPU 0 on cores Slurm does not give it."""
+    one = plan_for("sol-gpu", nodes=1, ranks_per_node=1)
+    assert [(list(r.cores), list(r.gpus)) for r in one.local_ranks()] == [(list(range(0, 12)), [1])]
+    three = plan_for("sol-gpu", nodes=1, ranks_per_node=3)
+    assert [(r.cores[0], list(r.gpus)) for r in three.local_ranks()] == [(0, [1]), (12, [0]), (24, [3])]

@@ -337,6 +337,15 @@ def _resolve_mode(site: Site, kind_name: str, node: NodeKind, mode: str, use_gpu
     return mode
 
 
+def _first_core(node: NodeKind, g: int) -> int:
+    """The first core beside GPU g: the cores the site's Slurm ties it to (gpus[].cores), else its NUMA domain's,
+    else its socket's."""
+    if node.gpus[g].cores:
+        return min(node.gpus[g].cores)
+    domain = node.gpus[g].domain
+    return node.cores_of_socket(node.gpus[g].socket)[0] if domain is None else domain * node.cores_per_domain
+
+
 def _slots(
     site: Site, kind_name: str, node: NodeKind, request: JobRequest, mode: str, use_gpus: bool, notes: list[str]
 ) -> list[_Slot]:
@@ -369,7 +378,14 @@ def _slots(
                         for g in _spread(node.gpus, node.sockets, rpn)]
             notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, the first ones with their cores, "
                          "as the batch system hands out a node the job shares (defaults.exclusive: false)")
-            order = sorted(range(len(node.gpus)), key=lambda g: (node.gpus[g].socket, g))
+            if site.launch.rank_order == "cores" and (site.launch.gpu_bind == "closest"
+                                                      or site.launch.slurm_binds_tasks):
+                # Slurm binds task i to the i-th block of the job's first cores itself (launch.cpu_bind_default) or
+                # picks its GPUs by them (--gpu-bind=closest): the first GPUs are those beside the first cores, not
+                # the lowest-numbered (ASU Sol: GPU 0 beside cores 18-23, GPU 1 beside 6-11, one GPU's task on 0-11)
+                order = sorted(range(len(node.gpus)), key=lambda g: (_first_core(node, g), g))
+            else:
+                order = sorted(range(len(node.gpus)), key=lambda g: (node.gpus[g].socket, g))
             return [_Slot(socket=node.gpus[g].socket, domain=node.gpus[g].domain, gpus=(g,)) for g in order[:rpn]]
         notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, spread evenly over the sockets")
         first = None
@@ -379,10 +395,7 @@ def _slots(
             # (--gpu-bind=closest): a node not filled takes the GPUs beside its first cores, as Pawsey's 3 packs
             # on chiplets 0-2 drive the GCDs beside them
             def first(g: int) -> int:
-                if node.gpus[g].cores:  # the cores the site's Slurm ties the GPU to (gpus[].cores)
-                    return min(node.gpus[g].cores)
-                domain = node.gpus[g].domain
-                return node.cores_of_socket(node.gpus[g].socket)[0] if domain is None else domain * node.cores_per_domain
+                return _first_core(node, g)
         return [_Slot(socket=node.gpus[g].socket, domain=node.gpus[g].domain, gpus=(g,))
                 for g in _spread(node.gpus, node.sockets, rpn, first)]
     if mode == "per-nic":
