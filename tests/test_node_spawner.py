@@ -147,6 +147,23 @@ def test_a_static_rendezvous_gives_each_nodes_torchrun_its_own_node_rank(tmp_pat
     assert alone.spawner_argv[:2] == ("torchrun", "--standalone")
 
 
+def test_the_installed_torchrun_starts_a_one_node_job_at_localhost(tmp_path):
+    """launch.spawner_one_node: localhost (MIT ORCD: 'torchrun --nnodes=1 --nproc_per_node=4 --rdzv_id=$SLURM_JOB_ID
+    --rdzv_endpoint="localhost:1234"', no backend named): the plan's torchrun words, run by the installed torchrun with
+    the job's id and port, start every worker of the node, ranks 0 and 1 of 2, meeting at localhost."""
+    words = make_plan(_site(spawner_one_node="localhost"), JobRequest(nodes=1, ranks_per_node=2)).spawner_argv
+    assert not any(str(w).startswith("--rdzv_backend") for w in words)
+    port = str(20000 + os.getpid() % 20000)
+    line = " ".join(str(w) for w in words[1:])
+    torchrun = Path(sys.executable).parent / "torchrun"
+    ran = subprocess.run(["/bin/bash", "-c", f'exec "$0" {line} "$@"', str(torchrun), "/bin/bash", "-c",
+                          'echo "$RANK $WORLD_SIZE $MASTER_ADDR"'],
+                         env={**os.environ, "SLURM_JOB_ID": "7", "MASTER_PORT": port}, capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert sorted(ran.stdout.split("\n"))[1:] == ["0 2 localhost", "1 2 localhost"], ran.stdout
+
+
 def test_a_container_runs_torchrun_inside_it():
     site = _site(POSED.replace("runtime: none", "runtime: apptainer").replace(
         "environment: {kind: venv, activate: /opt/venv, prefer: true}", ""))
