@@ -59,11 +59,8 @@ def test_open_mpi_fills_each_nodes_slots_in_rank_order():
     plan = make_plan(site, JobRequest(nodes=2))
     line = list(plan.launcher_argv)
     argv = [w for i, w in enumerate(line) if w != "-x" and not (i and line[i - 1] == "-x")]
-    allocation = {"SLURM_JOBID": "7", "SLURM_JOB_ID": "7", "SLURM_NODELIST": "n[1-2]", "SLURM_JOB_NODELIST": "n[1-2]",
-                  "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_TASKS_PER_NODE": "4(x2)",
-                  "SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4", "SLURM_CPUS_PER_TASK": "6"}
     done = subprocess.run([argv[0], "--allow-run-as-root", "--do-not-launch", "--display-map", *argv[1:], "true"],
-                          env={**os.environ, **allocation}, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **_posed(4, cpus_per_task=6)}, capture_output=True, text=True, timeout=60,
                           executable=mpirun)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
@@ -98,10 +95,12 @@ def _display_map(argv: list[str], allocation: dict) -> str:
     return done.stdout + done.stderr
 
 
-def _posed(slots: int, nodes: int = 2) -> dict:
+def _posed(slots: int, nodes: int = 2, cpus_per_task: int = 1) -> dict:
+    """A Slurm allocation of `nodes` nodes of `slots` tasks each, as the job's environment says it to Open MPI."""
     return {"SLURM_JOBID": "7", "SLURM_JOB_ID": "7", "SLURM_NODELIST": "n[1-2]", "SLURM_JOB_NODELIST": "n[1-2]",
             "SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_TASKS_PER_NODE": f"{slots}(x{nodes})",
-            "SLURM_NTASKS": str(slots * nodes), "SLURM_NTASKS_PER_NODE": str(slots), "SLURM_CPUS_PER_TASK": "1"}
+            "SLURM_NTASKS": str(slots * nodes), "SLURM_NTASKS_PER_NODE": str(slots),
+            "SLURM_CPUS_PER_TASK": str(cpus_per_task)}
 
 
 def test_the_count_with_each_nodes_ranks_in_open_mpis_own_option():

@@ -383,7 +383,6 @@ def test_the_memory_a_jobs_gpus_ask_is_capped_at_the_most_a_job_may_ask_of_a_nod
                                           "node_kinds.gpu.defaults.max_mem": "2 TB"})
 
 
-
 def test_a_job_on_every_gpu_of_a_node_asks_all_its_memory_where_the_centre_says_mem_0(tmp_path):
     # NREL Kestrel: "To request all of the memory available on the GPU node, use --mem=0", and half a node is "2
     # GPUs, and 180G of RAM": 90G a GPU, whose four shares (360G) pass the node's "about 350G of usable RAM"

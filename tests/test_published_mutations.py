@@ -182,12 +182,9 @@ def derived_by_the_launcher(launcher: str, rest: list[str], tokens: list[str], n
 def gpus_a_node(name: str, value: str) -> int | None:
     """The GPUs a node an srun or sbatch option asks (--gpus-per-node=N, --gres=gpu:N, gpu:TYPE:N), None
     where the option asks none that way."""
-    if name == "--gpus-per-node":
-        count = value.rpartition(":")[2]
-    elif name == "--gres" and "," not in value and value.startswith("gpu:"):
-        count = value.rpartition(":")[2]
-    else:
+    if name != "--gpus-per-node" and not (name == "--gres" and "," not in value and value.startswith("gpu:")):
         return None
+    count = value.rpartition(":")[2]  # [type:]N
     return int(count) if count.isdigit() else None
 
 
@@ -381,13 +378,13 @@ def test_a_step_takes_from_the_job_what_the_header_asked(slurm_clusters, tmp_pat
 
     cluster = slurm_clusters.ensure(2, NodeShape(sockets=2, cores_per_socket=4, gpus=4))
     probe = 'echo "$SLURMD_NODENAME $SLURM_PROCID $SLURM_LOCALID $SLURM_STEP_NUM_TASKS $CUDA_VISIBLE_DEVICES $SLURM_STEP_GPUS"'
+    header = ["--nodes=2", "--ntasks-per-node=4", "--cpus-per-task=1", "--gpus-per-node=4", "--time=00:09:00"]
     whole = ["--nodes=2", "--ntasks=8", "--ntasks-per-node=4", "--cpus-per-task=1", "--gpus-per-node=4",
              "--gpu-bind=map_gpu:0,1,2,3"]
     lines = {"whole": whole, **{dropped: [w for w in whole if w != dropped] for dropped in whole[2:] if "cpus" not in dropped}}
     steps = "\n".join(f"echo '== {name}'; srun {shlex.join(line)} bash -c {shlex.quote(probe)} | sort" for name, line in lines.items())
     job = tmp_path / "job.sh"
-    job.write_text(f"#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --cpus-per-task=1\n"
-                   f"#SBATCH --gpus-per-node=4\n#SBATCH --time=00:09:00\n{steps}\n")
+    job.write_text("#!/bin/bash\n" + "".join(f"#SBATCH {d}\n" for d in header) + f"{steps}\n")
     # srun's own words (a step waiting for the last one's CPUs: "Requested nodes are busy") go to their own file
     done = cluster.sbatch("--wait", f"--output={tmp_path / 'out.txt'}", f"--error={tmp_path / 'err.txt'}", job,
                           timeout=600)
@@ -396,7 +393,7 @@ def test_a_step_takes_from_the_job_what_the_header_asked(slurm_clusters, tmp_pat
     started = {block.split("\n", 1)[0]: block.split("\n", 1)[1].strip() for block in text.split("== ")[1:]}
     assert len(started["whole"].splitlines()) == 8 and "n2 7 3 8 3 3" in started["whole"], text
     for dropped in ("--ntasks-per-node=4", "--gpus-per-node=4"):
-        assert derived_by_the_launcher("srun", ["srun", *lines[dropped]], [dropped], 2, whole[:1] + whole[2:3] + whole[4:5])
+        assert derived_by_the_launcher("srun", ["srun", *lines[dropped]], [dropped], 2, header)
         assert started[dropped] == started["whole"], (dropped, text)
     # and where the header gives nothing, the step differs: every task sees all four GPUs
     assert started["--gpu-bind=map_gpu:0,1,2,3"] != started["whole"], text

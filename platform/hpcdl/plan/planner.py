@@ -12,6 +12,7 @@ Every rule carries a comment saying where it comes from; docs/sites.md collects 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from hpcdl.errors import HpcdlError
@@ -366,6 +367,11 @@ def _slots(
             notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, the first ones, as the centre's wrapper "
                          "gives local rank i GPU i (launch.gpu_bind: wrapper)")
             return [_Slot(socket=node.gpus[g].socket, domain=node.gpus[g].domain, gpus=(g,)) for g in range(rpn)]
+        # Slurm binds task i to the i-th block of the job's cores itself (launch.cpu_bind_default) or picks its GPUs
+        # by them (--gpu-bind=closest), local rank i driving the GPU beside them (rank_order: cores): a node not
+        # filled takes the GPUs beside its first cores, not the lowest-numbered
+        beside_first_cores = site.launch.rank_order == "cores" and (site.launch.gpu_bind == "closest"
+                                                                     or site.launch.slurm_binds_tasks)
         if rpn < len(node.gpus) and _shared_node(site, kind_name, use_gpus, request.nodes):
             # a job that shares its nodes is handed GPUs with their cores, the first free ones, not a spread
             # over the sockets that would hold back every socket's cores from other jobs
@@ -378,24 +384,15 @@ def _slots(
                         for g in _spread(node.gpus, node.sockets, rpn)]
             notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, the first ones with their cores, "
                          "as the batch system hands out a node the job shares (defaults.exclusive: false)")
-            if site.launch.rank_order == "cores" and (site.launch.gpu_bind == "closest"
-                                                      or site.launch.slurm_binds_tasks):
-                # Slurm binds task i to the i-th block of the job's first cores itself (launch.cpu_bind_default) or
-                # picks its GPUs by them (--gpu-bind=closest): the first GPUs are those beside the first cores, not
-                # the lowest-numbered (ASU Sol: GPU 0 beside cores 18-23, GPU 1 beside 6-11, one GPU's task on 0-11)
+            if beside_first_cores:
+                # ASU Sol: GPU 0 beside cores 18-23, GPU 1 beside 6-11, one GPU's task on 0-11
                 order = sorted(range(len(node.gpus)), key=lambda g: (_first_core(node, g), g))
             else:
                 order = sorted(range(len(node.gpus)), key=lambda g: (node.gpus[g].socket, g))
             return [_Slot(socket=node.gpus[g].socket, domain=node.gpus[g].domain, gpus=(g,)) for g in order[:rpn]]
         notes.append(f"one rank per GPU: {rpn} of {len(node.gpus)} GPUs, spread evenly over the sockets")
-        first = None
-        if site.launch.rank_order == "cores" and (site.launch.gpu_bind == "closest"
-                                                  or site.launch.slurm_binds_tasks):
-            # Slurm lays task i on the i-th block of cores (launch.cpu_bind_default) or picks its GPUs by them
-            # (--gpu-bind=closest): a node not filled takes the GPUs beside its first cores, as Pawsey's 3 packs
-            # on chiplets 0-2 drive the GCDs beside them
-            def first(g: int) -> int:
-                return _first_core(node, g)
+        # as Pawsey's 3 packs on chiplets 0-2 drive the GCDs beside them
+        first = functools.partial(_first_core, node) if beside_first_cores else None
         return [_Slot(socket=node.gpus[g].socket, domain=node.gpus[g].domain, gpus=(g,))
                 for g in _spread(node.gpus, node.sockets, rpn, first)]
     if mode == "per-nic":

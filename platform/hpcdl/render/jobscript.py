@@ -354,7 +354,7 @@ def batch_request(site: Site, plan: Plan, options: JobOptions, scheduler: str) -
         # SciNet Trillium's GPU compute partition: "Min. walltime 15 minutes"
         raise HpcdlError(f"time: {options.time or site.defaults.time} is shorter than site {site.name!r} takes "
                          f"(defaults.min_time {site.defaults.min_time})")
-    partition = options.partition or partition_for(site, plan, defaults, seconds)
+    partition = _job_partition(site, plan, options)
     _queue_time_limit(site, plan, defaults, partition, seconds, options.time or site.defaults.time)
     gpus_per_rank = len(plan.ranks[0].gpus)
     job_gpus_per_node = gpus_per_rank * plan.ranks_per_node  # the GPUs the job holds on each of its nodes
