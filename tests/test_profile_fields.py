@@ -2370,6 +2370,25 @@ def test_ranks_that_find_their_cpus_near_their_gpu_are_given_none_by_the_plan(tm
         _profile(tmp_path, arc, **{"launch.rank_cpus": "nearest"})
 
 
+def test_gpu_local_ranks_replace_the_binding_a_slurm_gives_by_itself(tmp_path):
+    """launch.rank_cpus: gpu-local beside launch.cpu_bind_default: auto (the Alliance's Cedar: "With Slurm, the task
+    affinity is also resolved by the scheduler", a bare srun, and no page placing a V100 on a socket): Slurm binds each
+    task to a block by its own default and each rank replaces it with its cores near its GPU (a real slurmd shows a
+    rank leave its task's CPU: tests/test_slurm_binding.py), so the line names no binding word and no --distribution,
+    where the plan's own cores, on the sockets the profile assumed, needed --distribution=block:block."""
+    cedar = SHIPPED / "cedar-gpu.yaml"
+    site = load_site_file(cedar)
+    assert site.launch.cpu_bind_default == "auto" and site.launch.rank_cpus == "gpu-local"
+    planned = _profile(tmp_path, cedar, **{"launch.rank_cpus": "plan"})
+    for request in (JobRequest(nodes=2), JobRequest(nodes=1, ranks_per_node=2)):
+        near, by_plan = make_plan(site, request), make_plan(planned, request)
+        assert all(r.cpus == () for r in near.ranks) and all(r.cpus for r in by_plan.ranks)
+        assert near.launcher_argv == ("srun",), near.launcher_argv
+        assert "--distribution=block:block" in by_plan.launcher_argv, by_plan.launcher_argv
+    for bind in ("auto", "cores"):
+        assert _profile(tmp_path, cedar, **{"launch.cpu_bind_default": bind}).launch.rank_cpus == "gpu-local"
+
+
 def test_gpu_local_is_refused_where_no_variable_names_a_shared_nodes_gpus(tmp_path):
     """A gpu-local rank finds its GPU among all the node's (sysfs lists every one) by the ids Slurm gives the job's
     (SLURM_JOB_GPUS, node-wide). Imperial's CX3 shares its GPU nodes under PBS, which names a job's GPUs by UUID:

@@ -162,7 +162,9 @@ class SrunLauncher(Launcher):
         # The same as the plan's blocks only where no socket holds two ranks.
         if _socket_lays_otherwise(plan, site):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
-        ranks_bind_themselves = site.launch.srun_binds_no_task
+        # (ranks that find their cores near their GPU at run time, launch.rank_cpus: gpu-local, replace whatever
+        # binding the site's Slurm gives by itself, launch.cpu_bind_default auto or cores: no plan of cores to lay out)
+        ranks_bind_themselves = site.launch.srun_binds_no_task or plan.rank_cpus == "gpu-local"
         if fewer_threads and (restate or not (blocks or ranks_bind_themselves)):
             # ask for the unit -c was counted in, where that is fewer threads than a core has: the
             # default on Frontier and LUMI-G, what JSC asks of every job ("we strongly recommend
@@ -363,7 +365,7 @@ def srun_threads_word(plan: LaunchPlan, site: Site) -> str | None:
     if node.cpus_per_core >= node.threads_per_core:
         return None
     blocks = _in_blocks(plan, site) and not _socket_lays_otherwise(plan, site)
-    binds_themselves = site.launch.srun_binds_no_task
+    binds_themselves = site.launch.srun_binds_no_task or plan.rank_cpus == "gpu-local"
     return threads_option(site, node, blocks or binds_themselves)
 
 

@@ -189,9 +189,10 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     )
     plan = replace(plan, notes=tuple(notes))
     argv = launcher_for(site.launcher).command(plan, site)
-    if site.launch.slurm_binds_tasks:
+    if site.launch.slurm_binds_tasks and not gpu_local:
         # the srun line names no --cpu-bind there: the plan's cores must be those Slurm binds by itself
-        # (with none or unstated, the line names none either, and each rank binds itself to its cores from plan.json)
+        # (with none or unstated, the line names none either, and each rank binds itself to its cores from plan.json;
+        # a rank that finds its cores near its GPU, launch.rank_cpus: gpu-local, replaces Slurm's binding likewise)
         if (miss := default_binding_misses(plan, site)) is not None:
             raise HpcdlError(f"launch.cpu_bind_default: {site.launch.cpu_bind_default} binding cannot give this "
                              f"plan's cores: {miss}; ask another layout (--ranks-per-node, --mode), or unset it so "

@@ -1450,8 +1450,9 @@ class Launch(_Strict):
             "local_cpulist in sysfs, which nvidia-smi topo -m prints as CPU Affinity), split in local-rank order among "
             "the ranks whose GPUs report the same CPUs, within the CPUs its job holds on the node: PyTorch's torchrun "
             "--numa-binding does the same ('bind worker processes to CPUs near their assigned GPUs', 1-10 % faster in "
-            "PyTorch's measurements). Only where the launch line binds no task itself (srun with "
-            "cpu_bind_default none or unstated, or --cpu-bind=none in launch.args; a per-node spawner; Open MPI's "
+            "PyTorch's measurements). Only where the launch line names no binding itself (srun with "
+            "cpu_bind_default none or unstated, or auto or cores, Slurm's own default binding, which each rank "
+            "replaces, or --cpu-bind=none in launch.args; a per-node spawner; Open MPI's "
             "mpirun with --bind-to none in launch.args, or with mpirun_layout: count, whose line names no binding "
             "and whose ranks bind themselves); under a scheduler other than Slurm only on whole nodes "
             "(defaults.exclusive), a job's GPUs among its node's being named by Slurm alone"
@@ -1997,12 +1998,12 @@ class Site(_Strict):
                 raise ValueError(f"launch.args: --bind-to {bind}: hpcdl writes the binding mpirun gives each rank from "
                                  "the plan; only none, mpirun binding no rank and each rank binding itself to its "
                                  "cores, is kept as the centre writes it")
-        if self.launch.rank_cpus == "gpu-local" and not self._line_binds_no_task():
+        if self.launch.rank_cpus == "gpu-local" and not self._line_names_no_binding():
             raise ValueError(
                 f"launch.rank_cpus: gpu-local has each rank choose its CPUs at run time, but the {self.launcher} line "
-                "binds each task to cores itself; say it binds none (srun: launch.cpu_bind_default: none or unstated, "
-                "or --cpu-bind=none in launch.args; mpirun: --bind-to none in launch.args, or mpirun_layout: count), "
-                "or keep rank_cpus: plan")
+                "binds each task to cores itself; say it names no binding (srun: launch.cpu_bind_default: none, "
+                "unstated, or auto or cores where the site's Slurm binds by itself, or --cpu-bind=none in "
+                "launch.args; mpirun: --bind-to none in launch.args, or mpirun_layout: count), or keep rank_cpus: plan")
         if self.launch.rank_cpus == "gpu-local" and self.scheduler != "slurm" and not self.defaults.exclusive:
             # a rank learns which of its node's GPUs its job holds from Slurm alone (SLURM_STEP_GPUS, SLURM_JOB_GPUS:
             # node-wide ids); elsewhere it takes the plan's GPU i as the node's i-th, which on a node jobs share may be
@@ -2129,14 +2130,17 @@ class Site(_Strict):
             raise ValueError("env.LD_LIBRARY_PATH: pyxis has no option that puts host folders on the container's "
                              "library path (its --container-mounts only binds them); name no prepend/append under it")
 
-    def _line_binds_no_task(self) -> bool:
-        """The launch line binds no task to cores, so each rank binds itself: srun under a per-node spawner (one task
-        holding the node's CPUs), a bare srun whose site binds none or does not say (cpu_bind_default none,
-        unstated), the centre's own --cpu-bind=none, or Open MPI's mpirun with the centre's --bind-to none or a
-        line of the rank count alone (mpirun_layout: count: no binding word, Open MPI's default binding, which each
-        rank replaces with its own, as it does plan.json's cores there)."""
+    def _line_names_no_binding(self) -> bool:
+        """The launch line names no binding of hpcdl's, so each rank binds itself: srun under a per-node spawner (one
+        task holding the node's CPUs), a bare srun whose site binds none or does not say (cpu_bind_default none,
+        unstated) or binds each task by its own default (auto, cores: Slurm's default binding, which each rank
+        replaces with its own, as it replaces Open MPI's under mpirun_layout: count), the centre's own
+        --cpu-bind=none, or Open MPI's mpirun with the centre's --bind-to none or a line of the rank count alone
+        (mpirun_layout: count: no binding word, Open MPI's default binding, which each rank replaces with its own, as
+        it does plan.json's cores there)."""
         if self.launcher == "srun":
-            return self.launch.spawner != "none" or self.launch.srun_binds_no_task
+            return (self.launch.spawner != "none" or self.launch.srun_binds_no_task
+                    or self.launch.slurm_binds_tasks)
         return self.launcher == "mpirun" and (self.launch.mpirun_binds_no_rank
                                               or self.launch.mpirun_layout == "count")
 
