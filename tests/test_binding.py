@@ -194,6 +194,46 @@ def test_a_rank_finds_its_share_of_the_cpus_its_gpus_node_reports_near_it(tmp_pa
     assert cpus == set() and "not among the node's 0 GPUs" in why
 
 
+def _nvidia_procfs(root, uuids: dict[str, str]) -> None:
+    """The NVIDIA driver's /proc/driver/nvidia/gpus/<PCI address>/information under `root`, as the driver writes it
+    (its Model, IRQ, GPU UUID, ..., Bus Location lines, a tab after each key's colon)."""
+    for address, uuid in uuids.items():
+        folder = root / "driver" / "nvidia" / "gpus" / address
+        folder.mkdir(parents=True)
+        (folder / "information").write_text(
+            f"Model: \t\t NVIDIA L40S\nIRQ:   \t\t 150\nGPU UUID: \t {uuid}\nVideo BIOS: \t 95.02.3c.00.02\n"
+            f"Bus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\nBus Location: \t {address}\n"
+            "Device Minor: \t 0\nGPU Excluded:\t No\n")
+
+
+def test_a_rank_finds_the_gpus_its_job_holds_by_the_uuids_pbs_names(tmp_path):
+    """A batch system other than Slurm that names a job's GPUs by UUID (Imperial's CX3 under PBS Pro:
+    "CUDA_VISIBLE_DEVICES will be set automatically with the UUID of the allocated GPUs", defaults.gpu_ids: uuid):
+    each UUID is found by its PCI address in the NVIDIA driver's procfs, so a job holding the node's GPUs 2 and 3
+    binds its ranks near those, on socket 0, not near the node's first two; a UUID the driver does not list, or none
+    named where the plan says the batch system names them, keeps the launcher's CPUs rather than guess."""
+    from hpcdl.train.binding import gpu_local_cpus, job_gpus
+
+    socket0, socket1 = "0-3,8-11", "4-7,12-15"
+    sys_root, proc_root = tmp_path / "sys", tmp_path / "proc"
+    _sysfs(sys_root, {"0000:07:00.0": ("0x030200", "0x10de", socket1), "0000:0b:00.0": ("0x030200", "0x10de", socket1),
+                      "0000:48:00.0": ("0x030200", "0x10de", socket0), "0000:4c:00.0": ("0x030200", "0x10de", socket0)},
+           16, lambda c: f"{c % 8},{c % 8 + 8}")
+    _nvidia_procfs(proc_root, {"0000:07:00.0": "GPU-0a1b", "0000:0b:00.0": "GPU-1c2d", "0000:48:00.0": "GPU-2e3f",
+                               "0000:4c:00.0": "GPU-3a4b"})
+    held = job_gpus({"CUDA_VISIBLE_DEVICES": "GPU-2e3f,GPU-3a4b"}, sys_root, proc_root, by_uuid=True)
+    assert held == [2, 3]
+    two, every = _near_plan([[0], [1]], 2), set(range(16))
+    assert [gpu_local_cpus(two, r, every, sys_root, held)[0] for r in two["ranks"]] == [{0, 1, 8, 9}, {2, 3, 10, 11}]
+    # Slurm's own ids come first; a UUID the driver does not list, or none named where the plan says PBS names them
+    assert job_gpus({"SLURM_JOB_GPUS": "1", "CUDA_VISIBLE_DEVICES": "GPU-2e3f"}, sys_root, proc_root) == [1]
+    assert job_gpus({"CUDA_VISIBLE_DEVICES": "GPU-2e3f,GPU-ffff"}, sys_root, proc_root) == []
+    assert job_gpus({"CUDA_VISIBLE_DEVICES": "0,1"}, sys_root, proc_root, by_uuid=True) == []
+    assert job_gpus({"CUDA_VISIBLE_DEVICES": "0,1"}, sys_root, proc_root) is None
+    cpus, why = gpu_local_cpus(two, two["ranks"][0], every, sys_root, [])
+    assert cpus == set() and "the launcher's CPUs kept" in why and "gpu_ids" in why
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
                     reason="needs CPU affinity and two CPUs")
 def test_a_rank_binds_itself_to_the_cpus_near_its_gpu_not_to_the_plans_order(tmp_path):

@@ -135,3 +135,37 @@ def test_under_a_header_of_cores_the_count_names_each_nodes_ranks_only_on_severa
     assert two[:5] == ["mpirun", "-np", "4", "--map-by", "ppr:2:node"] and "--bind-to" not in two, two
     out = _display_map(two, _posed(32))
     assert re.findall(r"Data for node: (n\d)\s+Num slots: \d+.*?Num procs: (\d+)", out, re.S) == [("n1", "2"), ("n2", "2")]
+
+
+def _pbs_site(**defaults) -> Site:
+    """Imperial's CX3 under PBS Pro, its line Open MPI's count ('mpirun -n 4 python node_name.py', no host file), each
+    rank finding its cores near the GPU PBS names by UUID."""
+    data = load_site("imperial-cx3").model_dump(exclude_unset=True)
+    data["launch"] = {**data.get("launch", {}), "mpirun_layout": "count", "rank_cpus": "gpu-local"}
+    data["defaults"] = {**data.get("defaults", {}), "gpu_ids": "uuid", **defaults}
+    return Site.model_validate(data)
+
+
+def test_under_pbs_the_count_takes_each_nodes_slots_from_its_chunks_mpiprocs(tmp_path):
+    """PBS lists each node of a chunk `mpiprocs` times in PBS_NODEFILE, and Open MPI's tm allocation makes each
+    listing a slot ("TM may list the same node more than once ... bumped slots", orte/mca/ras/tm/ras_tm_module.c), so
+    under chunks of the plan's ranks (select=N:...:mpiprocs=R) the count alone fills each node's R slots in rank
+    order, as under a Slurm header of tasks. Debian's Open MPI has no tm component; the same node file given as its
+    host file, where a host listed R times is R slots, stands for it: ranks 0-3 on the first node. A PBS request of
+    the job's totals (NCI Gadi's -l ncpus=, pbs_request: job-wide) names no chunk's processes and is refused."""
+    site = _pbs_site(max_nodes=2)
+    one = list(make_plan(site, JobRequest(nodes=1)).launcher_argv)
+    assert one[:3] == ["mpirun", "-np", "8"] and "--map-by" not in one and "--bind-to" not in one, one
+    plan = make_plan(site, JobRequest(nodes=2, ranks_per_node=4))
+    two = list(plan.launcher_argv)
+    assert two[:3] == ["mpirun", "-np", "8"] and "--map-by" not in two and "--hostfile" not in two, two
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text("".join(f"n{n}\n" for n in (1, 2) for _ in range(plan.ranks_per_node)))
+    out = _display_map([*two[:3], "--hostfile", str(nodefile), *two[3:]], {})
+    assert re.findall(r"Data for node: (n\d)\s+Num slots: (\d+).*?Num procs: (\d+)", out, re.S) == [
+        ("n1", "4", "4"), ("n2", "4", "4")], out
+    nodes = {int(rank): node for node, block in re.findall(r"Data for node: (n\d)(.*?)(?=Data for node:|\Z)", out, re.S)
+             for rank in re.findall(r"Process OMPI jobid: \[\d+,\d+\] App: \d+ Process rank: (\d+)", block)}
+    assert nodes == {r.rank: f"n{r.node + 1}" for r in plan.ranks}, out
+    with pytest.raises(ValueError, match=r"launch\.mpirun_layout: count .* defaults\.pbs_request job-wide"):
+        _pbs_site(pbs_request="job-wide")

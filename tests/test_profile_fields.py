@@ -1243,7 +1243,9 @@ def test_a_centres_own_tmpdir_is_made_first_and_reaches_every_rank(tmp_path):
     assert " -x TMPDIR " in launch
     plan = make_plan(site, JobRequest(nodes=1))
     assert plan.to_dict()["tmpdir"] == "$EPHEMERAL/tmp" and type(plan).from_dict(plan.to_dict()) == plan
-    hydra = _profile(tmp_path, cx3, launcher="mpiexec", mpi="mpich", **{"filesystems.tmpdir": "/scratch/tmp"})
+    hydra = _profile(tmp_path, cx3, launcher="mpiexec", mpi="mpich", **{"filesystems.tmpdir": "/scratch/tmp",
+                                                                       "launch.mpirun_layout": "restate",
+                                                                       "launch.rank_cpus": "plan"})
     genvlist = make_plan(hydra, JobRequest(nodes=1)).launcher_argv
     assert "TMPDIR" in genvlist[genvlist.index("-genvlist") + 1].split(",")
     # a site without it sets none
@@ -2398,13 +2400,24 @@ def test_gpu_local_is_refused_where_no_variable_names_a_shared_nodes_gpus(tmp_pa
     would bind its ranks near GPUs 0 and 1. Refused there in one line naming the field; on whole nodes the job holds
     every GPU and the plan's GPU i is the node's i-th."""
     cx3 = SHIPPED / "imperial-cx3.yaml"
-    unbound = {"launch.rank_cpus": "gpu-local", "launch.args": ["--bind-to", "none"]}
+    # (CX3's own line is Open MPI's count, which binds no rank: mpirun_layout: count)
+    unbound = {"launch.rank_cpus": "gpu-local", "defaults.gpu_ids": None}
     with pytest.raises(HpcdlError, match=r"launch\.rank_cpus: gpu-local .* under pbs a job on a shared node "
                                          r"\(defaults\.exclusive: false\)"):
         _profile(tmp_path, cx3, **unbound)
     assert _profile(tmp_path, cx3, **unbound, **{"defaults.exclusive": True}).launch.rank_cpus == "gpu-local"
     # under Slurm the job's GPUs are named, shared node or not (JHU Rockfish: exclusive: false)
     assert load_site_file(SHIPPED / "rockfish-gpu.yaml").launch.rank_cpus == "gpu-local"
+    # where the centre says its batch system names them by UUID (defaults.gpu_ids: uuid), each rank finds its own by
+    # it (test_binding.py); NVIDIA's driver lists the UUIDs, so not beside another vendor's GPUs, nor under Slurm
+    named = _profile(tmp_path, cx3, **{**unbound, "defaults.gpu_ids": "uuid"})
+    assert make_plan(named, JobRequest(nodes=1)).to_dict()["gpu_ids"] == "uuid"
+    assert "gpu_ids" not in make_plan(_profile(tmp_path, cx3, **{"launch.rank_cpus": "plan"}), JobRequest(nodes=1)).to_dict()
+    with pytest.raises(HpcdlError, match=r"defaults\.gpu_ids: uuid .* the scheduler is slurm"):
+        _profile(tmp_path, SHIPPED / "rockfish-gpu.yaml", **{"defaults.gpu_ids": "uuid"})
+    with pytest.raises(HpcdlError, match=r"defaults\.gpu_ids: uuid .* GPUs of another vendor"):
+        _profile(tmp_path, SHIPPED / "frontier.yaml", **{"scheduler": "pbs", "launcher": "mpiexec",
+                                                         "launch": {}, "defaults.gpu_ids": "uuid"})
 
 
 def test_an_mpirun_the_centre_recommends_over_a_header_of_cores_binds_no_rank(tmp_path):

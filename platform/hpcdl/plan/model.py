@@ -164,6 +164,9 @@ class Plan:
     # how each GPU rank finds its CPUs (the profile's launch.rank_cpus): "plan", the ranks' cpus above; "gpu-local", a
     # share of the CPUs the node reports nearest its GPU, found at run time (train/binding.py), the ranks' cpus empty
     rank_cpus: str = "plan"
+    # how a gpu-local rank learns which of its node's GPUs its job holds where the batch system is not Slurm (the
+    # profile's defaults.gpu_ids): "uuid", CUDA_VISIBLE_DEVICES naming them by UUID; None: Slurm's ids, or every GPU
+    gpu_ids: str | None = None
 
     @property
     def world_size(self) -> int:
@@ -179,7 +182,7 @@ class Plan:
         data["env_paths"] = {name: value.to_dict() for name, value in self.env_paths.items()}
         if self.spatial is None:
             data.pop("spatial")  # plans without spatial parallelism read as they always have
-        for name in ("modules", "env_paths", "runtime", "ulimit", "tmpdir", "spawner", "spawner_argv"):
+        for name in ("modules", "env_paths", "runtime", "ulimit", "tmpdir", "spawner", "spawner_argv", "gpu_ids"):
             if not data[name]:
                 data.pop(name)  # nor do plans without these
         if self.nodes_per_host == 1:

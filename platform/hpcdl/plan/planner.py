@@ -186,6 +186,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         tmpdir=site.filesystems.tmpdir,
         nodes_per_host=node.nodes_per_host,
         rank_cpus="gpu-local" if gpu_local else "plan",
+        gpu_ids=site.defaults.gpu_ids if gpu_local else None,
     )
     plan = replace(plan, notes=tuple(notes))
     argv = launcher_for(site.launcher).command(plan, site)

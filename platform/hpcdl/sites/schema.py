@@ -1002,6 +1002,18 @@ class Defaults(_Strict):
             "finding its cores near its GPU at run time"
         ),
     )
+    gpu_ids: Literal["uuid"] | None = Field(
+        default=None,
+        description=(
+            "how a batch system other than Slurm names the GPUs a job holds on a node it shares, where the centre "
+            "says so: 'uuid', CUDA_VISIBLE_DEVICES set to their UUIDs (Imperial's CX3 under PBS Pro: 'CUDA_VISIBLE_"
+            "DEVICES will be set automatically with the UUID of the allocated GPUs'); a rank finding its cores near "
+            "its GPU (launch.rank_cpus: gpu-local) then finds its GPU among the node's by that UUID (the NVIDIA "
+            "driver's /proc/driver/nvidia/gpus/<PCI address>/information), and keeps its launcher's CPUs where none "
+            "is set; NVIDIA GPUs only, not under Slurm (whose SLURM_JOB_GPUS names them); unset, such a job's GPUs "
+            "are unnamed and gpu-local is refused on shared nodes"
+        ),
+    )
     exclusive_when_full: bool = Field(
         default=False,
         description=(
@@ -1361,10 +1373,11 @@ class Launch(_Strict):
             "binds them itself from its own options (launch.args) and the allocation, and the centre's line names no "
             "count, mapping or binding (N8 CIR Bede: 'bede-mpirun --bede-par 1ppg <mpi_program>', '1ppg (one process "
             "per GPU)'): the line then names only the -x exports, a host file where asked, and launch.args, and each "
-            "rank binds itself to its cores from plan.json; or count, under Slurm, where the centre's line names the "
-            "rank count alone and Open MPI lays the ranks over the slots the #SBATCH header's tasks give each node "
-            "(JHU ARCH's Rockfish: '#SBATCH --ntasks-per-node=8', '#SBATCH --cpus-per-task=6', 'mpirun -np 8 "
-            "bin/gmx_mpi ...'): the line is -np N, the -x exports and launch.args, no --map-by and no --bind-to, and "
+            "rank binds itself to its cores from plan.json; or count, under Slurm or PBS, where the centre's line "
+            "names the rank count alone and Open MPI lays the ranks over the slots the #SBATCH header's tasks, or the "
+            "PBS chunks' mpiprocs, give each node (JHU ARCH's Rockfish: '#SBATCH --ntasks-per-node=8', '#SBATCH "
+            "--cpus-per-task=6', 'mpirun -np 8 bin/gmx_mpi ...'; Imperial's CX3: 'mpirun -n 4 python "
+            "node_name.py'): the line is -np N, the -x exports and launch.args, no --map-by and no --bind-to, and "
             "each rank binds itself to its cores from plan.json; under a header of cores as one-CPU tasks "
             "(defaults.batch_request: cores, CU Boulder Alpine's 'mpirun -np 4') a job of several nodes adds "
             "--map-by ppr:R:node, since -np alone would fill the first node's slots"
@@ -1812,14 +1825,17 @@ class Site(_Strict):
                              f"(launch.command), but the launcher is {self.launcher} and launch.command "
                              f"{'is ' + ' '.join(self.launch.command) if self.launch.command else 'is unset'}")
         if self.launch.mpirun_layout == "count":
-            # the line names the count alone and Open MPI takes each node's slots from the header's tasks
-            # (SLURM_TASKS_PER_NODE): a header of its ranks' tasks under Slurm, with Open MPI's own mpirun
-            if (self.launcher != "mpirun" or self.mpi != "openmpi" or self.scheduler != "slurm"
-                    or self.defaults.batch_request not in ("tasks", "cores")):
+            # the line names the count alone and Open MPI takes each node's slots from the allocation: a Slurm header
+            # of its ranks' tasks (SLURM_TASKS_PER_NODE), or PBS chunks naming each node's MPI processes (mpiprocs=R,
+            # the node listed R times in PBS_NODEFILE), with Open MPI's own mpirun
+            slots = {"slurm": self.defaults.batch_request in ("tasks", "cores"),
+                     "pbs": self.defaults.pbs_request in ("select", "processes")}.get(self.scheduler, False)
+            if self.launcher != "mpirun" or self.mpi != "openmpi" or not slots:
                 raise ValueError(f"launch.mpirun_layout: count names Open MPI's rank count alone and leaves each "
-                                 f"node's ranks to the slots a Slurm header of tasks gives it, but the launcher is "
-                                 f"{self.launcher}, the MPI {self.mpi}, the scheduler {self.scheduler} and "
-                                 f"defaults.batch_request {self.defaults.batch_request}")
+                                 f"node's ranks to the slots the allocation gives it (a Slurm header of tasks, PBS "
+                                 f"chunks of mpiprocs), but the launcher is {self.launcher}, the MPI {self.mpi}, the "
+                                 f"scheduler {self.scheduler}, defaults.batch_request {self.defaults.batch_request} "
+                                 f"and defaults.pbs_request {self.defaults.pbs_request}")
             for option in ("map-by", "bind-to"):
                 if mpirun_option_of(self.launch.args, option) is not None:
                     raise ValueError(f"launch.mpirun_layout: count names no mapping or binding, but launch.args "
@@ -2004,7 +2020,16 @@ class Site(_Strict):
                 "binds each task to cores itself; say it names no binding (srun: launch.cpu_bind_default: none, "
                 "unstated, or auto or cores where the site's Slurm binds by itself, or --cpu-bind=none in "
                 "launch.args; mpirun: --bind-to none in launch.args, or mpirun_layout: count), or keep rank_cpus: plan")
-        if self.launch.rank_cpus == "gpu-local" and self.scheduler != "slurm" and not self.defaults.exclusive:
+        if self.defaults.gpu_ids is not None:
+            if self.scheduler == "slurm":
+                raise ValueError("defaults.gpu_ids: uuid names a job's GPUs where the batch system is not Slurm, but "
+                                 "the scheduler is slurm, which names them itself (SLURM_JOB_GPUS); leave it out")
+            amd = [name for name, kind in self.node_kinds.items() if any(g.vendor != "nvidia" for g in kind.gpus)]
+            if amd:
+                raise ValueError(f"defaults.gpu_ids: uuid finds a GPU by its UUID in the NVIDIA driver's "
+                                 f"/proc/driver/nvidia, but node kind {amd[0]} has GPUs of another vendor")
+        if (self.launch.rank_cpus == "gpu-local" and self.scheduler != "slurm" and not self.defaults.exclusive
+                and self.defaults.gpu_ids is None):
             # a rank learns which of its node's GPUs its job holds from Slurm alone (SLURM_STEP_GPUS, SLURM_JOB_GPUS:
             # node-wide ids); elsewhere it takes the plan's GPU i as the node's i-th, which on a node jobs share may be
             # another job's, and would bind near that one (PBS's cgroup hook names a job's GPUs by UUID in
@@ -2012,8 +2037,8 @@ class Site(_Strict):
             raise ValueError(
                 f"launch.rank_cpus: gpu-local has each rank find the node's GPU it drives among all the node's GPUs, "
                 f"but under {self.scheduler} a job on a shared node (defaults.exclusive: false) may hold other GPUs "
-                "than the node's first, which only Slurm's SLURM_JOB_GPUS names; keep rank_cpus: plan, or take whole "
-                "nodes (defaults.exclusive: true)")
+                "than the node's first, which only Slurm's SLURM_JOB_GPUS names; keep rank_cpus: plan, take whole "
+                "nodes (defaults.exclusive: true), or say how the batch system names them (defaults.gpu_ids: uuid)")
         if self.launch.spawner != "none":
             self._spawner_fits()
         if self.launch.spawner_rendezvous != "c10d" and self.launch.spawner != "torchrun":

@@ -25,9 +25,10 @@ def load_plan(path: str | None) -> dict | None:
     return plan
 
 
-def apply_plan(plan: dict | None, me: RankInfo, sys_root: Path = Path("/sys")) -> dict:
+def apply_plan(plan: dict | None, me: RankInfo, sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -> dict:
     """Set this rank's environment and CPU affinity from the plan; return what was applied. A plan whose ranks find
-    their CPUs near their GPU (rank_cpus: gpu-local) has this rank's found in `sys_root` (sysfs)."""
+    their CPUs near their GPU (rank_cpus: gpu-local) has this rank's found in `sys_root` (sysfs), its job's GPUs named
+    by UUID found in `proc_root` (the NVIDIA driver's procfs)."""
     if plan is None:
         return {}
     placement = next((r for r in plan["ranks"] if r["rank"] == me.rank), None)
@@ -53,7 +54,8 @@ def apply_plan(plan: dict | None, me: RankInfo, sys_root: Path = Path("/sys")) -
             # within the CPUs the job holds on the node (its cgroup's cpuset), not only the task's own: a launcher that
             # bound each task to a block (--threads-per-core implies --cpu-bind=threads, srun(1)) may have put it on the
             # far socket, and a rank may move anywhere its job may run, as it does to its planned CPUs
-            cpus, found = gpu_local_cpus(plan, placement, held if held else available, sys_root, job_gpus())
+            named = job_gpus(os.environ, sys_root, proc_root, by_uuid=plan.get("gpu_ids") == "uuid")
+            cpus, found = gpu_local_cpus(plan, placement, held if held else available, sys_root, named)
             applied.update(cpus=sorted(cpus), near_gpu=found)
         if cpus and cpus <= set(range(os.cpu_count() or 0)) and (held is None or cpus <= held):
             try:
@@ -95,15 +97,45 @@ def node_gpus(sys_root: Path = Path("/sys")) -> list[Path]:
     return found
 
 
-def job_gpus(environ=os.environ) -> list[int] | None:
-    """The node's GPUs this job holds, by their node-wide ids, where Slurm says: SLURM_STEP_GPUS, SLURM_JOB_GPUS
-    ("The global GPU IDs of the GPUs allocated to this job. The GPU IDs are not relative to any device cgroup, even
-    if devices are constrained with task/cgroup", sbatch(1)); None (every GPU of the node) elsewhere."""
+def job_gpus(environ=os.environ, sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc"),
+             by_uuid: bool = False) -> list[int] | None:
+    """The node's GPUs this job holds, by their node-wide ids (their places in node_gpus), where the batch system says:
+    Slurm's SLURM_STEP_GPUS, SLURM_JOB_GPUS ("The global GPU IDs of the GPUs allocated to this job. The GPU IDs are not
+    relative to any device cgroup, even if devices are constrained with task/cgroup", sbatch(1)); else a
+    CUDA_VISIBLE_DEVICES of GPU UUIDs (PBS Pro's cgroup hook at Imperial: "CUDA_VISIBLE_DEVICES will be set
+    automatically with the UUID of the allocated GPUs"), each found by its PCI address in the NVIDIA driver's
+    /proc/driver/nvidia/gpus/<address>/information ("GPU UUID: GPU-..."), [] where one is not found; [] too where the
+    plan says the batch system names them by UUID (defaults.gpu_ids) and none is named, rather than guess; None
+    (every GPU of the node) elsewhere."""
     for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
         words = environ.get(name, "").split(",")
         if words and all(w.isdigit() for w in words):
             return [int(w) for w in words]
-    return None
+    uuids = [w.strip() for w in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if w.strip()]
+    if uuids and all(u.startswith("GPU-") for u in uuids):
+        places = {device.name: i for i, device in enumerate(node_gpus(sys_root))}
+        at = _uuid_addresses(proc_root)
+        return [places[at[u]] for u in uuids] if all(at.get(u) in places for u in uuids) else []
+    return [] if by_uuid else None
+
+
+def _uuid_addresses(proc_root: Path) -> dict[str, str]:
+    """Each NVIDIA GPU's UUID and its PCI address, from the driver's /proc/driver/nvidia/gpus/<address>/information."""
+    found = {}
+    try:
+        folders = list((proc_root / "driver" / "nvidia" / "gpus").iterdir())
+    except OSError:
+        return found
+    for folder in folders:
+        try:
+            lines = (folder / "information").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            key, _, value = line.partition(":")
+            if key.strip() == "GPU UUID":
+                found[value.strip()] = folder.name.lower()
+    return found
 
 
 def cores_of(cpus: set[int], sys_root: Path = Path("/sys")) -> list[tuple[int, ...]]:
@@ -127,6 +159,9 @@ def gpu_local_cpus(plan: dict, placement: dict, allowed: set[int], sys_root: Pat
     each where they are enough, else an even split, else all of them. An empty set (the launcher's mask kept) where
     the node's GPUs cannot be read."""
     gpus = node_gpus(sys_root)
+    if held_gpus == []:
+        return set(), ("the job's GPUs are not named on this node (CUDA_VISIBLE_DEVICES holds no UUID the NVIDIA "
+                       "driver lists, defaults.gpu_ids: uuid): the launcher's CPUs kept")
     held = held_gpus if held_gpus is not None else list(range(len(gpus)))
 
     def near(index: int) -> frozenset[int] | None:
