@@ -66,9 +66,7 @@ def test_open_mpi_fills_each_nodes_slots_in_rank_order():
     assert done.returncode == 0, out
     assert re.findall(r"Data for node: (n\d)\s+Num slots: (\d+).*?Num procs: (\d+)", out, re.S) == [
         ("n1", "4", "4"), ("n2", "4", "4")], out
-    nodes = {int(rank): node for node, block in re.findall(r"Data for node: (n\d)(.*?)(?=Data for node:|\Z)", out, re.S)
-             for rank in re.findall(r"Process OMPI jobid: \[\d+,\d+\] App: \d+ Process rank: (\d+)", block)}
-    assert nodes == {r.rank: f"n{r.node + 1}" for r in plan.ranks}, out
+    assert _rank_nodes(out) == {r.rank: f"n{r.node + 1}" for r in plan.ranks}, out
 
 
 @pytest.mark.parametrize("change,match", [
@@ -80,6 +78,12 @@ def test_open_mpi_fills_each_nodes_slots_in_rank_order():
 def test_count_is_refused_where_no_header_gives_the_slots(change, match):
     with pytest.raises(ValueError, match=match):
         _site(**change)
+
+
+def _rank_nodes(out: str) -> dict[int, str]:
+    """Each rank's node in Open MPI's --display-map."""
+    return {int(rank): node for node, block in re.findall(r"Data for node: (n\d)(.*?)(?=Data for node:|\Z)", out, re.S)
+            for rank in re.findall(r"Process OMPI jobid: \[\d+,\d+\] App: \d+ Process rank: (\d+)", block)}
 
 
 def _display_map(argv: list[str], allocation: dict) -> str:
@@ -164,8 +168,6 @@ def test_under_pbs_the_count_takes_each_nodes_slots_from_its_chunks_mpiprocs(tmp
     out = _display_map([*two[:3], "--hostfile", str(nodefile), *two[3:]], {})
     assert re.findall(r"Data for node: (n\d)\s+Num slots: (\d+).*?Num procs: (\d+)", out, re.S) == [
         ("n1", "4", "4"), ("n2", "4", "4")], out
-    nodes = {int(rank): node for node, block in re.findall(r"Data for node: (n\d)(.*?)(?=Data for node:|\Z)", out, re.S)
-             for rank in re.findall(r"Process OMPI jobid: \[\d+,\d+\] App: \d+ Process rank: (\d+)", block)}
-    assert nodes == {r.rank: f"n{r.node + 1}" for r in plan.ranks}, out
+    assert _rank_nodes(out) == {r.rank: f"n{r.node + 1}" for r in plan.ranks}, out
     with pytest.raises(ValueError, match=r"launch\.mpirun_layout: count .* defaults\.pbs_request job-wide"):
         _pbs_site(pbs_request="job-wide")
