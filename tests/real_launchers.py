@@ -82,3 +82,40 @@ def mpirun_refuses(mpirun: str, options: tuple[str, ...]) -> str | None:
     said = done.stdout + done.stderr
     refused = next((line for line in said.splitlines() if "unknown option" in line or "unrecognized" in line), None)
     return refused.strip() if refused else None
+
+
+def posed_slurm_allocation(slots: int | str, nodes: int = 2, cpus_per_task: int | None = None) -> dict[str, str]:
+    """A Slurm allocation of `nodes` nodes (n1, n2, ...) of `slots` tasks each, as a job's environment says it to Open
+    MPI's slurm allocator (SLURM_TASKS_PER_NODE `slots(xnodes)`); `slots` may be the environment's own form."""
+    per_node = slots if isinstance(slots, str) else f"{slots}(x{nodes})"
+    out = {"SLURM_JOBID": "7", "SLURM_JOB_ID": "7", "SLURM_NODELIST": f"n[1-{nodes}]",
+           "SLURM_JOB_NODELIST": f"n[1-{nodes}]", "SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes),
+           "SLURM_TASKS_PER_NODE": per_node}
+    if isinstance(slots, int):
+        out.update(SLURM_NTASKS=str(slots * nodes), SLURM_NTASKS_PER_NODE=str(slots))
+    if cpus_per_task is not None:
+        out["SLURM_CPUS_PER_TASK"] = str(cpus_per_task)
+    return out
+
+
+def open_mpi_map(mpirun: str, argv: list[str], env: dict[str, str], bind_none: bool = False) -> subprocess.CompletedProcess:
+    """The installed Open MPI's map of a launch line's ranks (`--do-not-launch --display-map`: nothing starts), its -x
+    words left out (variables the test does not set), under the allocation `env` poses. bind_none: the map is asked
+    with --bind-to none, where the posed nodes' ranks outnumber this host's CPUs ("binding more processes than
+    cpus"), which moves no rank to another node."""
+    words = [w for i, w in enumerate(argv) if w != "-x" and not (i and argv[i - 1] == "-x")]
+    extra = ["--bind-to", "none"] if bind_none else []
+    return subprocess.run([words[0], "--allow-run-as-root", "--do-not-launch", "--display-map", *extra, *words[1:],
+                           "true"], env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
+                          executable=mpirun)
+
+
+def mapped_nodes(out: str) -> list[tuple[str, str, str]]:
+    """Each node of Open MPI's --display-map: its name, slots and processes."""
+    return re.findall(r"Data for node: (n\d)\s+Num slots: (\d+).*?Num procs: (\d+)", out, re.S)
+
+
+def rank_nodes(out: str) -> dict[int, str]:
+    """Each rank's node in Open MPI's --display-map."""
+    return {int(rank): node for node, block in re.findall(r"Data for node: (n\d)(.*?)(?=Data for node:|\Z)", out, re.S)
+            for rank in re.findall(r"Process OMPI jobid: \[\d+,\d+\] App: \d+ Process rank: (\d+)", block)}

@@ -155,24 +155,18 @@ def test_under_a_header_of_cores_a_bare_np_would_fill_the_first_node_and_the_ran
     of cores, SLURM_TASKS_PER_NODE 32(x2)): CURC's bare `mpirun -np 4` maps all four ranks on the first node, which
     has the slots; hpcdl's --map-by ppr:2:node puts two on each (the posed hosts have no topology to bind on, so the
     line's PE= and --bind-to are left out here)."""
-    import os
-    import re
-    import subprocess
-
     from conftest import require_tool
+    from real_launchers import mapped_nodes, open_mpi_map, posed_slurm_allocation
     mpirun = require_tool("mpirun")
     site = _site("alpine-gpu", RESTATED, batch_request="cores")
     argv = list(make_plan(site, JobRequest(nodes=2, ranks_per_node=2)).launcher_argv)
     mapping = argv[argv.index("--map-by") + 1]
     assert argv[1:3] == ["-np", "4"] and mapping == "ppr:2:node:PE=16"
-    allocation = {"SLURM_JOBID": "7", "SLURM_JOB_ID": "7", "SLURM_NODELIST": "n[1-2]", "SLURM_JOB_NODELIST": "n[1-2]",
-                  "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_TASKS_PER_NODE": "32(x2)"}
+    allocation = posed_slurm_allocation("32(x2)")
 
     def mapped(*words: str) -> list[tuple[str, str]]:
-        done = subprocess.run(["mpirun", "--allow-run-as-root", "--do-not-launch", "--display-map", "-np", "4", *words,
-                               "true"], env={**os.environ, **allocation}, capture_output=True, text=True, timeout=60,
-                              executable=mpirun)
-        return re.findall(r"Data for node: (n\d)\s+Num slots: \d+.*?Num procs: (\d+)", done.stdout + done.stderr)
+        done = open_mpi_map(mpirun, ["mpirun", "-np", "4", *words], allocation)
+        return [(node, procs) for node, _, procs in mapped_nodes(done.stdout + done.stderr)]
 
     assert mapped() == [("n1", "4")]
     assert mapped("--map-by", mapping.split(":PE=")[0]) == [("n1", "2"), ("n2", "2")]

@@ -10,13 +10,11 @@ itself to its cores from plan.json. hpcdl wrote its own --map-by ppr:R:node:PE=C
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 
 import pytest
 
 from conftest import require_tool
+from real_launchers import mapped_nodes, open_mpi_map, posed_slurm_allocation, rank_nodes
 from hpcdl.plan import JobRequest, make_plan
 from hpcdl.sites import load_site
 from hpcdl.sites.schema import Site
@@ -54,19 +52,12 @@ def test_open_mpi_fills_each_nodes_slots_in_rank_order():
     """The installed Open MPI under a posed Slurm allocation of two nodes with the header's four tasks each
     (SLURM_TASKS_PER_NODE 4(x2)): the count alone maps ranks 0-3 on the first node and 4-7 on the second, the plan's
     nodes and local ranks."""
-    mpirun = require_tool("mpirun")
-    site = _site()
-    plan = make_plan(site, JobRequest(nodes=2))
-    line = list(plan.launcher_argv)
-    argv = [w for i, w in enumerate(line) if w != "-x" and not (i and line[i - 1] == "-x")]
-    done = subprocess.run([argv[0], "--allow-run-as-root", "--do-not-launch", "--display-map", *argv[1:], "true"],
-                          env={**os.environ, **_posed(4, cpus_per_task=6)}, capture_output=True, text=True, timeout=60,
-                          executable=mpirun)
+    plan = make_plan(_site(), JobRequest(nodes=2))
+    done = open_mpi_map(require_tool("mpirun"), list(plan.launcher_argv), posed_slurm_allocation(4, cpus_per_task=6))
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
-    assert re.findall(r"Data for node: (n\d)\s+Num slots: (\d+).*?Num procs: (\d+)", out, re.S) == [
-        ("n1", "4", "4"), ("n2", "4", "4")], out
-    assert _rank_nodes(out) == {r.rank: f"n{r.node + 1}" for r in plan.ranks}, out
+    assert mapped_nodes(out) == [("n1", "4", "4"), ("n2", "4", "4")], out
+    assert rank_nodes(out) == {r.rank: f"n{r.node + 1}" for r in plan.ranks}, out
 
 
 @pytest.mark.parametrize("change,match", [
@@ -80,31 +71,12 @@ def test_count_is_refused_where_no_header_gives_the_slots(change, match):
         _site(**change)
 
 
-def _rank_nodes(out: str) -> dict[int, str]:
-    """Each rank's node in Open MPI's --display-map."""
-    return {int(rank): node for node, block in re.findall(r"Data for node: (n\d)(.*?)(?=Data for node:|\Z)", out, re.S)
-            for rank in re.findall(r"Process OMPI jobid: \[\d+,\d+\] App: \d+ Process rank: (\d+)", block)}
-
-
 def _display_map(argv: list[str], allocation: dict) -> str:
-    """The installed Open MPI's map of the line's ranks (its -x words left out) under a posed Slurm allocation. The
-    posed nodes have this host's two CPUs, on which Open MPI's default binding refuses four ranks ("binding more
-    processes than cpus"): the map is asked with --bind-to none, which moves no rank to another node."""
-    mpirun = require_tool("mpirun")
-    words = [w for i, w in enumerate(argv) if w != "-x" and not (i and argv[i - 1] == "-x")]
-    done = subprocess.run([words[0], "--allow-run-as-root", "--do-not-launch", "--display-map", "--bind-to", "none",
-                           *words[1:], "true"],
-                          env={**os.environ, **allocation}, capture_output=True, text=True, timeout=60, executable=mpirun)
+    """The installed Open MPI's map of the line's ranks under a posed allocation, with --bind-to none: the posed nodes
+    have this host's two CPUs, on which Open MPI's default binding refuses four ranks."""
+    done = open_mpi_map(require_tool("mpirun"), argv, allocation, bind_none=True)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout + done.stderr
-
-
-def _posed(slots: int, nodes: int = 2, cpus_per_task: int = 1) -> dict:
-    """A Slurm allocation of `nodes` nodes of `slots` tasks each, as the job's environment says it to Open MPI."""
-    return {"SLURM_JOBID": "7", "SLURM_JOB_ID": "7", "SLURM_NODELIST": "n[1-2]", "SLURM_JOB_NODELIST": "n[1-2]",
-            "SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_TASKS_PER_NODE": f"{slots}(x{nodes})",
-            "SLURM_NTASKS": str(slots * nodes), "SLURM_NTASKS_PER_NODE": str(slots),
-            "SLURM_CPUS_PER_TASK": str(cpus_per_task)}
 
 
 def test_the_count_with_each_nodes_ranks_in_open_mpis_own_option():
@@ -119,8 +91,8 @@ def test_the_count_with_each_nodes_ranks_in_open_mpis_own_option():
     assert _argv(site, nodes=1)[:5] == ["mpirun", "-np", "4", "-npernode", "4"]
     one = list(make_plan(site, JobRequest(nodes=1, ranks_per_node=1)).launcher_argv)
     assert one[:5] == ["mpirun", "-np", "1", "-npernode", "1"], one
-    out = _display_map(argv, _posed(4))
-    assert re.findall(r"Data for node: (n\d)\s+Num slots: \d+.*?Num procs: (\d+)", out, re.S) == [("n1", "4"), ("n2", "4")]
+    out = _display_map(argv, posed_slurm_allocation(4))
+    assert [(n, procs) for n, _, procs in mapped_nodes(out)] == [("n1", "4"), ("n2", "4")]
     # Open MPI takes its variables by -x: a comma-separated list stays an option of a centre's own command
     with pytest.raises(ValueError, match=r"launch\.env_list_option: .*mpirun_layout: command\), but mpirun_layout is count"):
         _site(launch={"env_list_option": "--variablesprefix"})
@@ -137,8 +109,8 @@ def test_under_a_header_of_cores_the_count_names_each_nodes_ranks_only_on_severa
     assert one[:3] == ["mpirun", "-np", "2"] and "--map-by" not in one and "--bind-to" not in one, one
     two = list(make_plan(site, JobRequest(nodes=2, ranks_per_node=2)).launcher_argv)
     assert two[:5] == ["mpirun", "-np", "4", "--map-by", "ppr:2:node"] and "--bind-to" not in two, two
-    out = _display_map(two, _posed(32))
-    assert re.findall(r"Data for node: (n\d)\s+Num slots: \d+.*?Num procs: (\d+)", out, re.S) == [("n1", "2"), ("n2", "2")]
+    out = _display_map(two, posed_slurm_allocation(32))
+    assert [(n, procs) for n, _, procs in mapped_nodes(out)] == [("n1", "2"), ("n2", "2")]
 
 
 def _pbs_site(**defaults) -> Site:
@@ -166,8 +138,8 @@ def test_under_pbs_the_count_takes_each_nodes_slots_from_its_chunks_mpiprocs(tmp
     nodefile = tmp_path / "nodefile"
     nodefile.write_text("".join(f"n{n}\n" for n in (1, 2) for _ in range(plan.ranks_per_node)))
     out = _display_map([*two[:3], "--hostfile", str(nodefile), *two[3:]], {})
-    assert re.findall(r"Data for node: (n\d)\s+Num slots: (\d+).*?Num procs: (\d+)", out, re.S) == [
+    assert mapped_nodes(out) == [
         ("n1", "4", "4"), ("n2", "4", "4")], out
-    assert _rank_nodes(out) == {r.rank: f"n{r.node + 1}" for r in plan.ranks}, out
+    assert rank_nodes(out) == {r.rank: f"n{r.node + 1}" for r in plan.ranks}, out
     with pytest.raises(ValueError, match=r"launch\.mpirun_layout: count .* defaults\.pbs_request job-wide"):
         _pbs_site(pbs_request="job-wide")

@@ -15,13 +15,12 @@ refuses the job's ranks (below).
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 
 import pytest
 
 from conftest import RECIPES, require_tool
+from real_launchers import mapped_nodes, open_mpi_map, posed_slurm_allocation
 from hpcdl.plan import JobRequest, make_plan
 from hpcdl.render import JobOptions, render_job_script
 from hpcdl.sites import load_site
@@ -79,22 +78,12 @@ def test_open_mpi_maps_the_ranks_only_with_the_slots_the_job_exports():
     slots = dict(word.split("=", 1) for word in exported.split()[1:])
     slots = {k: v.strip("'") for k, v in slots.items()}
     line = list(make_plan(site, JobRequest(nodes=2)).launcher_argv)
-    # the line without its -x exports (variables this test does not set)
-    argv = [w for i, w in enumerate(line) if w != "-x" and not (i and line[i - 1] == "-x")]
-    allocation = {"SLURM_JOBID": "7", "SLURM_JOB_ID": "7", "SLURM_NODELIST": "n[1-2]", "SLURM_JOB_NODELIST": "n[1-2]",
-                  "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_TASKS_PER_NODE": "1(x2)"}
-
-    def run(env: dict) -> subprocess.CompletedProcess:
-        return subprocess.run([argv[0], "--allow-run-as-root", "--do-not-launch", "--display-map", *argv[1:], "true"],
-                              env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
-                              executable=mpirun)
-
-    refused = run(allocation)
+    allocation = posed_slurm_allocation("1(x2)")
+    refused = open_mpi_map(mpirun, line, allocation)
     assert "not enough slots" in refused.stdout + refused.stderr
-    mapped = run({**allocation, **slots})
+    mapped = open_mpi_map(mpirun, line, {**allocation, **slots})
     assert mapped.returncode == 0, mapped.stdout + mapped.stderr
-    assert re.findall(r"Data for node: (n\d)\s+Num slots: (\d+).*?Num procs: (\d+)", mapped.stdout + mapped.stderr) == [
-        ("n1", "8", "8"), ("n2", "8", "8")]
+    assert mapped_nodes(mapped.stdout + mapped.stderr) == [("n1", "8", "8"), ("n2", "8", "8")]
 
 
 def test_nodes_under_mpirun_needs_slurm_and_open_mpi():
