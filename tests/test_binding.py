@@ -194,6 +194,30 @@ def test_a_rank_finds_its_share_of_the_cpus_its_gpus_node_reports_near_it(tmp_pa
     assert cpus == set() and "not among the node's 0 GPUs" in why
 
 
+def test_ranks_short_of_cores_near_their_gpus_share_the_jobs_cores_near_none(tmp_path):
+    """CINECA's Leonardo Booster node as CINECA's `nvidia-smi topo -m` gives it: one Xeon 8358 of 32 cores, every
+    A100's CPU Affinity 0-15 ("GPU0 ... 0-15 0 ... GPU3 ... 0-15 0"). Four ranks of 8 cores (the plan's count, the
+    job holding all 32) find only 16 near their GPUs: each takes its 4 of them and, since the job's CPUs are known
+    (its cgroup's cpuset, the same for every rank), its 4 of the 16 cores near no GPU, so no core of the job idles:
+    cores 0-3 and 16-19 for rank 0, the masks a production Booster job writes by hand (SeisSol's
+    `--cpu-bind=mask_cpu:000f000f,00f000f0,0f000f00,f000f000`). Where two sockets each hold GPUs, no core is near none
+    and nothing is added; without the job's CPUs (each rank seeing only its own task's), nothing is added either."""
+    from hpcdl.train.binding import gpu_local_cpus
+
+    _sysfs(tmp_path, {f"0000:{bus}:00.0": ("0x030200", "0x10de", "0-15") for bus in ("1d", "56", "8f", "c7")}, 32, str)
+    plan, job = _near_plan([[0], [1], [2], [3]], 8), set(range(32))
+    found = [gpu_local_cpus(plan, r, job, tmp_path, top_up=True) for r in plan["ranks"]]
+    masks = [sum(1 << cpu for cpu in cpus) for cpus, _ in found]
+    assert masks == [0x000f000f, 0x00f000f0, 0x0f000f00, 0xf000f000], [hex(m) for m in masks]
+    assert "4 of the 16 cores near it, share 1 of 4, and 4 of the job's cores near no GPU" in found[0][1]
+    assert [gpu_local_cpus(plan, r, job, tmp_path)[0] for r in plan["ranks"]][0] == {0, 1, 2, 3}
+    two = tmp_path / "two"
+    _sysfs(two, {"0000:07:00.0": ("0x030200", "0x10de", "0-3"), "0000:48:00.0": ("0x030200", "0x10de", "4-7")}, 8, str)
+    pair = _near_plan([[0], [0], [1], [1]], 4)
+    assert [gpu_local_cpus(pair, r, set(range(8)), two, top_up=True)[0] for r in pair["ranks"]] == [
+        {0, 1}, {2, 3}, {4, 5}, {6, 7}]
+
+
 def _nvidia_procfs(root, uuids: dict[str, str]) -> None:
     """The NVIDIA driver's /proc/driver/nvidia/gpus/<PCI address>/information under `root`, as the driver writes it
     (its Model, IRQ, GPU UUID, ..., Bus Location lines, a tab after each key's colon)."""

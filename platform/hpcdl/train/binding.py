@@ -55,7 +55,8 @@ def apply_plan(plan: dict | None, me: RankInfo, sys_root: Path = Path("/sys"), p
             # bound each task to a block (--threads-per-core implies --cpu-bind=threads, srun(1)) may have put it on the
             # far socket, and a rank may move anywhere its job may run, as it does to its planned CPUs
             named = job_gpus(os.environ, sys_root, proc_root, by_uuid=plan.get("gpu_ids") == "uuid")
-            cpus, found = gpu_local_cpus(plan, placement, held if held else available, sys_root, named)
+            cpus, found = gpu_local_cpus(plan, placement, held if held else available, sys_root, named,
+                                         top_up=bool(held))
             applied.update(cpus=sorted(cpus), near_gpu=found)
         if cpus and cpus <= set(range(os.cpu_count() or 0)) and (held is None or cpus <= held):
             try:
@@ -152,12 +153,16 @@ def cores_of(cpus: set[int], sys_root: Path = Path("/sys")) -> list[tuple[int, .
 
 
 def gpu_local_cpus(plan: dict, placement: dict, allowed: set[int], sys_root: Path = Path("/sys"),
-                   held_gpus: list[int] | None = None) -> tuple[set[int], str]:
+                   held_gpus: list[int] | None = None, top_up: bool = False) -> tuple[set[int], str]:
     """This rank's CPUs near its GPU (the plan's rank_cpus: gpu-local), and how they were found: of the CPUs its GPU's
     PCI device reports as local (local_cpulist, nvidia-smi topo -m's CPU Affinity) that the rank may use (`allowed`),
     its share among the node's ranks whose GPUs report the same CPUs, in local-rank order: the plan's count of cores
-    each where they are enough, else an even split, else all of them. An empty set (the launcher's mask kept) where
-    the node's GPUs cannot be read."""
+    each where they are enough, else an even split, else all of them. With `top_up` (`allowed` being the job's CPUs on
+    the node, the same for every rank), a rank of an even split short of the plan's count also takes its even share of
+    the job's cores near none of the node's ranks' GPUs, in local-rank order among the ranks short of theirs: CINECA's
+    Leonardo Booster reports every A100 near cores 0-15 of 32, and four ranks of 8 cores each take 4 of those and 4
+    of 16-31, no core of the job left idle. An empty set (the launcher's mask kept) where the node's GPUs cannot be
+    read."""
     gpus = node_gpus(sys_root)
     if held_gpus == []:
         return set(), ("the job's GPUs are not named on this node (CUDA_VISIBLE_DEVICES holds no UUID the NVIDIA "
@@ -174,24 +179,41 @@ def gpu_local_cpus(plan: dict, placement: dict, allowed: set[int], sys_root: Pat
             return None
 
     # each GPU of the node's ranks read once: the ranks whose GPUs report this rank's CPUs share them
-    local = {r["local_rank"]: near(r["gpus"][0]) for r in plan["ranks"] if r["node"] == placement["node"] and r["gpus"]}
-    mine = local[placement["local_rank"]]
-    if not mine:
+    ranks = {r["local_rank"]: r for r in plan["ranks"] if r["node"] == placement["node"] and r["gpus"]}
+    local = {rank: near(r["gpus"][0]) for rank, r in ranks.items()}
+    if not local[placement["local_rank"]]:
         return set(), (f"GPU {placement['gpus'][0]}: not among the node's {len(gpus)} GPUs in sysfs, or its "
                        "local_cpulist unreadable: the launcher's CPUs kept")
-    group = sorted(rank for rank, cpus in local.items() if cpus == mine)
-    k, n, want = group.index(placement["local_rank"]), len(group), max(1, len(placement["cores"]))
-    cores = cores_of(set(mine) & allowed, sys_root)
-    if len(cores) >= n * want:
-        share = cores[k * want:(k + 1) * want]
-    elif len(cores) >= n:
-        each = len(cores) // n
-        share = cores[k * each:(k + 1) * each]
-    else:
-        share = cores
+
+    def near_share(rank: int) -> tuple[list, list, int, int]:
+        """The rank's share of the cores near its GPU, those cores, its place among the ranks sharing them, and
+        their count."""
+        group = sorted(other for other, cpus in local.items() if cpus == local[rank])
+        k, n, want = group.index(rank), len(group), max(1, len(ranks[rank]["cores"]))
+        cores = cores_of(set(local[rank]) & allowed, sys_root)
+        if len(cores) >= n * want:
+            return cores[k * want:(k + 1) * want], cores, k, n
+        if len(cores) >= n:
+            each = len(cores) // n
+            return cores[k * each:(k + 1) * each], cores, k, n
+        return cores, cores, k, n
+
+    me = placement["local_rank"]
+    share, cores, k, n = near_share(me)
+    extra: list = []
+    if top_up:
+        # the ranks of an even split, short of their count, share the job's cores near none of the ranks' GPUs
+        shares = {rank: near_share(rank) for rank in sorted(local) if local[rank]}
+        short = [rank for rank, (got, near_cores, _, count) in shares.items()
+                 if len(near_cores) >= count and len(got) < max(1, len(ranks[rank]["cores"]))]
+        pool = cores_of(allowed - set().union(*(cpus for cpus in local.values() if cpus)), sys_root)
+        if me in short and pool:
+            per, p = len(pool) // len(short), short.index(me)
+            extra = pool[p * per:(p + 1) * per][:max(1, len(placement["cores"])) - len(share)]
     physical = held[placement["gpus"][0]]
-    return ({cpu for core in share for cpu in core},
-            f"GPU {physical} ({gpus[physical].name}): {len(share)} of the {len(cores)} cores near it, share {k + 1} of {n}")
+    return ({cpu for core in share + extra for cpu in core},
+            f"GPU {physical} ({gpus[physical].name}): {len(share)} of the {len(cores)} cores near it, share {k + 1} of {n}"
+            + (f", and {len(extra)} of the job's cores near no GPU of its ranks" if extra else ""))
 
 
 def job_cpuset(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> set[int] | None:
