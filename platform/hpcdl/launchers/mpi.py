@@ -130,7 +130,10 @@ class SrunLauncher(Launcher):
     binds each task's GPU itself (`launch.gpu_bind: wrapper`: EPCC Tursa's gpu_launch.sh). A centre whose own lines say
     `--cpu-bind=none` (JSC) keeps it, in `launch.args`: srun binds no task and each rank binds itself to
     its cores from plan.json; so does a site whose Slurm binds no task and whose lines name no binding
-    (`launch.cpu_bind_default: none`, NRIS Olivia), with no binding word at all. Where every task sees
+    (`launch.cpu_bind_default: none`, NRIS Olivia), with no binding word at all. A centre whose words say
+    `--cpu-bind=cores` (TTU REPACSS) keeps it in `launch.args` beside `launch.rank_cpus: gpu-local`: srun binds each
+    task to whole cores, each GPU rank replaces them with whole cores near its GPU, and the line names no
+    --distribution of hpcdl's. Where every task sees
     the node's GPUs (`launch.gpu_visibility: node`),
     `--gpu-bind=none`, or nothing where the site's Slurm binds none itself and the centre's lines say
     nothing (`launch.gpu_bind_default: none`: IDRIS).
