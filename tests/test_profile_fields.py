@@ -2391,6 +2391,45 @@ def test_gpu_local_ranks_replace_the_binding_a_slurm_gives_by_itself(tmp_path):
         assert _profile(tmp_path, cedar, **{"launch.cpu_bind_default": bind}).launch.rank_cpus == "gpu-local"
 
 
+def test_a_centres_own_cpu_bind_cores_is_kept_beside_gpu_local_ranks(tmp_path):
+    """launch.args: [--cpu-bind=cores] beside launch.rank_cpus: gpu-local (TTU REPACSS: "Each Slurm CPU is a
+    hyperthread. To bind OpenMP threads to physical cores, use --cpu-bind=cores", and no page placing an H100 on a
+    socket): the line carries the centre's word once, as written, and no --distribution, mask or binding word of
+    hpcdl's; srun binds each task to whole cores and each GPU rank replaces that with whole cores near its GPU. A plan
+    without GPUs keeps hpcdl's --distribution beside the centre's word, and is refused where that binding would not
+    give its cores (Slurm counting one thread of each core). Elsewhere --cpu-bind=cores stays hpcdl's to write: refused
+    beside rank_cpus: plan, launch.cpu_bind_default and a per-node spawner, each naming the field."""
+    repacss = SHIPPED / "repacss.yaml"
+    site = load_site_file(repacss)
+    assert site.launch.args == ("--cpu-bind=cores",) and site.launch.rank_cpus == "gpu-local"
+    for request in (JobRequest(nodes=2), JobRequest(nodes=1, ranks_per_node=2), JobRequest(nodes=2, mode="per-socket")):
+        plan = make_plan(site, request)
+        binding = [w for w in plan.launcher_argv if w.startswith(("--cpu-bind", "--cpu_bind", "--distribution",
+                                                                  "--hint", "--threads-per-core"))]
+        assert binding == ["--cpu-bind=cores"], plan.launcher_argv
+        assert plan.rank_cpus == "gpu-local" and all(r.cpus == () and r.gpus for r in plan.ranks)
+    cpus_only = make_plan(site, JobRequest(nodes=2, use_gpus=False, mode="per-socket", ranks_per_node=4))
+    assert cpus_only.rank_cpus == "plan" and all(r.cpus for r in cpus_only.ranks)
+    assert [w for w in cpus_only.launcher_argv if w.startswith(("--cpu-bind", "--distribution"))] == [
+        "--distribution=block:block", "--cpu-bind=cores"], cpus_only.launcher_argv
+    counted_by_cores = _profile(tmp_path, repacss, **{"node_kinds.h100.scheduler_cpus_per_core": 1})
+    assert "--cpu-bind=cores" in make_plan(counted_by_cores, JobRequest(nodes=2)).launcher_argv
+    with pytest.raises(HpcdlError, match=r"launch.args: --cpu-bind=cores, the centre's binding, cannot give this "
+                                         r"plan's cores: Slurm counts 1 of each core's 2 hardware threads"):
+        make_plan(counted_by_cores, JobRequest(nodes=2, use_gpus=False, mode="per-socket"))
+    with pytest.raises(HpcdlError, match=r"launch.args: --cpu-bind=cores: hpcdl writes the binding srun gives each task"
+                                         r"[^\n]*cores beside launch.rank_cpus: gpu-local"):
+        _profile(tmp_path, repacss, **{"launch.rank_cpus": "plan"})
+    with pytest.raises(HpcdlError, match=r"launch.cpu_bind_default: auto says the line names no --cpu-bind, but "
+                                         r"launch.args say --cpu-bind=cores; keep one"):
+        _profile(tmp_path, repacss, **{"launch.cpu_bind_default": "auto"})
+    with pytest.raises(HpcdlError, match=r"launch.spawner: torchrun starts one task per node and binds none, but "
+                                         r"launch.args say --cpu-bind=cores"):
+        _profile(tmp_path, repacss, **{"launch.spawner": "torchrun"})
+    with pytest.raises(HpcdlError, match=r"launch.args: --cpu-bind=threads: hpcdl writes the binding"):
+        _profile(tmp_path, repacss, **{"launch.args": ["--cpu-bind=threads"]})
+
+
 def test_gpu_local_is_refused_where_no_variable_names_a_shared_nodes_gpus(tmp_path):
     """A gpu-local rank finds its GPU among all the node's (sysfs lists every one) by the ids Slurm gives the job's
     (SLURM_JOB_GPUS, node-wide). Imperial's CX3 shares its GPU nodes under PBS, which names a job's GPUs by UUID:

@@ -130,7 +130,10 @@ class SrunLauncher(Launcher):
     binds each task's GPU itself (`launch.gpu_bind: wrapper`: EPCC Tursa's gpu_launch.sh). A centre whose own lines say
     `--cpu-bind=none` (JSC) keeps it, in `launch.args`: srun binds no task and each rank binds itself to
     its cores from plan.json; so does a site whose Slurm binds no task and whose lines name no binding
-    (`launch.cpu_bind_default: none`, NRIS Olivia), with no binding word at all. Where every task sees
+    (`launch.cpu_bind_default: none`, NRIS Olivia), with no binding word at all. A centre whose words say
+    `--cpu-bind=cores` (TTU REPACSS) keeps it in `launch.args` beside `launch.rank_cpus: gpu-local`: srun binds each
+    task to whole cores, each GPU rank replaces them with whole cores near its GPU, and the line names no
+    --distribution of hpcdl's. Where every task sees
     the node's GPUs (`launch.gpu_visibility: node`),
     `--gpu-bind=none`, or nothing where the site's Slurm binds none itself and the centre's lines say
     nothing (`launch.gpu_bind_default: none`: IDRIS).
@@ -163,7 +166,8 @@ class SrunLauncher(Launcher):
         if _socket_lays_otherwise(plan, site):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
         # (ranks that find their cores near their GPU at run time, launch.rank_cpus: gpu-local, replace whatever
-        # binding the site's Slurm gives by itself, launch.cpu_bind_default auto or cores: no plan of cores to lay out)
+        # binding the site's Slurm gives by itself, launch.cpu_bind_default auto or cores, or the centre's own
+        # --cpu-bind=cores in launch.args gives, whole cores: no plan of cores to lay out, no --distribution)
         ranks_bind_themselves = site.launch.srun_binds_no_task or plan.rank_cpus == "gpu-local"
         if fewer_threads and (restate or not (blocks or ranks_bind_themselves)):
             # ask for the unit -c was counted in, where that is fewer threads than a core has: the
@@ -176,6 +180,8 @@ class SrunLauncher(Launcher):
             # mask does the line say it
             argv.append(srun_threads_word(plan, site))
         if ranks_bind_themselves:
+            # (the centre's own --cpu-bind=cores beside rank_cpus: gpu-local, REPACSS, kept in launch.args as written:
+            # each task bound to whole cores, which its rank replaces with whole cores near its GPU)
             # the centre's own --cpu-bind=none (JSC's deep-learning jobs), kept in launch.args as written, a Slurm that
             # binds no task by itself (launch.cpu_bind_default: none, NRIS Olivia), or a bare srun whose centre does not
             # say how its Slurm binds (unstated: SURF, BriCS): srun is asked for no binding, and each rank binds itself
@@ -191,7 +197,9 @@ class SrunLauncher(Launcher):
                 argv.append("--distribution=block:block")
             # (a site whose Slurm lays tasks out in blocks by default, launch.distribution_default: block, gives the
             # plan's blocks with none, as the centre's lines name none)
-            if not site.launch.slurm_binds_tasks and not fewer_threads:
+            if not site.launch.slurm_binds_tasks and not fewer_threads and not site.launch.srun_centre_binds_cores:
+                # (the centre's own --cpu-bind=cores in launch.args binds a plan of blocks as this would, beside
+                # rank_cpus: gpu-local, on a plan without GPUs: the planner refuses one it would not give)
                 # in the unit the centre's line names (launch.cpu_bind_unit: JSC's JUPITER tutorial says sockets),
                 # where that unit gives each rank exactly its cores
                 unit = site.launch.cpu_bind_unit

@@ -198,6 +198,16 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
             raise HpcdlError(f"launch.cpu_bind_default: {site.launch.cpu_bind_default} binding cannot give this "
                              f"plan's cores: {miss}; ask another layout (--ranks-per-node, --mode), or unset it so "
                              "hpcdl names the binding")
+    if site.launcher == "srun" and site.launch.srun_centre_binds_cores and not gpu_local:
+        # the centre's own --cpu-bind=cores (launch.args, beside rank_cpus: gpu-local) binds a plan without GPUs too:
+        # each task to its block of whole cores, as the line's distribution lays them out
+        node_kind = site.node_kinds[plan.node_kind]
+        miss = (f"Slurm counts {node_kind.cpus_per_core} of each core's {node_kind.threads_per_core} hardware threads, "
+                "where --cpu-bind=cores binds every one" if node_kind.cpus_per_core < node_kind.threads_per_core
+                else default_binding_misses(plan, site))
+        if miss is not None:
+            raise HpcdlError(f"launch.args: --cpu-bind=cores, the centre's binding, cannot give this plan's cores: "
+                             f"{miss}; ask another layout (--ranks-per-node, --mode), or run on GPUs")
     if (site.launch.cpu_bind_unit == "sockets" and "--cpu-bind=cores" in argv
             and (miss := sockets_binding_misses(plan, site)) is not None):
         # the line says --cpu-bind=sockets only where each rank holds whole sockets; else the plan's own cores

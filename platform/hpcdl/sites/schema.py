@@ -1465,7 +1465,8 @@ class Launch(_Strict):
             "--numa-binding does the same ('bind worker processes to CPUs near their assigned GPUs', 1-10 % faster in "
             "PyTorch's measurements). Only where the launch line names no binding itself (srun with "
             "cpu_bind_default none or unstated, or auto or cores, Slurm's own default binding, which each rank "
-            "replaces, or --cpu-bind=none in launch.args; a per-node spawner; Open MPI's "
+            "replaces, or --cpu-bind=none in launch.args, or the centre's own --cpu-bind=cores there, whole cores "
+            "each rank replaces with whole cores near its GPU; a per-node spawner; Open MPI's "
             "mpirun with --bind-to none in launch.args, or with mpirun_layout: count, whose line names no binding "
             "and whose ranks bind themselves); under a scheduler other than Slurm only on whole nodes "
             "(defaults.exclusive), a job's GPUs among its node's being named by Slurm alone"
@@ -1504,9 +1505,16 @@ class Launch(_Strict):
 
     @property
     def srun_binds_no_task(self) -> bool:
-        """srun binds no task, each rank binding itself: the centre's own --cpu-bind=none in args (the only --cpu-bind
-        a profile keeps there) or a line that asks no binding (cpu_bind_default none or unstated)."""
-        return srun_cpu_bind_of(self.args) is not None or self.line_asks_no_binding
+        """srun binds no task, each rank binding itself: the centre's own --cpu-bind=none in args or a line that asks
+        no binding (cpu_bind_default none or unstated)."""
+        return "none" in (srun_cpu_bind_of(self.args) or "").split(",") or self.line_asks_no_binding
+
+    @property
+    def srun_centre_binds_cores(self) -> bool:
+        """The centre's own --cpu-bind=cores in args (REPACSS: "Each Slurm CPU is a hyperthread. To bind OpenMP threads
+        to physical cores, use --cpu-bind=cores"), kept as written only beside rank_cpus: gpu-local: srun binds each
+        task to whole cores, and each GPU rank replaces that binding with whole cores near its GPU."""
+        return srun_cpu_bind_of(self.args) == "cores"
 
     @property
     def mpirun_binds_no_rank(self) -> bool:
@@ -1997,15 +2005,26 @@ class Site(_Strict):
             raise ValueError("launch.srun_mpi: launch.args name a --mpi too; keep one (launch.srun_mpi)")
         if self.launcher == "srun" and (bind := srun_cpu_bind_of(self.launch.args)) is not None:
             # the centre's own word on binding is kept only where it is none: the ranks then bind themselves to
-            # the plan's cores; any other binding is the plan's to say (hpcdl writes it, or cpu_bind_default)
-            if "none" not in bind.split(","):
+            # the plan's cores; or cores beside ranks that find their cores near their GPU (rank_cpus: gpu-local),
+            # each rank replacing the whole cores srun bound its task to with whole cores near its GPU; any other
+            # binding is the plan's to say (hpcdl writes it, or cpu_bind_default)
+            if bind == "cores" and self.launch.rank_cpus == "gpu-local":
+                if self.launch.cpu_bind_default:
+                    raise ValueError(f"launch.cpu_bind_default: {self.launch.cpu_bind_default} says the line names no "
+                                     "--cpu-bind, but launch.args say --cpu-bind=cores; keep one")
+                if self.launch.spawner != "none":
+                    raise ValueError(f"launch.spawner: {self.launch.spawner} starts one task per node and binds none, "
+                                     "but launch.args say --cpu-bind=cores, a binding of a task per rank; keep one")
+            elif "none" not in bind.split(","):
                 raise ValueError(f"launch.args: --cpu-bind={bind}: hpcdl writes the binding srun gives each task from "
                                  "the plan (or none at all with launch.cpu_bind_default); only none, srun binding no "
-                                 "task and each rank binding itself to its cores, is kept as the centre writes it")
-            if self.launch.line_asks_no_binding:
+                                 "task and each rank binding itself to its cores, is kept as the centre writes it, "
+                                 "and cores beside launch.rank_cpus: gpu-local, each rank replacing it with whole "
+                                 "cores near its GPU")
+            elif self.launch.line_asks_no_binding:
                 raise ValueError(f"launch.cpu_bind_default: {self.launch.cpu_bind_default}, the line asking no binding, "
                                  "and launch.args say --cpu-bind=none too; keep one")
-            if self.launch.cpu_bind_default:
+            elif self.launch.cpu_bind_default:
                 raise ValueError("launch.cpu_bind_default: the site's Slurm binding tasks by itself, but launch.args "
                                  "say --cpu-bind=none; keep one")
         if self.launcher == "mpirun" and (bind := mpirun_option_of(self.launch.args, "bind-to")) is not None:
@@ -2160,12 +2179,13 @@ class Site(_Strict):
         task holding the node's CPUs), a bare srun whose site binds none or does not say (cpu_bind_default none,
         unstated) or binds each task by its own default (auto, cores: Slurm's default binding, which each rank
         replaces with its own, as it replaces Open MPI's under mpirun_layout: count), the centre's own
-        --cpu-bind=none, or Open MPI's mpirun with the centre's --bind-to none or a line of the rank count alone
+        --cpu-bind=none or --cpu-bind=cores (whole cores, which each rank replaces with whole cores near its GPU),
+        or Open MPI's mpirun with the centre's --bind-to none or a line of the rank count alone
         (mpirun_layout: count: no binding word, Open MPI's default binding, which each rank replaces with its own, as
         it does plan.json's cores there)."""
         if self.launcher == "srun":
             return (self.launch.spawner != "none" or self.launch.srun_binds_no_task
-                    or self.launch.slurm_binds_tasks)
+                    or self.launch.slurm_binds_tasks or self.launch.srun_centre_binds_cores)
         return self.launcher == "mpirun" and (self.launch.mpirun_binds_no_rank
                                               or self.launch.mpirun_layout == "count")
 
