@@ -43,9 +43,9 @@ def test_mpiexec_hydra_gives_ranks_per_node_and_a_core_domain_per_rank():
 
 
 def test_srun_uses_cpus_per_task_when_ranks_sit_on_consecutive_cores():
-    site, plan = _plan("volta-x86")
+    site, plan = _plan("perlmutter")
     argv = launcher_for("srun").command(plan, site)
-    assert "--cpus-per-task=20" in argv and "--cpu-bind=cores" in argv  # 10 cores x 2 hardware threads
+    assert "--cpus-per-task=32" in argv and "--cpu-bind=cores" in argv  # 16 cores x 2 hardware threads
 
 
 def test_srun_passes_the_plans_own_masks_when_reserved_cores_sit_between_ranks():

@@ -40,6 +40,20 @@ def _render(site, tmp_path, nodes=2, image=None, net_plugin=None, **options) -> 
 CSD3_RESTATED = {"launch.mpirun_layout": "restate", "launch.rank_cpus": "plan", "launch.ranks_per_node_option": None}
 
 
+# volta-x86's shipped line names no binding of hpcdl's (launch.cpu_bind_default: unstated, launch.rank_cpus: gpu-local,
+# no page placing its GPUs on sockets); tests that take its node (2 sockets of 20 cores, 4 GPUs, two a socket) as a base
+# for hpcdl's own binding words (--cpu-bind, --distribution, masks) start from plan-bound cores, its line before
+VOLTA_PLAN_BOUND = {"launch.cpu_bind_default": None, "launch.rank_cpus": "plan"}
+
+
+def _volta_plan_bound(tmp_path) -> Path:
+    """volta-x86 with VOLTA_PLAN_BOUND, written apart from the files _profile writes in tmp_path."""
+    base = tmp_path / "plan-bound"
+    base.mkdir(exist_ok=True)
+    _profile(base, SHIPPED / "volta-x86.yaml", **VOLTA_PLAN_BOUND)
+    return base / "volta-x86.yaml"
+
+
 def _profile(tmp_path, base: Path, **changes):
     data = yaml.safe_load(base.read_text())
     for key, value in changes.items():
@@ -736,7 +750,7 @@ def test_a_site_whose_slurm_binds_tasks_itself_names_no_cpu_bind_and_refuses_a_p
     whose cores only a mask gives (Frontier: rank 0 on cores 49-55, beside its GCD, where Slurm's first block is
     cores 1-7, core 0 being specialised) is refused in one line naming the field, as is the field beside a launcher
     other than srun."""
-    volta = SHIPPED / "volta-x86.yaml"
+    volta = _volta_plan_bound(tmp_path)
     assert "--cpu-bind=cores" in make_plan(load_site_file(volta), JobRequest()).launcher_argv
     for bind in ("auto", "cores"):
         own = _profile(tmp_path, volta, **{"launch.cpu_bind_default": bind})
@@ -907,7 +921,7 @@ def test_a_slurm_that_lays_tasks_out_in_blocks_by_default_gets_no_distribution(t
     # CSC Mahti: "By default, Slurm scatters MPI tasks --cpus-per-task apart, i.e. with --cpus-per-task=8 the MPI
     # task 0 is bound to CPU core 0, the MPI task 1 is bound to CPU core 7 etc." on two 64-core sockets: consecutive
     # tasks fill a socket first (slurm.conf CR_Core_Default_Dist_Block), so CSC's lines name no --distribution
-    volta = SHIPPED / "volta-x86.yaml"
+    volta = _volta_plan_bound(tmp_path)
     assert "--distribution=block:block" in make_plan(load_site_file(volta), JobRequest()).launcher_argv
     site = _profile(tmp_path, volta, **{"launch.distribution_default": "block"})
     argv = make_plan(site, JobRequest()).launcher_argv
@@ -924,7 +938,7 @@ def test_a_slurm_that_splits_a_task_over_the_sockets_by_default_is_told_block(tm
     # 20 cores) names no distribution where Slurm keeps a task on one socket, but must where Slurm splits it
     from test_slurm_binding import binding_mismatches
 
-    volta = SHIPPED / "volta-x86.yaml"
+    volta = _volta_plan_bound(tmp_path)
     request = JobRequest(mode="per-socket", ranks_per_node=2)
     cyclic = _profile(tmp_path, volta, **{"launch.distribution_default": "cyclic"})
     assert not any(w.startswith("--distribution") for w in make_plan(cyclic, request).launcher_argv)
@@ -1323,7 +1337,7 @@ def test_a_job_on_every_gpu_of_shared_nodes_asks_them_whole_where_the_centre_doe
 def test_an_srun_binding_variable_in_env_is_refused_for_the_launch_field_that_says_it(tmp_path):
     # BSC's MN5 scripts `export SLURM_CPU_BIND=none` (BSC-CNS-EAPM/MN_bash_runners run_helixFold3.sh); srun(1) reads
     # it as --cpu-bind, which the line hpcdl writes overrides, so in `env` the centre's choice would be lost in silence
-    volta = SHIPPED / "volta-x86.yaml"
+    volta = _volta_plan_bound(tmp_path)
     with pytest.raises(HpcdlError, match=r"env\.SLURM_CPU_BIND: srun reads it as --cpu-bind.*launch\.args"):
         _profile(tmp_path, volta, **{"env.SLURM_CPU_BIND": "none"})
     with pytest.raises(HpcdlError, match=r"env\.SLURM_GPU_BIND: srun reads it as --gpu-bind"):
@@ -1699,7 +1713,7 @@ def test_a_centre_that_binds_each_task_to_its_sockets_gets_that_word_where_it_gi
     be used" (srun(1)), so the word is written where each rank holds every usable core of its socket(s) (one rank per
     socket, one per node), and --cpu-bind=cores, with a note naming the field, where two ranks share a socket. Beside
     a line that names no binding of hpcdl's it is refused, naming the field."""
-    volta = SHIPPED / "volta-x86.yaml"  # 2 sockets x 20 cores, 4 GPUs
+    volta = _volta_plan_bound(tmp_path)  # 2 sockets x 20 cores, 4 GPUs
     site = _profile(tmp_path, volta, **{"launch.cpu_bind_unit": "sockets"})
     for request, word in (({"mode": "per-socket"}, "--cpu-bind=sockets"), ({"mode": "per-node"}, "--cpu-bind=sockets"),
                           ({}, "--cpu-bind=cores")):
@@ -2085,7 +2099,7 @@ def test_slurm_s_own_blocks_of_cores_step_over_the_reserved_cores(tmp_path):
     # filesystem's), and ZIH's Slurm binds each task to cores by itself. Slurm never hands a job a reserved core
     # (CpuSpecList), so a task's block of --cpus-per-task cores steps over them: local rank 0 on cores 0-5, 8-13,
     # 16-17 is on Slurm's own block, not off it, and the line needs no mask (nor refuses the plan)
-    volta = SHIPPED / "volta-x86.yaml"
+    volta = _volta_plan_bound(tmp_path)
     reserved = {"node_kinds.v100.reserved_cores": [4, 5, 24, 25]}
     site = _profile(tmp_path, volta, **reserved, **{"launch.cpu_bind_default": "cores"})
     plan = make_plan(site, JobRequest())

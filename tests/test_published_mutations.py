@@ -61,9 +61,7 @@ CHECKED = [p for p in CASES if not _case(p).get("refused")]
 # Sites whose centre publishes nothing this suite has found for what the surviving mutations change
 # (which GPU, cores or HCA a rank gets, hpcdl's own launcher options): a check needs a source that
 # says what it asserts, so these stay below the bar, named, until one is found.
-UNSOURCED = {
-    "volta-x86": "a generic machine, no centre: Slurm's srun and MPI pages define what --gpu-bind=map_gpu, --cpu-bind, --distribution and --mpi=pmix do but prescribe no layout for a DL job, NCCL's page defines NCCL_IB_HCA, and the node itself (4 x V100 PCIe, 2 HCAs, GPUs and HCAs per socket) is the profile's own assumption, not a vendor's published topology; which GPU and cores a rank gets and which srun options the line carries are hpcdl's convention, which cannot be judged against a centre (5/14) Not searched again (hunt-c, hunt-b): with no centre, no page can pin hpcdl's own convention.",
-}
+UNSOURCED: dict[str, str] = {}
 
 
 def _relocate(site, plan, move):

@@ -248,7 +248,7 @@ def test_pbs_job_resources_and_lsf_account_flag_belong_to_their_schedulers(tmp_p
     # Slurm names the account with --account only; PBS takes -A or -P (NCI Gadi), LSF -P or -G
     with pytest.raises(HpcdlError, match=r"defaults.account_flag: -G names no account under slurm .*--account"):
         _load(tmp_path, _site_data(**{"defaults.account_flag": "-G"}))
-    pbs = {"scheduler": "pbs", "launcher": "mpirun"}
+    pbs = {"scheduler": "pbs", "launcher": "mpirun", "launch": {}}  # none of volta-x86's srun launch settings
     with pytest.raises(HpcdlError, match=r"defaults.account_flag: -G names no account under pbs \(pbs takes -A or -P"):
         _load(tmp_path, _site_data(**pbs, **{"defaults.account_flag": "-G"}))
     assert _load(tmp_path, _site_data(**pbs, **{"defaults.account_flag": "-P"})).defaults.account_flag == "-P"
