@@ -439,9 +439,7 @@ def test_matching_is_exact_and_reads_no_comments():
 NODE_FACTS = {"source", "says", "sockets", "cores_per_socket", "threads_per_core", "cpus", "spec_cores", "gpus",
               "gpu_type"}
 # Slurm sites whose node no centre page read here describes: posed from the profile, and said so
-UNPUBLISHED_NODES = {
-    "volta-x86": "a generic machine: no centre publishes its node",
-}
+UNPUBLISHED_NODES: dict[str, str] = {}
 
 
 def slurm_node_facts(case: dict) -> dict:
