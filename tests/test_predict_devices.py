@@ -66,7 +66,13 @@ def test_a_string_naming_two_devices_gets_the_first_row_in_the_stated_order():
     assert order.index("gh200") < order.index("h200")
 
 
-@pytest.mark.parametrize("model", ["NVIDIA L40", "NVIDIA GB200", "NVIDIA A10G", "AMD Instinct MI325X",
+def test_the_l40_and_the_l40s_each_get_their_own_row():
+    # one word apart, and the L40S's tensor peaks are twice the L40's (NVIDIA's data sheets)
+    assert gpu_rate("NVIDIA L40", "fp32").key == "l40" and gpu_rate("NVIDIA L40S", "fp32").key == "l40s"
+    assert gpu_rate("NVIDIA L40", "fp16").peak_tflops * 2 == pytest.approx(gpu_rate("NVIDIA L40S", "fp16").peak_tflops, rel=0.01)
+
+
+@pytest.mark.parametrize("model", ["NVIDIA L4", "NVIDIA GB200", "NVIDIA A10G", "AMD Instinct MI325X",
                                    "NVIDIA H20", "Radeon RX 7900 XTX", "", "H100A"])
 def test_a_lookalike_or_unknown_gpu_gets_no_row(model):
     assert gpu_rate(model, "fp32") is None and gpu_rate(model, "fp16") is None

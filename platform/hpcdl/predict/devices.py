@@ -119,6 +119,8 @@ GPU_TABLE: tuple[DeviceRate, ...] = (
     *_by_bandwidth("a10", ("a10",), (62.5, 125.0), 600, "NVIDIA A10 data sheet: 600 GB/s GDDR6"),
     *_by_bandwidth("a40", ("a40",), (74.8, 149.7), 696, "NVIDIA A40 data sheet: 696 GB/s GDDR6"),
     *_by_bandwidth("l40s", ("l40s",), (183.0, 362.1), 864, "NVIDIA L40S data sheet: 864 GB/s GDDR6"),
+    # the L40 (TalTech's ada nodes) has the L40S's memory at half its tensor peaks: TF32 90.5, FP16 181.05 TF dense
+    *_by_bandwidth("l40", ("l40",), (90.5, 181.05), 864, "NVIDIA L40 data sheet: 864 GB/s GDDR6"),
     # Turing workstation GPUs by their one shared word (RCC Midway3's "Quadro RTX 6000"; the RTX 8000 has the same
     # memory): V100's measured rate x the bandwidth ratio, as for T4
     *_by_bandwidth("rtx", ("rtx",), (16.3, 130.5), 672, "NVIDIA Quadro RTX 6000 data sheet: 672 GB/s GDDR6", "v100"),
