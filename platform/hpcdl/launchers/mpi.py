@@ -165,10 +165,7 @@ class SrunLauncher(Launcher):
         # The same as the plan's blocks only where no socket holds two ranks.
         if _socket_lays_otherwise(plan, site):
             blocks = False  # the centre's own distribution lays the cores out otherwise: say the plan's masks
-        # (ranks that find their cores near their GPU at run time, launch.rank_cpus: gpu-local, replace whatever
-        # binding the site's Slurm gives by itself, launch.cpu_bind_default auto or cores, or the centre's own
-        # --cpu-bind=cores in launch.args gives, whole cores: no plan of cores to lay out, no --distribution)
-        ranks_bind_themselves = site.launch.srun_binds_no_task or plan.rank_cpus == "gpu-local"
+        ranks_bind_themselves = _ranks_bind_themselves(plan, site)
         if fewer_threads and (restate or not (blocks or ranks_bind_themselves)):
             # ask for the unit -c was counted in, where that is fewer threads than a core has: the
             # default on Frontier and LUMI-G, what JSC asks of every job ("we strongly recommend
@@ -373,8 +370,16 @@ def srun_threads_word(plan: LaunchPlan, site: Site) -> str | None:
     if node.cpus_per_core >= node.threads_per_core:
         return None
     blocks = _in_blocks(plan, site) and not _socket_lays_otherwise(plan, site)
-    binds_themselves = site.launch.srun_binds_no_task or plan.rank_cpus == "gpu-local"
-    return threads_option(site, node, blocks or binds_themselves)
+    return threads_option(site, node, blocks or _ranks_bind_themselves(plan, site))
+
+
+def _ranks_bind_themselves(plan: LaunchPlan, site: Site) -> bool:
+    """srun's line asks no binding of hpcdl's and each rank binds itself: srun binds no task (the centre's
+    --cpu-bind=none, launch.cpu_bind_default none or unstated), or the ranks find their cores near their GPU at run
+    time (launch.rank_cpus: gpu-local), replacing whatever binding the site's Slurm gives by itself (cpu_bind_default
+    auto or cores) or the centre's own --cpu-bind=cores gives (whole cores): no plan of cores to lay out, no
+    --distribution."""
+    return site.launch.srun_binds_no_task or plan.rank_cpus == "gpu-local"
 
 
 def threads_option(site: Site, node: NodeKind, blocks: bool) -> str:

@@ -2043,10 +2043,10 @@ class Site(_Strict):
             if self.scheduler == "slurm":
                 raise ValueError("defaults.gpu_ids: uuid names a job's GPUs where the batch system is not Slurm, but "
                                  "the scheduler is slurm, which names them itself (SLURM_JOB_GPUS); leave it out")
-            amd = [name for name, kind in self.node_kinds.items() if any(g.vendor != "nvidia" for g in kind.gpus)]
-            if amd:
+            other = [name for name, kind in self.node_kinds.items() if any(g.vendor != "nvidia" for g in kind.gpus)]
+            if other:
                 raise ValueError(f"defaults.gpu_ids: uuid finds a GPU by its UUID in the NVIDIA driver's "
-                                 f"/proc/driver/nvidia, but node kind {amd[0]} has GPUs of another vendor")
+                                 f"/proc/driver/nvidia, but node kind {other[0]} has GPUs of another vendor")
         if (self.launch.rank_cpus == "gpu-local" and self.scheduler != "slurm" and not self.defaults.exclusive
                 and self.defaults.gpu_ids is None):
             # a rank learns which of its node's GPUs its job holds from Slurm alone (SLURM_STEP_GPUS, SLURM_JOB_GPUS:

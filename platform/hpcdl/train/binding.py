@@ -185,12 +185,16 @@ def gpu_local_cpus(plan: dict, placement: dict, allowed: set[int], sys_root: Pat
         return set(), (f"GPU {placement['gpus'][0]}: not among the node's {len(gpus)} GPUs in sysfs, or its "
                        "local_cpulist unreadable: the launcher's CPUs kept")
 
+    near_cores: dict[frozenset[int], list] = {}  # the whole cores near each GPU's CPUs, read from sysfs once
+
     def near_share(rank: int) -> tuple[list, list, int, int]:
         """The rank's share of the cores near its GPU, those cores, its place among the ranks sharing them, and
         their count."""
         group = sorted(other for other, cpus in local.items() if cpus == local[rank])
         k, n, want = group.index(rank), len(group), max(1, len(ranks[rank]["cores"]))
-        cores = cores_of(set(local[rank]) & allowed, sys_root)
+        if local[rank] not in near_cores:
+            near_cores[local[rank]] = cores_of(set(local[rank]) & allowed, sys_root)
+        cores = near_cores[local[rank]]
         if len(cores) >= n * want:
             return cores[k * want:(k + 1) * want], cores, k, n
         if len(cores) >= n:
@@ -199,15 +203,16 @@ def gpu_local_cpus(plan: dict, placement: dict, allowed: set[int], sys_root: Pat
         return cores, cores, k, n
 
     me = placement["local_rank"]
-    share, cores, k, n = near_share(me)
+    # every rank's share where the ranks short of theirs are topped up, this rank's alone otherwise
+    shares = {rank: near_share(rank) for rank in (sorted(r for r in local if local[r]) if top_up else [me])}
+    share, cores, k, n = shares[me]
     extra: list = []
     if top_up:
         # the ranks of an even split, short of their count, share the job's cores near none of the ranks' GPUs
-        shares = {rank: near_share(rank) for rank in sorted(local) if local[rank]}
-        short = [rank for rank, (got, near_cores, _, count) in shares.items()
-                 if len(near_cores) >= count and len(got) < max(1, len(ranks[rank]["cores"]))]
-        pool = cores_of(allowed - set().union(*(cpus for cpus in local.values() if cpus)), sys_root)
-        if me in short and pool:
+        short = [rank for rank, (got, around, _, count) in shares.items()
+                 if len(around) >= count and len(got) < max(1, len(ranks[rank]["cores"]))]
+        if me in short:
+            pool = cores_of(allowed - set().union(*(cpus for cpus in local.values() if cpus)), sys_root)
             per, p = len(pool) // len(short), short.index(me)
             extra = pool[p * per:(p + 1) * per][:max(1, len(placement["cores"])) - len(share)]
     physical = held[placement["gpus"][0]]
